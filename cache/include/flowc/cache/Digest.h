@@ -1,0 +1,53 @@
+// Content digests: SHA-256 of the bytes plus their size, printed as
+// `sha256:<hex>/<size>`. SHA-256 because a shared multi-tenant cache needs
+// collision resistance (as the Bazel remote-cache ecosystem does).
+#pragma once
+
+#include "flowc/support/Status.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace flowc::cache {
+
+struct Digest {
+  std::array<uint8_t, 32> hash{};
+  uint64_t size = 0;
+
+  /// 64 lowercase hex characters.
+  std::string hex() const;
+  /// `sha256:<hex>/<size>`.
+  std::string toString() const;
+  /// Parses the form written by toString(); InvalidArgument otherwise.
+  static Expected<Digest> parse(std::string_view text);
+
+  bool operator==(const Digest &other) const = default;
+};
+
+/// Incremental SHA-256 through OpenSSL's EVP interface (uses SHA-NI where the
+/// CPU has it). Not thread-safe; one hasher per stream.
+class Hasher {
+public:
+  Hasher();
+  ~Hasher();
+  Hasher(const Hasher &) = delete;
+  Hasher &operator=(const Hasher &) = delete;
+
+  void update(const void *data, size_t size);
+  void update(std::string_view bytes) { update(bytes.data(), bytes.size()); }
+  /// Finishes the stream; the hasher must not be used afterwards.
+  Digest finish();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  uint64_t size_ = 0;
+};
+
+/// Digest of a whole buffer.
+Digest digestOf(std::string_view bytes);
+
+} // namespace flowc::cache

@@ -1,0 +1,131 @@
+#include "Common.h"
+
+#include "flowc/support/MappedFile.h"
+#include "flowc/support/Subprocess.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <grpcpp/grpcpp.h>
+#include <iostream>
+#include <thread>
+
+namespace flowc::cli {
+
+void GlobalOptions::resolve() {
+  if (cacheDir.empty()) {
+    if (const char *dir = std::getenv("FLOWC_CACHE_DIR"); dir && *dir)
+      cacheDir = dir;
+    else if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+      cacheDir = std::string(xdg) + "/flowc";
+    else
+      cacheDir = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
+                 "/.cache/flowc";
+  }
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(cacheDir, ec);
+  if (!ec)
+    cacheDir = absolute.lexically_normal().string();
+  if (socketPath.empty()) {
+    const char *socket = std::getenv("FLOWC_SOCKET");
+    socketPath = socket && *socket ? socket : cacheDir + "/flowcd.sock";
+  }
+}
+
+Status fromGrpc(const grpc::Status &status, const std::string &what) {
+  if (status.ok())
+    return Status::ok();
+  switch (status.error_code()) {
+  case grpc::StatusCode::INVALID_ARGUMENT:
+    return invalidArgument(status.error_message());
+  case grpc::StatusCode::NOT_FOUND:
+    return notFound(status.error_message());
+  case grpc::StatusCode::UNIMPLEMENTED:
+    return unimplemented(status.error_message());
+  case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    return resourceExhausted(status.error_message());
+  case grpc::StatusCode::DATA_LOSS:
+    return dataLoss(status.error_message());
+  case grpc::StatusCode::FAILED_PRECONDITION:
+    return failedPrecondition(status.error_message());
+  case grpc::StatusCode::UNAVAILABLE:
+    return unavailable(what + ": daemon unavailable: " + status.error_message());
+  default:
+    return internalError(what + ": " + status.error_message());
+  }
+}
+
+Expected<flowc::v1::HealthResponse> DaemonClient::health(int timeoutMs) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(timeoutMs));
+  flowc::v1::HealthResponse response;
+  grpc::Status status = admin_->Health(&context, flowc::v1::HealthRequest(), &response);
+  if (!status.ok())
+    return unavailable(status.error_message());
+  return response;
+}
+
+namespace {
+
+/// A fresh channel with its own subchannel: after an auto-start, a channel
+/// whose first attempt failed would wait out gRPC's reconnect backoff
+/// (seconds) before seeing the new daemon.
+std::shared_ptr<grpc::Channel> makeChannel(const std::string &socketPath) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel("unix:" + socketPath,
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+} // namespace
+
+void DaemonClient::attach(std::shared_ptr<grpc::Channel> channel) {
+  channel_ = std::move(channel);
+  compiler_ = flowc::v1::Compiler::NewStub(channel_);
+  admin_ = flowc::v1::Admin::NewStub(channel_);
+}
+
+Expected<std::unique_ptr<DaemonClient>>
+DaemonClient::connect(const GlobalOptions &options, bool autostart) {
+  auto client = std::make_unique<DaemonClient>();
+  client->attach(makeChannel(options.socketPath));
+  if (client->health(500))
+    return client;
+  if (!autostart)
+    return unavailable("no flowcd is listening on '" + options.socketPath + "'");
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.cacheDir, ec);
+  if (ec)
+    return errnoStatus(ec.value(),
+                       "cannot create cache directory '" + options.cacheDir + "'");
+  std::string log = options.cacheDir + "/flowcd.log";
+  FLOWC_RETURN_IF_ERROR(spawnDetached({executableDirectory() + "/flowcd", "--cache-dir",
+                                       options.cacheDir, "--socket", options.socketPath},
+                                      log));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    client->attach(makeChannel(options.socketPath));
+    if (client->health(500))
+      return client;
+  }
+  return unavailable("started flowcd but it does not answer on '" + options.socketPath +
+                     "'; see " + log);
+}
+
+int reportError(const Status &status) {
+  std::string message = status.message();
+  for (char &c : message)
+    if (c == '\n')
+      c = ' ';
+  while (!message.empty() && message.back() == ' ')
+    message.pop_back();
+  std::cerr << "flowc: error: " << message << std::endl;
+  return 1;
+}
+
+void printJson(const nlohmann::json &json) { std::cout << json.dump() << std::endl; }
+
+} // namespace flowc::cli

@@ -1,0 +1,54 @@
+// Shared pieces of the flowc commands: global options, the daemon client,
+// output helpers.
+#pragma once
+
+#include "flowc/support/Status.h"
+
+#include "flowc/v1/flowc.grpc.pb.h"
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace flowc::cli {
+
+struct GlobalOptions {
+  std::string cacheDir;   ///< --cache-dir / FLOWC_CACHE_DIR / XDG default.
+  std::string socketPath; ///< --socket / FLOWC_SOCKET / CACHE_DIR/flowcd.sock.
+
+  /// Applies the environment and defaults where flags left fields empty.
+  void resolve();
+};
+
+/// A connection to flowcd over its unix socket.
+class DaemonClient {
+public:
+  /// Connects; with `autostart`, starts `flowcd` from the directory of this
+  /// executable when nothing answers and waits for it to become healthy.
+  /// Unavailable (naming the socket and the daemon log) otherwise.
+  static Expected<std::unique_ptr<DaemonClient>> connect(const GlobalOptions &options,
+                                                         bool autostart);
+
+  flowc::v1::Compiler::Stub &compiler() { return *compiler_; }
+  flowc::v1::Admin::Stub &admin() { return *admin_; }
+
+  /// Health with a short deadline; Unavailable if nothing answers.
+  Expected<flowc::v1::HealthResponse> health(int timeoutMs = 1000);
+
+private:
+  void attach(std::shared_ptr<grpc::Channel> channel);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<flowc::v1::Compiler::Stub> compiler_;
+  std::unique_ptr<flowc::v1::Admin::Stub> admin_;
+};
+
+/// Status from a failed RPC, keeping the daemon's message.
+Status fromGrpc(const grpc::Status &status, const std::string &what);
+
+/// Prints `flowc: error: <message>` as one line on stderr; returns 1.
+int reportError(const Status &status);
+
+void printJson(const nlohmann::json &json);
+
+} // namespace flowc::cli

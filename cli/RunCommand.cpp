@@ -1,0 +1,127 @@
+// flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--json]
+#include "Commands.h"
+
+#include "flowc/runtime/Session.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+namespace flowc::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string artifact;
+  std::vector<std::string> inputs;
+  std::string outputDir = ".";
+  bool json = false;
+  size_t printCount = 8;
+};
+
+/// Output names such as "/fc/Gemm_output_0" become safe file names.
+std::string fileNameFor(const std::string &name) {
+  std::string out;
+  for (char c : name)
+    out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'
+               ? c
+               : '_';
+  while (!out.empty() && out.front() == '.')
+    out.erase(out.begin());
+  return out.empty() ? "output" : out;
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+Expected<std::map<std::string, runtime::Tensor>> readInputs(const RunOptions &options,
+                                                            const runtime::Plan &plan) {
+  std::map<std::string, runtime::Tensor> inputs;
+  for (const std::string &spec : options.inputs) {
+    size_t eq = spec.find('=');
+    std::string name, path;
+    if (eq == std::string::npos) {
+      // A bare file names the only input.
+      if (plan.inputs.size() != 1)
+        return invalidArgument("--input '" + spec + "' has no NAME=; the model has " +
+                               std::to_string(plan.inputs.size()) + " inputs");
+      name = plan.inputs[0].name;
+      path = spec;
+    } else {
+      name = spec.substr(0, eq);
+      path = spec.substr(eq + 1);
+    }
+    FLOWC_ASSIGN_OR_RETURN(runtime::Tensor tensor, runtime::readNpy(path));
+    inputs[name] = std::move(tensor);
+  }
+  return inputs;
+}
+
+int runRun(const RunOptions &options) {
+  auto artifact = runtime::Artifact::open(options.artifact);
+  if (!artifact)
+    return reportError(artifact.status());
+  auto session = runtime::Session::create(*artifact);
+  if (!session)
+    return reportError(session.status());
+  const runtime::Plan &plan = (*session)->plan();
+  auto inputs = readInputs(options, plan);
+  if (!inputs)
+    return reportError(inputs.status());
+  auto outputs = (*session)->run(*inputs);
+  if (!outputs)
+    return reportError(outputs.status().withContext("run '" + options.artifact + "'"));
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.outputDir, ec);
+  if (ec)
+    return reportError(
+        errnoStatus(ec.value(), "cannot create '" + options.outputDir + "'"));
+  nlohmann::json json = {{"artifact", options.artifact},
+                         {"outputs", nlohmann::json::array()}};
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const runtime::Tensor &tensor = (*outputs)[i];
+    const std::string &name = plan.outputs[i].name;
+    std::string path = options.outputDir + "/" + fileNameFor(name) + ".npy";
+    if (Status status = runtime::writeNpy(path, tensor); !status)
+      return reportError(status);
+    if (options.json) {
+      json["outputs"].push_back(
+          {{"name", name}, {"shape", tensor.shape}, {"file", path}});
+      continue;
+    }
+    std::ostringstream line;
+    line << name << " " << shapeString(tensor.shape) << " -> " << path << "\n  ";
+    size_t shown = std::min(options.printCount, tensor.data.size());
+    for (size_t k = 0; k < shown; ++k)
+      line << std::setprecision(6) << tensor.data[k] << (k + 1 < shown ? " " : "");
+    if (shown < tensor.data.size())
+      line << " ... (" << tensor.data.size() << " values)";
+    std::cout << line.str() << std::endl;
+  }
+  if (options.json)
+    printJson(json);
+  return 0;
+}
+
+} // namespace
+
+CommandRunner addRunCommand(CLI::App &app, GlobalOptions &) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App *cmd = app.add_subcommand("run", "Run an artifact on the CPU");
+  cmd->add_option("artifact", options->artifact, "Artifact (.fca)")->required();
+  cmd->add_option("-i,--input", options->inputs,
+                  "NAME=FILE.npy (float32), once per input");
+  cmd->add_option("--output-dir", options->outputDir, "Where OUTPUT_NAME.npy files go");
+  cmd->add_option("--print", options->printCount, "Values printed per output");
+  cmd->add_flag("--json", options->json, "Print one JSON object");
+  return [options] { return runRun(*options); };
+}
+
+} // namespace flowc::cli

@@ -1,0 +1,119 @@
+// flowc status [--json]; flowc daemon start|stop
+#include "Commands.h"
+
+#include <iostream>
+#include <thread>
+
+namespace flowc::cli {
+
+namespace {
+
+int runStatus(GlobalOptions &global, bool json) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/false);
+  if (!client) {
+    if (json)
+      printJson({{"running", false}, {"socket", global.socketPath}});
+    else
+      std::cout << "flowcd: not running (socket " << global.socketPath << ")"
+                << std::endl;
+    return 0;
+  }
+  auto health = (*client)->health();
+  if (!health)
+    return reportError(health.status());
+  grpc::ClientContext context;
+  flowc::v1::StatsResponse stats;
+  if (Status status = fromGrpc((*client)->admin().Stats(&context, {}, &stats), "stats");
+      !status)
+    return reportError(status);
+  nlohmann::json out = {{"running", true},
+                        {"socket", global.socketPath},
+                        {"pid", health->pid()},
+                        {"version", health->version()},
+                        {"cache_dir", health->cache_dir()},
+                        {"uptime_seconds", health->uptime_seconds()},
+                        {"workers", health->workers()},
+                        {"blobs", stats.blob_count()},
+                        {"blob_bytes", stats.blob_bytes()},
+                        {"actions", stats.action_count()},
+                        {"jobs_queued", stats.jobs_queued()},
+                        {"jobs_running", stats.jobs_running()},
+                        {"jobs_completed", stats.jobs_completed()},
+                        {"jobs_failed", stats.jobs_failed()},
+                        {"cache_hits", stats.cache_hits()},
+                        {"cache_misses", stats.cache_misses()}};
+  if (json) {
+    printJson(out);
+    return 0;
+  }
+  std::cout << "flowcd: running pid " << health->pid() << " (" << health->version()
+            << "), " << health->workers() << " workers, up "
+            << static_cast<int>(health->uptime_seconds()) << " s\n"
+            << "socket: " << global.socketPath << "\ncache: " << health->cache_dir()
+            << ", " << stats.blob_count() << " blobs, " << stats.blob_bytes()
+            << " bytes, " << stats.action_count() << " actions\n"
+            << "jobs: " << stats.jobs_running() << " running, " << stats.jobs_queued()
+            << " queued, " << stats.jobs_completed() << " done, " << stats.jobs_failed()
+            << " failed; cache " << stats.cache_hits() << " hits / "
+            << stats.cache_misses() << " misses" << std::endl;
+  return 0;
+}
+
+int runDaemonStop(GlobalOptions &global) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/false);
+  if (!client) {
+    std::cout << "flowcd: not running (socket " << global.socketPath << ")" << std::endl;
+    return 0;
+  }
+  grpc::ClientContext context;
+  flowc::v1::ShutdownResponse response;
+  if (Status status =
+          fromGrpc((*client)->admin().Shutdown(&context, {}, &response), "stop");
+      !status)
+    return reportError(status);
+  // Wait until the socket stops answering so that a following start works.
+  for (int i = 0; i < 600 && (*client)->health(200); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::cout << "flowcd: stopped" << std::endl;
+  return 0;
+}
+
+int runDaemonStart(GlobalOptions &global) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/true);
+  if (!client)
+    return reportError(client.status());
+  auto health = (*client)->health();
+  std::cout << "flowcd: running pid " << (health ? health->pid() : 0) << " on "
+            << global.socketPath << std::endl;
+  return 0;
+}
+
+} // namespace
+
+CommandRunner addStatusCommand(CLI::App &app, GlobalOptions &global) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App *cmd =
+      app.add_subcommand("status", "Show the daemon's state and cache figures");
+  cmd->add_flag("--json", *json, "Print one JSON object");
+  return [json, &global] { return runStatus(global, *json); };
+}
+
+CommandRunner addDaemonCommand(CLI::App &app, GlobalOptions &global) {
+  CLI::App *cmd = app.add_subcommand("daemon", "Start or stop the background daemon");
+  cmd->require_subcommand(1);
+  CLI::App *stop =
+      cmd->add_subcommand("stop", "Stop the daemon (running compiles finish)");
+  CLI::App *start = cmd->add_subcommand("start", "Start the daemon if none is running");
+  return [stop, start, &global] {
+    if (stop->parsed())
+      return runDaemonStop(global);
+    if (start->parsed())
+      return runDaemonStart(global);
+    return 2;
+  };
+}
+
+} // namespace flowc::cli

@@ -1,0 +1,152 @@
+// flowc submit MODEL [-o OUT.fca] [--target cpu] [-O N] [--json]
+#include "Commands.h"
+
+#include <cstdio>
+#include <fcntl.h>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
+
+namespace flowc::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SubmitOptions {
+  std::string model;
+  std::string output;
+  std::string target = "cpu";
+  int optLevel = 2;
+  bool json = false;
+  bool batch = false;
+  bool progress = false;
+};
+
+/// Streams the artifact into `path` (temp file + rename).
+Status downloadArtifact(DaemonClient &client, const std::string &digest,
+                        const std::string &path) {
+  std::string tmp = path + ".part";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errnoStatus(errno, "cannot write '" + tmp + "'");
+  grpc::ClientContext context;
+  flowc::v1::FetchArtifactRequest request;
+  request.set_digest(digest);
+  auto reader = client.compiler().FetchArtifact(&context, request);
+  flowc::v1::ArtifactChunk chunk;
+  Status status;
+  uint64_t total = 0;
+  while (status.isOk() && reader->Read(&chunk)) {
+    const std::string &data = chunk.data();
+    if (::pwrite(fd, data.data(), data.size(), static_cast<off_t>(chunk.offset())) !=
+        static_cast<ssize_t>(data.size()))
+      status = errnoStatus(errno, "cannot write '" + tmp + "'");
+    total += data.size();
+  }
+  grpc::Status rpc = reader->Finish();
+  if (status.isOk())
+    status = fromGrpc(rpc, "fetch artifact " + digest);
+  if (status.isOk() && fsync(fd) != 0)
+    status = errnoStatus(errno, "cannot fsync '" + tmp + "'");
+  ::close(fd);
+  if (status.isOk() && std::rename(tmp.c_str(), path.c_str()) != 0)
+    status = errnoStatus(errno, "cannot rename '" + tmp + "' to '" + path + "'");
+  if (!status.isOk())
+    ::unlink(tmp.c_str());
+  return status;
+}
+
+int runSubmit(const SubmitOptions &options, GlobalOptions &global) {
+  global.resolve();
+  std::error_code ec;
+  fs::path model = fs::absolute(options.model, ec);
+  if (ec || !fs::is_regular_file(model, ec))
+    return reportError(
+        notFound("cannot read model '" + options.model + "': no such file"));
+  if (::access(model.c_str(), R_OK) != 0)
+    return reportError(errnoStatus(errno, "cannot read model '" + options.model + "'"));
+  std::string output =
+      options.output.empty() ? model.stem().string() + ".fca" : options.output;
+
+  auto client = DaemonClient::connect(global, /*autostart=*/true);
+  if (!client)
+    return reportError(client.status());
+
+  flowc::v1::SubmitRequest request;
+  request.set_model_path(model.lexically_normal().string());
+  request.set_target(options.target);
+  request.set_opt_level(options.optLevel);
+  request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
+                                     : flowc::v1::PRIORITY_INTERACTIVE);
+  grpc::ClientContext context;
+  auto reader = (*client)->compiler().Submit(&context, request);
+  flowc::v1::SubmitEvent event;
+  std::optional<flowc::v1::CompileResult> result;
+  bool showProgress = options.progress || (!options.json && isatty(STDERR_FILENO));
+  while (reader->Read(&event)) {
+    if (event.has_result()) {
+      result = event.result();
+      continue;
+    }
+    if (showProgress)
+      std::cerr << "flowc: [" << std::fixed << std::setprecision(3)
+                << event.progress().elapsed_seconds() << "s] " << event.progress().stage()
+                << ": " << event.progress().detail() << "\n";
+  }
+  if (Status status = fromGrpc(reader->Finish(), "submit " + options.model); !status)
+    return reportError(status);
+  if (!result)
+    return reportError(
+        internalError("the daemon sent no result for '" + options.model + "'"));
+  if (Status status = downloadArtifact(**client, result->artifact_digest(), output);
+      !status)
+    return reportError(status);
+
+  std::string cache = result->cache_hit() ? "hit" : "miss";
+  if (options.json) {
+    nlohmann::json json = {{"artifact", output},
+                           {"artifact_digest", result->artifact_digest()},
+                           {"model_digest", result->model_digest()},
+                           {"cache", cache},
+                           {"code_cache", result->code_cache_hit() ? "hit" : "miss"},
+                           {"seconds", result->seconds()},
+                           {"job_id", result->job_id()}};
+    json["op_counts"] = nlohmann::json::object();
+    for (const auto &[op, count] : result->op_counts())
+      json["op_counts"][op] = count;
+    printJson(json);
+    return 0;
+  }
+  std::ostringstream line;
+  line << "flowc: cache " << cache
+       << (result->cache_hit()        ? ""
+           : result->code_cache_hit() ? " (code reused, weights re-linked)"
+                                      : "")
+       << " in " << std::fixed << std::setprecision(3) << result->seconds() << " s -> "
+       << output << " " << result->artifact_digest();
+  std::cout << line.str() << std::endl;
+  return 0;
+}
+
+} // namespace
+
+CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
+  auto options = std::make_shared<SubmitOptions>();
+  CLI::App *cmd = app.add_subcommand("submit", "Compile a model through the daemon");
+  cmd->add_option("model", options->model, "ONNX model file")->required();
+  cmd->add_option("-o,--output", options->output,
+                  "Artifact path (default: MODEL_STEM.fca)");
+  cmd->add_option("--target", options->target, "Compile target")
+      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("-O,--opt-level", options->optLevel, "Code optimization level 0..3")
+      ->check(CLI::Range(0, 3));
+  cmd->add_flag("--json", options->json, "Print one JSON object");
+  cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
+  cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
+  return [cmd, options, &global] { return runSubmit(*options, global); };
+}
+
+} // namespace flowc::cli

@@ -1,0 +1,69 @@
+// The compiler's public API: ONNX -> weight-free MLIR graph IR (bytecode),
+// and graph IR -> a native shared object whose weights are arguments.
+#pragma once
+
+#include "flowc/compiler/OnnxModel.h"
+#include "flowc/support/Status.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace flowc::compiler {
+
+/// What a compile is asked for. Every field is part of the code cache key.
+struct CompileOptions {
+  std::string target = "cpu";
+  /// LLVM optimization level of generated code, 0..3.
+  int optLevel = 2;
+
+  /// InvalidArgument naming the bad field.
+  Status validate() const;
+  /// Canonical text of the options, hashed into action keys.
+  std::string canonical() const;
+};
+
+/// A weight the graph refers to by key; the bytes stay in the source file.
+struct WeightRef {
+  std::string key; ///< Resource key in the IR (the ONNX tensor name).
+  TensorInfo info;
+  std::string_view bytes;
+};
+
+/// The weight-free graph IR of a model plus what is needed to bind it.
+struct ImportedGraph {
+  /// MLIR bytecode of the graph module. Weights are arguments of @main
+  /// tagged `flowc.weight = "<key>"`: no weight data and no digest is in
+  /// the IR, so identical graphs with new weights share code.
+  std::string irBytecode;
+  std::vector<TensorInfo> inputs;
+  std::vector<TensorInfo> outputs;
+  /// In argument order, after the inputs.
+  std::vector<WeightRef> weights;
+  std::map<std::string, int> opCounts;
+};
+
+/// Imports an ONNX model into TOSA-based graph IR with static shapes.
+/// Errors name the model, node and op: Unimplemented for an unsupported op
+/// or attribute value, InvalidArgument for shape or type mismatches.
+Expected<ImportedGraph> importOnnx(const OnnxModel &model);
+
+/// The name of the ABI entry point of generated code:
+/// `void flowc_entry(void **args)` with args = inputs, weights, outputs as
+/// dense row-major buffers.
+inline constexpr const char *kEntrySymbol = "flowc_entry";
+
+/// Lowers graph IR bytecode (TOSA -> linalg -> loops -> LLVM) and links a
+/// shared object for the host CPU in `workDir`. Returns its bytes.
+/// Thread-safe: each call owns its MLIR and LLVM contexts.
+Expected<std::string> compileToSharedObject(const std::string &irBytecode,
+                                            const CompileOptions &options,
+                                            const std::string &workDir);
+
+/// Target description hashed into cache keys (CPU name and features).
+std::string hostTargetDescription();
+
+/// Human-readable MLIR of graph bytecode (for `flowc inspect --ir`).
+Expected<std::string> printGraphIr(const std::string &irBytecode);
+
+} // namespace flowc::compiler

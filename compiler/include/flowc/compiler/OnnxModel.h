@@ -1,0 +1,103 @@
+// An ONNX model read straight from the wire format over an mmapped file.
+// Initializer bytes are views into the mapping: weights are never copied,
+// and the 2 GB protobuf message cap does not apply.
+#pragma once
+
+#include "flowc/support/MappedFile.h"
+#include "flowc/support/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowc::compiler {
+
+/// ONNX TensorProto.DataType values that flowc knows by name.
+enum class DType : int32_t {
+  Undefined = 0,
+  F32 = 1,
+  U8 = 2,
+  I8 = 3,
+  I32 = 6,
+  I64 = 7,
+  Bool = 9,
+  F16 = 10,
+  F64 = 11,
+  BF16 = 16,
+};
+
+/// Bytes per element, 0 for types flowc cannot store.
+size_t dtypeSize(DType type);
+/// "float32", "int64", ... ; "dtype(N)" for others.
+std::string dtypeName(DType type);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::Undefined;
+  /// -1 marks a symbolic or unknown dimension.
+  std::vector<int64_t> shape;
+
+  int64_t elementCount() const;
+};
+
+/// A constant tensor: an initializer or a Constant node's value.
+struct TensorData {
+  TensorInfo info;
+  /// Little-endian dense bytes: a view into the model file, or into `owned`
+  /// when the proto stored values in a typed, varint-encoded field.
+  std::string_view bytes;
+  std::shared_ptr<std::string> owned;
+};
+
+struct Attribute {
+  enum class Kind { Int, Float, String, Tensor, Ints, Floats, Strings, Other };
+  Kind kind = Kind::Other;
+  int64_t i = 0;
+  float f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+  std::vector<std::string> strings;
+  std::shared_ptr<TensorData> tensor;
+};
+
+struct Node {
+  std::string name;
+  std::string opType;
+  std::string domain;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::map<std::string, Attribute> attributes;
+
+  /// "node 'conv1' (Conv)" for error messages.
+  std::string describe() const;
+};
+
+struct OnnxModel {
+  std::string path;
+  int64_t irVersion = 0;
+  /// Version of the default ("" / "ai.onnx") operator set.
+  int64_t opsetVersion = 0;
+  std::string producer;
+  std::string graphName;
+  /// Graph inputs that are not initializers, in order.
+  std::vector<TensorInfo> inputs;
+  std::vector<TensorInfo> outputs;
+  std::vector<TensorData> initializers;
+  std::vector<Node> nodes;
+  /// Keeps initializer views valid.
+  std::shared_ptr<MappedFile> file;
+};
+
+/// Parses the ONNX file at `path`. Errors (InvalidArgument / NotFound) name
+/// the file and the place in the message that is malformed.
+Expected<OnnxModel> loadOnnxModel(const std::string &path);
+
+/// Parses an in-memory ONNX ModelProto; `name` is used in messages. Views in
+/// the result point into `bytes`, which must outlive it.
+Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &name);
+
+} // namespace flowc::compiler

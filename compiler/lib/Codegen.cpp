@@ -1,0 +1,331 @@
+// Graph IR -> native code. The lowering pipeline runs in two stages around
+// one small rewrite, each stage commented with why it runs where it does;
+// LLVM then optimizes for the host CPU and the system linker makes a shared
+// object. Weights stay function arguments throughout, so the object carries
+// no weight data.
+#include "flowc/compiler/Compiler.h"
+
+#include "flowc/support/MappedFile.h"
+#include "flowc/support/Subprocess.h"
+
+#include "mlir/Bytecode/BytecodeReader.h"
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/TosaToLinalg/TosaToLinalg.h"
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/Arith/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/FuncBufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+
+#include <mutex>
+
+namespace flowc::compiler {
+
+namespace {
+
+void initializeLlvmOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+void registerCodegenDialects(mlir::DialectRegistry &registry) {
+  registry.insert<mlir::affine::AffineDialect, mlir::arith::ArithDialect,
+                  mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
+                  mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
+                  mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
+                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
+                  mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
+  mlir::arith::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  mlir::bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::cf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  mlir::linalg::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::memref::registerAllocationOpInterfaceExternalModels(registry);
+  mlir::scf::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::scf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  mlir::tensor::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::registerBuiltinDialectTranslation(registry);
+  mlir::registerLLVMDialectTranslation(registry);
+}
+
+/// Stage 1: graph -> buffers with the public ABI fixed.
+void buildBufferizePipeline(mlir::PassManager &pm) {
+  // Graph-level cleanups first, while ops still carry graph semantics:
+  // folding cancels the NCHW<->NHWC transposes between neighbouring layers.
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::createCSEPass());
+  // Named linalg ops (conv, matmul, pooling) before the elementwise
+  // conversion, which would otherwise claim their operands.
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalg());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToArithPass());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToTensorPass());
+  pm.addPass(mlir::createCanonicalizerPass());
+  // Identity layouts at the boundary: the runtime passes dense row-major
+  // buffers as bare pointers.
+  mlir::bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      mlir::bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferize));
+  // Results become caller-provided output buffers. Since MLIR 22 public
+  // functions are left alone unless asked, which would silently shift the ABI.
+  mlir::bufferization::BufferResultsToOutParamsPassOptions outParams;
+  outParams.modifyPublicFunctions = true;
+  outParams.hoistStaticAllocs = true;
+  pm.addPass(mlir::bufferization::createBufferResultsToOutParamsPass(outParams));
+}
+
+/// Copies into strided views (padding) bufferize to memref.copy, whose LLVM
+/// lowering calls a helper from MLIR's runner library. linalg.copy lowers to
+/// plain loops, so generated code needs only libc and libm.
+void rewriteCopiesAsLinalg(mlir::ModuleOp module) {
+  llvm::SmallVector<mlir::memref::CopyOp> copies;
+  module.walk([&](mlir::memref::CopyOp copy) { copies.push_back(copy); });
+  for (mlir::memref::CopyOp copy : copies) {
+    mlir::OpBuilder builder(copy);
+    mlir::linalg::CopyOp::create(builder, copy.getLoc(), copy.getSource(),
+                                 copy.getTarget());
+    copy.erase();
+  }
+}
+
+/// Stage 2: buffers -> LLVM dialect.
+void buildLowerToLlvmPipeline(mlir::PassManager &pm) {
+  // Frees every temporary the graph allocates, on every path.
+  mlir::bufferization::BufferDeallocationPipelineOptions dealloc;
+  mlir::bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
+  pm.addPass(mlir::createLowerAffinePass());
+  pm.addPass(mlir::createSCFToControlFlowPass());
+  pm.addPass(mlir::memref::createExpandStridedMetadataPass());
+  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(mlir::createConvertMathToLLVMPass());
+  pm.addPass(mlir::createArithToLLVMConversionPass());
+  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
+  // Bare pointers: the ABI is one dense buffer per argument.
+  mlir::ConvertFuncToLLVMPassOptions funcToLlvm;
+  funcToLlvm.useBarePtrCallConv = true;
+  pm.addPass(mlir::createConvertFuncToLLVMPass(funcToLlvm));
+  pm.addPass(mlir::createConvertIndexToLLVMPass());
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+}
+
+/// Adds `void flowc_entry(void **args)` that unpacks the argument array and
+/// calls the graph function, so the runtime needs one signature for all
+/// models.
+Status addEntryPoint(llvm::Module &module) {
+  llvm::Function *graph = module.getFunction("main");
+  if (!graph)
+    return internalError("lowered module has no @main");
+  graph->setName("flowc_graph");
+  graph->setLinkage(llvm::GlobalValue::InternalLinkage);
+  llvm::LLVMContext &ctx = module.getContext();
+  auto *ptrType = llvm::PointerType::getUnqual(ctx);
+  auto *entryType = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptrType}, false);
+  auto *entry = llvm::Function::Create(entryType, llvm::GlobalValue::ExternalLinkage,
+                                       kEntrySymbol, module);
+  llvm::IRBuilder<> builder(llvm::BasicBlock::Create(ctx, "entry", entry));
+  llvm::SmallVector<llvm::Value *> args;
+  for (unsigned i = 0; i < graph->arg_size(); ++i) {
+    llvm::Value *slot = builder.CreateConstGEP1_64(ptrType, entry->getArg(0), i);
+    args.push_back(builder.CreateLoad(ptrType, slot));
+  }
+  builder.CreateCall(graph, args);
+  builder.CreateRetVoid();
+  return Status::ok();
+}
+
+Expected<std::unique_ptr<llvm::TargetMachine>> createHostTargetMachine(int optLevel) {
+  initializeLlvmOnce();
+  llvm::Triple triple(llvm::sys::getProcessTriple());
+  std::string error;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return unavailable("no LLVM target for " + triple.str() + ": " + error);
+  llvm::SubtargetFeatures features;
+  for (const auto &feature : llvm::sys::getHostCPUFeatures())
+    features.AddFeature(feature.first(), feature.second);
+  auto level = optLevel <= 0   ? llvm::CodeGenOptLevel::None
+               : optLevel == 1 ? llvm::CodeGenOptLevel::Less
+               : optLevel == 2 ? llvm::CodeGenOptLevel::Default
+                               : llvm::CodeGenOptLevel::Aggressive;
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      triple, llvm::sys::getHostCPUName(), features.getString(), llvm::TargetOptions(),
+      llvm::Reloc::PIC_, std::nullopt, level));
+  if (!machine)
+    return unavailable("cannot create a target machine for " + triple.str());
+  return machine;
+}
+
+void optimizeModule(llvm::Module &module, llvm::TargetMachine &machine, int optLevel) {
+  if (optLevel <= 0)
+    return;
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder builder(&machine);
+  builder.registerModuleAnalyses(mam);
+  builder.registerCGSCCAnalyses(cgam);
+  builder.registerFunctionAnalyses(fam);
+  builder.registerLoopAnalyses(lam);
+  builder.crossRegisterProxies(lam, fam, cgam, mam);
+  auto level = optLevel == 1   ? llvm::OptimizationLevel::O1
+               : optLevel == 2 ? llvm::OptimizationLevel::O2
+                               : llvm::OptimizationLevel::O3;
+  builder.buildPerModuleDefaultPipeline(level).run(module, mam);
+}
+
+Expected<std::string> emitObject(llvm::Module &module, llvm::TargetMachine &machine) {
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  if (machine.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+    return unavailable("the LLVM target cannot emit object files");
+  pm.run(module);
+  return std::string(buffer.begin(), buffer.end());
+}
+
+Expected<mlir::OwningOpRef<mlir::ModuleOp>> parseGraph(mlir::MLIRContext &context,
+                                                       const std::string &irBytecode) {
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(irBytecode, "graph.mlirbc");
+  auto sourceMgr = std::make_shared<llvm::SourceMgr>();
+  sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  mlir::ParserConfig config(&context);
+  auto module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, config);
+  if (!module)
+    return dataLoss("graph IR bytecode does not parse");
+  return module;
+}
+
+/// Collects MLIR diagnostics into a string for error messages.
+struct DiagnosticCollector {
+  explicit DiagnosticCollector(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &diag) {
+          text += diag.str() + "\n";
+          return mlir::success();
+        }) {}
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+} // namespace
+
+Status CompileOptions::validate() const {
+  if (target != "cpu")
+    return invalidArgument("unknown target '" + target + "' (supported: cpu)");
+  if (optLevel < 0 || optLevel > 3)
+    return invalidArgument("optimization level " + std::to_string(optLevel) +
+                           " is out of range 0..3");
+  return Status::ok();
+}
+
+std::string CompileOptions::canonical() const {
+  return "target=" + target + ";opt=" + std::to_string(optLevel);
+}
+
+std::string hostTargetDescription() {
+  std::string description =
+      llvm::sys::getProcessTriple() + ";" + llvm::sys::getHostCPUName().str();
+  for (const auto &feature : llvm::sys::getHostCPUFeatures())
+    if (feature.second)
+      description += ";+" + feature.first().str();
+  return description;
+}
+
+Expected<std::string> printGraphIr(const std::string &irBytecode) {
+  mlir::DialectRegistry registry;
+  registerCodegenDialects(registry);
+  mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
+  FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  return text;
+}
+
+Expected<std::string> compileToSharedObject(const std::string &irBytecode,
+                                            const CompileOptions &options,
+                                            const std::string &workDir) {
+  FLOWC_RETURN_IF_ERROR(options.validate());
+  mlir::DialectRegistry registry;
+  registerCodegenDialects(registry);
+  mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
+  DiagnosticCollector diagnostics(context);
+  FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
+
+  mlir::PassManager bufferize(&context);
+  buildBufferizePipeline(bufferize);
+  if (mlir::failed(bufferize.run(*module)))
+    return internalError("lowering to buffers failed: " + diagnostics.text);
+  rewriteCopiesAsLinalg(*module);
+  mlir::PassManager lower(&context);
+  buildLowerToLlvmPipeline(lower);
+  if (mlir::failed(lower.run(*module)))
+    return internalError("lowering to LLVM failed: " + diagnostics.text);
+
+  llvm::LLVMContext llvmContext;
+  auto llvmModule = mlir::translateModuleToLLVMIR(*module, llvmContext, "flowc_graph");
+  if (!llvmModule)
+    return internalError("translation to LLVM IR failed: " + diagnostics.text);
+  FLOWC_RETURN_IF_ERROR(addEntryPoint(*llvmModule));
+  FLOWC_ASSIGN_OR_RETURN(auto machine, createHostTargetMachine(options.optLevel));
+  llvmModule->setDataLayout(machine->createDataLayout());
+  llvmModule->setTargetTriple(machine->getTargetTriple());
+  optimizeModule(*llvmModule, *machine, options.optLevel);
+  FLOWC_ASSIGN_OR_RETURN(std::string object, emitObject(*llvmModule, *machine));
+
+  std::string objectPath = workDir + "/graph.o", libraryPath = workDir + "/graph.so";
+  FLOWC_RETURN_IF_ERROR(writeFileAtomically(objectPath, object));
+  FLOWC_RETURN_IF_ERROR(
+      runProgram({"cc", "-shared", "-o", libraryPath, objectPath, "-lm"})
+          .withContext("link"));
+  return readFileToString(libraryPath);
+}
+
+} // namespace flowc::compiler

@@ -1,0 +1,756 @@
+// ONNX graph -> MLIR (func + TOSA). ONNX's NCHW layout is kept at the graph
+// level; convolution and pooling, which TOSA defines on NHWC, are wrapped in
+// transposes that canonicalization cancels between neighbouring layers.
+#include "flowc/compiler/Compiler.h"
+
+#include "mlir/Bytecode/BytecodeWriter.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+namespace flowc::compiler {
+
+namespace {
+
+using mlir::Value;
+using Shape = std::vector<int64_t>;
+
+int64_t product(const Shape &shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end && i < shape.size(); ++i)
+    p *= shape[i];
+  return p;
+}
+
+std::string shapeString(const Shape &shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+class Importer {
+public:
+  Importer(mlir::MLIRContext &ctx, const OnnxModel &model)
+      : ctx_(ctx), builder_(&ctx), loc_(mlir::UnknownLoc::get(&ctx)), model_(model) {}
+
+  Expected<ImportedGraph> run();
+
+private:
+  // Errors -------------------------------------------------------------
+  Status nodeError(const Node &node, const std::string &message) const {
+    return invalidArgument(model_.path + ": " + node.describe() + ": " + message);
+  }
+  Status nodeUnsupported(const Node &node, const std::string &message) const {
+    return unimplemented(model_.path + ": " + node.describe() + ": " + message);
+  }
+
+  // Values -------------------------------------------------------------
+  Expected<Value> operand(const Node &node, size_t index);
+  bool hasOperand(const Node &node, size_t index) const {
+    return index < node.inputs.size() && !node.inputs[index].empty();
+  }
+  Expected<const TensorData *> constantOperand(const Node &node, size_t index);
+  Expected<Value> weightArgument(const Node &node, const TensorData &tensor);
+  Status define(const Node &node, Value value);
+
+  // Builders -----------------------------------------------------------
+  static Shape shapeOf(Value v) {
+    auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
+    return Shape(type.getShape().begin(), type.getShape().end());
+  }
+  mlir::RankedTensorType f32(const Shape &shape) {
+    return mlir::RankedTensorType::get(shape, builder_.getF32Type());
+  }
+  template <typename Op>
+  Value build(const Shape &shape, mlir::ValueRange operands,
+              llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    return Op::create(builder_, loc_, mlir::TypeRange{f32(shape)}, operands, attrs)
+        ->getResult(0);
+  }
+  mlir::NamedAttribute attr(llvm::StringRef name, mlir::Attribute value) {
+    return builder_.getNamedAttr(name, value);
+  }
+  Value scalar(float value, size_t rank);
+  Value zeroPoint();
+  /// tosa.mul's shift operand; zero for floating point.
+  Value zeroShift();
+  Value transpose(Value v, llvm::ArrayRef<int32_t> perms);
+  Value constShape(const Shape &shape);
+  Value reshape(Value v, const Shape &shape);
+  /// TOSA 1.0 wants (in - 1 + pads - dilated kernel extent) divisible by the
+  /// stride where ONNX floors: trims trailing padding, then trailing input
+  /// rows/columns that no window reads. `pads` is [top, left, bottom, right].
+  Value fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape &kernel,
+                   const Shape &strides, const Shape &dilations);
+  Expected<Value> broadcastTo(const Node &node, Value v, size_t rank);
+  Expected<Shape> broadcastShape(const Node &node, const Shape &a, const Shape &b);
+  Expected<Value> elementwise(const Node &node);
+
+  // Ops ----------------------------------------------------------------
+  Status importNode(const Node &node);
+  Status importConv(const Node &node);
+  Status importPool(const Node &node);
+  Status importGlobalAveragePool(const Node &node);
+  Status importGemm(const Node &node);
+  Status importMatMul(const Node &node);
+  Status importReshape(const Node &node);
+  Status importFlatten(const Node &node);
+  Status importSoftmax(const Node &node);
+  Status importTranspose(const Node &node);
+  Expected<Value> softmaxLastAxis(Value x);
+  Value matmul3d(Value a, Value b);
+
+  mlir::MLIRContext &ctx_;
+  mlir::OpBuilder builder_;
+  mlir::Location loc_;
+  const OnnxModel &model_;
+  mlir::Block *entry_ = nullptr;
+  std::map<std::string, Value> values_;
+  std::map<std::string, const TensorData *> constants_;
+  std::vector<WeightRef> weights_;
+  std::map<std::string, int> opCounts_;
+};
+
+Value Importer::scalar(float value, size_t rank) {
+  Shape shape(rank, 1);
+  auto type = f32(shape);
+  auto dense = mlir::DenseElementsAttr::get(type, llvm::ArrayRef<float>(value));
+  return mlir::tosa::ConstOp::create(builder_, loc_, type, dense);
+}
+
+Value Importer::zeroPoint() { return scalar(0.0f, 1); }
+
+Value Importer::zeroShift() {
+  auto type = mlir::RankedTensorType::get({1}, builder_.getI8Type());
+  return mlir::tosa::ConstOp::create(
+      builder_, loc_, type,
+      mlir::DenseElementsAttr::get(type, llvm::ArrayRef<int8_t>(0)));
+}
+
+Value Importer::transpose(Value v, llvm::ArrayRef<int32_t> perms) {
+  Shape in = shapeOf(v), out;
+  for (int32_t p : perms)
+    out.push_back(in[p]);
+  return build<mlir::tosa::TransposeOp>(
+      out, {v}, {attr("perms", builder_.getDenseI32ArrayAttr(perms))});
+}
+
+Value Importer::constShape(const Shape &shape) {
+  auto shapeType = mlir::tosa::shapeType::get(&ctx_, static_cast<int>(shape.size()));
+  auto indexType = mlir::RankedTensorType::get({static_cast<int64_t>(shape.size())},
+                                               builder_.getIndexType());
+  llvm::SmallVector<llvm::APInt> dims;
+  for (int64_t d : shape)
+    dims.push_back(llvm::APInt(64, d, true));
+  auto values = mlir::DenseIntElementsAttr::get(indexType, dims);
+  return mlir::tosa::ConstShapeOp::create(builder_, loc_, shapeType, values);
+}
+
+Value Importer::reshape(Value v, const Shape &shape) {
+  if (shapeOf(v) == shape)
+    return v;
+  return build<mlir::tosa::ReshapeOp>(shape, {v, constShape(shape)});
+}
+
+Value Importer::fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape &kernel,
+                           const Shape &strides, const Shape &dilations) {
+  Shape in = shapeOf(nhwc), size = in;
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = in[1 + i] - 1 + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1);
+    int64_t unused = span % strides[i];
+    int64_t fromPad = std::min(unused, pads[i + 2]);
+    pads[i + 2] -= fromPad;
+    size[1 + i] -= unused - fromPad;
+  }
+  if (size == in)
+    return nhwc;
+  return build<mlir::tosa::SliceOp>(
+      size, {nhwc, constShape(Shape(in.size(), 0)), constShape(size)});
+}
+
+Expected<Value> Importer::weightArgument(const Node &node, const TensorData &tensor) {
+  if (tensor.info.dtype != DType::F32)
+    return nodeUnsupported(node, "tensor '" + tensor.info.name + "' has dtype " +
+                                     dtypeName(tensor.info.dtype) +
+                                     "; only float32 weights are supported");
+  Value arg = entry_->addArgument(f32(tensor.info.shape), loc_);
+  weights_.push_back(WeightRef{tensor.info.name, tensor.info, tensor.bytes});
+  values_[tensor.info.name] = arg;
+  return arg;
+}
+
+Expected<Value> Importer::operand(const Node &node, size_t index) {
+  if (!hasOperand(node, index))
+    return nodeError(node, "missing input #" + std::to_string(index));
+  const std::string &name = node.inputs[index];
+  if (auto it = values_.find(name); it != values_.end())
+    return it->second;
+  if (auto it = constants_.find(name); it != constants_.end())
+    return weightArgument(node, *it->second);
+  return nodeError(node, "input '" + name +
+                             "' is not produced by any node, input or initializer");
+}
+
+Expected<const TensorData *> Importer::constantOperand(const Node &node, size_t index) {
+  if (!hasOperand(node, index))
+    return nodeError(node, "missing input #" + std::to_string(index));
+  auto it = constants_.find(node.inputs[index]);
+  if (it == constants_.end())
+    return nodeUnsupported(node,
+                           "input '" + node.inputs[index] +
+                               "' must be a constant (initializer or Constant node)");
+  return it->second;
+}
+
+Status Importer::define(const Node &node, Value value) {
+  if (node.outputs.empty())
+    return nodeError(node, "node has no output");
+  values_[node.outputs[0]] = value;
+  return Status::ok();
+}
+
+Expected<Shape> Importer::broadcastShape(const Node &node, const Shape &a,
+                                         const Shape &b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return nodeError(node, "shapes " + shapeString(a) + " and " + shapeString(b) +
+                                 " cannot be broadcast");
+    out[i] = std::max(da, db);
+  }
+  return out;
+}
+
+Expected<Value> Importer::broadcastTo(const Node &node, Value v, size_t rank) {
+  Shape shape = shapeOf(v);
+  if (shape.size() == rank)
+    return v;
+  Shape padded(rank - shape.size(), 1);
+  padded.insert(padded.end(), shape.begin(), shape.end());
+  return reshape(v, padded);
+}
+
+Expected<Value> Importer::elementwise(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(a), shapeOf(b)));
+  FLOWC_ASSIGN_OR_RETURN(a, broadcastTo(node, a, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(b, broadcastTo(node, b, out.size()));
+  const std::string &op = node.opType;
+  if (op == "Add")
+    return build<mlir::tosa::AddOp>(out, {a, b});
+  if (op == "Sub")
+    return build<mlir::tosa::SubOp>(out, {a, b});
+  if (op == "Mul" || op == "Div") {
+    if (op == "Div")
+      b = build<mlir::tosa::ReciprocalOp>(shapeOf(b), {b});
+    return build<mlir::tosa::MulOp>(out, {a, b, zeroShift()});
+  }
+  return nodeUnsupported(node, "not an elementwise binary op");
+}
+
+/// Explicit pads [top, left, bottom, right] of a 2-D window op, from `pads`
+/// or `auto_pad`.
+Expected<std::array<int64_t, 4>> windowPads(const Node &node, const Shape &inHW,
+                                            const Shape &kernel, const Shape &strides,
+                                            const Shape &dilations) {
+  std::array<int64_t, 4> pads{0, 0, 0, 0};
+  auto autoPad = node.attributes.find("auto_pad");
+  std::string mode = autoPad == node.attributes.end() ? "NOTSET" : autoPad->second.s;
+  if (mode == "NOTSET") {
+    if (auto it = node.attributes.find("pads"); it != node.attributes.end()) {
+      if (it->second.ints.size() != 4)
+        return invalidArgument(node.describe() + ": pads must have 4 values, got " +
+                               std::to_string(it->second.ints.size()));
+      for (int i = 0; i < 4; ++i)
+        pads[i] = it->second.ints[i];
+    }
+    return pads;
+  }
+  if (mode == "VALID")
+    return pads;
+  if (mode != "SAME_UPPER" && mode != "SAME_LOWER")
+    return invalidArgument(node.describe() + ": unknown auto_pad '" + mode + "'");
+  for (int i = 0; i < 2; ++i) {
+    int64_t out = (inHW[i] + strides[i] - 1) / strides[i];
+    int64_t total = std::max<int64_t>(
+        0, (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 - inHW[i]);
+    int64_t small = total / 2, large = total - small;
+    pads[i] = mode == "SAME_UPPER" ? small : large;
+    pads[i + 2] = mode == "SAME_UPPER" ? large : small;
+  }
+  return pads;
+}
+
+Shape intsAttr(const Node &node, const char *name, Shape fallback) {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : Shape(it->second.ints);
+}
+
+int64_t intAttr(const Node &node, const char *name, int64_t fallback) {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : it->second.i;
+}
+
+float floatAttr(const Node &node, const char *name, float fallback) {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : it->second.f;
+}
+
+Status Importer::importConv(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
+  Shape xs = shapeOf(x), ws = shapeOf(w);
+  if (xs.size() != 4 || ws.size() != 4)
+    return nodeUnsupported(node, "only 2-D convolution (4-D input " + shapeString(xs) +
+                                     ", weight " + shapeString(ws) + ") is supported");
+  if (intAttr(node, "group", 1) != 1)
+    return nodeUnsupported(node, "group=" + std::to_string(intAttr(node, "group", 1)) +
+                                     " is not supported yet");
+  if (ws[1] != xs[1])
+    return nodeError(node, "weight " + shapeString(ws) + " expects " +
+                               std::to_string(ws[1]) + " input channels, input " +
+                               shapeString(xs) + " has " + std::to_string(xs[1]));
+  Shape kernel = intsAttr(node, "kernel_shape", {ws[2], ws[3]});
+  Shape strides = intsAttr(node, "strides", {1, 1});
+  Shape dilations = intsAttr(node, "dilations", {1, 1});
+  if (kernel != Shape{ws[2], ws[3]} || strides.size() != 2 || dilations.size() != 2)
+    return nodeError(node, "kernel_shape/strides/dilations do not match weight " +
+                               shapeString(ws));
+  FLOWC_ASSIGN_OR_RETURN(auto pads,
+                         windowPads(node, {xs[2], xs[3]}, kernel, strides, dilations));
+  Value bias;
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
+    if (shapeOf(bias) != Shape{ws[0]})
+      return nodeError(node, "bias " + shapeString(shapeOf(bias)) + " does not match " +
+                                 std::to_string(ws[0]) + " output channels");
+  } else {
+    auto type = f32({ws[0]});
+    bias = mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                       mlir::DenseElementsAttr::get(type, 0.0f));
+  }
+  Shape out = {xs[0], 0, 0, ws[0]};
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = xs[2 + i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1;
+    if (span < 0)
+      return nodeError(node, "kernel larger than padded input " + shapeString(xs));
+    out[1 + i] = span / strides[i] + 1;
+  }
+  Value xNhwc = fitWindows(transpose(x, {0, 2, 3, 1}), pads, kernel, strides, dilations);
+  Value wOhwi = transpose(w, {0, 2, 3, 1});
+  Value zp = zeroPoint();
+  Value y = build<mlir::tosa::Conv2DOp>(
+      out, {xNhwc, wOhwi, bias, zp, zp},
+      {attr("pad", builder_.getDenseI64ArrayAttr({pads[0], pads[2], pads[1], pads[3]})),
+       attr("stride", builder_.getDenseI64ArrayAttr(strides)),
+       attr("dilation", builder_.getDenseI64ArrayAttr(dilations)),
+       attr("acc_type", mlir::TypeAttr::get(builder_.getF32Type()))});
+  return define(node, transpose(y, {0, 3, 1, 2}));
+}
+
+Status Importer::importPool(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape xs = shapeOf(x);
+  if (xs.size() != 4)
+    return nodeUnsupported(node, "only 2-D pooling (4-D input) is supported, got " +
+                                     shapeString(xs));
+  if (intAttr(node, "ceil_mode", 0) != 0)
+    return nodeUnsupported(node, "ceil_mode=1 is not supported yet");
+  if (node.outputs.size() > 1)
+    return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
+  Shape kernel = intsAttr(node, "kernel_shape", {});
+  Shape strides = intsAttr(node, "strides", {1, 1});
+  Shape dilations = intsAttr(node, "dilations", {1, 1});
+  if (kernel.size() != 2)
+    return nodeError(node, "kernel_shape must have 2 values");
+  if (dilations != Shape{1, 1})
+    return nodeUnsupported(node, "dilated pooling is not supported yet");
+  FLOWC_ASSIGN_OR_RETURN(auto pads,
+                         windowPads(node, {xs[2], xs[3]}, kernel, strides, dilations));
+  bool isMax = node.opType == "MaxPool";
+  if (!isMax && intAttr(node, "count_include_pad", 0) != 0 &&
+      (pads[0] || pads[1] || pads[2] || pads[3]))
+    return nodeUnsupported(node, "count_include_pad=1 with padding is not supported yet");
+  Shape out = {xs[0], 0, 0, xs[1]};
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = xs[2 + i] + pads[i] + pads[i + 2] - kernel[i];
+    if (span < 0)
+      return nodeError(node, "kernel larger than padded input " + shapeString(xs));
+    out[1 + i] = span / strides[i] + 1;
+  }
+  Value xNhwc = fitWindows(transpose(x, {0, 2, 3, 1}), pads, kernel, strides, dilations);
+  llvm::SmallVector<mlir::NamedAttribute> attrs = {
+      attr("kernel", builder_.getDenseI64ArrayAttr(kernel)),
+      attr("stride", builder_.getDenseI64ArrayAttr(strides)),
+      attr("pad", builder_.getDenseI64ArrayAttr({pads[0], pads[2], pads[1], pads[3]}))};
+  Value y;
+  if (isMax) {
+    y = build<mlir::tosa::MaxPool2dOp>(out, {xNhwc}, attrs);
+  } else {
+    attrs.push_back(attr("acc_type", mlir::TypeAttr::get(builder_.getF32Type())));
+    Value zp = zeroPoint();
+    y = build<mlir::tosa::AvgPool2dOp>(out, {xNhwc, zp, zp}, attrs);
+  }
+  return define(node, transpose(y, {0, 3, 1, 2}));
+}
+
+Status Importer::importGlobalAveragePool(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  if (shape.size() < 3)
+    return nodeError(node, "input " + shapeString(shape) + " has no spatial dimensions");
+  int64_t count = 1;
+  for (size_t axis = 2; axis < shape.size(); ++axis) {
+    count *= shape[axis];
+    shape[axis] = 1;
+    x = build<mlir::tosa::ReduceSumOp>(shape, {x},
+                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+  }
+  Value scale = scalar(1.0f / static_cast<float>(count), shape.size());
+  return define(node, build<mlir::tosa::MulOp>(shape, {x, scale, zeroShift()}));
+}
+
+Value Importer::matmul3d(Value a, Value b) {
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  Value zp = zeroPoint();
+  return build<mlir::tosa::MatMulOp>({as[0], as[1], bs[2]}, {a, b, zp, zp});
+}
+
+Status Importer::importGemm(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  if (shapeOf(a).size() != 2 || shapeOf(b).size() != 2)
+    return nodeError(node, "Gemm needs 2-D inputs, got " + shapeString(shapeOf(a)) +
+                               " and " + shapeString(shapeOf(b)));
+  if (intAttr(node, "transA", 0))
+    a = transpose(a, {1, 0});
+  if (intAttr(node, "transB", 0))
+    b = transpose(b, {1, 0});
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  if (as[1] != bs[0])
+    return nodeError(node, "inner dimensions differ: A is " + shapeString(as) +
+                               ", B is " + shapeString(bs) + " (after transA/transB)");
+  Shape out = {as[0], bs[1]};
+  Value y = reshape(
+      matmul3d(reshape(a, {1, as[0], as[1]}), reshape(b, {1, bs[0], bs[1]})), out);
+  float alpha = floatAttr(node, "alpha", 1.0f), beta = floatAttr(node, "beta", 1.0f);
+  if (alpha != 1.0f)
+    y = build<mlir::tosa::MulOp>(out, {y, scalar(alpha, 2), zeroShift()});
+  if (!hasOperand(node, 2) || beta == 0.0f)
+    return define(node, y);
+  FLOWC_ASSIGN_OR_RETURN(Value c, operand(node, 2));
+  FLOWC_ASSIGN_OR_RETURN(Shape broadcast, broadcastShape(node, out, shapeOf(c)));
+  if (broadcast != out)
+    return nodeError(node, "C " + shapeString(shapeOf(c)) + " does not broadcast to " +
+                               shapeString(out));
+  FLOWC_ASSIGN_OR_RETURN(c, broadcastTo(node, c, 2));
+  if (beta != 1.0f)
+    c = build<mlir::tosa::MulOp>(shapeOf(c), {c, scalar(beta, 2), zeroShift()});
+  return define(node, build<mlir::tosa::AddOp>(out, {y, c}));
+}
+
+Status Importer::importMatMul(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  if (as.size() < 2 || bs.size() < 2)
+    return nodeUnsupported(node, "1-D MatMul operands are not supported yet");
+  int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  if (bs[bs.size() - 2] != k)
+    return nodeError(node, "inner dimensions differ: " + shapeString(as) + " x " +
+                               shapeString(bs));
+  Shape out(as.begin(), as.end() - 2);
+  if (bs.size() == 2) {
+    // Fold all batch dimensions of A into M: one [1, batch*M, K] x [1, K, N].
+    int64_t rows = product(as, 0, as.size() - 1);
+    out.push_back(m);
+    out.push_back(n);
+    Value y = matmul3d(reshape(a, {1, rows, k}), reshape(b, {1, k, n}));
+    return define(node, reshape(y, out));
+  }
+  Shape aBatch(as.begin(), as.end() - 2), bBatch(bs.begin(), bs.end() - 2);
+  if (aBatch != bBatch)
+    return nodeUnsupported(node, "broadcasting batch dimensions " + shapeString(as) +
+                                     " x " + shapeString(bs) + " is not supported yet");
+  int64_t batch = product(aBatch, 0, aBatch.size());
+  out.push_back(m);
+  out.push_back(n);
+  Value y = matmul3d(reshape(a, {batch, m, k}), reshape(b, {batch, k, n}));
+  return define(node, reshape(y, out));
+}
+
+Status Importer::importReshape(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(const TensorData *shapeTensor, constantOperand(node, 1));
+  if (shapeTensor->info.dtype != DType::I64 || shapeTensor->info.shape.size() != 1)
+    return nodeError(node, "shape input must be a 1-D int64 tensor");
+  Shape in = shapeOf(x);
+  Shape target(shapeTensor->info.shape[0]);
+  std::memcpy(target.data(), shapeTensor->bytes.data(), target.size() * 8);
+  bool allowZero = intAttr(node, "allowzero", 0) != 0;
+  int inferred = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && !allowZero) {
+      if (i >= in.size())
+        return nodeError(node, "shape " + shapeString(target) + " copies dimension " +
+                                   std::to_string(i) + " that input " + shapeString(in) +
+                                   " does not have");
+      target[i] = in[i];
+    }
+    if (target[i] == -1) {
+      if (inferred >= 0)
+        return nodeError(node, "shape " + shapeString(target) + " has more than one -1");
+      inferred = static_cast<int>(i);
+      continue;
+    }
+    if (target[i] < 0)
+      return nodeError(node,
+                       "shape " + shapeString(target) + " has a negative dimension");
+    known *= target[i];
+  }
+  int64_t total = product(in, 0, in.size());
+  if (inferred >= 0)
+    target[inferred] = known ? total / known : 0;
+  if (product(target, 0, target.size()) != total)
+    return nodeError(node,
+                     "cannot reshape " + shapeString(in) + " to " + shapeString(target));
+  return define(node, reshape(x, target));
+}
+
+Status Importer::importFlatten(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape in = shapeOf(x);
+  int64_t axis = intAttr(node, "axis", 1);
+  if (axis < 0)
+    axis += static_cast<int64_t>(in.size());
+  if (axis < 0 || axis > static_cast<int64_t>(in.size()))
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 1)) +
+                               " is out of range for input " + shapeString(in));
+  return define(node, reshape(x, {product(in, 0, axis), product(in, axis, in.size())}));
+}
+
+Expected<Value> Importer::softmaxLastAxis(Value x) {
+  Shape shape = shapeOf(x), reduced = shape;
+  int32_t axis = static_cast<int32_t>(shape.size() - 1);
+  reduced[axis] = 1;
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(axis));
+  Value max = build<mlir::tosa::ReduceMaxOp>(reduced, {x}, {axisAttr});
+  Value shifted = build<mlir::tosa::SubOp>(shape, {x, max});
+  Value exp = build<mlir::tosa::ExpOp>(shape, {shifted});
+  Value sum = build<mlir::tosa::ReduceSumOp>(reduced, {exp}, {axisAttr});
+  Value inverse = build<mlir::tosa::ReciprocalOp>(reduced, {sum});
+  return build<mlir::tosa::MulOp>(shape, {exp, inverse, zeroShift()});
+}
+
+Status Importer::importSoftmax(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape in = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(in.size());
+  bool legacy = model_.opsetVersion < 13; // before 13 Softmax flattened at `axis`
+  int64_t axis = intAttr(node, "axis", legacy ? 1 : -1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", -1)) +
+                               " is out of range for input " + shapeString(in));
+  if (legacy) {
+    Value flat = reshape(x, {product(in, 0, axis), product(in, axis, in.size())});
+    FLOWC_ASSIGN_OR_RETURN(Value y, softmaxLastAxis(flat));
+    return define(node, reshape(y, in));
+  }
+  if (axis == rank - 1) {
+    FLOWC_ASSIGN_OR_RETURN(Value y, softmaxLastAxis(x));
+    return define(node, y);
+  }
+  // Move `axis` last, normalize, move it back.
+  llvm::SmallVector<int32_t> perms, inverse(rank);
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis)
+      perms.push_back(static_cast<int32_t>(i));
+  perms.push_back(static_cast<int32_t>(axis));
+  for (int64_t i = 0; i < rank; ++i)
+    inverse[perms[i]] = static_cast<int32_t>(i);
+  FLOWC_ASSIGN_OR_RETURN(Value y, softmaxLastAxis(transpose(x, perms)));
+  return define(node, transpose(y, inverse));
+}
+
+Status Importer::importTranspose(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  size_t rank = shapeOf(x).size();
+  Shape perm = intsAttr(node, "perm", {});
+  if (perm.empty())
+    for (size_t i = 0; i < rank; ++i)
+      perm.push_back(static_cast<int64_t>(rank - 1 - i));
+  Shape sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (sorted.size() != rank || sorted[i] != static_cast<int64_t>(i))
+      return nodeError(node, "perm " + shapeString(perm) +
+                                 " is not a permutation of rank " + std::to_string(rank));
+  llvm::SmallVector<int32_t> perms(perm.begin(), perm.end());
+  return define(node, transpose(x, perms));
+}
+
+Status Importer::importNode(const Node &node) {
+  if (!node.domain.empty() && node.domain != "ai.onnx")
+    return nodeUnsupported(node, "unsupported op domain '" + node.domain + "' (opset " +
+                                     std::to_string(model_.opsetVersion) + ")");
+  const std::string &op = node.opType;
+  ++opCounts_[op];
+  if (op == "Constant") {
+    auto it = node.attributes.find("value");
+    if (it == node.attributes.end() || !it->second.tensor)
+      return nodeUnsupported(node, "only Constant with a 'value' tensor is supported");
+    if (node.outputs.empty())
+      return nodeError(node, "node has no output");
+    it->second.tensor->info.name = node.outputs[0];
+    constants_[node.outputs[0]] = it->second.tensor.get();
+    return Status::ok();
+  }
+  if (op == "Conv")
+    return importConv(node);
+  if (op == "MaxPool" || op == "AveragePool")
+    return importPool(node);
+  if (op == "GlobalAveragePool")
+    return importGlobalAveragePool(node);
+  if (op == "Gemm")
+    return importGemm(node);
+  if (op == "MatMul")
+    return importMatMul(node);
+  if (op == "Reshape")
+    return importReshape(node);
+  if (op == "Flatten")
+    return importFlatten(node);
+  if (op == "Softmax")
+    return importSoftmax(node);
+  if (op == "Transpose")
+    return importTranspose(node);
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+    FLOWC_ASSIGN_OR_RETURN(Value y, elementwise(node));
+    return define(node, y);
+  }
+  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "Identity" ||
+      op == "Exp") {
+    FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+    Shape shape = shapeOf(x);
+    if (op == "Identity")
+      return define(node, x);
+    if (op == "Sigmoid")
+      return define(node, build<mlir::tosa::SigmoidOp>(shape, {x}));
+    if (op == "Tanh")
+      return define(node, build<mlir::tosa::TanhOp>(shape, {x}));
+    if (op == "Exp")
+      return define(node, build<mlir::tosa::ExpOp>(shape, {x}));
+    return define(node,
+                  build<mlir::tosa::ClampOp>(
+                      shape, {x},
+                      {attr("min_val", builder_.getF32FloatAttr(0.0f)),
+                       attr("max_val", builder_.getF32FloatAttr(
+                                           std::numeric_limits<float>::infinity()))}));
+  }
+  --opCounts_[op];
+  return nodeUnsupported(node, "unsupported op '" + op + "' (domain '" +
+                                   (node.domain.empty() ? "ai.onnx" : node.domain) +
+                                   "', opset " + std::to_string(model_.opsetVersion) +
+                                   ")");
+}
+
+Expected<ImportedGraph> Importer::run() {
+  auto module = mlir::ModuleOp::create(loc_);
+  builder_.setInsertionPointToEnd(module.getBody());
+  auto func = mlir::func::FuncOp::create(builder_, loc_, "main",
+                                         builder_.getFunctionType({}, {}));
+  entry_ = func.addEntryBlock();
+  builder_.setInsertionPointToStart(entry_);
+
+  ImportedGraph graph;
+  for (const TensorInfo &input : model_.inputs) {
+    if (input.dtype != DType::F32)
+      return unimplemented(model_.path + ": input '" + input.name + "' has dtype " +
+                           dtypeName(input.dtype) +
+                           "; only float32 inputs are supported");
+    if (input.elementCount() < 0)
+      return unimplemented(model_.path + ": input '" + input.name +
+                           "' has a symbolic shape " + shapeString(input.shape) +
+                           "; only static shapes are supported");
+    values_[input.name] = entry_->addArgument(f32(input.shape), loc_);
+    graph.inputs.push_back(input);
+  }
+  for (const TensorData &tensor : model_.initializers)
+    constants_[tensor.info.name] = &tensor;
+  for (const Node &node : model_.nodes)
+    FLOWC_RETURN_IF_ERROR(importNode(node));
+
+  llvm::SmallVector<Value> results;
+  for (const TensorInfo &output : model_.outputs) {
+    auto it = values_.find(output.name);
+    if (it == values_.end())
+      return invalidArgument(model_.path + ": graph output '" + output.name +
+                             "' is not computed by any node");
+    TensorInfo info = output;
+    info.dtype = DType::F32;
+    info.shape = shapeOf(it->second);
+    if (!output.shape.empty() && output.shape.size() == info.shape.size())
+      for (size_t i = 0; i < info.shape.size(); ++i)
+        if (output.shape[i] >= 0 && output.shape[i] != info.shape[i])
+          return invalidArgument(model_.path + ": graph output '" + output.name +
+                                 "' is declared " + shapeString(output.shape) +
+                                 " but computes " + shapeString(info.shape));
+    results.push_back(it->second);
+    graph.outputs.push_back(info);
+  }
+  if (results.empty())
+    return invalidArgument(model_.path + ": the graph has no outputs");
+  mlir::func::ReturnOp::create(builder_, loc_, results);
+  func.setFunctionType(builder_.getFunctionType(entry_->getArgumentTypes(),
+                                                mlir::ValueRange(results).getTypes()));
+  size_t firstWeight = graph.inputs.size();
+  for (size_t i = 0; i < weights_.size(); ++i)
+    func.setArgAttr(firstWeight + i, "flowc.weight",
+                    builder_.getStringAttr(weights_[i].key));
+
+  if (mlir::failed(mlir::verify(module)))
+    return internalError(model_.path + ": imported IR does not verify");
+  llvm::raw_string_ostream os(graph.irBytecode);
+  if (mlir::failed(mlir::writeBytecodeToFile(module, os)))
+    return internalError(model_.path + ": cannot write IR bytecode");
+  module->erase();
+  graph.weights = std::move(weights_);
+  graph.opCounts = std::move(opCounts_);
+  return graph;
+}
+
+} // namespace
+
+Expected<ImportedGraph> importOnnx(const OnnxModel &model) {
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.loadDialect<mlir::func::FuncDialect, mlir::tosa::TosaDialect>();
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diag) {
+    diagnostics += diag.str() + "\n";
+    return mlir::success();
+  });
+  Importer importer(context, model);
+  auto graph = importer.run();
+  if (!graph && !diagnostics.empty())
+    return Status(graph.status().code(), graph.status().message() + ": " + diagnostics);
+  return graph;
+}
+
+} // namespace flowc::compiler

@@ -1,0 +1,547 @@
+#include "flowc/compiler/OnnxModel.h"
+
+#include "WireReader.h"
+
+#include <cstring>
+#include <set>
+
+namespace flowc::compiler {
+
+using onnx::WireField;
+using onnx::WireReader;
+using onnx::WireType;
+
+size_t dtypeSize(DType type) {
+  switch (type) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::I64:
+  case DType::F64:
+    return 8;
+  case DType::F16:
+  case DType::BF16:
+    return 2;
+  case DType::U8:
+  case DType::I8:
+  case DType::Bool:
+    return 1;
+  case DType::Undefined:
+    return 0;
+  }
+  return 0;
+}
+
+std::string dtypeName(DType type) {
+  switch (type) {
+  case DType::F32:
+    return "float32";
+  case DType::I32:
+    return "int32";
+  case DType::I64:
+    return "int64";
+  case DType::F64:
+    return "float64";
+  case DType::F16:
+    return "float16";
+  case DType::BF16:
+    return "bfloat16";
+  case DType::U8:
+    return "uint8";
+  case DType::I8:
+    return "int8";
+  case DType::Bool:
+    return "bool";
+  case DType::Undefined:
+    break;
+  }
+  return "dtype(" + std::to_string(static_cast<int32_t>(type)) + ")";
+}
+
+int64_t TensorInfo::elementCount() const {
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0)
+      return -1;
+    count *= dim;
+  }
+  return count;
+}
+
+std::string Node::describe() const {
+  return "node '" +
+         (name.empty() ? (outputs.empty() ? std::string("?") : outputs[0]) : name) +
+         "' (" + (domain.empty() ? "" : domain + ".") + opType + ")";
+}
+
+namespace {
+
+/// Parses one message kind; `where` says what is being parsed for errors
+/// ("graph.node[3]"). Holds the file view for payload offsets.
+class Parser {
+public:
+  Parser(std::string_view file, std::string name) : file_(file), name_(std::move(name)) {}
+
+  Status parseModel(OnnxModel &model);
+
+private:
+  Status error(const std::string &where, const std::string &message) const {
+    return invalidArgument(name_ + ": " + where + ": " + message);
+  }
+  size_t offsetOf(std::string_view bytes) const {
+    return static_cast<size_t>(bytes.data() - file_.data());
+  }
+  Status expectType(const WireField &field, WireType type,
+                    const std::string &where) const {
+    if (field.type == type)
+      return Status::ok();
+    return error(where, "field " + std::to_string(field.number) + " has wire type " +
+                            std::to_string(static_cast<int>(field.type)) + ", expected " +
+                            std::to_string(static_cast<int>(type)) + " (byte " +
+                            std::to_string(field.offset) + ")");
+  }
+  Expected<WireField> next(WireReader &reader, const std::string &where) const {
+    auto field = reader.next();
+    if (!field)
+      return error(where, field.status().message());
+    return field;
+  }
+
+  Status parseGraph(std::string_view bytes, OnnxModel &model);
+  Status parseNode(std::string_view bytes, const std::string &where, Node &node);
+  Status parseAttribute(std::string_view bytes, const std::string &where,
+                        std::string &name, Attribute &attr);
+  Status parseTensor(std::string_view bytes, const std::string &where,
+                     TensorData &tensor);
+  Status parseValueInfo(std::string_view bytes, const std::string &where,
+                        TensorInfo &info);
+  Status parseTensorType(std::string_view bytes, const std::string &where,
+                         TensorInfo &info);
+  Status parseShape(std::string_view bytes, const std::string &where, TensorInfo &info);
+
+  std::string_view file_;
+  std::string name_;
+};
+
+Status Parser::parseModel(OnnxModel &model) {
+  WireReader reader(file_, 0);
+  bool sawGraph = false;
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, "ModelProto"));
+    switch (field.number) {
+    case 1:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Varint, "ModelProto.ir_version"));
+      model.irVersion = static_cast<int64_t>(field.varint);
+      break;
+    case 2:
+      FLOWC_RETURN_IF_ERROR(
+          expectType(field, WireType::Bytes, "ModelProto.producer_name"));
+      model.producer = std::string(field.bytes);
+      break;
+    case 7:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, "ModelProto.graph"));
+      FLOWC_RETURN_IF_ERROR(parseGraph(field.bytes, model));
+      sawGraph = true;
+      break;
+    case 8: {
+      FLOWC_RETURN_IF_ERROR(
+          expectType(field, WireType::Bytes, "ModelProto.opset_import"));
+      WireReader opset(field.bytes, offsetOf(field.bytes));
+      std::string domain;
+      int64_t version = 0;
+      while (!opset.atEnd()) {
+        FLOWC_ASSIGN_OR_RETURN(WireField f, next(opset, "ModelProto.opset_import"));
+        if (f.number == 1 && f.type == WireType::Bytes)
+          domain = std::string(f.bytes);
+        if (f.number == 2 && f.type == WireType::Varint)
+          version = static_cast<int64_t>(f.varint);
+      }
+      if (domain.empty() || domain == "ai.onnx")
+        model.opsetVersion = version;
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  if (!sawGraph)
+    return error("ModelProto", "no graph (is this an ONNX model?)");
+  if (model.irVersion <= 0)
+    return error("ModelProto", "missing ir_version (is this an ONNX model?)");
+  if (model.opsetVersion <= 0)
+    return error("ModelProto", "no opset_import for the default ONNX domain");
+  return Status::ok();
+}
+
+Status Parser::parseGraph(std::string_view bytes, OnnxModel &model) {
+  WireReader reader(bytes, offsetOf(bytes));
+  std::vector<TensorInfo> declaredInputs;
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, "graph"));
+    if (field.number == 2 && field.type == WireType::Bytes) {
+      model.graphName = std::string(field.bytes);
+      continue;
+    }
+    if (field.number != 1 && field.number != 5 && field.number != 11 &&
+        field.number != 12)
+      continue;
+    FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, "graph"));
+    if (field.number == 1) {
+      Node node;
+      std::string where = "graph.node[" + std::to_string(model.nodes.size()) + "]";
+      FLOWC_RETURN_IF_ERROR(parseNode(field.bytes, where, node));
+      model.nodes.push_back(std::move(node));
+    } else if (field.number == 5) {
+      TensorData tensor;
+      std::string where =
+          "graph.initializer[" + std::to_string(model.initializers.size()) + "]";
+      FLOWC_RETURN_IF_ERROR(parseTensor(field.bytes, where, tensor));
+      model.initializers.push_back(std::move(tensor));
+    } else {
+      TensorInfo info;
+      bool isInput = field.number == 11;
+      auto &list = isInput ? declaredInputs : model.outputs;
+      std::string where = std::string(isInput ? "graph.input[" : "graph.output[") +
+                          std::to_string(list.size()) + "]";
+      FLOWC_RETURN_IF_ERROR(parseValueInfo(field.bytes, where, info));
+      list.push_back(std::move(info));
+    }
+  }
+  // Before IR version 4 initializers were also listed as inputs.
+  std::set<std::string> initializerNames;
+  for (const TensorData &t : model.initializers)
+    initializerNames.insert(t.info.name);
+  for (TensorInfo &info : declaredInputs)
+    if (!initializerNames.count(info.name))
+      model.inputs.push_back(std::move(info));
+  return Status::ok();
+}
+
+Status Parser::parseNode(std::string_view bytes, const std::string &where, Node &node) {
+  WireReader reader(bytes, offsetOf(bytes));
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
+    if (field.number == 6)
+      continue; // doc_string
+    if (field.number > 7)
+      continue;
+    FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where));
+    switch (field.number) {
+    case 1:
+      node.inputs.emplace_back(field.bytes);
+      break;
+    case 2:
+      node.outputs.emplace_back(field.bytes);
+      break;
+    case 3:
+      node.name = std::string(field.bytes);
+      break;
+    case 4:
+      node.opType = std::string(field.bytes);
+      break;
+    case 5: {
+      std::string name;
+      Attribute attr;
+      FLOWC_RETURN_IF_ERROR(
+          parseAttribute(field.bytes, where + ".attribute", name, attr));
+      node.attributes[name] = std::move(attr);
+      break;
+    }
+    case 7:
+      node.domain = std::string(field.bytes);
+      break;
+    default:
+      break;
+    }
+  }
+  if (node.opType.empty())
+    return error(where, "node has no op_type");
+  return Status::ok();
+}
+
+Status Parser::parseAttribute(std::string_view bytes, const std::string &where,
+                              std::string &name, Attribute &attr) {
+  WireReader reader(bytes, offsetOf(bytes));
+  int64_t declaredType = 0;
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
+    switch (field.number) {
+    case 1:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".name"));
+      name = std::string(field.bytes);
+      break;
+    case 2: {
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Fixed32, where + ".f"));
+      uint32_t bits = static_cast<uint32_t>(field.varint);
+      std::memcpy(&attr.f, &bits, 4);
+      break;
+    }
+    case 3:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Varint, where + ".i"));
+      attr.i = static_cast<int64_t>(field.varint);
+      break;
+    case 4:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".s"));
+      attr.s = std::string(field.bytes);
+      break;
+    case 5:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".t"));
+      attr.tensor = std::make_shared<TensorData>();
+      FLOWC_RETURN_IF_ERROR(parseTensor(field.bytes, where + ".t", *attr.tensor));
+      break;
+    case 7:
+      if (field.type == WireType::Fixed32) {
+        uint32_t bits = static_cast<uint32_t>(field.varint);
+        float value;
+        std::memcpy(&value, &bits, 4);
+        attr.floats.push_back(value);
+        break;
+      }
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".floats"));
+      if (field.bytes.size() % 4 != 0)
+        return error(where,
+                     "packed floats of " + std::to_string(field.bytes.size()) + " bytes");
+      for (size_t i = 0; i < field.bytes.size(); i += 4) {
+        float value;
+        std::memcpy(&value, field.bytes.data() + i, 4);
+        attr.floats.push_back(value);
+      }
+      break;
+    case 8:
+      if (field.type == WireType::Varint) {
+        attr.ints.push_back(static_cast<int64_t>(field.varint));
+        break;
+      }
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".ints"));
+      if (Status s = onnx::decodePackedVarints(field.bytes, attr.ints); !s)
+        return error(where + ".ints", s.message());
+      break;
+    case 9:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".strings"));
+      attr.strings.emplace_back(field.bytes);
+      break;
+    case 20:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Varint, where + ".type"));
+      declaredType = static_cast<int64_t>(field.varint);
+      break;
+    default:
+      break;
+    }
+  }
+  static const Attribute::Kind kinds[] = {
+      Attribute::Kind::Other,  Attribute::Kind::Float,  Attribute::Kind::Int,
+      Attribute::Kind::String, Attribute::Kind::Tensor, Attribute::Kind::Other,
+      Attribute::Kind::Floats, Attribute::Kind::Ints,   Attribute::Kind::Strings};
+  attr.kind = declaredType >= 0 && declaredType <= 8 ? kinds[declaredType]
+                                                     : Attribute::Kind::Other;
+  if (name.empty())
+    return error(where, "attribute without a name");
+  return Status::ok();
+}
+
+/// Re-encodes values of a typed TensorProto field as dense little-endian
+/// bytes of `dtype`.
+template <typename Source>
+std::shared_ptr<std::string> encodeAs(DType dtype, const std::vector<Source> &values) {
+  auto out = std::make_shared<std::string>(values.size() * dtypeSize(dtype), '\0');
+  char *dst = out->data();
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+    case DType::I64: {
+      int64_t v = static_cast<int64_t>(values[i]);
+      std::memcpy(dst + 8 * i, &v, 8);
+      break;
+    }
+    case DType::I32: {
+      int32_t v = static_cast<int32_t>(values[i]);
+      std::memcpy(dst + 4 * i, &v, 4);
+      break;
+    }
+    case DType::F16:
+    case DType::BF16: {
+      uint16_t v = static_cast<uint16_t>(values[i]);
+      std::memcpy(dst + 2 * i, &v, 2);
+      break;
+    }
+    default: {
+      uint8_t v = static_cast<uint8_t>(values[i]);
+      dst[i] = static_cast<char>(v);
+      break;
+    }
+    }
+  }
+  return out;
+}
+
+Status Parser::parseTensor(std::string_view bytes, const std::string &where,
+                           TensorData &tensor) {
+  WireReader reader(bytes, offsetOf(bytes));
+  std::vector<uint64_t> varintValues;
+  std::string looseFloats;
+  bool hasRaw = false, hasVarints = false, hasFloats = false, external = false;
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
+    switch (field.number) {
+    case 1:
+      if (field.type == WireType::Varint) {
+        tensor.info.shape.push_back(static_cast<int64_t>(field.varint));
+      } else {
+        FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".dims"));
+        if (Status s = onnx::decodePackedVarints(field.bytes, tensor.info.shape); !s)
+          return error(where + ".dims", s.message());
+      }
+      break;
+    case 2:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Varint, where + ".data_type"));
+      tensor.info.dtype = static_cast<DType>(field.varint);
+      break;
+    case 4:
+      hasFloats = true;
+      if (field.type == WireType::Fixed32) {
+        uint32_t bits = static_cast<uint32_t>(field.varint);
+        looseFloats.append(reinterpret_cast<const char *>(&bits), 4);
+      } else {
+        FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".float_data"));
+        tensor.bytes = field.bytes; // packed floats are already dense LE bytes
+      }
+      break;
+    case 5:
+    case 7:
+      hasVarints = true;
+      if (field.type == WireType::Varint) {
+        varintValues.push_back(field.varint);
+      } else {
+        FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".int_data"));
+        if (Status s = onnx::decodePackedVarints(field.bytes, varintValues); !s)
+          return error(where + ".int_data", s.message());
+      }
+      break;
+    case 8:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".name"));
+      tensor.info.name = std::string(field.bytes);
+      break;
+    case 9:
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".raw_data"));
+      tensor.bytes = field.bytes;
+      hasRaw = true;
+      break;
+    case 13:
+      external = true;
+      break;
+    case 14:
+      external = external || field.varint == 1;
+      break;
+    default:
+      break;
+    }
+  }
+  std::string label = where + " '" + tensor.info.name + "'";
+  if (external)
+    return unimplemented(name_ + ": " + label +
+                         ": external data is not supported yet; re-save the model with "
+                         "weights inline");
+  size_t elementSize = dtypeSize(tensor.info.dtype);
+  if (elementSize == 0)
+    return error(label, "unsupported tensor data type " + dtypeName(tensor.info.dtype));
+  for (int64_t dim : tensor.info.shape)
+    if (dim < 0)
+      return error(label, "negative dimension " + std::to_string(dim));
+  if (!hasRaw && hasFloats && !looseFloats.empty()) {
+    tensor.owned = std::make_shared<std::string>(std::move(looseFloats));
+    tensor.bytes = *tensor.owned;
+  } else if (!hasRaw && hasVarints) {
+    tensor.owned = encodeAs(tensor.info.dtype, varintValues);
+    tensor.bytes = *tensor.owned;
+  }
+  uint64_t expected = static_cast<uint64_t>(tensor.info.elementCount()) * elementSize;
+  if (tensor.bytes.size() != expected)
+    return error(label, "holds " + std::to_string(tensor.bytes.size()) +
+                            " bytes but shape and " + dtypeName(tensor.info.dtype) +
+                            " need " + std::to_string(expected));
+  return Status::ok();
+}
+
+Status Parser::parseValueInfo(std::string_view bytes, const std::string &where,
+                              TensorInfo &info) {
+  WireReader reader(bytes, offsetOf(bytes));
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
+    if (field.number == 1) {
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".name"));
+      info.name = std::string(field.bytes);
+    } else if (field.number == 2) {
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".type"));
+      WireReader type(field.bytes, offsetOf(field.bytes));
+      while (!type.atEnd()) {
+        FLOWC_ASSIGN_OR_RETURN(WireField t, next(type, where + ".type"));
+        if (t.number != 1)
+          continue;
+        FLOWC_RETURN_IF_ERROR(
+            expectType(t, WireType::Bytes, where + ".type.tensor_type"));
+        FLOWC_RETURN_IF_ERROR(
+            parseTensorType(t.bytes, where + " '" + info.name + "'", info));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status Parser::parseTensorType(std::string_view bytes, const std::string &where,
+                               TensorInfo &info) {
+  WireReader reader(bytes, offsetOf(bytes));
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
+    if (field.number == 1) {
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Varint, where + ".elem_type"));
+      info.dtype = static_cast<DType>(field.varint);
+    } else if (field.number == 2) {
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".shape"));
+      FLOWC_RETURN_IF_ERROR(parseShape(field.bytes, where, info));
+    }
+  }
+  return Status::ok();
+}
+
+Status Parser::parseShape(std::string_view bytes, const std::string &where,
+                          TensorInfo &info) {
+  WireReader reader(bytes, offsetOf(bytes));
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
+    if (field.number != 1)
+      continue;
+    FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".shape.dim"));
+    WireReader dim(field.bytes, offsetOf(field.bytes));
+    int64_t value = -1;
+    while (!dim.atEnd()) {
+      FLOWC_ASSIGN_OR_RETURN(WireField d, next(dim, where + ".shape.dim"));
+      if (d.number == 1 && d.type == WireType::Varint)
+        value = static_cast<int64_t>(d.varint);
+    }
+    info.shape.push_back(value);
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &name) {
+  if (bytes.empty())
+    return invalidArgument(name + ": empty file (not an ONNX model)");
+  OnnxModel model;
+  model.path = name;
+  Parser parser(bytes, name);
+  FLOWC_RETURN_IF_ERROR(parser.parseModel(model));
+  return model;
+}
+
+Expected<OnnxModel> loadOnnxModel(const std::string &path) {
+  auto file = MappedFile::open(path);
+  if (!file)
+    return file.status();
+  auto shared = std::make_shared<MappedFile>(file.takeValue());
+  FLOWC_ASSIGN_OR_RETURN(OnnxModel model, parseOnnxModel(shared->view(), path));
+  model.file = std::move(shared);
+  return model;
+}
+
+} // namespace flowc::compiler

@@ -1,0 +1,47 @@
+// flowcd: the gRPC front over the cache, the scheduler and embedded
+// workers. The binary in daemon/main.cpp is a thin wrapper.
+#pragma once
+
+#include "flowc/support/Status.h"
+
+#include <memory>
+#include <string>
+
+namespace flowc::daemon {
+
+struct DaemonOptions {
+  std::string cacheDir;
+  /// Unix socket path; default `<cacheDir>/flowcd.sock`.
+  std::string socketPath;
+  /// Optional "host:port" to listen on TCP as well (no TLS yet: loopback).
+  std::string tcpAddress;
+  /// Embedded worker threads; 0 means one per core.
+  unsigned workers = 0;
+
+  /// Fills defaults; InvalidArgument naming the bad field.
+  Status validate();
+};
+
+class Server {
+public:
+  ~Server();
+  /// Opens the cache and starts listening. FailedPrecondition if another
+  /// daemon already listens on the socket.
+  static Expected<std::unique_ptr<Server>> start(DaemonOptions options);
+  /// Blocks until SIGTERM, SIGINT or Admin.Shutdown, then stops cleanly:
+  /// no new requests, running compiles finish, the socket file is removed.
+  /// The caller must have blocked those signals in every thread
+  /// (blockShutdownSignals) before starting any thread.
+  void runUntilShutdown();
+
+private:
+  struct State;
+  explicit Server(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+/// Blocks SIGTERM, SIGINT and SIGUSR1 in the calling thread and in every
+/// thread it starts later, so that runUntilShutdown() can wait for them.
+void blockShutdownSignals();
+
+} // namespace flowc::daemon

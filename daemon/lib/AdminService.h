@@ -1,0 +1,25 @@
+#pragma once
+
+#include "DaemonContext.h"
+
+#include "flowc/v1/flowc.grpc.pb.h"
+
+namespace flowc::daemon {
+
+/// flowc.v1.Admin: health, statistics and shutdown.
+class AdminService final : public flowc::v1::Admin::Service {
+public:
+  explicit AdminService(DaemonContext &context) : context_(context) {}
+
+  grpc::Status Health(grpc::ServerContext *, const flowc::v1::HealthRequest *,
+                      flowc::v1::HealthResponse *response) override;
+  grpc::Status Stats(grpc::ServerContext *, const flowc::v1::StatsRequest *,
+                     flowc::v1::StatsResponse *response) override;
+  grpc::Status Shutdown(grpc::ServerContext *, const flowc::v1::ShutdownRequest *,
+                        flowc::v1::ShutdownResponse *) override;
+
+private:
+  DaemonContext &context_;
+};
+
+} // namespace flowc::daemon

@@ -1,0 +1,127 @@
+#include "flowc/daemon/Server.h"
+
+#include "AdminService.h"
+#include "CompilerService.h"
+#include "DaemonContext.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <thread>
+#include <unistd.h>
+
+namespace flowc::daemon {
+
+namespace {
+
+/// True if a process accepts connections on the unix socket at `path`.
+bool socketIsLive(const std::string &path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  bool live = connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof address) == 0;
+  close(fd);
+  return live;
+}
+
+} // namespace
+
+Status DaemonOptions::validate() {
+  if (cacheDir.empty())
+    return invalidArgument("no cache directory (use --cache-dir or FLOWC_CACHE_DIR)");
+  if (socketPath.empty())
+    socketPath = cacheDir + "/flowcd.sock";
+  if (socketPath.size() >= sizeof(sockaddr_un{}.sun_path))
+    return invalidArgument("socket path '" + socketPath + "' is longer than " +
+                           std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
+  if (workers == 0)
+    workers = std::max(1u, std::thread::hardware_concurrency());
+  return Status::ok();
+}
+
+struct Server::State {
+  DaemonContext context;
+  std::unique_ptr<CompilerService> compiler;
+  std::unique_ptr<AdminService> admin;
+  std::unique_ptr<grpc::Server> grpcServer;
+};
+
+Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Server::~Server() = default;
+
+void blockShutdownSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
+  FLOWC_RETURN_IF_ERROR(options.validate());
+  auto state = std::make_unique<State>();
+  DaemonContext &context = state->context;
+  context.options = options;
+  FLOWC_ASSIGN_OR_RETURN(context.cache, cache::Cache::open(options.cacheDir));
+  context.executor =
+      std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
+  context.jobs = std::make_unique<scheduler::JobQueue>(options.workers);
+
+  if (socketIsLive(options.socketPath))
+    return failedPrecondition("another flowcd is already listening on '" +
+                              options.socketPath + "'");
+  // A socket file nobody answers on was left by a daemon that died.
+  ::unlink(options.socketPath.c_str());
+
+  state->compiler = std::make_unique<CompilerService>(context);
+  state->admin = std::make_unique<AdminService>(context);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + options.socketPath,
+                           grpc::InsecureServerCredentials());
+  int tcpPort = 0;
+  if (!options.tcpAddress.empty())
+    builder.AddListeningPort(options.tcpAddress, grpc::InsecureServerCredentials(),
+                             &tcpPort);
+  builder.RegisterService(state->compiler.get());
+  builder.RegisterService(state->admin.get());
+  state->grpcServer = builder.BuildAndStart();
+  if (!state->grpcServer)
+    return unavailable(
+        "cannot listen on '" + options.socketPath + "'" +
+        (options.tcpAddress.empty() ? "" : " and '" + options.tcpAddress + "'"));
+  spdlog::info("flowcd {} listening socket={} tcp={} cache={} workers={} pid={}",
+               FLOWC_BUILD_ID, options.socketPath,
+               options.tcpAddress.empty() ? "-" : options.tcpAddress, options.cacheDir,
+               context.jobs->workerCount(), getpid());
+  return std::unique_ptr<Server>(new Server(std::move(state)));
+}
+
+void Server::runUntilShutdown() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);
+  int received = 0;
+  while (sigwait(&signals, &received) != 0) {
+  }
+  spdlog::info("shutting down on {}", strsignal(received));
+  // Refuse new work, let running compiles finish and streams drain.
+  state_->context.jobs->shutdown();
+  state_->grpcServer->Shutdown(std::chrono::system_clock::now() +
+                               std::chrono::seconds(30));
+  state_->grpcServer->Wait();
+  ::unlink(state_->context.options.socketPath.c_str());
+  spdlog::info("flowcd stopped");
+}
+
+} // namespace flowc::daemon

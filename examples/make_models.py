@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Builds flowc's example models with onnx.helper and seeded random weights.
+
+    make_models.py OUT_DIR [--seed N]
+
+writes OUT_DIR/cnn.onnx (a small image classifier: Conv, Relu, MaxPool,
+GlobalAveragePool, Flatten, Gemm, Softmax), OUT_DIR/mlp.onnx (MatMul, Add,
+Relu, Reshape, Mul) and an input .npy for each.
+"""
+import argparse
+import pathlib
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+# onnxruntime reads IR versions up to 11; opset 17 belongs to IR version 8.
+IR_VERSION = 8
+
+
+def tensor(rng, name, shape, scale):
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def make_cnn(rng, batch=1):
+    """Conv(3->8) Relu MaxPool Conv(8->16) Relu GlobalAveragePool Flatten Gemm Softmax."""
+    inits = [
+        tensor(rng, "conv1.weight", (8, 3, 3, 3), 0.3),
+        tensor(rng, "conv1.bias", (8,), 0.1),
+        tensor(rng, "conv2.weight", (16, 8, 3, 3), 0.2),
+        tensor(rng, "conv2.bias", (16,), 0.1),
+        tensor(rng, "fc.weight", (10, 16), 0.5),
+        tensor(rng, "fc.bias", (10,), 0.1),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "conv1.weight", "conv1.bias"], ["c1"], name="conv1",
+                         kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], name="conv2",
+                         kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "small_cnn",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 3, 32, 32])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 10])],
+        inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             producer_name="flowc-examples", ir_version=IR_VERSION)
+
+
+def make_mlp(rng, batch=4):
+    """MatMul Add Relu MatMul Add Mul, with a Reshape of the input."""
+    shape = numpy_helper.from_array(np.array([batch, 64], dtype=np.int64), "flat_shape")
+    inits = [
+        shape,
+        tensor(rng, "w1", (64, 32), 0.2),
+        tensor(rng, "b1", (32,), 0.1),
+        tensor(rng, "w2", (32, 8), 0.3),
+        tensor(rng, "b2", (8,), 0.1),
+        tensor(rng, "scale", (8,), 1.0),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "flat_shape"], ["xf"], name="flatten"),
+        helper.make_node("MatMul", ["xf", "w1"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        helper.make_node("Relu", ["hb"], ["hr"], name="relu"),
+        helper.make_node("MatMul", ["hr", "w2"], ["o"], name="fc2"),
+        helper.make_node("Add", ["o", "b2"], ["ob"], name="fc2_bias"),
+        helper.make_node("Mul", ["ob", "scale"], ["y"], name="scale"),
+    ]
+    graph = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])],
+        inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             producer_name="flowc-examples", ir_version=IR_VERSION)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=pathlib.Path)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(args.seed)
+    models = {"cnn": (make_cnn(rng), (1, 3, 32, 32)), "mlp": (make_mlp(rng), (4, 4, 16))}
+    for name, (model, input_shape) in models.items():
+        onnx.checker.check_model(model, full_check=True)
+        onnx.save(model, args.out_dir / f"{name}.onnx")
+        np.save(args.out_dir / f"{name}_input.npy",
+                rng.standard_normal(input_shape).astype(np.float32))
+        print(f"wrote {args.out_dir / (name + '.onnx')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+// The `.fca` artifact container: a versioned header, a section table and
+// sections (metadata, graph IR bytecode, code object, execution plan,
+// packed weights). Weights are page-aligned so the runtime maps them in
+// place. The runtime owns the format; the compiler side uses the writer.
+#pragma once
+
+#include "flowc/support/MappedFile.h"
+#include "flowc/support/Status.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowc::runtime {
+
+inline constexpr char kArtifactMagic[8] = {'F', 'L', 'O', 'W', 'C', 'F', 'C', 'A'};
+inline constexpr uint32_t kArtifactVersion = 1;
+inline constexpr uint64_t kPageSize = 4096;
+
+enum class SectionKind : uint32_t {
+  Metadata = 1, ///< JSON: model digest, compiler build, options, op counts.
+  GraphIr = 2,  ///< MLIR bytecode of the graph, without weight data.
+  Code = 3,     ///< ELF shared object exporting `flowc_entry`.
+  Plan = 4,     ///< JSON: entry symbol, inputs, outputs, weight table.
+  Weights = 5,  ///< Packed weights, each page-aligned.
+};
+
+struct TensorSpec {
+  std::string name;
+  std::string dtype; ///< "float32"
+  std::vector<int64_t> shape;
+  uint64_t byteSize() const;
+};
+
+struct WeightSpec {
+  TensorSpec tensor; ///< tensor.name is the weight's resource key.
+  std::string digest;
+  uint64_t offset = 0; ///< Within the Weights section.
+  uint64_t size = 0;
+};
+
+struct Plan {
+  std::string entry;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::vector<WeightSpec> weights;
+
+  nlohmann::json toJson() const;
+  static Expected<Plan> fromJson(const nlohmann::json &json);
+};
+
+/// Streams an artifact to a file: sections in order, then the table.
+/// Not thread-safe. The file appears at `path` only after finish().
+class ArtifactWriter {
+public:
+  static Expected<std::unique_ptr<ArtifactWriter>> create(const std::string &path);
+  ~ArtifactWriter();
+
+  Status addSection(SectionKind kind, std::string_view bytes);
+  /// Adds the Weights section from pieces, each starting on a page boundary;
+  /// returns each piece's offset within the section.
+  Expected<std::vector<uint64_t>> addWeights(const std::vector<std::string_view> &pieces);
+  /// Writes the table and header, fsyncs and renames into place.
+  Status finish();
+
+private:
+  ArtifactWriter(std::string path, std::string tmpPath, int fd)
+      : path_(std::move(path)), tmpPath_(std::move(tmpPath)), fd_(fd) {}
+  Status write(std::string_view bytes);
+  Status padTo(uint64_t alignment);
+
+  struct Entry {
+    SectionKind kind;
+    uint64_t offset;
+    uint64_t size;
+  };
+  std::string path_, tmpPath_;
+  int fd_;
+  uint64_t position_ = 0;
+  std::vector<Entry> entries_;
+  bool finished_ = false;
+};
+
+/// A mapped, validated artifact. Immutable and thread-safe once opened.
+class Artifact {
+public:
+  /// Maps and validates `path`: DataLoss/InvalidArgument naming the file and
+  /// what is wrong (bad magic, unsupported version, truncated section).
+  static Expected<std::shared_ptr<Artifact>> open(const std::string &path);
+
+  /// The section's bytes; empty if absent.
+  std::string_view section(SectionKind kind) const;
+  const Plan &plan() const { return plan_; }
+  const nlohmann::json &metadata() const { return metadata_; }
+  const std::string &path() const { return file_.path(); }
+  uint64_t fileSize() const { return file_.size(); }
+
+private:
+  MappedFile file_;
+  std::vector<std::pair<SectionKind, std::string_view>> sections_;
+  Plan plan_;
+  nlohmann::json metadata_;
+};
+
+} // namespace flowc::runtime

@@ -1,0 +1,117 @@
+#include "flowc/runtime/Tensor.h"
+
+#include "flowc/support/MappedFile.h"
+
+#include <cstring>
+#include <regex>
+
+namespace flowc::runtime {
+
+Tensor Tensor::zeros(const std::vector<int64_t> &shape) {
+  int64_t count = 1;
+  for (int64_t dim : shape)
+    count *= dim;
+  return Tensor{shape, std::vector<float>(static_cast<size_t>(count), 0.0f)};
+}
+
+namespace {
+
+/// The value of `'key': value` in a .npy header dict.
+std::string headerField(const std::string &header, const std::string &key) {
+  size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos)
+    return "";
+  size_t colon = header.find(':', at);
+  if (colon == std::string::npos)
+    return "";
+  size_t begin = header.find_first_not_of(' ', colon + 1);
+  if (begin == std::string::npos)
+    return "";
+  char open = header[begin];
+  if (open == '(') {
+    size_t end = header.find(')', begin);
+    return end == std::string::npos ? "" : header.substr(begin, end - begin + 1);
+  }
+  if (open == '\'') {
+    size_t end = header.find('\'', begin + 1);
+    return end == std::string::npos ? "" : header.substr(begin + 1, end - begin - 1);
+  }
+  size_t end = header.find_first_of(",}", begin);
+  return header.substr(begin, end - begin);
+}
+
+} // namespace
+
+Expected<Tensor> readNpy(const std::string &path) {
+  FLOWC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
+  auto bad = [&](const std::string &what) {
+    return invalidArgument("'" + path + "': " + what);
+  };
+  const uint8_t *bytes = file.data();
+  if (file.size() < 10 || std::memcmp(bytes, "\x93NUMPY", 6) != 0)
+    return bad("not a .npy file (bad magic)");
+  uint8_t major = bytes[6];
+  size_t headerLength = 0, headerStart = 0;
+  if (major == 1) {
+    headerLength = bytes[8] | bytes[9] << 8;
+    headerStart = 10;
+  } else if (major == 2 || major == 3) {
+    if (file.size() < 12)
+      return bad("truncated .npy header");
+    headerLength = bytes[8] | bytes[9] << 8 | bytes[10] << 16 | size_t(bytes[11]) << 24;
+    headerStart = 12;
+  } else {
+    return bad("unsupported .npy version " + std::to_string(major));
+  }
+  if (headerStart + headerLength > file.size())
+    return bad("truncated .npy header");
+  std::string header(reinterpret_cast<const char *>(bytes) + headerStart, headerLength);
+  std::string descr = headerField(header, "descr");
+  if (descr != "<f4")
+    return bad("dtype '" + descr +
+               "' is not supported; flowc run takes float32 ('<f4') arrays");
+  if (headerField(header, "fortran_order") != "False")
+    return bad("Fortran-order arrays are not supported");
+  std::string shapeText = headerField(header, "shape");
+  if (shapeText.empty())
+    return bad("header has no shape");
+  Tensor tensor;
+  static const std::regex number("[0-9]+");
+  for (auto it = std::sregex_iterator(shapeText.begin(), shapeText.end(), number);
+       it != std::sregex_iterator(); ++it)
+    tensor.shape.push_back(std::stoll(it->str()));
+  int64_t count = 1;
+  for (int64_t dim : tensor.shape)
+    count *= dim;
+  size_t payload = file.size() - headerStart - headerLength;
+  if (payload != static_cast<size_t>(count) * 4)
+    return bad("payload holds " + std::to_string(payload) + " bytes, shape needs " +
+               std::to_string(count * 4));
+  tensor.data.resize(static_cast<size_t>(count));
+  std::memcpy(tensor.data.data(), bytes + headerStart + headerLength, payload);
+  return tensor;
+}
+
+Status writeNpy(const std::string &path, const Tensor &tensor) {
+  std::string shape = "(";
+  for (size_t i = 0; i < tensor.shape.size(); ++i)
+    shape += std::to_string(tensor.shape[i]) +
+             (tensor.shape.size() == 1 || i + 1 < tensor.shape.size() ? "," : "");
+  shape += ")";
+  std::string header =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  // Magic + version + length + header + newline is padded to 64 bytes.
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string out = "\x93NUMPY";
+  out.push_back('\x01');
+  out.push_back('\x00');
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  out += header;
+  out.append(reinterpret_cast<const char *>(tensor.data.data()), tensor.data.size() * 4);
+  return writeFileAtomically(path, out);
+}
+
+} // namespace flowc::runtime

@@ -1,0 +1,101 @@
+#include "flowc/runtime/Session.h"
+
+#include <cerrno>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace flowc::runtime {
+
+namespace {
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+/// dlopen needs a file: the code section goes to an anonymous memfd, so
+/// nothing is left on disk and concurrent sessions never collide.
+Expected<void *> loadCode(std::string_view code, const std::string &artifactPath) {
+  int fd = memfd_create("flowc-code", MFD_CLOEXEC);
+  if (fd < 0)
+    return errnoStatus(errno, "memfd_create for '" + artifactPath + "'");
+  size_t done = 0;
+  while (done < code.size()) {
+    ssize_t n = ::write(fd, code.data() + done, code.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return errnoStatus(err, "writing code of '" + artifactPath + "'");
+    }
+    done += static_cast<size_t>(n);
+  }
+  std::string procPath = "/proc/self/fd/" + std::to_string(fd);
+  void *library = dlopen(procPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+  close(fd);
+  if (!library)
+    return unavailable("cannot load the code of '" + artifactPath + "': " + dlerror());
+  return library;
+}
+
+} // namespace
+
+Session::~Session() {
+  if (library_)
+    dlclose(library_);
+}
+
+Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> artifact) {
+  const Plan &plan = artifact->plan();
+  FLOWC_ASSIGN_OR_RETURN(
+      void *library, loadCode(artifact->section(SectionKind::Code), artifact->path()));
+  auto entry = reinterpret_cast<void (*)(void **)>(dlsym(library, plan.entry.c_str()));
+  if (!entry) {
+    dlclose(library);
+    return dataLoss("'" + artifact->path() + "': code has no entry symbol '" +
+                    plan.entry + "'");
+  }
+  return std::unique_ptr<Session>(new Session(std::move(artifact), library, entry));
+}
+
+Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &inputs) {
+  const Plan &plan = artifact_->plan();
+  std::vector<void *> args;
+  for (const TensorSpec &spec : plan.inputs) {
+    auto it = inputs.find(spec.name);
+    if (it == inputs.end())
+      return invalidArgument("missing input '" + spec.name + "' of shape " +
+                             shapeString(spec.shape));
+    if (it->second.shape != spec.shape)
+      return invalidArgument("input '" + spec.name + "' has shape " +
+                             shapeString(it->second.shape) + ", the model expects " +
+                             shapeString(spec.shape));
+    // The generated code only reads inputs.
+    args.push_back(const_cast<float *>(it->second.data.data()));
+  }
+  for (const auto &[name, tensor] : inputs) {
+    bool known = false;
+    for (const TensorSpec &spec : plan.inputs)
+      known = known || spec.name == name;
+    if (!known)
+      return invalidArgument("the model has no input named '" + name + "'");
+  }
+  // Weights are bound in place from the mapped artifact.
+  const char *weights = artifact_->section(SectionKind::Weights).data();
+  for (const WeightSpec &weight : plan.weights)
+    args.push_back(const_cast<char *>(weights + weight.offset));
+  std::vector<Tensor> outputs;
+  outputs.reserve(plan.outputs.size());
+  for (const TensorSpec &spec : plan.outputs)
+    outputs.push_back(Tensor::zeros(spec.shape));
+  for (Tensor &output : outputs)
+    args.push_back(output.data.data());
+  entry_(args.data());
+  return outputs;
+}
+
+} // namespace flowc::runtime

@@ -1,0 +1,58 @@
+// Runs jobs on a fixed set of embedded worker threads, interactive jobs
+// before batch ones. Remote workers with leases come later over the same
+// job interface.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace flowc::scheduler {
+
+enum class Priority { Interactive, Batch };
+
+struct JobCounts {
+  uint64_t queued = 0;
+  uint64_t running = 0;
+  uint64_t completed = 0;
+};
+
+class JobQueue {
+public:
+  /// Starts `workers` threads (at least one).
+  explicit JobQueue(unsigned workers);
+  /// Finishes running jobs, drops queued ones, joins the threads.
+  ~JobQueue();
+  JobQueue(const JobQueue &) = delete;
+  JobQueue &operator=(const JobQueue &) = delete;
+
+  /// Queues `job`; returns its id ("job-17"). Thread-safe. After shutdown()
+  /// the job is dropped and the id is empty.
+  std::string submit(Priority priority, std::function<void()> job);
+
+  /// Stops taking jobs; queued jobs are dropped. Thread-safe, idempotent.
+  void shutdown();
+
+  JobCounts counts() const;
+  unsigned workerCount() const { return static_cast<unsigned>(threads_.size()); }
+
+private:
+  void workerLoop();
+
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> interactive_, batch_;
+  std::vector<std::thread> threads_;
+  bool stopping_ = false;
+  uint64_t nextId_ = 1;
+  uint64_t running_ = 0;
+  uint64_t completed_ = 0;
+};
+
+} // namespace flowc::scheduler

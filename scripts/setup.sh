@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs everything flowc needs to build and test, pinned, idempotently:
+# Debian packages (MLIR/LLVM 22, gRPC, protobuf, SQLite, spdlog, GoogleTest,
+# OpenSSL, CLI11, ...) and a Python virtual environment in .venv for the
+# example generator and the e2e tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Exact versions this tree was built and tested with.
+DEBIAN_PACKAGES=(
+  libmlir-22-dev=1:22.1.8-1~deb12u1
+  mlir-22-tools=1:22.1.8-1~deb12u1
+  llvm-22-dev=1:22.1.8-1~deb12u1
+  libgrpc++-dev=1.51.1-3+b1
+  protobuf-compiler-grpc=1.51.1-3+b1
+  libprotobuf-dev=3.21.12-3+deb12u1
+  protobuf-compiler=3.21.12-3+deb12u1
+  libspdlog-dev=1:1.10.0+ds-0.4
+  libcli11-dev=2.1.2+ds-1
+  nlohmann-json3-dev=3.11.2-2
+  libsqlite3-dev=3.40.1-2+deb12u2
+  sqlite3=3.40.1-2+deb12u2
+  libssl-dev=3.0.22-1~deb12u2
+  libgtest-dev=1.12.1-0.2
+  libgmock-dev=1.12.1-0.2
+  cmake=3.25.1-1
+  ninja-build=1.11.1-2~deb12u1
+  ccache=4.8+really4.7.5-1
+  pkg-config=1.8.1-1
+  g++
+  python3-venv
+)
+
+missing=()
+for spec in "${DEBIAN_PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}|${Version}' "${spec%%=*}" 2>/dev/null || true)
+  if [[ "$status" == "install ok installed|"* ]]; then
+    [[ "$spec" != *=* || "${status#*|}" == "${spec#*=}" ]] && continue
+  fi
+  missing+=("$spec")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/flowc-apt.log 2>&1; then
+    # A security update can retire a pinned version; take the archive's
+    # current one rather than failing, and say so.
+    echo "setup: warning: pinned versions unavailable, installing current ones (see /tmp/flowc-apt.log)" >&2
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]%%=*}"
+  fi
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+if ! cmp -s scripts/requirements.txt .venv/.requirements.installed; then
+  echo "setup: installing Python packages into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
+  cp scripts/requirements.txt .venv/.requirements.installed
+fi
+echo "setup: dependencies ready"

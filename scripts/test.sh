@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# README command (2): set up, build, and run every test: GoogleTest unit and
+# integration suites (ctest) and the end-to-end pytest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+# Tests start their own daemons on temp sockets; make sure a user's
+# environment does not point them elsewhere.
+unset FLOWC_CACHE_DIR FLOWC_SOCKET
+(cd build && ctest --output-on-failure -j 2)
+.venv/bin/python -m pytest -q tests/e2e

@@ -1,0 +1,81 @@
+"""Fixtures for flowc's end-to-end tests: the real binaries, a daemon on a
+temp socket with a temp cache, and helpers to compile and run models."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("FLOWC_BIN_DIR", ROOT / "build" / "bin"))
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+class Flowc:
+    """Runs the flowc CLI against one daemon and cache."""
+
+    def __init__(self, tmp: pathlib.Path):
+        self.tmp = tmp
+        self.cache_dir = tmp / "cache"
+        self.socket = tmp / "flowcd.sock"
+
+    def run(self, *args, check=True):
+        cmd = [str(BIN / "flowc"), "--cache-dir", str(self.cache_dir), "--socket",
+               str(self.socket), *map(str, args)]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}): {result.stderr}")
+        return result
+
+    def submit(self, model: pathlib.Path, out: pathlib.Path = None) -> dict:
+        out = out or model.with_suffix(".fca")
+        return json.loads(self.run("submit", model, "-o", out, "--json").stdout)
+
+    def execute(self, artifact: pathlib.Path, inputs: dict) -> dict:
+        """Runs `artifact` with `inputs` (name -> array); returns name -> array."""
+        out_dir = self.tmp / ("out_" + artifact.stem)
+        args = []
+        for i, (name, value) in enumerate(inputs.items()):
+            path = self.tmp / f"{artifact.stem}_in{i}.npy"
+            np.save(path, value.astype(np.float32))
+            args += ["--input", f"{name}={path}"]
+        report = json.loads(self.run("run", artifact, *args, "--output-dir", out_dir,
+                                     "--json").stdout)
+        return {o["name"]: np.load(o["file"]) for o in report["outputs"]}
+
+
+@pytest.fixture
+def flowc(tmp_path):
+    client = Flowc(tmp_path)
+    client.run("daemon", "start")
+    yield client
+    client.run("daemon", "stop", check=False)
+
+
+def onnxruntime_outputs(model_path, inputs: dict) -> dict:
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, inputs)))
+
+
+def assert_close(actual, expected, rtol=1e-4):
+    """Max relative error <= rtol, relative to the output's largest magnitude:
+    max|actual - expected| / max|expected|. (Per-element ratios are
+    meaningless where a long fp32 sum cancels to near zero, and summation
+    order legitimately differs between implementations.)"""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    scale = max(float(np.max(np.abs(expected))), 1e-30)
+    error = float(np.max(np.abs(actual.astype(np.float64) - expected))) / scale
+    assert error <= rtol, f"max relative error {error:.3g} > {rtol}"
+    return error
+
+
+def save(model, path: pathlib.Path) -> pathlib.Path:
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path

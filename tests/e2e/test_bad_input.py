@@ -1,0 +1,124 @@
+"""Bad input gets one clear line on stderr, a non-zero exit, and leaves the
+cache exactly as it was."""
+import hashlib
+import pathlib
+import sqlite3
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import make_models
+from conftest import save
+
+
+def cache_state(cache_dir: pathlib.Path):
+    """Every CAS file with its content hash, plus every index row."""
+    files = {str(p.relative_to(cache_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted((cache_dir / "cas").rglob("*")) if p.is_file()}
+    with sqlite3.connect(cache_dir / "index.sqlite") as db:
+        blobs = db.execute("SELECT digest, size FROM blobs ORDER BY digest").fetchall()
+        actions = db.execute("SELECT kind, key, result FROM actions ORDER BY key").fetchall()
+    return files, blobs, actions
+
+
+def unsupported_op_model():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="act"),
+         helper.make_node("LpNormalization", ["r"], ["y"], name="norm")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def wrong_shape_model():
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"], name="proj")], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture
+def populated(flowc, tmp_path):
+    """A daemon whose cache already holds a compiled model."""
+    good = save(make_models.make_cnn(np.random.default_rng(0)), tmp_path / "good.onnx")
+    flowc.submit(good)
+    return flowc, good
+
+
+def write_case(tmp_path, case, good):
+    path = tmp_path / f"{case}.onnx"
+    data = good.read_bytes()
+    if case == "truncated":
+        path.write_bytes(data[: len(data) // 3])
+    elif case == "garbage":
+        path.write_bytes(b"\x08\x07\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff not onnx")
+    elif case == "empty":
+        path.write_bytes(b"")
+    elif case == "unsupported_op":
+        path.write_bytes(unsupported_op_model().SerializeToString())
+    elif case == "wrong_shapes":
+        path.write_bytes(wrong_shape_model().SerializeToString())
+    return path
+
+
+EXPECTED = {
+    "truncated": "truncated",
+    "garbage": "garbage.onnx",
+    "empty": "empty file",
+    "missing": "missing.onnx",
+    "unsupported_op": "node 'norm' (LpNormalization): unsupported op 'LpNormalization' "
+                      "(domain 'ai.onnx', opset 17)",
+    "wrong_shapes": "node 'proj' (MatMul): inner dimensions differ",
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_bad_model_fails_cleanly(populated, tmp_path, case):
+    flowc, good = populated
+    before = cache_state(flowc.cache_dir)
+    path = write_case(tmp_path, case, good)
+    result = flowc.run("submit", path, "-o", tmp_path / "out.fca", check=False)
+    assert result.returncode != 0
+    assert result.stderr.startswith("flowc: error: ")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert EXPECTED[case] in result.stderr
+    assert not (tmp_path / "out.fca").exists()
+    assert cache_state(flowc.cache_dir) == before
+    # The daemon keeps serving.
+    assert flowc.submit(good)["cache"] == "hit"
+
+
+def test_run_rejects_a_corrupt_artifact(flowc, tmp_path):
+    path = tmp_path / "bad.fca"
+    path.write_bytes(b"FLOWCFCA" + b"\0" * 100)
+    result = flowc.run("run", path, "--input", f"x={tmp_path / 'x.npy'}", check=False)
+    assert result.returncode != 0
+    assert "bad.fca" in result.stderr and result.stderr.startswith("flowc: error: ")
+
+
+def test_run_rejects_a_non_float32_input(populated, tmp_path):
+    flowc, good = populated
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 32, 32), dtype=np.float64))
+    result = flowc.run("run", good.with_suffix(".fca"), "--input",
+                       f"image={tmp_path / 'x.npy'}", check=False)
+    assert result.returncode != 0
+    assert "'<f8' is not supported" in result.stderr
+
+
+def test_run_rejects_an_unknown_input_name(populated, tmp_path):
+    flowc, good = populated
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 32, 32), dtype=np.float32))
+    result = flowc.run("run", good.with_suffix(".fca"), "--input", f"nope={tmp_path / 'x.npy'}",
+                       check=False)
+    assert result.returncode != 0
+    assert "no input named 'nope'" in result.stderr or "missing input 'image'" in result.stderr
+
+
+def test_unknown_target_is_a_usage_error(populated, tmp_path):
+    flowc, good = populated
+    result = flowc.run("submit", good, "--target", "tpu", check=False)
+    assert result.returncode != 0
+    assert "tpu" in result.stderr

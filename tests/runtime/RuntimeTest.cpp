@@ -1,0 +1,139 @@
+#include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/Tensor.h"
+
+#include "../common/TestUtil.h"
+
+#include <fstream>
+
+namespace flowc::runtime {
+namespace {
+
+using flowc::testing::StatusIs;
+using flowc::testing::TempDir;
+
+Status writeSmallArtifact(const std::string &path) {
+  FLOWC_ASSIGN_OR_RETURN(auto writer, ArtifactWriter::create(path));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Metadata, R"({"model":"m"})"));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Code, "code bytes"));
+  std::string a(10, 'a'), b(5000, 'b');
+  FLOWC_ASSIGN_OR_RETURN(auto offsets, writer->addWeights({a, b}));
+  Plan plan;
+  plan.entry = "flowc_entry";
+  plan.inputs = {{"x", "float32", {2}}};
+  plan.outputs = {{"y", "float32", {2}}};
+  plan.weights = {{{"a", "uint8", {10}}, "sha256:a", offsets[0], 10},
+                  {{"b", "uint8", {5000}}, "sha256:b", offsets[1], 5000}};
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Plan, plan.toJson().dump()));
+  return writer->finish();
+}
+
+TEST(ArtifactTest, RoundTripsSectionsAndPlan) {
+  TempDir dir;
+  std::string path = dir.file("a.fca");
+  ASSERT_TRUE(writeSmallArtifact(path));
+  auto artifact = Artifact::open(path);
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_EQ((*artifact)->section(SectionKind::Code), "code bytes");
+  EXPECT_EQ((*artifact)->metadata()["model"], "m");
+  const Plan &plan = (*artifact)->plan();
+  ASSERT_EQ(plan.weights.size(), 2u);
+  EXPECT_EQ(plan.inputs[0].shape, (std::vector<int64_t>{2}));
+  std::string_view weights = (*artifact)->section(SectionKind::Weights);
+  EXPECT_EQ(weights.substr(plan.weights[1].offset, 3), "bbb");
+}
+
+TEST(ArtifactTest, WeightsArePageAlignedInTheFile) {
+  TempDir dir;
+  std::string path = dir.file("a.fca");
+  ASSERT_TRUE(writeSmallArtifact(path));
+  auto artifact = Artifact::open(path);
+  ASSERT_TRUE(artifact);
+  const char *base = (*artifact)->section(SectionKind::Metadata).data() - 64;
+  const char *weights = (*artifact)->section(SectionKind::Weights).data();
+  for (const WeightSpec &w : (*artifact)->plan().weights)
+    EXPECT_EQ((weights + w.offset - base) % kPageSize, 0) << w.tensor.name;
+}
+
+TEST(ArtifactTest, RejectsBadMagic) {
+  TempDir dir;
+  std::ofstream(dir.file("x.fca")) << std::string(200, 'z');
+  EXPECT_THAT(Artifact::open(dir.file("x.fca")),
+              StatusIs(StatusCode::InvalidArgument, "bad magic"));
+}
+
+TEST(ArtifactTest, RejectsTruncatedFile) {
+  TempDir dir;
+  std::string path = dir.file("a.fca");
+  ASSERT_TRUE(writeSmallArtifact(path));
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  EXPECT_THAT(Artifact::open(path), StatusIs(StatusCode::DataLoss, "truncated"));
+}
+
+TEST(ArtifactTest, RejectsTinyFile) {
+  TempDir dir;
+  std::ofstream(dir.file("t.fca")) << "FLOWC";
+  EXPECT_THAT(Artifact::open(dir.file("t.fca")),
+              StatusIs(StatusCode::InvalidArgument, "shorter than the header"));
+}
+
+TEST(ArtifactTest, MissingFileIsNotFound) {
+  EXPECT_THAT(Artifact::open("/nonexistent/a.fca"),
+              StatusIs(StatusCode::NotFound, "a.fca"));
+}
+
+TEST(ArtifactTest, UnfinishedWriterLeavesNoFile) {
+  TempDir dir;
+  {
+    auto writer = ArtifactWriter::create(dir.file("a.fca"));
+    ASSERT_TRUE(writer);
+    ASSERT_TRUE((*writer)->addSection(SectionKind::Code, "x"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+TEST(NpyTest, RoundTrips) {
+  TempDir dir;
+  Tensor tensor{{2, 3}, {1, 2, 3, 4, 5, 6.5f}};
+  ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
+  auto read = readNpy(dir.file("t.npy"));
+  ASSERT_TRUE(read) << read.status().toString();
+  EXPECT_EQ(read->shape, tensor.shape);
+  EXPECT_EQ(read->data, tensor.data);
+}
+
+TEST(NpyTest, RoundTripsOneDimensionalAndScalarShapes) {
+  TempDir dir;
+  for (const std::vector<int64_t> &shape :
+       {std::vector<int64_t>{4}, std::vector<int64_t>{}}) {
+    Tensor tensor = Tensor::zeros(shape);
+    ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
+    auto read = readNpy(dir.file("t.npy"));
+    ASSERT_TRUE(read);
+    EXPECT_EQ(read->shape, shape);
+  }
+}
+
+TEST(NpyTest, RejectsOtherDtypes) {
+  TempDir dir;
+  Tensor tensor{{2}, {1, 2}};
+  ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
+  std::string bytes = *readFileToString(dir.file("t.npy"));
+  bytes.replace(bytes.find("<f4"), 3, "<f8");
+  std::ofstream(dir.file("d.npy"), std::ios::binary) << bytes;
+  EXPECT_THAT(readNpy(dir.file("d.npy")), StatusIs(StatusCode::InvalidArgument, "'<f8'"));
+}
+
+TEST(NpyTest, RejectsTruncatedPayloadAndGarbage) {
+  TempDir dir;
+  ASSERT_TRUE(writeNpy(dir.file("t.npy"), Tensor{{4}, {1, 2, 3, 4}}));
+  std::filesystem::resize_file(dir.file("t.npy"),
+                               std::filesystem::file_size(dir.file("t.npy")) - 4);
+  EXPECT_THAT(readNpy(dir.file("t.npy")),
+              StatusIs(StatusCode::InvalidArgument, "payload"));
+  std::ofstream(dir.file("g.npy")) << "garbage!!!!!";
+  EXPECT_THAT(readNpy(dir.file("g.npy")),
+              StatusIs(StatusCode::InvalidArgument, "bad magic"));
+}
+
+} // namespace
+} // namespace flowc::runtime

@@ -1,0 +1,73 @@
+// Runs one compile on this machine: ingest the model into the CAS, consult
+// the action cache, compile on a miss (reusing cached code when only weights
+// changed), link the artifact. Used by embedded and, later, remote workers.
+#pragma once
+
+#include "flowc/cache/Cache.h"
+#include "flowc/compiler/Compiler.h"
+
+#include <functional>
+#include <map>
+#include <string>
+
+namespace flowc::worker {
+
+struct CompileRequest {
+  std::string modelPath;
+  compiler::CompileOptions options;
+};
+
+struct CompileResult {
+  cache::Digest artifactDigest;
+  cache::Digest modelDigest;
+  /// The whole artifact came from the action cache.
+  bool cacheHit = false;
+  /// Code came from the cache (only weights changed, or an artifact hit).
+  bool codeCacheHit = false;
+  double seconds = 0;
+  std::map<std::string, int> opCounts;
+};
+
+/// Called from the compiling thread with a stage name and a detail.
+using ProgressFn =
+    std::function<void(const std::string &stage, const std::string &detail)>;
+
+/// A model's identity without touching the cache: its graph, the manifest
+/// (IR digest + weight table) and the manifest's digest.
+struct IngestedModel {
+  compiler::OnnxModel model;
+  compiler::ImportedGraph graph;
+  cache::Digest irDigest;
+  std::vector<cache::Digest> weightDigests; ///< In graph.weights order.
+  std::string manifest;                     ///< JSON text.
+  cache::Digest modelDigest;
+};
+
+/// Parses, imports and hashes `path`. Nothing is written anywhere, so bad
+/// input leaves every cache untouched.
+Expected<IngestedModel> ingestModel(const std::string &path);
+
+class CompileExecutor {
+public:
+  /// `buildId` identifies the compiler build in every action key.
+  CompileExecutor(cache::Cache &cache, std::string buildId)
+      : cache_(cache), buildId_(std::move(buildId)) {}
+
+  /// Thread-safe; compiles run concurrently. Errors name the model and the
+  /// node or op at fault; on error the cache keeps only complete blobs.
+  Expected<CompileResult> compile(const CompileRequest &request,
+                                  const ProgressFn &progress);
+
+private:
+  Expected<cache::Digest> codeFor(const IngestedModel &ingested,
+                                  const compiler::CompileOptions &options,
+                                  const ProgressFn &progress, bool &hit);
+  Expected<cache::Digest> linkArtifact(const IngestedModel &ingested,
+                                       const compiler::CompileOptions &options,
+                                       const cache::Digest &code);
+
+  cache::Cache &cache_;
+  std::string buildId_;
+};
+
+} // namespace flowc::worker
