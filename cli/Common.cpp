@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 #include <iostream>
 #include <thread>
+#include <unistd.h>
 
 namespace flowc::cli {
 
@@ -30,6 +31,16 @@ void GlobalOptions::resolve() {
     const char *socket = std::getenv("FLOWC_SOCKET");
     socketPath = socket && *socket ? socket : cacheDir + "/flowcd.sock";
   }
+}
+
+Expected<std::string> absoluteModelPath(const std::string &path) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  if (ec || !std::filesystem::is_regular_file(absolute, ec))
+    return notFound("cannot read model '" + path + "': no such file");
+  if (::access(absolute.c_str(), R_OK) != 0)
+    return errnoStatus(errno, "cannot read model '" + path + "'");
+  return absolute.lexically_normal().string();
 }
 
 Status fromGrpc(const grpc::Status &status, const std::string &what) {

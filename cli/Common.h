@@ -43,6 +43,10 @@ private:
   std::unique_ptr<flowc::v1::Admin::Stub> admin_;
 };
 
+/// The absolute path of a readable model file, or NotFound naming `path`.
+/// Checked here so that a typo fails before any daemon is started.
+Expected<std::string> absoluteModelPath(const std::string &path);
+
 /// Status from a failed RPC, keeping the daemon's message.
 Status fromGrpc(const grpc::Status &status, const std::string &what);
 

@@ -3,7 +3,6 @@
 
 #include "flowc/runtime/Artifact.h"
 #include "flowc/support/MappedFile.h"
-#include "flowc/worker/CompileExecutor.h"
 
 #include <cstring>
 #include <iostream>
@@ -21,26 +20,42 @@ nlohmann::json specJson(const runtime::TensorSpec &spec) {
   return {{"name", spec.name}, {"dtype", spec.dtype}, {"shape", spec.shape}};
 }
 
-Expected<nlohmann::json> describeModel(const std::string &path) {
-  FLOWC_ASSIGN_OR_RETURN(worker::IngestedModel ingested, worker::ingestModel(path));
+nlohmann::json
+tensorsJson(const google::protobuf::RepeatedPtrField<flowc::v1::TensorInfo> &tensors) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto &t : tensors)
+    out.push_back({{"name", t.name()},
+                   {"dtype", t.dtype()},
+                   {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())}});
+  return out;
+}
+
+/// Models are described by the daemon, which holds the compiler; the CLI
+/// stays free of MLIR and starts in milliseconds.
+Expected<nlohmann::json> describeModel(const std::string &path, GlobalOptions &global) {
+  FLOWC_ASSIGN_OR_RETURN(std::string model, absoluteModelPath(path));
+  global.resolve();
+  FLOWC_ASSIGN_OR_RETURN(auto client, DaemonClient::connect(global, /*autostart=*/true));
+  grpc::ClientContext context;
+  flowc::v1::InspectRequest request;
+  request.set_model_path(model);
+  flowc::v1::InspectResponse response;
+  FLOWC_RETURN_IF_ERROR(fromGrpc(client->compiler().Inspect(&context, request, &response),
+                                 "inspect " + path));
   nlohmann::json json = {{"kind", "model"},
                          {"path", path},
-                         {"model_digest", ingested.modelDigest.toString()},
-                         {"ir_digest", ingested.irDigest.toString()},
-                         {"opset", ingested.model.opsetVersion},
-                         {"producer", ingested.model.producer},
-                         {"op_counts", ingested.graph.opCounts}};
-  auto manifest = nlohmann::json::parse(ingested.manifest);
-  json["inputs"] = manifest["inputs"];
-  json["outputs"] = manifest["outputs"];
-  uint64_t parameters = 0, bytes = 0;
-  for (const auto &weight : ingested.graph.weights) {
-    parameters += static_cast<uint64_t>(weight.info.elementCount());
-    bytes += weight.bytes.size();
-  }
-  json["parameters"] = parameters;
-  json["parameter_bytes"] = bytes;
-  json["weights"] = manifest["weights"].size();
+                         {"model_digest", response.model_digest()},
+                         {"ir_digest", response.ir_digest()},
+                         {"opset", response.opset()},
+                         {"producer", response.producer()},
+                         {"inputs", tensorsJson(response.inputs())},
+                         {"outputs", tensorsJson(response.outputs())},
+                         {"parameters", response.parameters()},
+                         {"parameter_bytes", response.parameter_bytes()},
+                         {"weights", response.weights()}};
+  json["op_counts"] = nlohmann::json::object();
+  for (const auto &[op, count] : response.op_counts())
+    json["op_counts"][op] = count;
   return json;
 }
 
@@ -98,9 +113,9 @@ void printHuman(const nlohmann::json &json) {
   std::cout.flush();
 }
 
-int runInspect(const InspectOptions &options) {
+int runInspect(const InspectOptions &options, GlobalOptions &global) {
   auto json = isArtifact(options.path) ? describeArtifact(options.path)
-                                       : describeModel(options.path);
+                                       : describeModel(options.path, global);
   if (!json)
     return reportError(json.status());
   if (options.json)
@@ -112,12 +127,12 @@ int runInspect(const InspectOptions &options) {
 
 } // namespace
 
-CommandRunner addInspectCommand(CLI::App &app, GlobalOptions &) {
+CommandRunner addInspectCommand(CLI::App &app, GlobalOptions &global) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App *cmd = app.add_subcommand("inspect", "Describe a model or an artifact");
   cmd->add_option("path", options->path, "MODEL.onnx or ARTIFACT.fca")->required();
   cmd->add_flag("--json", options->json, "Print one JSON object");
-  return [options] { return runInspect(*options); };
+  return [options, &global] { return runInspect(*options, global); };
 }
 
 } // namespace flowc::cli

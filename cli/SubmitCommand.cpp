@@ -61,22 +61,18 @@ Status downloadArtifact(DaemonClient &client, const std::string &digest,
 
 int runSubmit(const SubmitOptions &options, GlobalOptions &global) {
   global.resolve();
-  std::error_code ec;
-  fs::path model = fs::absolute(options.model, ec);
-  if (ec || !fs::is_regular_file(model, ec))
-    return reportError(
-        notFound("cannot read model '" + options.model + "': no such file"));
-  if (::access(model.c_str(), R_OK) != 0)
-    return reportError(errnoStatus(errno, "cannot read model '" + options.model + "'"));
+  auto model = absoluteModelPath(options.model);
+  if (!model)
+    return reportError(model.status());
   std::string output =
-      options.output.empty() ? model.stem().string() + ".fca" : options.output;
+      options.output.empty() ? fs::path(*model).stem().string() + ".fca" : options.output;
 
   auto client = DaemonClient::connect(global, /*autostart=*/true);
   if (!client)
     return reportError(client.status());
 
   flowc::v1::SubmitRequest request;
-  request.set_model_path(model.lexically_normal().string());
+  request.set_model_path(*model);
   request.set_target(options.target);
   request.set_opt_level(options.optLevel);
   request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH

@@ -23,16 +23,62 @@ struct EventChannel {
   std::optional<Expected<worker::CompileResult>> outcome;
 };
 
+void setTensorInfo(flowc::v1::TensorInfo *out, const compiler::TensorInfo &info) {
+  out->set_name(info.name);
+  out->set_dtype(compiler::dtypeName(info.dtype));
+  for (int64_t dim : info.shape)
+    out->add_shape(dim);
+}
+
+Status requireAbsolute(const std::string &path) {
+  if (path.empty() || path[0] != '/')
+    return invalidArgument("model_path must be an absolute path, got '" + path + "'");
+  return Status::ok();
+}
+
 } // namespace
+
+grpc::Status CompilerService::Inspect(grpc::ServerContext *,
+                                      const flowc::v1::InspectRequest *request,
+                                      flowc::v1::InspectResponse *response) {
+  if (Status valid = requireAbsolute(request->model_path()); !valid)
+    return toGrpcStatus(valid);
+  auto ingested = worker::ingestModel(request->model_path());
+  if (!ingested) {
+    spdlog::warn("inspect model={} status={}", request->model_path(),
+                 ingested.status().toString());
+    return toGrpcStatus(ingested.status());
+  }
+  response->set_model_digest(ingested->modelDigest.toString());
+  response->set_ir_digest(ingested->irDigest.toString());
+  response->set_opset(ingested->model.opsetVersion);
+  response->set_producer(ingested->model.producer);
+  for (const auto &input : ingested->graph.inputs)
+    setTensorInfo(response->add_inputs(), input);
+  for (const auto &output : ingested->graph.outputs)
+    setTensorInfo(response->add_outputs(), output);
+  for (const auto &[op, count] : ingested->graph.opCounts)
+    (*response->mutable_op_counts())[op] = count;
+  uint64_t parameters = 0, bytes = 0;
+  for (const auto &weight : ingested->graph.weights) {
+    parameters += static_cast<uint64_t>(weight.info.elementCount());
+    bytes += weight.bytes.size();
+  }
+  response->set_parameters(parameters);
+  response->set_parameter_bytes(bytes);
+  response->set_weights(static_cast<uint32_t>(ingested->graph.weights.size()));
+  spdlog::info("inspect model={} model_digest={}", request->model_path(),
+               response->model_digest());
+  return grpc::Status::OK;
+}
 
 grpc::Status CompilerService::Submit(grpc::ServerContext *context,
                                      const flowc::v1::SubmitRequest *request,
                                      grpc::ServerWriter<flowc::v1::SubmitEvent> *writer) {
   worker::CompileRequest compile;
   compile.modelPath = request->model_path();
-  if (compile.modelPath.empty() || compile.modelPath[0] != '/')
-    return toGrpcStatus(invalidArgument("model_path must be an absolute path, got '" +
-                                        compile.modelPath + "'"));
+  if (Status valid = requireAbsolute(compile.modelPath); !valid)
+    return toGrpcStatus(valid);
   if (!request->target().empty())
     compile.options.target = request->target();
   compile.options.optLevel = request->opt_level();

@@ -19,6 +19,9 @@ public:
   FetchArtifact(grpc::ServerContext *context,
                 const flowc::v1::FetchArtifactRequest *request,
                 grpc::ServerWriter<flowc::v1::ArtifactChunk> *writer) override;
+  grpc::Status Inspect(grpc::ServerContext *context,
+                       const flowc::v1::InspectRequest *request,
+                       flowc::v1::InspectResponse *response) override;
 
 private:
   DaemonContext &context_;

@@ -3,10 +3,10 @@
 #include "flowc/runtime/Artifact.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 namespace flowc::worker {
 
@@ -194,8 +194,8 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
                    {"parameter_bytes", parameterBytes},
                    {"opset", ingested.model.opsetVersion}};
 
-  std::string path = cache_.tmpDir() + "/artifact." + std::to_string(getpid()) + "." +
-                     std::to_string(reinterpret_cast<uintptr_t>(&plan));
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_.tmpDir()));
+  std::string path = scratch.path() + "/artifact.fca";
   FLOWC_ASSIGN_OR_RETURN(auto writer, runtime::ArtifactWriter::create(path));
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::Metadata, metadata.dump(2)));
