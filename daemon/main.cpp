@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace {
@@ -36,6 +37,8 @@ int main(int argc, char **argv) {
                  "Embedded worker threads (default: cores)");
   CLI11_PARSE(app, argc, argv);
 
+  // Logs go to stderr, leaving stdout for nothing but the process itself.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("flowcd"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l flowcd %v");
   // Before any thread exists, so every thread inherits the mask.
   flowc::daemon::blockShutdownSignals();

@@ -89,3 +89,18 @@ def test_inspect_reports_model_and_artifact(flowc, tmp_path):
     result = flowc.submit(path)
     artifact = json.loads(flowc.run("inspect", path.with_suffix(".fca"), "--json").stdout)
     assert artifact["model_digest"] == result["model_digest"] == model["model_digest"]
+
+
+def test_concurrent_submits_all_succeed(flowc, tmp_path):
+    """Several clients at once: the embedded workers compile in parallel and
+    every client gets its own correct artifact."""
+    from concurrent.futures import ThreadPoolExecutor
+    paths = [save(make_models.make_cnn(np.random.default_rng(seed)), tmp_path / f"m{seed}.onnx")
+             for seed in range(4)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(flowc.submit, paths))
+    assert len({r["artifact_digest"] for r in results}) == 4
+    x = np.random.default_rng(9).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    for path in paths:
+        ours = flowc.execute(path.with_suffix(".fca"), {"image": x})
+        assert_close(ours["probs"], onnxruntime_outputs(path, {"image": x})["probs"])

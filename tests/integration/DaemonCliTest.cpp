@@ -7,6 +7,7 @@
 #include "flowc/support/MappedFile.h"
 
 #include <nlohmann/json.hpp>
+#include <csignal>
 #include <set>
 #include <sys/wait.h>
 #include <thread>
@@ -179,6 +180,78 @@ TEST_F(DaemonCliTest, InspectDescribesModelAndArtifact) {
   EXPECT_EQ(artifact["kind"], "artifact");
   EXPECT_EQ(artifact["model_digest"], submitted["model_digest"]);
   EXPECT_EQ(artifact["inputs"][0]["shape"], nlohmann::json({2, 4}));
+}
+
+/// Starts flowcd in the foreground as a child; returns its pid.
+pid_t startForegroundDaemon(const std::string &cacheDir, const std::string &socket,
+                            const std::string &log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen(log.c_str(), "w", stderr);
+    std::string binary = std::string(FLOWC_BIN_DIR) + "/flowcd";
+    execl(binary.c_str(), binary.c_str(), "--cache-dir", cacheDir.c_str(), "--socket",
+          socket.c_str(), static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+bool waitForFile(const std::string &path) {
+  for (int i = 0; i < 600 && !fs::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return fs::exists(path);
+}
+
+TEST(DaemonProcessTest, SigtermStopsTheDaemonCleanly) {
+  TempDir dir;
+  for (int signal : {SIGTERM, SIGINT}) {
+    pid_t pid =
+        startForegroundDaemon(dir.file("cache"), dir.file("d.sock"), dir.file("log"));
+    ASSERT_TRUE(waitForFile(dir.file("d.sock")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(pid, signal);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "signal " << signal;
+    EXPECT_FALSE(fs::exists(dir.file("d.sock")));
+    EXPECT_THAT(*readFileToString(dir.file("log")),
+                ::testing::HasSubstr("flowcd stopped"));
+  }
+}
+
+TEST(DaemonProcessTest, SecondDaemonOnTheSameSocketRefusesToStart) {
+  TempDir dir;
+  pid_t first =
+      startForegroundDaemon(dir.file("cache"), dir.file("d.sock"), dir.file("log1"));
+  ASSERT_TRUE(waitForFile(dir.file("d.sock")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  pid_t second =
+      startForegroundDaemon(dir.file("cache"), dir.file("d.sock"), dir.file("log2"));
+  int status = 0;
+  waitpid(second, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  EXPECT_THAT(*readFileToString(dir.file("log2")),
+              ::testing::HasSubstr("another flowcd is already listening"));
+  // The first one still serves.
+  EXPECT_TRUE(fs::exists(dir.file("d.sock")));
+  kill(first, SIGTERM);
+  waitpid(first, &status, 0);
+}
+
+TEST(DaemonProcessTest, StaleSocketFileIsReplaced) {
+  TempDir dir;
+  fs::create_directories(dir.file("cache"));
+  // A regular file where the socket should be, as a crashed daemon leaves.
+  writeFile(dir.file("d.sock"), "");
+  pid_t pid =
+      startForegroundDaemon(dir.file("cache"), dir.file("d.sock"), dir.file("log"));
+  for (int i = 0; i < 600 && !fs::is_socket(dir.file("d.sock")); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(fs::is_socket(dir.file("d.sock")));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 } // namespace
