@@ -17,5 +17,6 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addInspectCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addStatusCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addDaemonCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global);
 
 } // namespace flowc::cli

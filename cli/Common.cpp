@@ -95,6 +95,7 @@ void DaemonClient::attach(std::shared_ptr<grpc::Channel> channel) {
   channel_ = std::move(channel);
   compiler_ = flowc::v1::Compiler::NewStub(channel_);
   admin_ = flowc::v1::Admin::NewStub(channel_);
+  cache_ = flowc::v1::Cache::NewStub(channel_);
 }
 
 Expected<std::unique_ptr<DaemonClient>>

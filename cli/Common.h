@@ -31,6 +31,7 @@ public:
 
   flowc::v1::Compiler::Stub &compiler() { return *compiler_; }
   flowc::v1::Admin::Stub &admin() { return *admin_; }
+  flowc::v1::Cache::Stub &cache() { return *cache_; }
 
   /// Health with a short deadline; Unavailable if nothing answers.
   Expected<flowc::v1::HealthResponse> health(int timeoutMs = 1000);
@@ -41,6 +42,7 @@ private:
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<flowc::v1::Compiler::Stub> compiler_;
   std::unique_ptr<flowc::v1::Admin::Stub> admin_;
+  std::unique_ptr<flowc::v1::Cache::Stub> cache_;
 };
 
 /// The absolute path of a readable model file, or NotFound naming `path`.

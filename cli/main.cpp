@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
   add(addInspectCommand);
   add(addStatusCommand);
   add(addDaemonCommand);
+  add(addCacheCommand);
   spdlog::set_level(spdlog::level::warn);
   try {
     app.parse(argc, argv);

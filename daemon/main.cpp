@@ -1,6 +1,7 @@
 // flowcd: the flowc daemon. Runs in the foreground; `flowc` starts it in the
 // background on demand.
 #include "flowc/daemon/Server.h"
+#include "flowc/support/ByteSize.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>

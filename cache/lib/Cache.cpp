@@ -3,11 +3,18 @@
 #include "Index.h"
 
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+#include <unordered_map>
 
 namespace flowc::cache {
 
@@ -15,11 +22,49 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr size_t kChunkBytes = 4 << 20;
+/// Files changed more recently than this are not memoized: a writer racing
+/// with us could still change them within the same timestamp granule.
+constexpr int64_t kRacyWindowNs = 2'000'000'000;
+/// Eviction brings the store down to this fraction of the cap, so that it
+/// does not run again on the next put.
+constexpr double kEvictionTarget = 0.9;
+
+int64_t nowNs() {
+  using namespace std::chrono;
+  return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+Status makeDirectory(const std::string &path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec)
+    return errnoStatus(ec.value(), "cannot create directory '" + path + "'");
+  return Status::ok();
+}
+
+/// Temp entries are named `<what>.<pid>.<random>`; those of dead processes
+/// are garbage, those of live ones (another process sharing the cache) are
+/// not.
+bool ownerIsGone(const fs::path &entry) {
+  std::string name = entry.filename().string();
+  size_t first = name.find('.');
+  size_t second = name.find('.', first + 1);
+  if (first == std::string::npos || second == std::string::npos)
+    return true;
+  pid_t pid =
+      static_cast<pid_t>(std::atoi(name.substr(first + 1, second - first - 1).c_str()));
+  return pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH);
+}
+
 /// A temp file in `tmp/` that is removed unless commit() renamed it into place.
 class TempFile {
 public:
-  explicit TempFile(const std::string &tmpDir) : path_(tmpDir + "/blob.XXXXXX") {
-    fd_ = mkstemp(path_.data());
+  explicit TempFile(const std::string &tmpDir)
+      : path_(tmpDir + "/blob." + std::to_string(getpid()) + ".XXXXXX") {
+    fd_ = mkostemp(path_.data(), O_CLOEXEC);
+    if (fd_ < 0)
+      error_ = errno;
   }
   ~TempFile() {
     if (fd_ >= 0)
@@ -27,18 +72,22 @@ public:
     if (!committed_)
       ::unlink(path_.c_str());
   }
-  int fd() const { return fd_; }
-  const std::string &path() const { return path_; }
 
-  Status writeAll(std::string_view bytes) {
-    size_t written = 0;
-    while (written < bytes.size()) {
-      ssize_t n = ::write(fd_, bytes.data() + written, bytes.size() - written);
+  Status status() const {
+    return fd_ >= 0 || committed_
+               ? Status::ok()
+               : errnoStatus(error_, "cannot create a temp file in the cache");
+  }
+
+  Status write(std::string_view bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR)
         continue;
       if (n < 0)
         return errnoStatus(errno, "cannot write '" + path_ + "'");
-      written += static_cast<size_t>(n);
+      done += static_cast<size_t>(n);
     }
     return Status::ok();
   }
@@ -60,35 +109,144 @@ public:
 private:
   std::string path_;
   int fd_ = -1;
+  int error_ = 0;
   bool committed_ = false;
 };
 
-Status makeDirectory(const std::string &path) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec)
-    return errnoStatus(ec.value(), "cannot create directory '" + path + "'");
-  return Status::ok();
+/// Yields successive chunks of a source; an empty view at the end.
+using ChunkSource = std::function<Expected<std::string_view>()>;
+
+ChunkSource chunksOf(std::string_view bytes) {
+  return [bytes, offset = size_t{0}]() mutable -> Expected<std::string_view> {
+    std::string_view chunk = bytes.substr(offset, kChunkBytes);
+    offset += chunk.size();
+    return chunk;
+  };
 }
 
 } // namespace
 
-Cache::Cache(std::string root, std::unique_ptr<Index> index)
-    : root_(std::move(root)), index_(std::move(index)) {}
+// Pins --------------------------------------------------------------------
+
+/// In-process pins: blobs that running jobs use or that handles map.
+class PinTable {
+public:
+  void pin(const Digest &digest) {
+    std::lock_guard lock(mutex_);
+    ++counts_[digest.toString()];
+  }
+  void unpin(const Digest &digest) {
+    std::lock_guard lock(mutex_);
+    auto it = counts_.find(digest.toString());
+    if (it != counts_.end() && --it->second == 0)
+      counts_.erase(it);
+  }
+  bool isPinned(const Digest &digest) {
+    std::lock_guard lock(mutex_);
+    return counts_.count(digest.toString()) != 0;
+  }
+
+private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, int> counts_;
+};
+
+BlobHandle::BlobHandle(Digest digest, std::shared_ptr<PinTable> pins)
+    : digest_(digest), pins_(std::move(pins)) {
+  pins_->pin(digest_);
+}
+
+BlobHandle::BlobHandle(BlobHandle &&other) noexcept
+    : digest_(other.digest_), pins_(std::move(other.pins_)),
+      file_(std::move(other.file_)), owned_(std::move(other.owned_)), bytes_(other.bytes_) {}
+
+BlobHandle &BlobHandle::operator=(BlobHandle &&other) noexcept {
+  if (this == &other)
+    return *this;
+  if (pins_)
+    pins_->unpin(digest_);
+  digest_ = other.digest_;
+  pins_ = std::move(other.pins_);
+  file_ = std::move(other.file_);
+  owned_ = std::move(other.owned_);
+  bytes_ = other.bytes_;
+  return *this;
+}
+
+BlobHandle::~BlobHandle() {
+  if (pins_)
+    pins_->unpin(digest_);
+}
+
+PinGuard &PinGuard::operator=(PinGuard &&other) noexcept {
+  if (this == &other)
+    return *this;
+  for (const Digest &digest : digests_)
+    pins_->unpin(digest);
+  pins_ = std::move(other.pins_);
+  digests_ = std::move(other.digests_);
+  return *this;
+}
+
+PinGuard::~PinGuard() {
+  if (!pins_)
+    return;
+  for (const Digest &digest : digests_)
+    pins_->unpin(digest);
+}
+
+void PinGuard::add(const Digest &digest) {
+  pins_->pin(digest);
+  digests_.push_back(digest);
+}
+
+// Options and identities ----------------------------------------------------
+
+Status CacheOptions::validate() const {
+  if (maxBytes < (1 << 20))
+    return invalidArgument("cache size cap of " + std::to_string(maxBytes) +
+                           " bytes is below the 1 MiB minimum");
+  if (inlineThreshold > (16 << 20))
+    return invalidArgument("inline threshold of " + std::to_string(inlineThreshold) +
+                           " bytes is above the 16 MiB maximum");
+  return Status::ok();
+}
+
+Expected<FileIdentity> FileIdentity::of(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return errnoStatus(errno, "cannot stat '" + path + "'");
+  FileIdentity id;
+  id.path = path;
+  id.device = st.st_dev;
+  id.inode = st.st_ino;
+  id.size = static_cast<uint64_t>(st.st_size);
+  id.mtimeNs = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  id.ctimeNs = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
+// Cache ---------------------------------------------------------------------
+
+Cache::Cache(std::string root, CacheOptions options, std::unique_ptr<Index> index)
+    : root_(std::move(root)), options_(options), index_(std::move(index)),
+      pins_(std::make_shared<PinTable>()) {}
 
 Cache::~Cache() = default;
 
-Expected<std::unique_ptr<Cache>> Cache::open(const std::string &dir) {
+Expected<std::unique_ptr<Cache>> Cache::open(const std::string &dir,
+                                             const CacheOptions &options) {
   if (dir.empty())
     return invalidArgument("cache directory is empty");
+  FLOWC_RETURN_IF_ERROR(options.validate());
   for (const char *sub : {"", "/cas", "/tmp"})
     FLOWC_RETURN_IF_ERROR(makeDirectory(dir + sub));
-  // A writer that crashed left its temp file behind; nothing refers to it.
   std::error_code ec;
   for (const auto &entry : fs::directory_iterator(dir + "/tmp", ec))
-    fs::remove(entry.path(), ec);
+    if (ownerIsGone(entry.path()))
+      fs::remove_all(entry.path(), ec);
   FLOWC_ASSIGN_OR_RETURN(auto index, Index::open(dir + "/index.sqlite"));
-  return std::unique_ptr<Cache>(new Cache(dir, std::move(index)));
+  return std::unique_ptr<Cache>(new Cache(dir, options, std::move(index)));
 }
 
 std::string Cache::blobPath(const Digest &digest) const {
@@ -96,31 +254,129 @@ std::string Cache::blobPath(const Digest &digest) const {
   return root_ + "/cas/" + hex.substr(0, 2) + "/" + hex.substr(2);
 }
 
-bool Cache::contains(const Digest &digest) const {
-  struct stat st;
-  return ::stat(blobPath(digest).c_str(), &st) == 0 &&
-         static_cast<uint64_t>(st.st_size) == digest.size;
+Status Cache::reserve(uint64_t bytes) {
+  struct statvfs fs;
+  if (statvfs(root_.c_str(), &fs) != 0)
+    return Status::ok(); // unknown: let the write itself report
+  uint64_t available = uint64_t{fs.f_bavail} * fs.f_frsize;
+  if (available < bytes + (1 << 20))
+    return resourceExhausted("disk full: storing " + std::to_string(bytes) +
+                             " bytes in '" + root_ + "' but only " +
+                             std::to_string(available) + " bytes are free");
+  return Status::ok();
 }
 
-Status Cache::storeFile(const Digest &digest, std::string_view bytes) {
-  if (contains(digest))
-    return index_->addBlob(digest);
-  std::string target = blobPath(digest);
+Status Cache::storeInline(const Digest &digest, std::string_view bytes) {
+  FLOWC_ASSIGN_OR_RETURN(auto row, index_->findBlob(digest, false));
+  if (row) {
+    FLOWC_RETURN_IF_ERROR(index_->bump("dedup_bytes", static_cast<int64_t>(digest.size)));
+    return index_->touchBlob(digest);
+  }
+  return index_->addBlob(digest, true, bytes);
+}
+
+/// Copies `source` to a temp file while hashing it (one pass), then moves
+/// it into place unless an identical blob is already there.
+static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
+                             const Digest *expected, Digest &stored) {
+  TempFile temp(cache.tmpDir());
+  FLOWC_RETURN_IF_ERROR(temp.status());
+  Hasher hasher;
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(std::string_view chunk, source());
+    if (chunk.empty())
+      break;
+    hasher.update(chunk);
+    FLOWC_RETURN_IF_ERROR(temp.write(chunk));
+  }
+  stored = hasher.finish();
+  if (expected && !(stored == *expected))
+    return dataLoss("blob claimed to be " + expected->toString() + " hashes to " +
+                    stored.toString());
+  std::string target = cache.blobPath(stored);
+  struct stat st;
+  if (::stat(target.c_str(), &st) == 0 &&
+      static_cast<uint64_t>(st.st_size) == stored.size) {
+    FLOWC_RETURN_IF_ERROR(index.bump("dedup_bytes", static_cast<int64_t>(stored.size)));
+    return index.addBlob(stored, false, {});
+  }
   FLOWC_RETURN_IF_ERROR(makeDirectory(fs::path(target).parent_path().string()));
-  TempFile temp(root_ + "/tmp");
-  if (temp.fd() < 0)
-    return errnoStatus(errno, "cannot create temp file in '" + root_ + "/tmp'");
-  FLOWC_RETURN_IF_ERROR(temp.writeAll(bytes).withContext("store " + digest.toString()));
-  FLOWC_RETURN_IF_ERROR(temp.commit(target).withContext("store " + digest.toString()));
+  FLOWC_RETURN_IF_ERROR(temp.commit(target).withContext("store " + stored.toString()));
   // The file is in place before its row: a crash in between leaves an
-  // unindexed blob (harmless), never a row without its blob.
-  return index_->addBlob(digest);
+  // orphan file that reconcile() indexes, never a row without its blob.
+  return index.addBlob(stored, false, {});
+}
+
+Status Cache::storeLarge(const Digest *expected, std::string_view bytes, Digest &stored) {
+  if (expected && contains(*expected)) {
+    stored = *expected;
+    FLOWC_RETURN_IF_ERROR(
+        index_->bump("dedup_bytes", static_cast<int64_t>(bytes.size())));
+    return index_->touchBlob(*expected);
+  }
+  FLOWC_RETURN_IF_ERROR(reserve(bytes.size()));
+  return writeLargeBlob(*this, *index_, chunksOf(bytes), expected, stored);
 }
 
 Expected<Digest> Cache::put(std::string_view bytes) {
-  Digest digest = digestOf(bytes);
-  FLOWC_RETURN_IF_ERROR(storeFile(digest, bytes));
-  return digest;
+  if (bytes.size() < options_.inlineThreshold) {
+    Digest digest = digestOf(bytes);
+    FLOWC_RETURN_IF_ERROR(storeInline(digest, bytes));
+    return digest;
+  }
+  Digest stored;
+  FLOWC_RETURN_IF_ERROR(storeLarge(nullptr, bytes, stored));
+  return stored;
+}
+
+Status Cache::putVerified(const Digest &expected, std::string_view bytes) {
+  if (bytes.size() != expected.size)
+    return dataLoss("blob claimed to be " + expected.toString() + " has " +
+                    std::to_string(bytes.size()) + " bytes");
+  if (bytes.size() < options_.inlineThreshold) {
+    Digest actual = digestOf(bytes);
+    if (!(actual == expected))
+      return dataLoss("blob claimed to be " + expected.toString() + " hashes to " +
+                      actual.toString());
+    return storeInline(expected, bytes);
+  }
+  Digest stored;
+  return storeLarge(&expected, bytes, stored);
+}
+
+Expected<Digest> Cache::putFile(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errnoStatus(errno, "cannot open '" + path + "'");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return errnoStatus(errno, "cannot stat '" + path + "'");
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string buffer(size < options_.inlineThreshold ? size : kChunkBytes, '\0');
+  auto source = [&]() -> Expected<std::string_view> {
+    while (true) {
+      ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return errnoStatus(errno, "cannot read '" + path + "'");
+      return std::string_view(buffer.data(), static_cast<size_t>(n));
+    }
+  };
+  if (size < options_.inlineThreshold) {
+    FLOWC_ASSIGN_OR_RETURN(std::string_view all, source());
+    if (all.size() != size)
+      return dataLoss("'" + path + "' changed while it was read");
+    return put(all);
+  }
+  FLOWC_RETURN_IF_ERROR(reserve(size));
+  Digest stored;
+  FLOWC_RETURN_IF_ERROR(writeLargeBlob(*this, *index_, source, nullptr, stored));
+  return stored;
 }
 
 Expected<Digest> Cache::adoptFile(const std::string &path) {
@@ -128,56 +384,297 @@ Expected<Digest> Cache::adoptFile(const std::string &path) {
     const std::string &path;
     ~Remover() { ::unlink(path.c_str()); }
   } remover{path};
-  Digest digest;
-  {
-    FLOWC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
-    digest = digestOf(file.view());
+  FLOWC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
+  Digest digest = digestOf(file.view());
+  if (digest.size < options_.inlineThreshold) {
+    FLOWC_RETURN_IF_ERROR(storeInline(digest, file.view()));
+    return digest;
   }
   if (contains(digest)) {
-    FLOWC_RETURN_IF_ERROR(index_->addBlob(digest));
+    FLOWC_RETURN_IF_ERROR(index_->bump("dedup_bytes", static_cast<int64_t>(digest.size)));
+    FLOWC_RETURN_IF_ERROR(index_->touchBlob(digest));
     return digest;
   }
   std::string target = blobPath(digest);
   FLOWC_RETURN_IF_ERROR(makeDirectory(fs::path(target).parent_path().string()));
   if (::rename(path.c_str(), target.c_str()) != 0)
     return errnoStatus(errno, "cannot move '" + path + "' into the cache");
-  FLOWC_RETURN_IF_ERROR(index_->addBlob(digest));
+  FLOWC_RETURN_IF_ERROR(index_->addBlob(digest, false, {}));
   return digest;
 }
 
-Status Cache::putVerified(const Digest &expected, std::string_view bytes) {
-  Digest actual = digestOf(bytes);
-  if (!(actual == expected))
-    return dataLoss("blob claimed to be " + expected.toString() + " hashes to " +
-                    actual.toString());
-  return storeFile(expected, bytes);
+bool Cache::contains(const Digest &digest) {
+  auto row = index_->findBlob(digest, false);
+  if (!row || !row->has_value())
+    return false;
+  if ((*row)->isInline)
+    return true;
+  struct stat st;
+  return ::stat(blobPath(digest).c_str(), &st) == 0 &&
+         static_cast<uint64_t>(st.st_size) == digest.size;
 }
 
-Expected<MappedFile> Cache::map(const Digest &digest) const {
-  auto file = MappedFile::open(blobPath(digest));
-  if (!file)
+Expected<BlobHandle> Cache::get(const Digest &digest) {
+  FLOWC_ASSIGN_OR_RETURN(auto row, index_->findBlob(digest, true));
+  if (!row)
     return notFound("blob " + digest.toString() + " is not in the cache");
-  if (file->size() != digest.size)
+  BlobHandle handle(digest, pins_);
+  if (row->isInline) {
+    handle.owned_ = std::make_shared<const std::string>(std::move(row->data));
+    handle.bytes_ = *handle.owned_;
+  } else {
+    auto file = MappedFile::open(blobPath(digest));
+    if (!file)
+      return notFound("blob " + digest.toString() +
+                      " is indexed but its file is missing");
+    if (file->size() != digest.size)
+      return dataLoss("blob " + digest.toString() + " has size " +
+                      std::to_string(file->size()));
+    handle.file_ = file.takeValue();
+    handle.bytes_ = handle.file_.view();
+  }
+  if (handle.bytes_.size() != digest.size)
     return dataLoss("blob " + digest.toString() + " has size " +
-                    std::to_string(file->size()));
-  return file;
+                    std::to_string(handle.bytes_.size()));
+  FLOWC_RETURN_IF_ERROR(index_->touchBlob(digest));
+  return handle;
 }
 
 Expected<std::optional<Digest>> Cache::lookupAction(ActionKind kind, const Digest &key) {
-  FLOWC_ASSIGN_OR_RETURN(std::optional<Digest> result, index_->getAction(kind, key));
-  if (!result || !contains(*result))
+  std::string counter = actionKindName(kind);
+  FLOWC_ASSIGN_OR_RETURN(auto entry, index_->getAction(kind, key));
+  bool usable = entry && contains(entry->first);
+  for (size_t i = 0; usable && i < entry->second.size(); ++i)
+    usable = contains(entry->second[i]);
+  FLOWC_RETURN_IF_ERROR(index_->bump(counter + (usable ? "_hits" : "_misses"), 1));
+  if (!usable)
     return std::optional<Digest>();
-  (void)index_->touchBlob(*result);
-  return result;
+  FLOWC_RETURN_IF_ERROR(index_->touchBlob(entry->first));
+  return std::optional<Digest>(entry->first);
 }
 
-Status Cache::recordAction(ActionKind kind, const Digest &key, const Digest &result) {
+Status Cache::recordAction(ActionKind kind, const Digest &key, const Digest &result,
+                           const std::vector<Digest> &deps) {
   if (!contains(result))
     return failedPrecondition("action result " + result.toString() +
                               " is not in the cache");
-  return index_->putAction(kind, key, result);
+  for (const Digest &dep : deps)
+    if (!contains(dep))
+      return failedPrecondition("action dependency " + dep.toString() +
+                                " is not in the cache");
+  return index_->putAction(kind, key, result, deps);
 }
 
-Expected<CacheStats> Cache::stats() { return index_->stats(); }
+Expected<std::optional<Digest>> Cache::lookupStat(const FileIdentity &file,
+                                                  std::string_view purpose) {
+  return index_->getStat(file, purpose);
+}
+
+Status Cache::recordStat(const FileIdentity &file, std::string_view purpose,
+                         const Digest &digest) {
+  int64_t now = nowNs();
+  if (now - file.mtimeNs < kRacyWindowNs || now - file.ctimeNs < kRacyWindowNs)
+    return Status::ok();
+  auto after = FileIdentity::of(file.path);
+  if (!after || !(*after == file))
+    return Status::ok(); // changed while it was read: the digest may be stale
+  return index_->putStat(file, purpose, digest);
+}
+
+Status Cache::recordTuning(const TuningRecord &record) {
+  return index_->putTuning(record);
+}
+
+Expected<std::optional<TuningRecord>> Cache::bestTuning(std::string_view signature,
+                                                        std::string_view device) {
+  return index_->bestTuning(signature, device);
+}
+
+Status Cache::pin(const Digest &digest) { return index_->setPinned(digest, true); }
+
+Status Cache::unpin(const Digest &digest) { return index_->setPinned(digest, false); }
+
+Expected<GcReport> Cache::collectGarbage(uint64_t targetBytes) {
+  GcReport report;
+  FLOWC_ASSIGN_OR_RETURN(CacheStats stats, index_->stats());
+  uint64_t remaining = stats.blobBytes;
+  std::unordered_map<std::string, bool> skipped;
+  while (remaining > targetBytes) {
+    FLOWC_ASSIGN_OR_RETURN(auto candidates,
+                           index_->blobsByLastAccess(256 + skipped.size()));
+    bool progress = false;
+    for (const BlobRow &blob : candidates) {
+      if (remaining <= targetBytes)
+        break;
+      if (skipped.count(blob.digest.toString()))
+        continue;
+      if (pins_->isPinned(blob.digest)) {
+        skipped[blob.digest.toString()] = true;
+        continue;
+      }
+      // Row first, then file: a crash in between leaves an orphan file,
+      // never a row without its blob.
+      FLOWC_ASSIGN_OR_RETURN(EvictionResult evicted, index_->removeBlob(blob.digest));
+      if (!blob.isInline)
+        ::unlink(blobPath(blob.digest).c_str());
+      remaining -= blob.digest.size;
+      report.evictedBlobs++;
+      report.evictedBytes += blob.digest.size;
+      report.droppedActions += evicted.droppedActions;
+      progress = true;
+    }
+    if (!progress)
+      break;
+  }
+  if (report.evictedBlobs) {
+    FLOWC_RETURN_IF_ERROR(
+        index_->bump("evictions", static_cast<int64_t>(report.evictedBlobs)));
+    FLOWC_RETURN_IF_ERROR(
+        index_->bump("evicted_bytes", static_cast<int64_t>(report.evictedBytes)));
+    spdlog::info("cache evicted blobs={} bytes={} actions={} remaining_bytes={}",
+                 report.evictedBlobs, report.evictedBytes, report.droppedActions,
+                 remaining);
+  }
+  report.remainingBytes = remaining;
+  return report;
+}
+
+Expected<GcReport> Cache::enforceLimit() {
+  FLOWC_ASSIGN_OR_RETURN(CacheStats stats, index_->stats());
+  if (stats.blobBytes <= options_.maxBytes)
+    return GcReport{0, 0, 0, stats.blobBytes};
+  return collectGarbage(static_cast<uint64_t>(options_.maxBytes * kEvictionTarget));
+}
+
+Status Cache::quarantine(const Digest &digest, const std::string &why) {
+  std::string dir = root_ + "/quarantine";
+  FLOWC_RETURN_IF_ERROR(makeDirectory(dir));
+  std::string target = dir + "/" + digest.hex() + "." + std::to_string(nowNs());
+  spdlog::warn("cache quarantine digest={} reason={} to={}", digest.toString(), why,
+               target);
+  std::error_code ec;
+  if (fs::exists(blobPath(digest), ec))
+    fs::rename(blobPath(digest), target, ec);
+  if (ec)
+    return errnoStatus(ec.value(), "cannot quarantine '" + blobPath(digest) + "'");
+  return index_->removeBlob(digest).status();
+}
+
+namespace {
+
+/// Every file under cas/ as (digest named by its path and size, path).
+std::vector<std::pair<Digest, std::string>> casFiles(const std::string &root) {
+  std::vector<std::pair<Digest, std::string>> files;
+  std::error_code ec;
+  for (const auto &entry : fs::recursive_directory_iterator(root + "/cas", ec)) {
+    if (!entry.is_regular_file())
+      continue;
+    std::string hex =
+        entry.path().parent_path().filename().string() + entry.path().filename().string();
+    auto digest =
+        Digest::parse("sha256:" + hex + "/" + std::to_string(entry.file_size()));
+    if (digest)
+      files.emplace_back(*digest, entry.path().string());
+    else
+      files.emplace_back(Digest{}, entry.path().string());
+  }
+  return files;
+}
+
+} // namespace
+
+/// Shared by verify (rehash = true) and reconcile (rehash = false).
+static Expected<VerifyReport>
+scanCache(Cache &cache, Index &index, bool rehash, bool repair,
+          const std::function<Status(const Digest &, const std::string &)> &quarantine) {
+  VerifyReport report;
+  FLOWC_ASSIGN_OR_RETURN(std::vector<BlobRow> rows, index.allBlobs());
+  std::unordered_map<std::string, bool> indexed;
+  for (const BlobRow &row : rows) {
+    indexed[row.digest.toString()] = true;
+    if (!row.isInline) {
+      struct stat st;
+      if (::stat(cache.blobPath(row.digest).c_str(), &st) != 0) {
+        ++report.missingFiles;
+        report.corrupt.push_back(row.digest.toString() + ": file missing");
+        if (repair)
+          FLOWC_RETURN_IF_ERROR(index.removeBlob(row.digest).status());
+        continue;
+      }
+    }
+    if (!rehash)
+      continue;
+    ++report.checked;
+    auto handle = cache.get(row.digest);
+    Digest actual = handle ? digestOf(handle->bytes()) : Digest{};
+    if (handle && actual == row.digest)
+      continue;
+    std::string why =
+        handle ? "content hashes to " + actual.toString() : handle.status().message();
+    report.corrupt.push_back(row.digest.toString() + ": " + why);
+    if (repair) {
+      handle = Status(StatusCode::Cancelled, "released"); // drop the pin first
+      FLOWC_RETURN_IF_ERROR(quarantine(row.digest, why));
+      ++report.quarantined;
+    }
+  }
+  for (const auto &[digest, path] : casFiles(cache.root())) {
+    if (digest.size && indexed.count(digest.toString()))
+      continue;
+    ++report.orphanFiles;
+    if (!repair)
+      continue;
+    // A complete file whose name matches its content was committed just
+    // before a crash: index it. Anything else goes to quarantine.
+    auto file = MappedFile::open(path);
+    if (file && digest.size && digestOf(file->view()) == digest) {
+      FLOWC_RETURN_IF_ERROR(index.addBlob(digest, false, {}));
+      continue;
+    }
+    std::string dir = cache.root() + "/quarantine";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    fs::rename(path, dir + "/" + fs::path(path).filename().string() + ".orphan", ec);
+    ++report.quarantined;
+  }
+  return report;
+}
+
+Expected<VerifyReport> Cache::verify(bool repair) {
+  return scanCache(
+      *this, *index_, /*rehash=*/true, repair,
+      [this](const Digest &d, const std::string &why) { return quarantine(d, why); });
+}
+
+Expected<VerifyReport> Cache::reconcile() {
+  return scanCache(
+      *this, *index_, /*rehash=*/false, /*repair=*/true,
+      [this](const Digest &d, const std::string &why) { return quarantine(d, why); });
+}
+
+Expected<std::vector<BlobInfo>> Cache::list(size_t limit) {
+  FLOWC_ASSIGN_OR_RETURN(std::vector<BlobRow> rows, index_->allBlobs());
+  std::vector<BlobInfo> blobs;
+  for (const BlobRow &row : rows) {
+    if (blobs.size() >= limit)
+      break;
+    blobs.push_back({row.digest, row.isInline, row.createdMs, row.lastAccessMs,
+                     row.pinned || pins_->isPinned(row.digest)});
+  }
+  return blobs;
+}
+
+Expected<GcReport> Cache::clear() {
+  FLOWC_ASSIGN_OR_RETURN(uint64_t droppedActions, index_->clearActions());
+  FLOWC_ASSIGN_OR_RETURN(GcReport report, collectGarbage(0));
+  report.droppedActions += droppedActions;
+  return report;
+}
+
+Expected<CacheStats> Cache::stats() {
+  FLOWC_ASSIGN_OR_RETURN(CacheStats stats, index_->stats());
+  stats.maxBytes = options_.maxBytes;
+  return stats;
+}
 
 } // namespace flowc::cache

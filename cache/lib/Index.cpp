@@ -1,15 +1,16 @@
 #include "Index.h"
 
 #include <chrono>
-#include <sqlite3.h>
 
 namespace flowc::cache {
 
 namespace {
 
-// Version 1 of the index. Later versions add migrations keyed on
-// `PRAGMA user_version`.
-constexpr const char *kSchemaV1 = R"sql(
+// Each entry migrates the schema from version i to i + 1, in one
+// transaction. Never edit a shipped entry; append a new one.
+constexpr const char *kMigrations[] = {
+    // 0 -> 1: the foundation's blob and action tables.
+    R"sql(
 CREATE TABLE IF NOT EXISTS blobs (
   digest TEXT PRIMARY KEY,
   size INTEGER NOT NULL,
@@ -23,146 +24,401 @@ CREATE TABLE IF NOT EXISTS actions (
   created_ms INTEGER NOT NULL,
   PRIMARY KEY (kind, key)
 );
-PRAGMA user_version = 1;
-)sql";
+)sql",
+    // 1 -> 2: blobs keyed by full digest text, inline small blobs, pins;
+    // action dependencies; tuning records; stat memo; counters.
+    R"sql(
+ALTER TABLE blobs RENAME TO blobs_v1;
+CREATE TABLE blobs (
+  digest TEXT PRIMARY KEY,          -- sha256:<hex>/<size>
+  size INTEGER NOT NULL,
+  inline INTEGER NOT NULL DEFAULT 0,
+  data BLOB,                        -- the bytes of an inline blob
+  created_ms INTEGER NOT NULL,
+  last_access_ms INTEGER NOT NULL,
+  pinned INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO blobs(digest, size, created_ms, last_access_ms)
+  SELECT 'sha256:' || digest || '/' || size, size, created_ms, last_access_ms FROM blobs_v1;
+DROP TABLE blobs_v1;
+CREATE INDEX blobs_lru ON blobs(pinned, last_access_ms);
+CREATE INDEX actions_result ON actions(result);
+CREATE TABLE action_deps (
+  kind TEXT NOT NULL,
+  key TEXT NOT NULL,
+  digest TEXT NOT NULL,
+  PRIMARY KEY (kind, key, digest)
+);
+CREATE INDEX action_deps_digest ON action_deps(digest);
+CREATE TABLE tuning_records (
+  signature TEXT NOT NULL,
+  device TEXT NOT NULL,
+  candidate TEXT NOT NULL,
+  time_ns INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (signature, device, candidate)
+);
+CREATE TABLE stat_memo (
+  path TEXT NOT NULL,
+  purpose TEXT NOT NULL,
+  device INTEGER NOT NULL,
+  inode INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL,
+  ctime_ns INTEGER NOT NULL,
+  digest TEXT NOT NULL,
+  PRIMARY KEY (path, purpose)
+);
+CREATE TABLE counters (
+  name TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
+)sql",
+};
+constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
 int64_t nowMs() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-const char *kindName(ActionKind kind) {
-  return kind == ActionKind::Code ? "code" : "artifact";
+Expected<Digest> parseColumn(const Statement &stmt, int column) {
+  return Digest::parse(stmt.text(column));
 }
-
-/// A prepared statement finalized on scope exit.
-class Statement {
-public:
-  Statement(sqlite3 *db, const char *sql) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  bool prepared() const { return rc_ == SQLITE_OK; }
-  void bind(int i, const std::string &text) {
-    sqlite3_bind_text(stmt_, i, text.c_str(), -1, SQLITE_TRANSIENT);
-  }
-  void bind(int i, int64_t value) { sqlite3_bind_int64(stmt_, i, value); }
-  int step() { return sqlite3_step(stmt_); }
-  std::string text(int col) {
-    auto *p = reinterpret_cast<const char *>(sqlite3_column_text(stmt_, col));
-    return p ? p : "";
-  }
-  int64_t integer(int col) { return sqlite3_column_int64(stmt_, col); }
-
-private:
-  sqlite3_stmt *stmt_ = nullptr;
-  int rc_;
-};
 
 } // namespace
 
-Index::~Index() { sqlite3_close(db_); }
+const char *actionKindName(ActionKind kind) {
+  switch (kind) {
+  case ActionKind::Code:
+    return "code";
+  case ActionKind::Artifact:
+    return "artifact";
+  case ActionKind::Kernel:
+    return "kernel";
+  case ActionKind::DerivedWeight:
+    return "derived";
+  }
+  return "unknown";
+}
 
 Expected<std::unique_ptr<Index>> Index::open(const std::string &path) {
-  sqlite3 *db = nullptr;
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
-    return unavailable("cannot open cache index '" + path + "': " + message);
-  }
-  std::unique_ptr<Index> index(new Index(db));
-  sqlite3_busy_timeout(db, 5000);
-  FLOWC_RETURN_IF_ERROR(index->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
-                            .withContext("cache index '" + path + "'"));
-  FLOWC_RETURN_IF_ERROR(index->exec(kSchemaV1).withContext("cache index '" + path + "'"));
+  FLOWC_ASSIGN_OR_RETURN(auto db, Database::open(path));
+  std::unique_ptr<Index> index(new Index(std::move(db)));
+  FLOWC_RETURN_IF_ERROR(index->migrate());
   return index;
 }
 
-Status Index::exec(const char *sql) {
-  char *error = nullptr;
-  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
-  if (rc == SQLITE_OK)
-    return Status::ok();
-  std::string message = error ? error : sqlite3_errstr(rc);
-  sqlite3_free(error);
-  return rc == SQLITE_FULL ? resourceExhausted("sqlite: " + message)
-                           : internalError("sqlite: " + message);
+Expected<int> Index::schemaVersion() {
+  FLOWC_ASSIGN_OR_RETURN(Statement stmt, db_->prepare("PRAGMA user_version"));
+  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+  return row ? static_cast<int>(stmt.integer(0)) : 0;
 }
 
-Status Index::check(int rc, const char *what) {
-  if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW)
-    return Status::ok();
-  std::string message = std::string(what) + ": " + sqlite3_errmsg(db_);
-  if (rc == SQLITE_FULL)
-    return resourceExhausted(message);
-  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
-    return unavailable(message);
-  return internalError(message);
+Status Index::migrate() {
+  FLOWC_ASSIGN_OR_RETURN(int current, schemaVersion());
+  if (current > kSchemaVersion)
+    return failedPrecondition("cache index '" + db_->path() + "' has schema version " +
+                              std::to_string(current) + "; this flowc knows up to " +
+                              std::to_string(kSchemaVersion) + " (a newer flowc wrote it)");
+  for (int v = current; v < kSchemaVersion; ++v) {
+    FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+    // Another process may have migrated while we waited for the lock.
+    FLOWC_ASSIGN_OR_RETURN(int now, schemaVersion());
+    if (now > v)
+      continue;
+    FLOWC_RETURN_IF_ERROR(db_->exec(kMigrations[v]));
+    FLOWC_RETURN_IF_ERROR(db_->exec("PRAGMA user_version = " + std::to_string(v + 1)));
+    FLOWC_RETURN_IF_ERROR(txn.commit());
+  }
+  return Status::ok();
 }
 
-Status Index::addBlob(const Digest &digest) {
+Status Index::addBlob(const Digest &digest, bool isInline, std::string_view data) {
   std::lock_guard lock(mutex_);
-  Statement stmt(db_, "INSERT INTO blobs(digest, size, created_ms, last_access_ms) "
-                      "VALUES(?1, ?2, ?3, ?3) ON CONFLICT(digest) DO UPDATE SET "
-                      "last_access_ms = excluded.last_access_ms");
-  stmt.bind(1, digest.hex());
-  stmt.bind(2, static_cast<int64_t>(digest.size));
-  stmt.bind(3, nowMs());
-  return check(stmt.step(), "record blob");
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare(
+          "INSERT INTO blobs(digest, size, inline, data, created_ms, last_access_ms) "
+          "VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(digest) DO UPDATE SET "
+          "last_access_ms = excluded.last_access_ms"));
+  stmt.bind(1, digest.toString()).bind(2, static_cast<int64_t>(digest.size));
+  stmt.bind(3, int64_t{isInline}).bind(5, nowMs());
+  if (isInline)
+    stmt.bindBlob(4, data);
+  return stmt.run();
+}
+
+Expected<std::optional<BlobRow>> Index::findBlob(const Digest &digest, bool withData) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare(withData
+                       ? "SELECT inline, data, created_ms, last_access_ms, pinned FROM "
+                         "blobs WHERE digest = ?1"
+                       : "SELECT inline, NULL, created_ms, last_access_ms, pinned FROM "
+                         "blobs WHERE digest = ?1"));
+  stmt.bind(1, digest.toString());
+  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+  if (!row)
+    return std::optional<BlobRow>();
+  BlobRow blob{digest,          stmt.integer(0) != 0, stmt.blob(1),
+               stmt.integer(2), stmt.integer(3),      stmt.integer(4) != 0};
+  return std::optional<BlobRow>(std::move(blob));
 }
 
 Status Index::touchBlob(const Digest &digest) {
   std::lock_guard lock(mutex_);
-  Statement stmt(db_, "UPDATE blobs SET last_access_ms = ?2 WHERE digest = ?1");
-  stmt.bind(1, digest.hex());
-  stmt.bind(2, nowMs());
-  return check(stmt.step(), "touch blob");
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("UPDATE blobs SET last_access_ms = ?2 WHERE digest = ?1"));
+  stmt.bind(1, digest.toString()).bind(2, nowMs());
+  return stmt.run();
 }
 
-Status Index::removeBlob(const Digest &digest) {
+Expected<EvictionResult> Index::removeBlob(const Digest &digest) {
   std::lock_guard lock(mutex_);
-  Statement stmt(db_, "DELETE FROM blobs WHERE digest = ?1");
-  stmt.bind(1, digest.hex());
-  return check(stmt.step(), "remove blob");
+  std::string text = digest.toString();
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  EvictionResult result;
+  // Entries whose result is the blob, then entries that list it as a need.
+  FLOWC_ASSIGN_OR_RETURN(Statement byResult,
+                         db_->prepare("DELETE FROM actions WHERE result = ?1"));
+  FLOWC_RETURN_IF_ERROR(byResult.bind(1, text).run());
+  result.droppedActions += static_cast<uint64_t>(db_->changes());
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement byDep,
+      db_->prepare("DELETE FROM actions WHERE (kind, key) IN "
+                   "(SELECT kind, key FROM action_deps WHERE digest = ?1)"));
+  FLOWC_RETURN_IF_ERROR(byDep.bind(1, text).run());
+  result.droppedActions += static_cast<uint64_t>(db_->changes());
+  FLOWC_ASSIGN_OR_RETURN(Statement deps,
+                         db_->prepare("DELETE FROM action_deps WHERE (kind, key) NOT IN "
+                                      "(SELECT kind, key FROM actions)"));
+  FLOWC_RETURN_IF_ERROR(deps.run());
+  FLOWC_ASSIGN_OR_RETURN(Statement blob,
+                         db_->prepare("DELETE FROM blobs WHERE digest = ?1"));
+  FLOWC_RETURN_IF_ERROR(blob.bind(1, text).run());
+  FLOWC_RETURN_IF_ERROR(txn.commit());
+  return result;
 }
 
-Expected<std::optional<Digest>> Index::getAction(ActionKind kind, const Digest &key) {
+Expected<std::vector<BlobRow>> Index::blobsByLastAccess(size_t limit) {
   std::lock_guard lock(mutex_);
-  Statement stmt(db_, "SELECT result FROM actions WHERE kind = ?1 AND key = ?2");
-  stmt.bind(1, kindName(kind));
-  stmt.bind(2, key.toString());
-  int rc = stmt.step();
-  if (rc == SQLITE_DONE)
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT digest, inline, created_ms, last_access_ms FROM blobs "
+                   "WHERE pinned = 0 ORDER BY last_access_ms LIMIT ?1"));
+  stmt.bind(1, static_cast<int64_t>(limit));
+  std::vector<BlobRow> rows;
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row)
+      break;
+    FLOWC_ASSIGN_OR_RETURN(Digest digest, parseColumn(stmt, 0));
+    rows.push_back(
+        {digest, stmt.integer(1) != 0, "", stmt.integer(2), stmt.integer(3), false});
+  }
+  return rows;
+}
+
+Expected<std::vector<BlobRow>> Index::allBlobs() {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT digest, inline, created_ms, last_access_ms, pinned FROM blobs "
+                   "ORDER BY last_access_ms DESC"));
+  std::vector<BlobRow> rows;
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row)
+      break;
+    FLOWC_ASSIGN_OR_RETURN(Digest digest, parseColumn(stmt, 0));
+    rows.push_back({digest, stmt.integer(1) != 0, "", stmt.integer(2), stmt.integer(3),
+                    stmt.integer(4) != 0});
+  }
+  return rows;
+}
+
+Status Index::setPinned(const Digest &digest, bool pinned) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(Statement stmt,
+                         db_->prepare("UPDATE blobs SET pinned = ?2 WHERE digest = ?1"));
+  FLOWC_RETURN_IF_ERROR(stmt.bind(1, digest.toString()).bind(2, int64_t{pinned}).run());
+  if (db_->changes() == 0)
+    return notFound("blob " + digest.toString() + " is not in the cache");
+  return Status::ok();
+}
+
+Expected<std::optional<std::pair<Digest, std::vector<Digest>>>>
+Index::getAction(ActionKind kind, const Digest &key) {
+  using Result = std::optional<std::pair<Digest, std::vector<Digest>>>;
+  std::lock_guard lock(mutex_);
+  std::string keyText = key.toString();
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT result FROM actions WHERE kind = ?1 AND key = ?2"));
+  stmt.bind(1, actionKindName(kind)).bind(2, keyText);
+  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+  if (!row)
+    return Result();
+  FLOWC_ASSIGN_OR_RETURN(Digest result, parseColumn(stmt, 0));
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement deps,
+      db_->prepare("SELECT digest FROM action_deps WHERE kind = ?1 AND key = ?2"));
+  deps.bind(1, actionKindName(kind)).bind(2, keyText);
+  std::vector<Digest> needs;
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool more, deps.step());
+    if (!more)
+      break;
+    FLOWC_ASSIGN_OR_RETURN(Digest dep, parseColumn(deps, 0));
+    needs.push_back(dep);
+  }
+  return Result(std::make_pair(result, std::move(needs)));
+}
+
+Status Index::putAction(ActionKind kind, const Digest &key, const Digest &result,
+                        const std::vector<Digest> &deps) {
+  std::lock_guard lock(mutex_);
+  std::string keyText = key.toString();
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  FLOWC_ASSIGN_OR_RETURN(Statement action,
+                         db_->prepare("INSERT OR REPLACE INTO actions(kind, key, result, "
+                                      "created_ms) VALUES(?1, ?2, ?3, ?4)"));
+  action.bind(1, actionKindName(kind)).bind(2, keyText).bind(3, result.toString());
+  FLOWC_RETURN_IF_ERROR(action.bind(4, nowMs()).run());
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement clear,
+      db_->prepare("DELETE FROM action_deps WHERE kind = ?1 AND key = ?2"));
+  FLOWC_RETURN_IF_ERROR(clear.bind(1, actionKindName(kind)).bind(2, keyText).run());
+  for (const Digest &dep : deps) {
+    FLOWC_ASSIGN_OR_RETURN(
+        Statement add,
+        db_->prepare(
+            "INSERT OR IGNORE INTO action_deps(kind, key, digest) VALUES(?1, ?2, ?3)"));
+    FLOWC_RETURN_IF_ERROR(
+        add.bind(1, actionKindName(kind)).bind(2, keyText).bind(3, dep.toString()).run());
+  }
+  return txn.commit();
+}
+
+Expected<uint64_t> Index::clearActions() {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  FLOWC_RETURN_IF_ERROR(db_->exec("DELETE FROM actions"));
+  uint64_t dropped = static_cast<uint64_t>(db_->changes());
+  FLOWC_RETURN_IF_ERROR(db_->exec("DELETE FROM action_deps"));
+  FLOWC_RETURN_IF_ERROR(txn.commit());
+  return dropped;
+}
+
+Expected<std::optional<Digest>> Index::getStat(const FileIdentity &file,
+                                               std::string_view purpose) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT digest FROM stat_memo WHERE path = ?1 AND purpose = ?2 AND "
+                   "device = ?3 AND inode = ?4 AND size = ?5 AND mtime_ns = ?6 AND "
+                   "ctime_ns = ?7"));
+  stmt.bind(1, file.path).bind(2, purpose).bind(3, static_cast<int64_t>(file.device));
+  stmt.bind(4, static_cast<int64_t>(file.inode)).bind(5, static_cast<int64_t>(file.size));
+  stmt.bind(6, file.mtimeNs).bind(7, file.ctimeNs);
+  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+  if (!row)
     return std::optional<Digest>();
-  FLOWC_RETURN_IF_ERROR(check(rc, "look up action"));
-  FLOWC_ASSIGN_OR_RETURN(Digest result, Digest::parse(stmt.text(0)));
-  return std::optional<Digest>(result);
+  FLOWC_ASSIGN_OR_RETURN(Digest digest, parseColumn(stmt, 0));
+  return std::optional<Digest>(digest);
 }
 
-Status Index::putAction(ActionKind kind, const Digest &key, const Digest &result) {
+Status Index::putStat(const FileIdentity &file, std::string_view purpose,
+                      const Digest &digest) {
   std::lock_guard lock(mutex_);
-  Statement stmt(db_, "INSERT OR REPLACE INTO actions(kind, key, result, created_ms) "
-                      "VALUES(?1, ?2, ?3, ?4)");
-  stmt.bind(1, kindName(kind));
-  stmt.bind(2, key.toString());
-  stmt.bind(3, result.toString());
-  stmt.bind(4, nowMs());
-  return check(stmt.step(), "record action");
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("INSERT OR REPLACE INTO stat_memo(path, purpose, device, inode, size, "
+                   "mtime_ns, ctime_ns, digest) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+  stmt.bind(1, file.path).bind(2, purpose).bind(3, static_cast<int64_t>(file.device));
+  stmt.bind(4, static_cast<int64_t>(file.inode)).bind(5, static_cast<int64_t>(file.size));
+  stmt.bind(6, file.mtimeNs).bind(7, file.ctimeNs).bind(8, digest.toString());
+  return stmt.run();
+}
+
+Status Index::putTuning(const TuningRecord &record) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare(
+          "INSERT INTO tuning_records(signature, device, candidate, time_ns, "
+          "created_ms) VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(signature, device, "
+          "candidate) DO UPDATE SET time_ns = MIN(time_ns, excluded.time_ns)"));
+  stmt.bind(1, record.signature).bind(2, record.device).bind(3, record.candidate);
+  return stmt.bind(4, record.timeNs).bind(5, nowMs()).run();
+}
+
+Expected<std::optional<TuningRecord>> Index::bestTuning(std::string_view signature,
+                                                        std::string_view device) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare(
+          "SELECT candidate, time_ns FROM tuning_records WHERE signature = ?1 AND "
+          "device = ?2 ORDER BY time_ns LIMIT 1"));
+  stmt.bind(1, signature).bind(2, device);
+  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+  if (!row)
+    return std::optional<TuningRecord>();
+  return std::optional<TuningRecord>(TuningRecord{
+      std::string(signature), std::string(device), stmt.text(0), stmt.integer(1)});
+}
+
+Status Index::bump(std::string_view counter, int64_t delta) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare(
+          "INSERT INTO counters(name, value) VALUES(?1, ?2) ON CONFLICT(name) DO "
+          "UPDATE SET value = value + excluded.value"));
+  return stmt.bind(1, counter).bind(2, delta).run();
 }
 
 Expected<CacheStats> Index::stats() {
   std::lock_guard lock(mutex_);
   CacheStats stats;
-  Statement blobs(db_, "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM blobs");
-  FLOWC_RETURN_IF_ERROR(check(blobs.step(), "count blobs"));
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement blobs,
+      db_->prepare("SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(inline), 0), "
+                   "COALESCE(SUM(pinned), 0) FROM blobs"));
+  FLOWC_RETURN_IF_ERROR(blobs.step().status());
   stats.blobCount = static_cast<uint64_t>(blobs.integer(0));
   stats.blobBytes = static_cast<uint64_t>(blobs.integer(1));
-  Statement actions(db_, "SELECT COUNT(*) FROM actions");
-  FLOWC_RETURN_IF_ERROR(check(actions.step(), "count actions"));
+  stats.inlineBlobs = static_cast<uint64_t>(blobs.integer(2));
+  stats.pinnedBlobs = static_cast<uint64_t>(blobs.integer(3));
+  FLOWC_ASSIGN_OR_RETURN(Statement actions, db_->prepare("SELECT COUNT(*) FROM actions"));
+  FLOWC_RETURN_IF_ERROR(actions.step().status());
   stats.actionCount = static_cast<uint64_t>(actions.integer(0));
+  FLOWC_ASSIGN_OR_RETURN(Statement memo, db_->prepare("SELECT COUNT(*) FROM stat_memo"));
+  FLOWC_RETURN_IF_ERROR(memo.step().status());
+  stats.statMemoEntries = static_cast<uint64_t>(memo.integer(0));
+  FLOWC_ASSIGN_OR_RETURN(Statement counters,
+                         db_->prepare("SELECT name, value FROM counters"));
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool row, counters.step());
+    if (!row)
+      break;
+    std::string name = counters.text(0);
+    uint64_t value = static_cast<uint64_t>(counters.integer(1));
+    if (name == "artifact_hits")
+      stats.hits = value;
+    else if (name == "artifact_misses")
+      stats.misses = value;
+    else if (name == "evictions")
+      stats.evictions = value;
+    else if (name == "evicted_bytes")
+      stats.evictedBytes = value;
+    else if (name == "dedup_bytes")
+      stats.dedupBytes = value;
+  }
   return stats;
 }
 

@@ -1,35 +1,72 @@
-// SQLite index of the CAS: blob rows and action-cache rows. Private to the
-// cache component; serialized by an internal mutex.
+// The SQLite index of the cache: schema, migrations and every query.
+// Private to the cache component; one connection serialized by a mutex.
 #pragma once
 
 #include "flowc/cache/Cache.h"
 
-#include <mutex>
+#include "Database.h"
 
-struct sqlite3;
-struct sqlite3_stmt;
+#include <mutex>
 
 namespace flowc::cache {
 
+struct BlobRow {
+  Digest digest;
+  bool isInline = false;
+  std::string data; ///< Inline blobs only.
+  int64_t createdMs = 0;
+  int64_t lastAccessMs = 0;
+  bool pinned = false;
+};
+
+struct EvictionResult {
+  uint64_t droppedActions = 0;
+};
+
 class Index {
 public:
-  ~Index();
+  /// Opens `path` and migrates its schema to the current version.
   static Expected<std::unique_ptr<Index>> open(const std::string &path);
 
-  Status addBlob(const Digest &digest);
+  Status addBlob(const Digest &digest, bool isInline, std::string_view data);
+  Expected<std::optional<BlobRow>> findBlob(const Digest &digest, bool withData);
   Status touchBlob(const Digest &digest);
-  Status removeBlob(const Digest &digest);
-  Expected<std::optional<Digest>> getAction(ActionKind kind, const Digest &key);
-  Status putAction(ActionKind kind, const Digest &key, const Digest &result);
+  /// Deletes the blob's row and every action that needs it, atomically.
+  Expected<EvictionResult> removeBlob(const Digest &digest);
+  /// Unpinned blobs, least recently used first.
+  Expected<std::vector<BlobRow>> blobsByLastAccess(size_t limit);
+  Expected<std::vector<BlobRow>> allBlobs();
+  Status setPinned(const Digest &digest, bool pinned);
+
+  /// Result and dependencies of (kind, key).
+  Expected<std::optional<std::pair<Digest, std::vector<Digest>>>>
+  getAction(ActionKind kind, const Digest &key);
+  Status putAction(ActionKind kind, const Digest &key, const Digest &result,
+                   const std::vector<Digest> &deps);
+  Expected<uint64_t> clearActions();
+
+  Expected<std::optional<Digest>> getStat(const FileIdentity &file,
+                                          std::string_view purpose);
+  Status putStat(const FileIdentity &file, std::string_view purpose,
+                 const Digest &digest);
+
+  Status putTuning(const TuningRecord &record);
+  Expected<std::optional<TuningRecord>> bestTuning(std::string_view signature,
+                                                   std::string_view device);
+
+  Status bump(std::string_view counter, int64_t delta);
   Expected<CacheStats> stats();
 
 private:
-  explicit Index(sqlite3 *db) : db_(db) {}
-  Status exec(const char *sql);
-  Status check(int rc, const char *what);
+  explicit Index(std::unique_ptr<Database> db) : db_(std::move(db)) {}
+  Status migrate();
+  Expected<int> schemaVersion();
 
-  sqlite3 *db_;
+  std::unique_ptr<Database> db_;
   std::mutex mutex_;
 };
+
+/// "code", "artifact", "kernel", "derived".
+const char *actionKindName(ActionKind kind);
 
 } // namespace flowc::cache

@@ -158,10 +158,11 @@ CompilerService::FetchArtifact(grpc::ServerContext *context,
   auto digest = cache::Digest::parse(request->digest());
   if (!digest)
     return toGrpcStatus(digest.status());
-  auto blob = context_.cache->map(*digest);
+  // The handle pins the artifact while it streams.
+  auto blob = context_.cache->get(*digest);
   if (!blob)
     return toGrpcStatus(blob.status());
-  std::string_view bytes = blob->view();
+  std::string_view bytes = blob->bytes();
   for (size_t offset = 0; offset < bytes.size() || offset == 0; offset += kChunkBytes) {
     if (context->IsCancelled())
       return grpc::Status::CANCELLED;

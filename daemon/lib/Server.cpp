@@ -1,6 +1,7 @@
 #include "flowc/daemon/Server.h"
 
 #include "AdminService.h"
+#include "CacheService.h"
 #include "CompilerService.h"
 #include "DaemonContext.h"
 
@@ -51,6 +52,7 @@ struct Server::State {
   DaemonContext context;
   std::unique_ptr<CompilerService> compiler;
   std::unique_ptr<AdminService> admin;
+  std::unique_ptr<CacheService> cacheService;
   std::unique_ptr<grpc::Server> grpcServer;
 };
 
@@ -71,7 +73,14 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
   auto state = std::make_unique<State>();
   DaemonContext &context = state->context;
   context.options = options;
-  FLOWC_ASSIGN_OR_RETURN(context.cache, cache::Cache::open(options.cacheDir));
+  FLOWC_ASSIGN_OR_RETURN(context.cache,
+                         cache::Cache::open(options.cacheDir, options.cache));
+  // A daemon killed mid-write leaves orphans; make the index and the files
+  // agree before serving.
+  FLOWC_ASSIGN_OR_RETURN(cache::VerifyReport reconciled, context.cache->reconcile());
+  if (reconciled.missingFiles || reconciled.orphanFiles)
+    spdlog::warn("cache reconciled missing_files={} orphan_files={} quarantined={}",
+                 reconciled.missingFiles, reconciled.orphanFiles, reconciled.quarantined);
   context.executor =
       std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
   context.jobs = std::make_unique<scheduler::JobQueue>(options.workers);
@@ -84,6 +93,7 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
 
   state->compiler = std::make_unique<CompilerService>(context);
   state->admin = std::make_unique<AdminService>(context);
+  state->cacheService = std::make_unique<CacheService>(context);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + options.socketPath,
                            grpc::InsecureServerCredentials());
@@ -93,6 +103,7 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
                              &tcpPort);
   builder.RegisterService(state->compiler.get());
   builder.RegisterService(state->admin.get());
+  builder.RegisterService(state->cacheService.get());
   state->grpcServer = builder.BuildAndStart();
   if (!state->grpcServer)
     return unavailable(

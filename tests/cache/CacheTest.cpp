@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 namespace flowc::cache {
 namespace {
@@ -44,20 +47,50 @@ TEST(DigestTest, RejectsMalformedText) {
         << text;
 }
 
-TEST(CacheTest, StoresAndMapsBlobs) {
+TEST(CacheTest, SmallBlobsLiveInsideTheIndex) {
   TempDir dir;
   auto cache = Cache::open(dir.path());
   ASSERT_TRUE(cache) << cache.status().toString();
-  // Store, then read back through a mapping.
   auto digest = (*cache)->put("weights");
   ASSERT_TRUE(digest);
   EXPECT_TRUE((*cache)->contains(*digest));
-  auto mapped = (*cache)->map(*digest);
-  ASSERT_TRUE(mapped);
-  EXPECT_EQ(mapped->view(), "weights");
+  auto handle = (*cache)->get(*digest);
+  ASSERT_TRUE(handle);
+  EXPECT_EQ(handle->bytes(), "weights");
+  // No file: millions of small blobs must not exhaust inodes.
+  EXPECT_FALSE(std::filesystem::exists((*cache)->blobPath(*digest)));
+  EXPECT_EQ((*cache)->stats()->inlineBlobs, 1u);
+}
+
+TEST(CacheTest, LargeBlobsAreShardedFilesReadByMapping) {
+  TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  std::string bytes(1 << 20, 'w');
+  auto digest = (*cache)->put(bytes);
+  ASSERT_TRUE(digest);
   // The blob lives at cas/<2 hex>/<62 hex>.
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/cas/" + digest->hex().substr(0, 2) +
                                       "/" + digest->hex().substr(2)));
+  auto handle = (*cache)->get(*digest);
+  ASSERT_TRUE(handle);
+  EXPECT_EQ(handle->bytes(), bytes);
+  EXPECT_EQ((*cache)->stats()->inlineBlobs, 0u);
+}
+
+TEST(CacheTest, PutFileStreamsLargeFiles) {
+  TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  std::string bytes(9 << 20, 'f'); // more than two 4 MiB chunks
+  bytes[12345] = 'g';
+  std::ofstream(dir.file("input.bin"), std::ios::binary) << bytes;
+  auto digest = (*cache)->putFile(dir.file("input.bin"));
+  ASSERT_TRUE(digest) << digest.status().toString();
+  EXPECT_EQ(*digest, digestOf(bytes));
+  EXPECT_EQ((*cache)->get(*digest)->bytes(), bytes);
+  EXPECT_THAT((*cache)->putFile(dir.file("absent.bin")),
+              StatusIs(StatusCode::NotFound, "absent.bin"));
 }
 
 TEST(CacheTest, StoresIdenticalBytesOnce) {
@@ -107,7 +140,7 @@ TEST(CacheTest, MissingBlobIsNotFound) {
   TempDir dir;
   auto cache = Cache::open(dir.path());
   ASSERT_TRUE(cache);
-  EXPECT_THAT((*cache)->map(digestOf("absent")),
+  EXPECT_THAT((*cache)->get(digestOf("absent")),
               StatusIs(StatusCode::NotFound, "not in the cache"));
 }
 
@@ -116,7 +149,7 @@ TEST(CacheTest, ActionIsReturnedOnlyWhileItsBlobExists) {
   auto cache = Cache::open(dir.path());
   ASSERT_TRUE(cache);
   Digest key = digestOf("compile request");
-  auto result = (*cache)->put("artifact bytes");
+  auto result = (*cache)->put(std::string(100 << 10, 'a'));
   ASSERT_TRUE(result);
   ASSERT_TRUE((*cache)->recordAction(ActionKind::Artifact, key, *result));
   auto hit = (*cache)->lookupAction(ActionKind::Artifact, key);
@@ -144,18 +177,21 @@ TEST(CacheTest, AdoptsAFinishedFile) {
   auto cache = Cache::open(dir.path());
   ASSERT_TRUE(cache);
   std::string path = (*cache)->tmpDir() + "/artifact";
-  std::ofstream(path) << "artifact";
+  std::string bytes(200 << 10, 'z');
+  std::ofstream(path) << bytes;
   auto digest = (*cache)->adoptFile(path);
   ASSERT_TRUE(digest);
-  EXPECT_EQ(*digest, digestOf("artifact"));
+  EXPECT_EQ(*digest, digestOf(bytes));
   EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_EQ((*cache)->map(*digest)->view(), "artifact");
+  EXPECT_TRUE(std::filesystem::exists((*cache)->blobPath(*digest)));
+  EXPECT_EQ((*cache)->get(*digest)->bytes(), bytes);
 }
 
 TEST(CacheTest, SweepsTempFilesOfCrashedWritersAtOpen) {
   TempDir dir;
   { ASSERT_TRUE(Cache::open(dir.path())); }
-  std::ofstream(dir.path() + "/tmp/blob.crashed") << "partial";
+  // pid 0x7fffffff does not exist: its temp file is a crashed writer's.
+  std::ofstream(dir.path() + "/tmp/blob.2147483647.abc") << "partial";
   auto cache = Cache::open(dir.path());
   ASSERT_TRUE(cache);
   EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/tmp"));
@@ -182,6 +218,328 @@ TEST(CacheTest, OpenFailsOnAnUnusableDirectory) {
   std::ofstream(dir.file("file")) << "x";
   EXPECT_FALSE(Cache::open(dir.file("file") + "/cache"));
   EXPECT_THAT(Cache::open(""), StatusIs(StatusCode::InvalidArgument, "cache directory"));
+}
+
+} // namespace
+} // namespace flowc::cache
+
+namespace flowc::cache {
+namespace {
+
+using flowc::testing::StatusIs;
+using flowc::testing::TempDir;
+
+std::unique_ptr<Cache> openCache(const TempDir &dir, CacheOptions options = {}) {
+  auto cache = Cache::open(dir.path(), options);
+  EXPECT_TRUE(cache) << cache.status().toString();
+  return cache ? cache.takeValue() : nullptr;
+}
+
+std::string blobOf(char c, size_t kib) { return std::string(kib << 10, c); }
+
+TEST(EvictionTest, EvictsLeastRecentlyUsedFirst) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest a = *cache->put(blobOf('a', 100)), b = *cache->put(blobOf('b', 100)),
+         c = *cache->put(blobOf('c', 100));
+  // Reading `a` makes `b` the least recently used.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(cache->get(a));
+  auto report = cache->collectGarbage(200 << 10);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->evictedBlobs, 1u);
+  EXPECT_FALSE(cache->contains(b));
+  EXPECT_TRUE(cache->contains(a));
+  EXPECT_TRUE(cache->contains(c));
+  EXPECT_EQ(cache->stats()->evictions, 1u);
+}
+
+TEST(EvictionTest, NeverEvictsPinnedBlobs) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest persistent = *cache->put(blobOf('p', 80));
+  Digest mapped = *cache->put(blobOf('m', 80));
+  Digest running = *cache->put(blobOf('r', 80));
+  Digest free = *cache->put(blobOf('f', 80));
+  ASSERT_TRUE(cache->pin(persistent));
+  auto handle = cache->get(mapped); // an artifact being served
+  ASSERT_TRUE(handle);
+  PinGuard job = cache->pinGuard(); // a running job's blob
+  job.add(running);
+  auto report = cache->collectGarbage(0);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->evictedBlobs, 1u);
+  EXPECT_FALSE(cache->contains(free));
+  for (const Digest &d : {persistent, mapped, running})
+    EXPECT_TRUE(cache->contains(d)) << d.toString();
+  // Released pins make the blobs evictable again.
+  job = PinGuard();
+  handle = Status(StatusCode::Cancelled, "released");
+  ASSERT_TRUE(cache->unpin(persistent));
+  EXPECT_EQ(cache->collectGarbage(0)->evictedBlobs, 3u);
+}
+
+TEST(EvictionTest, EvictingABlobDropsTheEntriesThatNeedIt) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest result = *cache->put(blobOf('r', 100)), dep = *cache->put(blobOf('d', 100));
+  Digest key = digestOf("key");
+  ASSERT_TRUE(cache->recordAction(ActionKind::Artifact, key, result, {dep}));
+  ASSERT_TRUE(cache->pin(result));
+  auto report = cache->collectGarbage(0);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->droppedActions, 1u);
+  EXPECT_FALSE(cache->lookupAction(ActionKind::Artifact, key)->has_value());
+  EXPECT_EQ(cache->stats()->actionCount, 0u);
+}
+
+TEST(EvictionTest, EnforcesTheConfiguredCap) {
+  TempDir dir;
+  CacheOptions options;
+  options.maxBytes = 1 << 20;
+  auto cache = openCache(dir, options);
+  for (char c = 'a'; c < 'a' + 20; ++c)
+    ASSERT_TRUE(cache->put(blobOf(c, 100)));
+  auto report = cache->enforceLimit();
+  ASSERT_TRUE(report);
+  EXPECT_GT(report->evictedBlobs, 0u);
+  EXPECT_LE(cache->stats()->blobBytes, options.maxBytes);
+}
+
+TEST(EvictionTest, RejectsAnUnusableCap) {
+  TempDir dir;
+  CacheOptions options;
+  options.maxBytes = 10;
+  EXPECT_THAT(Cache::open(dir.path(), options),
+              StatusIs(StatusCode::InvalidArgument, "cap"));
+}
+
+TEST(ActionTest, NeedsEveryDependencyPresent) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest result = *cache->put("result"), dep = *cache->put(blobOf('d', 100));
+  Digest key = digestOf("k");
+  ASSERT_TRUE(cache->recordAction(ActionKind::Kernel, key, result, {dep}));
+  EXPECT_TRUE(cache->lookupAction(ActionKind::Kernel, key)->has_value());
+  std::filesystem::remove(cache->blobPath(dep));
+  EXPECT_FALSE(cache->lookupAction(ActionKind::Kernel, key)->has_value());
+  EXPECT_THAT(cache->recordAction(ActionKind::Kernel, key, result, {digestOf("gone")}),
+              StatusIs(StatusCode::FailedPrecondition, "dependency"));
+}
+
+TEST(ActionTest, CountsHitsAndMisses) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest result = *cache->put("r"), key = digestOf("k");
+  EXPECT_FALSE(cache->lookupAction(ActionKind::Artifact, key)->has_value());
+  ASSERT_TRUE(cache->recordAction(ActionKind::Artifact, key, result));
+  EXPECT_TRUE(cache->lookupAction(ActionKind::Artifact, key)->has_value());
+  EXPECT_TRUE(cache->lookupAction(ActionKind::Artifact, key)->has_value());
+  EXPECT_EQ(cache->stats()->hits, 2u);
+  EXPECT_EQ(cache->stats()->misses, 1u);
+}
+
+TEST(StoreTest, CountsBytesSavedByDedup) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  std::string big = blobOf('x', 200);
+  ASSERT_TRUE(cache->put(big));
+  ASSERT_TRUE(cache->put(big));
+  ASSERT_TRUE(cache->putVerified(digestOf(big), big));
+  ASSERT_TRUE(cache->put("small"));
+  ASSERT_TRUE(cache->put("small"));
+  EXPECT_EQ(cache->stats()->dedupBytes, 2 * big.size() + 5);
+}
+
+TEST(StoreTest, SameBlobFromTwoProcessesEndsAsOneCopy) {
+  TempDir dir;
+  { ASSERT_TRUE(openCache(dir)); }
+  std::string bytes = blobOf('p', 4096);
+  std::vector<pid_t> children;
+  for (int i = 0; i < 4; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      auto cache = Cache::open(dir.path());
+      _exit(cache && (*cache)->put(bytes) ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  auto cache = openCache(dir);
+  EXPECT_EQ(cache->stats()->blobCount, 1u);
+  EXPECT_EQ(cache->get(digestOf(bytes))->bytes(), bytes);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/tmp"));
+}
+
+/// Sets a file's mtime well in the past, as for a file saved a while ago.
+void age(const std::string &path) {
+  timespec times[2] = {{1'600'000'000, 0}, {1'600'000'000, 0}};
+  utimensat(AT_FDCWD, path.c_str(), times, 0);
+}
+
+TEST(StatMemoTest, RemembersAnUnchangedFile) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  std::ofstream(dir.file("model.onnx")) << "model";
+  age(dir.file("model.onnx"));
+  // ctime cannot be set back: wait out the racy window once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  auto file = FileIdentity::of(dir.file("model.onnx"));
+  ASSERT_TRUE(file);
+  ASSERT_TRUE(cache->recordStat(*file, "purpose", digestOf("model")));
+  auto hit = cache->lookupStat(*FileIdentity::of(dir.file("model.onnx")), "purpose");
+  ASSERT_TRUE(hit && hit->has_value());
+  EXPECT_EQ(**hit, digestOf("model"));
+  EXPECT_FALSE(cache->lookupStat(*file, "other purpose")->has_value());
+  // Any change to the file invalidates the entry.
+  std::ofstream(dir.file("model.onnx"), std::ios::app) << "!";
+  EXPECT_FALSE(cache->lookupStat(*FileIdentity::of(dir.file("model.onnx")), "purpose")
+                   ->has_value());
+}
+
+TEST(StatMemoTest, DoesNotMemoizeARecentlyModifiedFile) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  std::ofstream(dir.file("model.onnx")) << "fresh";
+  auto file = FileIdentity::of(dir.file("model.onnx"));
+  ASSERT_TRUE(file);
+  ASSERT_TRUE(cache->recordStat(*file, "purpose", digestOf("fresh")));
+  EXPECT_FALSE(cache->lookupStat(*file, "purpose")->has_value());
+  EXPECT_EQ(cache->stats()->statMemoEntries, 0u);
+}
+
+TEST(StatMemoTest, DoesNotMemoizeAFileThatChangedWhileRead) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  std::ofstream(dir.file("model.onnx")) << "v1";
+  age(dir.file("model.onnx"));
+  auto before = FileIdentity::of(dir.file("model.onnx"));
+  std::ofstream(dir.file("model.onnx")) << "v2, longer";
+  age(dir.file("model.onnx"));
+  ASSERT_TRUE(cache->recordStat(*before, "purpose", digestOf("v1")));
+  EXPECT_EQ(cache->stats()->statMemoEntries, 0u);
+}
+
+TEST(VerifyTest, FindsAndQuarantinesCorruptBlobs) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  std::string bytes = blobOf('v', 128);
+  Digest good = *cache->put(blobOf('g', 128)), bad = *cache->put(bytes);
+  Digest key = digestOf("k");
+  ASSERT_TRUE(cache->recordAction(ActionKind::Artifact, key, bad));
+  // Flip one byte of the file behind the cache's back.
+  {
+    std::fstream file(cache->blobPath(bad),
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(1000);
+    file.put('X');
+  }
+  auto report = cache->verify(/*repair=*/false);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->checked, 2u);
+  ASSERT_EQ(report->corrupt.size(), 1u);
+  EXPECT_THAT(report->corrupt[0], ::testing::HasSubstr(bad.toString()));
+  EXPECT_TRUE(cache->contains(bad)); // reporting changes nothing
+  report = cache->verify(/*repair=*/true);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->quarantined, 1u);
+  EXPECT_FALSE(cache->contains(bad));
+  EXPECT_TRUE(cache->contains(good));
+  EXPECT_FALSE(cache->lookupAction(ActionKind::Artifact, key)->has_value());
+  EXPECT_FALSE(std::filesystem::is_empty(dir.path() + "/quarantine"));
+  EXPECT_TRUE(cache->verify(false)->corrupt.empty());
+}
+
+TEST(VerifyTest, ReconcileIndexesCommittedOrphansAndDropsRowsWithoutFiles) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest lost = *cache->put(blobOf('l', 100));
+  std::filesystem::remove(cache->blobPath(lost));
+  // A file renamed into place just before a crash, never indexed.
+  std::string orphanBytes = blobOf('o', 100);
+  Digest orphan = digestOf(orphanBytes);
+  std::filesystem::create_directories(
+      std::filesystem::path(cache->blobPath(orphan)).parent_path());
+  std::ofstream(cache->blobPath(orphan), std::ios::binary) << orphanBytes;
+  // And a file whose name does not match its content.
+  Digest liar = digestOf(blobOf('x', 100));
+  std::filesystem::create_directories(
+      std::filesystem::path(cache->blobPath(liar)).parent_path());
+  std::ofstream(cache->blobPath(liar), std::ios::binary) << blobOf('y', 100);
+
+  auto report = cache->reconcile();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->missingFiles, 1u);
+  EXPECT_EQ(report->orphanFiles, 2u);
+  EXPECT_TRUE(cache->contains(orphan));
+  EXPECT_FALSE(cache->contains(liar));
+  EXPECT_EQ(cache->stats()->blobCount, 1u);
+  auto verify = cache->verify(false);
+  EXPECT_TRUE(verify->corrupt.empty());
+  EXPECT_EQ(verify->orphanFiles, 0u);
+}
+
+TEST(IndexTest, MigratesAVersionOneIndex) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path());
+  std::string bytes = blobOf('m', 100);
+  Digest blob = digestOf(bytes);
+  // The foundation's schema, with one blob and one action.
+  std::string sql = "CREATE TABLE blobs (digest TEXT PRIMARY KEY, size INTEGER NOT NULL, "
+                    "created_ms INTEGER "
+                    "NOT NULL, last_access_ms INTEGER NOT NULL);"
+                    "CREATE TABLE actions (kind TEXT NOT NULL, key TEXT NOT NULL, result "
+                    "TEXT NOT NULL, "
+                    "created_ms INTEGER NOT NULL, PRIMARY KEY (kind, key));"
+                    "INSERT INTO blobs VALUES('" +
+                    blob.hex() + "', " + std::to_string(blob.size) +
+                    ", 1, 1);"
+                    "INSERT INTO actions VALUES('artifact', '" +
+                    digestOf("key").toString() + "', '" + blob.toString() + "', 1);" +
+                    "PRAGMA user_version = 1;";
+  ASSERT_EQ(
+      std::system(("sqlite3 '" + dir.file("index.sqlite") + "' \"" + sql + "\"").c_str()),
+      0);
+  std::filesystem::create_directories(
+      std::filesystem::path(dir.path() + "/cas/" + blob.hex().substr(0, 2)));
+  std::ofstream(dir.path() + "/cas/" + blob.hex().substr(0, 2) + "/" +
+                    blob.hex().substr(2),
+                std::ios::binary)
+      << bytes;
+  auto cache = openCache(dir);
+  auto hit = cache->lookupAction(ActionKind::Artifact, digestOf("key"));
+  ASSERT_TRUE(hit && hit->has_value());
+  EXPECT_EQ(**hit, blob);
+  EXPECT_EQ(cache->get(blob)->bytes(), bytes);
+}
+
+TEST(IndexTest, RefusesAnIndexFromANewerFlowc) {
+  TempDir dir;
+  { ASSERT_TRUE(openCache(dir)); }
+  ASSERT_EQ(std::system(
+                ("sqlite3 '" + dir.file("index.sqlite") + "' 'PRAGMA user_version = 99'")
+                    .c_str()),
+            0);
+  EXPECT_THAT(Cache::open(dir.path()),
+              StatusIs(StatusCode::FailedPrecondition, "schema version 99"));
+}
+
+TEST(TuningTest, KeepsTheFastestCandidate) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  ASSERT_TRUE(cache->recordTuning({"conv3x3", "xeon", "tile8", 900}));
+  ASSERT_TRUE(cache->recordTuning({"conv3x3", "xeon", "tile16", 700}));
+  ASSERT_TRUE(cache->recordTuning({"conv3x3", "xeon", "tile8", 650}));
+  ASSERT_TRUE(cache->recordTuning({"conv3x3", "h200", "tile32", 10}));
+  auto best = cache->bestTuning("conv3x3", "xeon");
+  ASSERT_TRUE(best && best->has_value());
+  EXPECT_EQ((*best)->candidate, "tile8");
+  EXPECT_EQ((*best)->timeNs, 650);
+  EXPECT_FALSE(cache->bestTuning("conv5x5", "xeon")->has_value());
 }
 
 } // namespace

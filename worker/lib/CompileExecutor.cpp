@@ -64,40 +64,82 @@ Expected<IngestedModel> ingestModel(const std::string &path) {
     manifest["inputs"].push_back(tensorJson(input));
   for (const auto &output : ingested.graph.outputs)
     manifest["outputs"].push_back(tensorJson(output));
-  for (const compiler::WeightRef &weight : ingested.graph.weights) {
-    Digest digest = cache::digestOf(weight.bytes);
-    ingested.weightDigests.push_back(digest);
+  std::vector<std::string_view> weightBytes;
+  for (const compiler::WeightRef &weight : ingested.graph.weights)
+    weightBytes.push_back(weight.bytes);
+  ingested.weightDigests = cache::digestMany(weightBytes);
+  for (size_t i = 0; i < ingested.graph.weights.size(); ++i) {
+    const compiler::WeightRef &weight = ingested.graph.weights[i];
     json entry = tensorJson(weight.info);
     entry["name"] = weight.key;
-    entry["digest"] = digest.toString();
+    entry["digest"] = ingested.weightDigests[i].toString();
     manifest["weights"].push_back(entry);
   }
+  manifest["op_counts"] = ingested.graph.opCounts;
   ingested.manifest = manifest.dump();
   ingested.modelDigest = cache::digestOf(ingested.manifest);
   return ingested;
 }
 
+Digest CompileExecutor::artifactKey(const Digest &modelDigest,
+                                    const compiler::CompileOptions &options) const {
+  return cache::digestOf("flowc.artifact.v1\n" + buildId_ + "\n" +
+                         compiler::hostTargetDescription() + "\n" + options.canonical() +
+                         "\n" + modelDigest.toString());
+}
+
+Expected<std::optional<CompileResult>>
+CompileExecutor::memoizedResult(const cache::FileIdentity &file,
+                                const compiler::CompileOptions &options) {
+  using Result = std::optional<CompileResult>;
+  FLOWC_ASSIGN_OR_RETURN(auto modelDigest, cache_.lookupStat(file, memoPurpose()));
+  if (!modelDigest)
+    return Result();
+  FLOWC_ASSIGN_OR_RETURN(auto artifact,
+                         cache_.lookupAction(cache::ActionKind::Artifact,
+                                             artifactKey(*modelDigest, options)));
+  auto manifest = cache_.get(*modelDigest);
+  if (!artifact || !manifest)
+    return Result();
+  CompileResult result;
+  result.modelDigest = *modelDigest;
+  result.artifactDigest = *artifact;
+  result.cacheHit = result.codeCacheHit = true;
+  auto parsed = json::parse(manifest->bytes(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.contains("op_counts"))
+    result.opCounts = parsed["op_counts"].get<std::map<std::string, int>>();
+  return Result(std::move(result));
+}
+
 Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
                                                  const ProgressFn &progress) {
   auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
   FLOWC_RETURN_IF_ERROR(request.options.validate());
+  // The identity is taken before the file is read, so that a change while
+  // reading is detected when the memo is recorded.
+  FLOWC_ASSIGN_OR_RETURN(cache::FileIdentity file,
+                         cache::FileIdentity::of(request.modelPath));
+  FLOWC_ASSIGN_OR_RETURN(auto memoized, memoizedResult(file, request.options));
+  if (memoized) {
+    memoized->seconds = elapsed();
+    progress("cache", "hit " + memoized->artifactDigest.toString() + " (file unchanged)");
+    return *memoized;
+  }
   progress("ingest", request.modelPath);
   FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested, ingestModel(request.modelPath));
 
   CompileResult result;
   result.modelDigest = ingested.modelDigest;
   result.opCounts = ingested.graph.opCounts;
-  std::string target = compiler::hostTargetDescription();
-  Digest artifactKey = cache::digestOf("flowc.artifact.v1\n" + buildId_ + "\n" + target +
-                                       "\n" + request.options.canonical() + "\n" +
-                                       ingested.modelDigest.toString());
+  Digest key = artifactKey(ingested.modelDigest, request.options);
   FLOWC_ASSIGN_OR_RETURN(auto cached,
-                         cache_.lookupAction(cache::ActionKind::Artifact, artifactKey));
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-        .count();
-  };
-  if (cached) {
+                         cache_.lookupAction(cache::ActionKind::Artifact, key));
+  if (cached && cache_.contains(ingested.modelDigest)) {
+    FLOWC_RETURN_IF_ERROR(cache_.recordStat(file, memoPurpose(), ingested.modelDigest));
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
     result.seconds = elapsed();
@@ -106,22 +148,32 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   }
 
   // Only now, with the model known to be valid, does the cache change:
-  // weights, IR and manifest become blobs.
+  // weights, IR and manifest become blobs, pinned until the job ends.
+  cache::PinGuard pins = cache_.pinGuard();
   progress("store", std::to_string(ingested.graph.weights.size()) + " weights");
-  for (size_t i = 0; i < ingested.graph.weights.size(); ++i)
-    if (!cache_.contains(ingested.weightDigests[i]))
-      FLOWC_RETURN_IF_ERROR(
-          cache_.putVerified(ingested.weightDigests[i], ingested.graph.weights[i].bytes));
-  FLOWC_RETURN_IF_ERROR(cache_.put(ingested.graph.irBytecode).status());
-  FLOWC_RETURN_IF_ERROR(cache_.put(ingested.manifest).status());
+  for (size_t i = 0; i < ingested.graph.weights.size(); ++i) {
+    FLOWC_RETURN_IF_ERROR(
+        cache_.putVerified(ingested.weightDigests[i], ingested.graph.weights[i].bytes));
+    pins.add(ingested.weightDigests[i]);
+  }
+  FLOWC_ASSIGN_OR_RETURN(Digest ir, cache_.put(ingested.graph.irBytecode));
+  pins.add(ir);
+  FLOWC_ASSIGN_OR_RETURN(Digest manifest, cache_.put(ingested.manifest));
+  pins.add(manifest);
 
   FLOWC_ASSIGN_OR_RETURN(
       Digest code, codeFor(ingested, request.options, progress, result.codeCacheHit));
+  pins.add(code);
   progress("link", "artifact");
   FLOWC_ASSIGN_OR_RETURN(result.artifactDigest,
                          linkArtifact(ingested, request.options, code));
-  FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Artifact, artifactKey,
-                                            result.artifactDigest));
+  pins.add(result.artifactDigest);
+  FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Artifact, key,
+                                            result.artifactDigest, {manifest}));
+  FLOWC_RETURN_IF_ERROR(cache_.recordStat(file, memoPurpose(), ingested.modelDigest));
+  // Over the size cap, least-recently-used blobs go; this job's are pinned.
+  if (auto gc = cache_.enforceLimit(); !gc)
+    spdlog::warn("cache eviction failed: {}", gc.status().toString());
   result.seconds = elapsed();
   return result;
 }
@@ -168,17 +220,17 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
     plan.outputs.push_back(tensorSpec(output));
 
   // Weights are copied from their CAS blobs (one mapping each, no heap copy).
-  std::vector<MappedFile> blobs;
+  std::vector<cache::BlobHandle> blobs;
   std::vector<std::string_view> pieces;
   uint64_t parameters = 0, parameterBytes = 0;
   for (size_t i = 0; i < graph.weights.size(); ++i) {
-    FLOWC_ASSIGN_OR_RETURN(MappedFile blob, cache_.map(ingested.weightDigests[i]));
-    pieces.push_back(blob.view());
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(ingested.weightDigests[i]));
+    pieces.push_back(blob.bytes());
     blobs.push_back(std::move(blob));
     parameters += static_cast<uint64_t>(graph.weights[i].info.elementCount());
     parameterBytes += graph.weights[i].bytes.size();
   }
-  FLOWC_ASSIGN_OR_RETURN(MappedFile codeBlob, cache_.map(code));
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle codeBlob, cache_.get(code));
 
   json metadata = {{"format", "flowc.artifact.v1"},
                    {"model", ingested.model.path},
@@ -201,7 +253,7 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
       writer->addSection(runtime::SectionKind::Metadata, metadata.dump(2)));
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::GraphIr, graph.irBytecode));
-  FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, codeBlob.view()));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, codeBlob.bytes()));
   FLOWC_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer->addWeights(pieces));
   for (size_t i = 0; i < graph.weights.size(); ++i)
     plan.weights.push_back(runtime::WeightSpec{

@@ -1,6 +1,10 @@
-// The local content-addressed store: blob files under `cas/ab/cdef...`,
-// written through `tmp/` (fsync + rename, never modified afterwards), and a
-// SQLite index (WAL) of blobs and action-cache entries.
+// The local content-addressed store. Large blobs are files under
+// `cas/ab/cdef...`, written through `tmp/` (fsync + rename, never modified
+// afterwards); small blobs live inside the SQLite index, so millions of
+// kernel objects and IR blobs do not exhaust inodes. The index (WAL) also
+// holds the action cache, kernel cache, derived weights, tuning records,
+// pins, counters and the stat memo. One process (flowcd) owns a cache
+// directory at a time for pinning and eviction; readers may share it.
 #pragma once
 
 #include "flowc/cache/Digest.h"
@@ -9,74 +13,240 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flowc::cache {
 
 class Index;
+class PinTable;
+
+struct CacheOptions {
+  /// Eviction starts when stored bytes exceed this (LRU by last access).
+  uint64_t maxBytes = 20ull << 30;
+  /// Blobs smaller than this are stored inside the index.
+  uint64_t inlineThreshold = 64 << 10;
+
+  /// InvalidArgument naming the bad field.
+  Status validate() const;
+};
 
 /// What an action-cache entry maps: a compile (IR + weight metadata + target
-/// + options) to its code object, or a whole model to its artifact.
-enum class ActionKind { Code, Artifact };
+/// + options) to its code object; a whole model to its artifact; one
+/// partitioned kernel to its object; (transform, input digests) to a derived
+/// weight. Each kind is its own key space.
+enum class ActionKind { Code, Artifact, Kernel, DerivedWeight };
+
+/// One measured candidate of a tunable kernel on a device.
+struct TuningRecord {
+  std::string signature;
+  std::string device;
+  std::string candidate;
+  int64_t timeNs = 0;
+};
 
 struct CacheStats {
   uint64_t blobCount = 0;
   uint64_t blobBytes = 0;
+  uint64_t inlineBlobs = 0;
   uint64_t actionCount = 0;
+  uint64_t pinnedBlobs = 0;
+  uint64_t maxBytes = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  uint64_t evictedBytes = 0;
+  /// Bytes that writers offered but the store already held.
+  uint64_t dedupBytes = 0;
+  uint64_t statMemoEntries = 0;
+};
+
+struct BlobInfo {
+  Digest digest;
+  bool isInline = false;
+  int64_t createdMs = 0;
+  int64_t lastAccessMs = 0;
+  bool pinned = false;
+};
+
+struct GcReport {
+  uint64_t evictedBlobs = 0;
+  uint64_t evictedBytes = 0;
+  uint64_t droppedActions = 0;
+  uint64_t remainingBytes = 0;
+};
+
+struct VerifyReport {
+  uint64_t checked = 0;
+  std::vector<std::string> corrupt; ///< Digests (and why) of bad blobs.
+  uint64_t quarantined = 0;         ///< With repair: moved to quarantine/.
+  uint64_t missingFiles = 0;        ///< Index rows whose file is gone.
+  uint64_t orphanFiles = 0;         ///< Files without an index row.
+};
+
+/// Identity of a file for the stat memo: an unchanged identity means
+/// unchanged content (ccache's "direct mode").
+struct FileIdentity {
+  std::string path;
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  int64_t mtimeNs = 0;
+  int64_t ctimeNs = 0;
+
+  static Expected<FileIdentity> of(const std::string &path);
+  bool operator==(const FileIdentity &other) const = default;
+};
+
+/// Read-only bytes of a blob that stay valid, and the blob pinned against
+/// eviction, while the handle lives. Move-only.
+class BlobHandle {
+public:
+  BlobHandle(BlobHandle &&) noexcept;
+  BlobHandle &operator=(BlobHandle &&) noexcept;
+  ~BlobHandle();
+
+  std::string_view bytes() const { return bytes_; }
+  const Digest &digest() const { return digest_; }
+
+private:
+  friend class Cache;
+  BlobHandle(Digest digest, std::shared_ptr<PinTable> pins);
+  Digest digest_;
+  std::shared_ptr<PinTable> pins_;
+  MappedFile file_;
+  // Heap-held so that moving the handle never moves the bytes (a short
+  // std::string would carry them along in its inline buffer).
+  std::shared_ptr<const std::string> owned_;
+  std::string_view bytes_;
+};
+
+/// Pins a set of blobs (a running job's inputs and outputs) until destroyed.
+class PinGuard {
+public:
+  PinGuard() = default;
+  PinGuard(PinGuard &&) noexcept = default;
+  PinGuard &operator=(PinGuard &&) noexcept;
+  ~PinGuard();
+  void add(const Digest &digest);
+
+private:
+  friend class Cache;
+  explicit PinGuard(std::shared_ptr<PinTable> pins) : pins_(std::move(pins)) {}
+  std::shared_ptr<PinTable> pins_;
+  std::vector<Digest> digests_;
 };
 
 class Cache {
 public:
   ~Cache();
 
-  /// Opens (creating if needed) the cache rooted at `dir` and sweeps `tmp/`
-  /// leftovers of crashed writers. Thread-safe after open.
-  static Expected<std::unique_ptr<Cache>> open(const std::string &dir);
+  /// Opens (creating if needed) the cache rooted at `dir`: migrates the
+  /// index schema and sweeps `tmp/` leftovers of crashed writers.
+  /// Thread-safe after open.
+  static Expected<std::unique_ptr<Cache>> open(const std::string &dir,
+                                               const CacheOptions &options = {});
 
   const std::string &root() const { return root_; }
+  const CacheOptions &options() const { return options_; }
 
-  /// Stores `bytes` unless already present; returns their digest. Errors:
-  /// ResourceExhausted (disk full), Internal/DataLoss on I/O failure. On
+  // Store ---------------------------------------------------------------
+
+  /// Stores `bytes` unless present, hashing while copying (one pass);
+  /// returns their digest. ResourceExhausted when the disk is full; on any
   /// error nothing becomes visible.
   Expected<Digest> put(std::string_view bytes);
-
-  /// Stores bytes whose digest the caller claims; DataLoss if they do not
-  /// hash to `expected` (blobs from outside are always verified).
+  /// Stores bytes claimed to have `expected` digest, verifying while
+  /// copying; DataLoss if they do not match (blobs from outside the process
+  /// always come through here).
   Status putVerified(const Digest &expected, std::string_view bytes);
-
-  /// Moves a finished file that the caller wrote inside tmpDir() into the
-  /// CAS under its digest (hashed from a read-only mapping). The file is
-  /// removed whether or not this succeeds.
+  /// Streams a file into the store with a bounded buffer (memory does not
+  /// grow with the file), hashing while copying.
+  Expected<Digest> putFile(const std::string &path);
+  /// Moves a finished file written inside tmpDir() into the store under its
+  /// digest. The file is gone afterwards whether or not this succeeds.
   Expected<Digest> adoptFile(const std::string &path);
-
-  /// Where writers put files that they will adopt: same filesystem as the
-  /// CAS, swept at start.
+  /// Where writers put files that they will adopt (same filesystem, swept
+  /// at open).
   std::string tmpDir() const { return root_ + "/tmp"; }
 
-  bool contains(const Digest &digest) const;
+  // Read ----------------------------------------------------------------
 
-  /// Maps a blob read-only; NotFound if absent. The mapping stays valid
-  /// while the returned object lives, even if the blob is later removed.
-  Expected<MappedFile> map(const Digest &digest) const;
+  bool contains(const Digest &digest);
+  /// The blob's bytes, pinned while the handle lives; NotFound if absent,
+  /// DataLoss if its file has the wrong size.
+  Expected<BlobHandle> get(const Digest &digest);
+  /// A handle that pins blobs for the duration of a job.
+  PinGuard pinGuard() { return PinGuard(pins_); }
 
-  /// The blob's file path (it may not exist).
-  std::string blobPath(const Digest &digest) const;
+  // Action cache ----------------------------------------------------------
 
-  /// The result stored for (kind, key), only if its blob is present.
+  /// The result stored for (kind, key), only if the result and every
+  /// dependency recorded with it are present. Counts a hit or a miss.
   Expected<std::optional<Digest>> lookupAction(ActionKind kind, const Digest &key);
-  Status recordAction(ActionKind kind, const Digest &key, const Digest &result);
+  /// Records (kind, key) -> result; `deps` are further blobs the result needs
+  /// (evicting any of them drops the entry).
+  Status recordAction(ActionKind kind, const Digest &key, const Digest &result,
+                      const std::vector<Digest> &deps = {});
 
+  // Stat memo -------------------------------------------------------------
+
+  /// The digest memoized for `file` under `purpose`, if its identity is
+  /// unchanged since it was recorded.
+  Expected<std::optional<Digest>> lookupStat(const FileIdentity &file,
+                                             std::string_view purpose);
+  /// Memoizes `digest` for `file` (identity taken *before* reading it). Not
+  /// recorded — and not an error — if the file changed since, or was modified
+  /// within the last two seconds, as a racing writer could still change it
+  /// without changing its size or mtime granule.
+  Status recordStat(const FileIdentity &file, std::string_view purpose,
+                    const Digest &digest);
+
+  // Tuning records ----------------------------------------------------------
+
+  /// Keeps the fastest time seen for (signature, device, candidate).
+  Status recordTuning(const TuningRecord &record);
+  /// The fastest candidate recorded for (signature, device), if any.
+  Expected<std::optional<TuningRecord>> bestTuning(std::string_view signature,
+                                                   std::string_view device);
+
+  // Maintenance -----------------------------------------------------------
+
+  Status pin(const Digest &digest);
+  Status unpin(const Digest &digest);
+  /// Evicts least-recently-used unpinned blobs until at most `targetBytes`
+  /// remain, dropping the action entries that depend on them.
+  Expected<GcReport> collectGarbage(uint64_t targetBytes);
+  /// Evicts down to options().maxBytes if above it.
+  Expected<GcReport> enforceLimit();
+  /// Re-hashes every blob. With `repair`, corrupt blobs are moved to
+  /// quarantine/ and their rows and dependent entries removed, and the index
+  /// is reconciled with the files.
+  Expected<VerifyReport> verify(bool repair);
+  /// After a crash: drops rows whose file is missing, indexes complete
+  /// orphan files whose name matches their content, quarantines the rest.
+  Expected<VerifyReport> reconcile();
+  Expected<std::vector<BlobInfo>> list(size_t limit);
+  /// Removes every unpinned blob and every action entry.
+  Expected<GcReport> clear();
   Expected<CacheStats> stats();
 
+  /// The file of a large blob (small blobs have none; the file may not exist).
+  std::string blobPath(const Digest &digest) const;
+
 private:
-  Cache(std::string root, std::unique_ptr<Index> index);
-  Status storeFile(const Digest &digest, std::string_view bytes);
+  Cache(std::string root, CacheOptions options, std::unique_ptr<Index> index);
+  Status storeLarge(const Digest *expected, std::string_view bytes, Digest &stored);
+  Status storeInline(const Digest &digest, std::string_view bytes);
+  Status quarantine(const Digest &digest, const std::string &why);
+  Status reserve(uint64_t bytes);
 
   std::string root_;
+  CacheOptions options_;
   std::unique_ptr<Index> index_;
+  std::shared_ptr<PinTable> pins_;
 };
 
 } // namespace flowc::cache

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flowc::cache {
 
@@ -49,5 +50,10 @@ private:
 
 /// Digest of a whole buffer.
 Digest digestOf(std::string_view bytes);
+
+/// Digests of many buffers, hashed in parallel on up to `threads` threads
+/// (0: one per core). Results are in input order.
+std::vector<Digest> digestMany(const std::vector<std::string_view> &buffers,
+                               unsigned threads = 0);
 
 } // namespace flowc::cache

@@ -2,6 +2,7 @@
 // workers. The binary in daemon/main.cpp is a thin wrapper.
 #pragma once
 
+#include "flowc/cache/Cache.h"
 #include "flowc/support/Status.h"
 
 #include <memory>
@@ -17,6 +18,8 @@ struct DaemonOptions {
   std::string tcpAddress;
   /// Embedded worker threads; 0 means one per core.
   unsigned workers = 0;
+  /// Cache size cap and inline threshold.
+  cache::CacheOptions cache;
 
   /// Fills defaults; InvalidArgument naming the bad field.
   Status validate();

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace flowc::worker {
@@ -59,6 +60,15 @@ public:
                                   const ProgressFn &progress);
 
 private:
+  /// Memo purpose: the model digest depends on the importer, so on the build.
+  std::string memoPurpose() const { return "model-digest:" + buildId_; }
+  cache::Digest artifactKey(const cache::Digest &modelDigest,
+                            const compiler::CompileOptions &options) const;
+  /// A complete answer without reading the model: its file is unchanged
+  /// since it was last ingested and its artifact is still cached.
+  Expected<std::optional<CompileResult>>
+  memoizedResult(const cache::FileIdentity &file,
+                 const compiler::CompileOptions &options);
   Expected<cache::Digest> codeFor(const IngestedModel &ingested,
                                   const compiler::CompileOptions &options,
                                   const ProgressFn &progress, bool &hit);

@@ -1,0 +1,121 @@
+#include "CacheService.h"
+
+#include "GrpcStatus.h"
+
+#include <spdlog/spdlog.h>
+
+namespace flowc::daemon {
+
+namespace {
+
+void fillGc(const cache::GcReport &report, flowc::v1::CacheGcResponse *response) {
+  response->set_evicted_blobs(report.evictedBlobs);
+  response->set_evicted_bytes(report.evictedBytes);
+  response->set_dropped_actions(report.droppedActions);
+  response->set_remaining_bytes(report.remainingBytes);
+}
+
+} // namespace
+
+grpc::Status CacheService::Stats(grpc::ServerContext *,
+                                 const flowc::v1::CacheStatsRequest *,
+                                 flowc::v1::CacheStatsResponse *response) {
+  auto stats = context_.cache->stats();
+  if (!stats)
+    return toGrpcStatus(stats.status());
+  response->set_blob_count(stats->blobCount);
+  response->set_blob_bytes(stats->blobBytes);
+  response->set_inline_blobs(stats->inlineBlobs);
+  response->set_action_count(stats->actionCount);
+  response->set_pinned_blobs(stats->pinnedBlobs);
+  response->set_max_bytes(stats->maxBytes);
+  response->set_hits(stats->hits);
+  response->set_misses(stats->misses);
+  response->set_evictions(stats->evictions);
+  response->set_evicted_bytes(stats->evictedBytes);
+  response->set_dedup_bytes(stats->dedupBytes);
+  response->set_stat_memo_entries(stats->statMemoEntries);
+  response->set_cache_dir(context_.cache->root());
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::List(grpc::ServerContext *,
+                                const flowc::v1::CacheListRequest *request,
+                                flowc::v1::CacheListResponse *response) {
+  auto blobs = context_.cache->list(request->limit() ? request->limit() : 1000);
+  if (!blobs)
+    return toGrpcStatus(blobs.status());
+  for (const cache::BlobInfo &blob : *blobs) {
+    flowc::v1::CacheBlob *out = response->add_blobs();
+    out->set_digest(blob.digest.toString());
+    out->set_inline_(blob.isInline);
+    out->set_created_ms(blob.createdMs);
+    out->set_last_access_ms(blob.lastAccessMs);
+    out->set_pinned(blob.pinned);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Gc(grpc::ServerContext *,
+                              const flowc::v1::CacheGcRequest *request,
+                              flowc::v1::CacheGcResponse *response) {
+  uint64_t target =
+      request->max_bytes() ? request->max_bytes() : context_.cache->options().maxBytes;
+  auto report = context_.cache->collectGarbage(target);
+  if (!report)
+    return toGrpcStatus(report.status());
+  fillGc(*report, response);
+  spdlog::info("cache gc target_bytes={} evicted_blobs={} evicted_bytes={}", target,
+               report->evictedBlobs, report->evictedBytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Verify(grpc::ServerContext *,
+                                  const flowc::v1::CacheVerifyRequest *request,
+                                  flowc::v1::CacheVerifyResponse *response) {
+  auto report = context_.cache->verify(request->repair());
+  if (!report)
+    return toGrpcStatus(report.status());
+  response->set_checked(report->checked);
+  for (const std::string &bad : report->corrupt)
+    response->add_corrupt(bad);
+  response->set_quarantined(report->quarantined);
+  response->set_missing_files(report->missingFiles);
+  response->set_orphan_files(report->orphanFiles);
+  spdlog::info("cache verify repair={} checked={} corrupt={} quarantined={}",
+               request->repair(), report->checked, report->corrupt.size(),
+               report->quarantined);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Pin(grpc::ServerContext *,
+                               const flowc::v1::CachePinRequest *request,
+                               flowc::v1::CachePinResponse *) {
+  auto digest = cache::Digest::parse(request->digest());
+  if (!digest)
+    return toGrpcStatus(digest.status());
+  return toGrpcStatus(context_.cache->pin(*digest));
+}
+
+grpc::Status CacheService::Unpin(grpc::ServerContext *,
+                                 const flowc::v1::CachePinRequest *request,
+                                 flowc::v1::CachePinResponse *) {
+  auto digest = cache::Digest::parse(request->digest());
+  if (!digest)
+    return toGrpcStatus(digest.status());
+  return toGrpcStatus(context_.cache->unpin(*digest));
+}
+
+grpc::Status CacheService::Clear(grpc::ServerContext *,
+                                 const flowc::v1::CacheClearRequest *,
+                                 flowc::v1::CacheGcResponse *response) {
+  auto report = context_.cache->clear();
+  if (!report)
+    return toGrpcStatus(report.status());
+  fillGc(*report, response);
+  spdlog::info("cache clear evicted_blobs={} dropped_actions={}", report->evictedBlobs,
+               report->droppedActions);
+  return grpc::Status::OK;
+}
+
+} // namespace flowc::daemon

@@ -1,0 +1,34 @@
+#pragma once
+
+#include "DaemonContext.h"
+
+#include "flowc/v1/flowc.grpc.pb.h"
+
+namespace flowc::daemon {
+
+/// flowc.v1.Cache: cache statistics and maintenance, run by the daemon
+/// because it owns the pins that eviction must respect.
+class CacheService final : public flowc::v1::Cache::Service {
+public:
+  explicit CacheService(DaemonContext &context) : context_(context) {}
+
+  grpc::Status Stats(grpc::ServerContext *, const flowc::v1::CacheStatsRequest *,
+                     flowc::v1::CacheStatsResponse *response) override;
+  grpc::Status List(grpc::ServerContext *, const flowc::v1::CacheListRequest *request,
+                    flowc::v1::CacheListResponse *response) override;
+  grpc::Status Gc(grpc::ServerContext *, const flowc::v1::CacheGcRequest *request,
+                  flowc::v1::CacheGcResponse *response) override;
+  grpc::Status Verify(grpc::ServerContext *, const flowc::v1::CacheVerifyRequest *request,
+                      flowc::v1::CacheVerifyResponse *response) override;
+  grpc::Status Pin(grpc::ServerContext *, const flowc::v1::CachePinRequest *request,
+                   flowc::v1::CachePinResponse *) override;
+  grpc::Status Unpin(grpc::ServerContext *, const flowc::v1::CachePinRequest *request,
+                     flowc::v1::CachePinResponse *) override;
+  grpc::Status Clear(grpc::ServerContext *, const flowc::v1::CacheClearRequest *,
+                     flowc::v1::CacheGcResponse *response) override;
+
+private:
+  DaemonContext &context_;
+};
+
+} // namespace flowc::daemon
