@@ -27,6 +27,8 @@ void GlobalOptions::resolve() {
   auto absolute = std::filesystem::absolute(cacheDir, ec);
   if (!ec)
     cacheDir = absolute.lexically_normal().string();
+  if (const char *autostartEnv = std::getenv("FLOWC_AUTOSTART"))
+    autostart = std::string(autostartEnv) != "0";
   if (socketPath.empty()) {
     const char *socket = std::getenv("FLOWC_SOCKET");
     socketPath = socket && *socket ? socket : cacheDir + "/flowcd.sock";
@@ -104,8 +106,9 @@ DaemonClient::connect(const GlobalOptions &options, bool autostart) {
   client->attach(makeChannel(options.socketPath));
   if (client->health(500))
     return client;
-  if (!autostart)
-    return unavailable("no flowcd is listening on '" + options.socketPath + "'");
+  if (!autostart || !options.autostart)
+    return unavailable("no flowcd is listening on '" + options.socketPath + "'" +
+                       (options.autostart ? "" : " (FLOWC_AUTOSTART=0)"));
 
   std::error_code ec;
   std::filesystem::create_directories(options.cacheDir, ec);

@@ -15,6 +15,9 @@ namespace flowc::cli {
 struct GlobalOptions {
   std::string cacheDir;   ///< --cache-dir / FLOWC_CACHE_DIR / XDG default.
   std::string socketPath; ///< --socket / FLOWC_SOCKET / CACHE_DIR/flowcd.sock.
+  /// Start flowcd when none answers; FLOWC_AUTOSTART=0 turns it off (CI
+  /// farms and supervisors that manage the daemon themselves).
+  bool autostart = true;
 
   /// Applies the environment and defaults where flags left fields empty.
   void resolve();

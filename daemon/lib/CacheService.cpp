@@ -59,8 +59,8 @@ grpc::Status CacheService::List(grpc::ServerContext *,
 grpc::Status CacheService::Gc(grpc::ServerContext *,
                               const flowc::v1::CacheGcRequest *request,
                               flowc::v1::CacheGcResponse *response) {
-  uint64_t target =
-      request->max_bytes() ? request->max_bytes() : context_.cache->options().maxBytes;
+  uint64_t target = request->has_max_bytes() ? request->max_bytes()
+                                             : context_.cache->options().maxBytes;
   auto report = context_.cache->collectGarbage(target);
   if (!report)
     return toGrpcStatus(report.status());
