@@ -26,7 +26,8 @@ int main(int argc, char **argv) {
   auto start = std::chrono::steady_clock::now();
   auto session = flowc::runtime::Session::create(*artifact);
   double loadMs =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
   auto input = flowc::runtime::readNpy(spec.substr(eq + 1));
   if (!session || !input) {
     std::fprintf(stderr, "cannot load session or input\n");
@@ -39,14 +40,15 @@ int main(int argc, char **argv) {
   for (int i = 0; i < iterations; ++i) {
     start = std::chrono::steady_clock::now();
     auto outputs = (*session)->run(inputs);
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
+    ms.push_back(std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - start)
+                     .count());
     if (!outputs)
       return 1;
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("{\"load_ms\": %.3f, \"median_ms\": %.4f, \"p90_ms\": %.4f, \"iterations\": %d}\n",
-              loadMs, ms[ms.size() / 2], ms[ms.size() * 9 / 10], iterations);
+  std::printf(
+      "{\"load_ms\": %.3f, \"median_ms\": %.4f, \"p90_ms\": %.4f, \"iterations\": %d}\n",
+      loadMs, ms[ms.size() / 2], ms[ms.size() * 9 / 10], iterations);
   return 0;
 }

@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
+#include <atomic>
 #include <functional>
+#include <thread>
+#include <future>
 #include <mutex>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -89,6 +92,11 @@ public:
         return errnoStatus(errno, "cannot write '" + path_ + "'");
       done += static_cast<size_t>(n);
     }
+    // Start writeback now, so that the final fsync finds little left to do
+    // and the disk works while the next chunk is hashed.
+    sync_file_range(fd_, static_cast<off_t>(written_), static_cast<off_t>(bytes.size()),
+                    SYNC_FILE_RANGE_WRITE);
+    written_ += bytes.size();
     return Status::ok();
   }
 
@@ -96,10 +104,22 @@ public:
   Status commit(const std::string &target) {
     if (fsync(fd_) != 0)
       return errnoStatus(errno, "cannot fsync '" + path_ + "'");
+    return rename(target);
+  }
+
+  /// Closes the descriptor (batches keep thousands of files, not fds).
+  Status close() {
+    if (fd_ < 0)
+      return Status::ok();
     int rc = ::close(fd_);
     fd_ = -1;
-    if (rc != 0)
-      return errnoStatus(errno, "cannot close '" + path_ + "'");
+    return rc == 0 ? Status::ok() : errnoStatus(errno, "cannot close '" + path_ + "'");
+  }
+
+  /// Closes and renames the file to `target`; the caller has made its bytes
+  /// durable (a batch sync).
+  Status rename(const std::string &target) {
+    FLOWC_RETURN_IF_ERROR(close());
     if (::rename(path_.c_str(), target.c_str()) != 0)
       return errnoStatus(errno, "cannot rename '" + path_ + "' to '" + target + "'");
     committed_ = true;
@@ -110,6 +130,7 @@ private:
   std::string path_;
   int fd_ = -1;
   int error_ = 0;
+  uint64_t written_ = 0;
   bool committed_ = false;
 };
 
@@ -158,7 +179,8 @@ BlobHandle::BlobHandle(Digest digest, std::shared_ptr<PinTable> pins)
 
 BlobHandle::BlobHandle(BlobHandle &&other) noexcept
     : digest_(other.digest_), pins_(std::move(other.pins_)),
-      file_(std::move(other.file_)), owned_(std::move(other.owned_)), bytes_(other.bytes_) {}
+      file_(std::move(other.file_)), owned_(std::move(other.owned_)),
+      bytes_(other.bytes_) {}
 
 BlobHandle &BlobHandle::operator=(BlobHandle &&other) noexcept {
   if (this == &other)
@@ -282,12 +304,26 @@ static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
   TempFile temp(cache.tmpDir());
   FLOWC_RETURN_IF_ERROR(temp.status());
   Hasher hasher;
+  // Hashing chunk i overlaps writing chunk i - 1, so the copy runs at the
+  // speed of the slower of the two rather than their sum. A source may reuse
+  // a buffer two chunks later: the write of the previous chunk is awaited
+  // before the next one is requested.
+  std::future<Status> pendingWrite;
+  auto awaitWrite = [&]() -> Status {
+    return pendingWrite.valid() ? pendingWrite.get() : Status::ok();
+  };
   while (true) {
-    FLOWC_ASSIGN_OR_RETURN(std::string_view chunk, source());
-    if (chunk.empty())
+    auto chunk = source();
+    if (!chunk || chunk->empty()) {
+      FLOWC_RETURN_IF_ERROR(awaitWrite());
+      if (!chunk)
+        return chunk.status();
       break;
-    hasher.update(chunk);
-    FLOWC_RETURN_IF_ERROR(temp.write(chunk));
+    }
+    hasher.update(*chunk);
+    FLOWC_RETURN_IF_ERROR(awaitWrite());
+    pendingWrite = std::async(std::launch::async,
+                              [&temp, view = *chunk] { return temp.write(view); });
   }
   stored = hasher.finish();
   if (expected && !(stored == *expected))
@@ -329,6 +365,76 @@ Expected<Digest> Cache::put(std::string_view bytes) {
   return stored;
 }
 
+Expected<std::vector<Digest>> Cache::putMany(const std::vector<std::string_view> &blobs) {
+  std::vector<Digest> digests = digestMany(blobs);
+  // What is new, once each, split by where it will live.
+  std::vector<size_t> large;
+  std::vector<Digest> rows;
+  std::vector<bool> rowInline;
+  std::vector<std::string_view> rowData;
+  std::unordered_map<std::string, bool> seen;
+  uint64_t dedup = 0, largeBytes = 0;
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    if (!seen.emplace(digests[i].toString(), true).second || contains(digests[i])) {
+      dedup += blobs[i].size();
+      continue;
+    }
+    if (blobs[i].size() < options_.inlineThreshold) {
+      rows.push_back(digests[i]);
+      rowInline.push_back(true);
+      rowData.push_back(blobs[i]);
+      continue;
+    }
+    large.push_back(i);
+    largeBytes += blobs[i].size();
+  }
+  FLOWC_RETURN_IF_ERROR(reserve(largeBytes));
+
+  // Write every large blob to its own temp file, two writers at a time.
+  std::vector<std::unique_ptr<TempFile>> temps(large.size());
+  std::vector<Status> errors(large.size());
+  std::atomic<size_t> next{0};
+  auto writer = [&] {
+    for (size_t k = next++; k < large.size(); k = next++) {
+      temps[k] = std::make_unique<TempFile>(tmpDir());
+      errors[k] = temps[k]->status();
+      if (errors[k].isOk())
+        errors[k] = temps[k]->write(blobs[large[k]]);
+      if (errors[k].isOk())
+        errors[k] = temps[k]->close();
+    }
+  };
+  std::thread helper(writer);
+  writer();
+  helper.join();
+  for (const Status &error : errors)
+    FLOWC_RETURN_IF_ERROR(error);
+  // One sync makes them all durable, instead of one fsync per file.
+  if (!large.empty()) {
+    int dirFd = ::open(tmpDir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dirFd >= 0 ? syncfs(dirFd) : -1;
+    int err = errno;
+    if (dirFd >= 0)
+      ::close(dirFd);
+    if (rc != 0)
+      return errnoStatus(err, "cannot sync '" + tmpDir() + "'");
+  }
+  for (size_t k = 0; k < large.size(); ++k) {
+    const Digest &digest = digests[large[k]];
+    std::string target = blobPath(digest);
+    FLOWC_RETURN_IF_ERROR(makeDirectory(fs::path(target).parent_path().string()));
+    FLOWC_RETURN_IF_ERROR(
+        temps[k]->rename(target).withContext("store " + digest.toString()));
+    rows.push_back(digest);
+    rowInline.push_back(false);
+    rowData.push_back({});
+  }
+  FLOWC_RETURN_IF_ERROR(index_->addBlobs(rows, rowInline, rowData));
+  if (dedup)
+    FLOWC_RETURN_IF_ERROR(index_->bump("dedup_bytes", static_cast<int64_t>(dedup)));
+  return digests;
+}
+
 Status Cache::putVerified(const Digest &expected, std::string_view bytes) {
   if (bytes.size() != expected.size)
     return dataLoss("blob claimed to be " + expected.toString() + " has " +
@@ -356,8 +462,13 @@ Expected<Digest> Cache::putFile(const std::string &path) {
   if (fstat(fd, &st) != 0)
     return errnoStatus(errno, "cannot stat '" + path + "'");
   uint64_t size = static_cast<uint64_t>(st.st_size);
-  std::string buffer(size < options_.inlineThreshold ? size : kChunkBytes, '\0');
+  // Two buffers: the writer may still be copying the previous chunk.
+  std::string buffers[2];
+  buffers[0].resize(size < options_.inlineThreshold ? size : kChunkBytes);
+  buffers[1].resize(buffers[0].size());
+  size_t turn = 0;
   auto source = [&]() -> Expected<std::string_view> {
+    std::string &buffer = buffers[turn++ % 2];
     while (true) {
       ssize_t n = ::read(fd, buffer.data(), buffer.size());
       if (n < 0 && errno == EINTR)

@@ -120,7 +120,8 @@ Status Index::migrate() {
   if (current > kSchemaVersion)
     return failedPrecondition("cache index '" + db_->path() + "' has schema version " +
                               std::to_string(current) + "; this flowc knows up to " +
-                              std::to_string(kSchemaVersion) + " (a newer flowc wrote it)");
+                              std::to_string(kSchemaVersion) +
+                              " (a newer flowc wrote it)");
   for (int v = current; v < kSchemaVersion; ++v) {
     FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
     // Another process may have migrated while we waited for the lock.
@@ -134,19 +135,30 @@ Status Index::migrate() {
   return Status::ok();
 }
 
+static const char *kAddBlobSql =
+    "INSERT INTO blobs(digest, size, inline, data, created_ms, last_access_ms) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(digest) DO UPDATE SET "
+    "last_access_ms = excluded.last_access_ms";
+
 Status Index::addBlob(const Digest &digest, bool isInline, std::string_view data) {
+  return addBlobs({digest}, {isInline}, {data});
+}
+
+Status Index::addBlobs(const std::vector<Digest> &digests,
+                       const std::vector<bool> &isInline,
+                       const std::vector<std::string_view> &data) {
   std::lock_guard lock(mutex_);
-  FLOWC_ASSIGN_OR_RETURN(
-      Statement stmt,
-      db_->prepare(
-          "INSERT INTO blobs(digest, size, inline, data, created_ms, last_access_ms) "
-          "VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(digest) DO UPDATE SET "
-          "last_access_ms = excluded.last_access_ms"));
-  stmt.bind(1, digest.toString()).bind(2, static_cast<int64_t>(digest.size));
-  stmt.bind(3, int64_t{isInline}).bind(5, nowMs());
-  if (isInline)
-    stmt.bindBlob(4, data);
-  return stmt.run();
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  int64_t now = nowMs();
+  for (size_t i = 0; i < digests.size(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(Statement stmt, db_->prepare(kAddBlobSql));
+    stmt.bind(1, digests[i].toString()).bind(2, static_cast<int64_t>(digests[i].size));
+    stmt.bind(3, int64_t{isInline[i]}).bind(5, now);
+    if (isInline[i])
+      stmt.bindBlob(4, data[i]);
+    FLOWC_RETURN_IF_ERROR(stmt.run());
+  }
+  return txn.commit();
 }
 
 Expected<std::optional<BlobRow>> Index::findBlob(const Digest &digest, bool withData) {

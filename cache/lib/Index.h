@@ -29,6 +29,9 @@ public:
   static Expected<std::unique_ptr<Index>> open(const std::string &path);
 
   Status addBlob(const Digest &digest, bool isInline, std::string_view data);
+  /// addBlob for many, in one transaction. `data[i]` is used for inline ones.
+  Status addBlobs(const std::vector<Digest> &digests, const std::vector<bool> &isInline,
+                  const std::vector<std::string_view> &data);
   Expected<std::optional<BlobRow>> findBlob(const Digest &digest, bool withData);
   Status touchBlob(const Digest &digest);
   /// Deletes the blob's row and every action that needs it, atomically.

@@ -544,3 +544,39 @@ TEST(TuningTest, KeepsTheFastestCandidate) {
 
 } // namespace
 } // namespace flowc::cache
+
+namespace flowc::cache {
+namespace {
+
+TEST(PutManyTest, StoresABatchOnceEachAndReturnsDigestsInOrder) {
+  flowc::testing::TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  std::string big1(300 << 10, '1'), big2(200 << 10, '2'), small = "tiny";
+  ASSERT_TRUE((*cache)->put(big2)); // already present: deduplicated
+  std::vector<std::string_view> blobs = {big1, small, big2, big1};
+  auto digests = (*cache)->putMany(blobs);
+  ASSERT_TRUE(digests) << digests.status().toString();
+  ASSERT_EQ(digests->size(), 4u);
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    EXPECT_EQ((*digests)[i], digestOf(blobs[i]));
+    EXPECT_EQ((*cache)->get((*digests)[i])->bytes(), blobs[i]);
+  }
+  auto stats = (*cache)->stats();
+  EXPECT_EQ(stats->blobCount, 3u);
+  EXPECT_EQ(stats->inlineBlobs, 1u);
+  EXPECT_EQ(stats->dedupBytes, big2.size() + big1.size());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/tmp"));
+}
+
+TEST(PutManyTest, EmptyBatchIsFine) {
+  flowc::testing::TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  auto digests = (*cache)->putMany({});
+  ASSERT_TRUE(digests);
+  EXPECT_TRUE(digests->empty());
+}
+
+} // namespace
+} // namespace flowc::cache

@@ -49,6 +49,13 @@ private:
   std::string path_;
 };
 
+std::vector<std::string_view> weightViews(const compiler::ImportedGraph &graph) {
+  std::vector<std::string_view> views;
+  for (const compiler::WeightRef &weight : graph.weights)
+    views.push_back(weight.bytes);
+  return views;
+}
+
 } // namespace
 
 Expected<IngestedModel> ingestModel(const std::string &path) {
@@ -64,10 +71,7 @@ Expected<IngestedModel> ingestModel(const std::string &path) {
     manifest["inputs"].push_back(tensorJson(input));
   for (const auto &output : ingested.graph.outputs)
     manifest["outputs"].push_back(tensorJson(output));
-  std::vector<std::string_view> weightBytes;
-  for (const compiler::WeightRef &weight : ingested.graph.weights)
-    weightBytes.push_back(weight.bytes);
-  ingested.weightDigests = cache::digestMany(weightBytes);
+  ingested.weightDigests = cache::digestMany(weightViews(ingested.graph));
   for (size_t i = 0; i < ingested.graph.weights.size(); ++i) {
     const compiler::WeightRef &weight = ingested.graph.weights[i];
     json entry = tensorJson(weight.info);
@@ -151,10 +155,15 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   // weights, IR and manifest become blobs, pinned until the job ends.
   cache::PinGuard pins = cache_.pinGuard();
   progress("store", std::to_string(ingested.graph.weights.size()) + " weights");
-  for (size_t i = 0; i < ingested.graph.weights.size(); ++i) {
-    FLOWC_RETURN_IF_ERROR(
-        cache_.putVerified(ingested.weightDigests[i], ingested.graph.weights[i].bytes));
-    pins.add(ingested.weightDigests[i]);
+  // putMany hashes again while storing: the model file may have changed
+  // since it was read, and the cache stores only what it verified.
+  FLOWC_ASSIGN_OR_RETURN(std::vector<Digest> stored,
+                         cache_.putMany(weightViews(ingested.graph)));
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (!(stored[i] == ingested.weightDigests[i]))
+      return dataLoss(request.modelPath + ": weight '" + ingested.graph.weights[i].key +
+                      "' changed while it was read");
+    pins.add(stored[i]);
   }
   FLOWC_ASSIGN_OR_RETURN(Digest ir, cache_.put(ingested.graph.irBytecode));
   pins.add(ir);

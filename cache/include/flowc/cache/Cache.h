@@ -162,6 +162,11 @@ public:
   /// copying; DataLoss if they do not match (blobs from outside the process
   /// always come through here).
   Status putVerified(const Digest &expected, std::string_view bytes);
+  /// Stores many blobs at once: hashed in parallel, written in parallel,
+  /// made durable with one filesystem sync, indexed in one transaction.
+  /// Returns digests in input order. On error, blobs already made durable
+  /// stay (they are complete and valid); nothing partial is visible.
+  Expected<std::vector<Digest>> putMany(const std::vector<std::string_view> &blobs);
   /// Streams a file into the store with a bounded buffer (memory does not
   /// grow with the file), hashing while copying.
   Expected<Digest> putFile(const std::string &path);
