@@ -215,31 +215,9 @@ Expected<EvictionResult> Index::removeBlob(const Digest &digest) {
   return result;
 }
 
-Expected<std::vector<BlobRow>> Index::blobsByLastAccess(size_t limit) {
-  std::lock_guard lock(mutex_);
-  FLOWC_ASSIGN_OR_RETURN(
-      Statement stmt,
-      db_->prepare("SELECT digest, inline, created_ms, last_access_ms FROM blobs "
-                   "WHERE pinned = 0 ORDER BY last_access_ms LIMIT ?1"));
-  stmt.bind(1, static_cast<int64_t>(limit));
-  std::vector<BlobRow> rows;
-  while (true) {
-    FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
-    if (!row)
-      break;
-    FLOWC_ASSIGN_OR_RETURN(Digest digest, parseColumn(stmt, 0));
-    rows.push_back(
-        {digest, stmt.integer(1) != 0, "", stmt.integer(2), stmt.integer(3), false});
-  }
-  return rows;
-}
-
-Expected<std::vector<BlobRow>> Index::allBlobs() {
-  std::lock_guard lock(mutex_);
-  FLOWC_ASSIGN_OR_RETURN(
-      Statement stmt,
-      db_->prepare("SELECT digest, inline, created_ms, last_access_ms, pinned FROM blobs "
-                   "ORDER BY last_access_ms DESC"));
+/// Rows of a query that selects (digest, inline, created_ms, last_access_ms,
+/// pinned).
+static Expected<std::vector<BlobRow>> readBlobRows(Statement &stmt) {
   std::vector<BlobRow> rows;
   while (true) {
     FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
@@ -250,6 +228,25 @@ Expected<std::vector<BlobRow>> Index::allBlobs() {
                     stmt.integer(4) != 0});
   }
   return rows;
+}
+
+Expected<std::vector<BlobRow>> Index::blobsByLastAccess(size_t limit) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT digest, inline, created_ms, last_access_ms, pinned FROM blobs "
+                   "WHERE pinned = 0 ORDER BY last_access_ms LIMIT ?1"));
+  stmt.bind(1, static_cast<int64_t>(limit));
+  return readBlobRows(stmt);
+}
+
+Expected<std::vector<BlobRow>> Index::allBlobs() {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT digest, inline, created_ms, last_access_ms, pinned FROM blobs "
+                   "ORDER BY last_access_ms DESC"));
+  return readBlobRows(stmt);
 }
 
 Status Index::setPinned(const Digest &digest, bool pinned) {

@@ -88,22 +88,27 @@ grpc::Status CacheService::Verify(grpc::ServerContext *,
   return grpc::Status::OK;
 }
 
+grpc::Status CacheService::setPinned(const flowc::v1::CachePinRequest &request,
+                                     bool pinned) {
+  auto digest = cache::Digest::parse(request.digest());
+  if (!digest)
+    return toGrpcStatus(digest.status());
+  Status status = pinned ? context_.cache->pin(*digest) : context_.cache->unpin(*digest);
+  spdlog::info("cache {} digest={} status={}", pinned ? "pin" : "unpin", request.digest(),
+               status.toString());
+  return toGrpcStatus(status);
+}
+
 grpc::Status CacheService::Pin(grpc::ServerContext *,
                                const flowc::v1::CachePinRequest *request,
                                flowc::v1::CachePinResponse *) {
-  auto digest = cache::Digest::parse(request->digest());
-  if (!digest)
-    return toGrpcStatus(digest.status());
-  return toGrpcStatus(context_.cache->pin(*digest));
+  return setPinned(*request, true);
 }
 
 grpc::Status CacheService::Unpin(grpc::ServerContext *,
                                  const flowc::v1::CachePinRequest *request,
                                  flowc::v1::CachePinResponse *) {
-  auto digest = cache::Digest::parse(request->digest());
-  if (!digest)
-    return toGrpcStatus(digest.status());
-  return toGrpcStatus(context_.cache->unpin(*digest));
+  return setPinned(*request, false);
 }
 
 grpc::Status CacheService::Clear(grpc::ServerContext *,

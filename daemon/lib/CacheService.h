@@ -28,6 +28,8 @@ public:
                      flowc::v1::CacheGcResponse *response) override;
 
 private:
+  grpc::Status setPinned(const flowc::v1::CachePinRequest &request, bool pinned);
+
   DaemonContext &context_;
 };
 
