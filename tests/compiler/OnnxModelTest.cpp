@@ -3,6 +3,9 @@
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
 
+#include <filesystem>
+#include <optional>
+
 namespace flowc::compiler {
 namespace {
 
@@ -101,14 +104,111 @@ TEST(OnnxModelTest, RejectsInitializerWhoseBytesDoNotMatchItsShape) {
                "graph.initializer[0] 'W': holds 12 bytes but shape and float32 need 64"));
 }
 
-TEST(OnnxModelTest, ReportsExternalDataAsUnsupported) {
+/// A float tensor whose data lives in an external file.
+std::string externalTensor(const std::string &name, std::vector<int64_t> dims,
+                           const std::string &location, std::optional<uint64_t> offset,
+                           std::optional<uint64_t> length) {
   ProtoWriter tensor;
-  tensor.varint(1, 4).varint(2, 1).bytes(8, "W").varint(14, 1);
-  tensor.bytes(13, ProtoWriter().bytes(1, "location").bytes(2, "w.bin").str());
+  for (int64_t d : dims)
+    tensor.varint(1, static_cast<uint64_t>(d));
+  tensor.varint(2, 1).bytes(8, name);
+  auto entry = [&](const std::string &key, const std::string &value) {
+    tensor.bytes(13, ProtoWriter().bytes(1, key).bytes(2, value).str());
+  };
+  entry("location", location);
+  if (offset)
+    entry("offset", std::to_string(*offset));
+  if (length)
+    entry("length", std::to_string(*length));
+  tensor.varint(14, 1);
+  return tensor.str();
+}
+
+/// A model with one external initializer, written to `dir`/model.onnx.
+std::string writeExternalModel(const TempDir &dir, const std::string &tensor) {
   GraphSpec spec;
-  spec.initializers = {tensor.str()};
-  EXPECT_THAT(parseOnnxModel(model(spec), "ext.onnx"),
-              StatusIs(StatusCode::Unimplemented, "external data"));
+  spec.initializers = {tensor};
+  spec.inputs = {valueInfo("x", {4})};
+  spec.outputs = {valueInfo("x", {4})};
+  writeFile(dir.file("model.onnx"), model(spec));
+  return dir.file("model.onnx");
+}
+
+TEST(ExternalDataTest, MapsTensorsSharingOneFile) {
+  TempDir dir;
+  std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  writeFile(dir.file("weights.bin"),
+            std::string(reinterpret_cast<const char *>(values.data()), 24));
+  GraphSpec spec;
+  spec.initializers = {externalTensor("W", {4}, "weights.bin", 8, 16),
+                       externalTensor("b", {2}, "weights.bin", std::nullopt, 8)};
+  spec.inputs = {valueInfo("x", {4})};
+  spec.outputs = {valueInfo("x", {4})};
+  writeFile(dir.file("model.onnx"), model(spec));
+  auto parsed = loadOnnxModel(dir.file("model.onnx"));
+  ASSERT_TRUE(parsed) << parsed.status().toString();
+  ASSERT_EQ(parsed->initializers.size(), 2u);
+  float w[4], b[2];
+  std::memcpy(w, parsed->initializers[0].bytes.data(), 16);
+  std::memcpy(b, parsed->initializers[1].bytes.data(), 8);
+  EXPECT_EQ(w[0], 3);
+  EXPECT_EQ(w[3], 6);
+  EXPECT_EQ(b[1], 2);
+  // One mapping, shared by both tensors.
+  EXPECT_EQ(parsed->externalFiles.size(), 1u);
+}
+
+TEST(ExternalDataTest, RefusesLocationsThatEscapeTheModelDirectory) {
+  TempDir dir;
+  EXPECT_THAT(
+      loadOnnxModel(writeExternalModel(
+          dir, externalTensor("W", {4}, "../w.bin", std::nullopt, std::nullopt))),
+      StatusIs(StatusCode::InvalidArgument,
+               "'W': external data location '../w.bin' escapes the model's directory"));
+  EXPECT_THAT(
+      loadOnnxModel(writeExternalModel(
+          dir, externalTensor("W", {4}, "/etc/passwd", std::nullopt, std::nullopt))),
+      StatusIs(StatusCode::InvalidArgument, "is absolute"));
+  // A symlink inside the directory that leads outside it.
+  TempDir outside;
+  writeFile(outside.file("w.bin"), std::string(16, '\0'));
+  std::filesystem::create_symlink(outside.file("w.bin"), dir.file("link.bin"));
+  EXPECT_THAT(loadOnnxModel(writeExternalModel(
+                  dir, externalTensor("W", {4}, "link.bin", std::nullopt, std::nullopt))),
+              StatusIs(StatusCode::InvalidArgument, "outside the model's directory"));
+}
+
+TEST(ExternalDataTest, MissingFileNamesTheTensor) {
+  TempDir dir;
+  EXPECT_THAT(
+      loadOnnxModel(writeExternalModel(
+          dir, externalTensor("W", {4}, "absent.bin", std::nullopt, std::nullopt))),
+      StatusIs(StatusCode::NotFound, "'W': external data file 'absent.bin' not found"));
+}
+
+TEST(ExternalDataTest, ShortFileIsOutOfRange) {
+  TempDir dir;
+  writeFile(dir.file("w.bin"), std::string(12, '\0'));
+  EXPECT_THAT(
+      loadOnnxModel(writeExternalModel(dir, externalTensor("W", {4}, "w.bin", 0, 16))),
+      StatusIs(StatusCode::InvalidArgument,
+               "'W': external data out of range: offset 0 + length 16 exceeds 'w.bin'"));
+  EXPECT_THAT(
+      loadOnnxModel(writeExternalModel(dir, externalTensor("W", {4}, "w.bin", 64, 16))),
+      StatusIs(StatusCode::InvalidArgument, "offset 64 is past the end"));
+  // Without a length the rest of the file must match the shape exactly.
+  EXPECT_THAT(loadOnnxModel(writeExternalModel(
+                  dir, externalTensor("W", {4}, "w.bin", std::nullopt, std::nullopt))),
+              StatusIs(StatusCode::InvalidArgument,
+                       "holds 12 bytes but shape and float32 need 16"));
+}
+
+TEST(ExternalDataTest, NeedsADirectoryWhenParsedFromMemory) {
+  TempDir dir;
+  std::string bytes = *readFileToString(writeExternalModel(
+      dir, externalTensor("W", {4}, "w.bin", std::nullopt, std::nullopt)));
+  EXPECT_THAT(parseOnnxModel(bytes, "mem.onnx"),
+              StatusIs(StatusCode::FailedPrecondition, "needs the model's directory"));
 }
 
 } // namespace

@@ -5,6 +5,7 @@ import pathlib
 import sqlite3
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
@@ -122,3 +123,25 @@ def test_unknown_target_is_a_usage_error(populated, tmp_path):
     result = flowc.run("submit", good, "--target", "tpu", check=False)
     assert result.returncode != 0
     assert "tpu" in result.stderr
+
+
+def test_external_data_outside_the_model_directory_is_refused(flowc, tmp_path):
+    model = make_models.make_cnn(np.random.default_rng(0))
+    (tmp_path / "models").mkdir()
+    onnx.save_model(model, tmp_path / "models" / "m.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="w.bin", size_threshold=0)
+    # Point every tensor at a file one level up.
+    (tmp_path / "w.bin").write_bytes((tmp_path / "models" / "w.bin").read_bytes())
+    m = onnx.load(tmp_path / "models" / "m.onnx", load_external_data=False)
+    for init in m.graph.initializer:
+        for entry in init.external_data:
+            if entry.key == "location":
+                entry.value = "../w.bin"
+    onnx.save_model(m, tmp_path / "models" / "escape.onnx")
+    result = flowc.run("submit", tmp_path / "models" / "escape.onnx", check=False)
+    assert result.returncode != 0
+    assert "external data location '../w.bin' escapes the model's directory" in result.stderr
+    # A truncated external file names the tensor.
+    (tmp_path / "models" / "w.bin").write_bytes(b"\0" * 100)
+    result = flowc.run("submit", tmp_path / "models" / "m.onnx", check=False)
+    assert result.returncode != 0 and "external data out of range" in result.stderr

@@ -104,3 +104,18 @@ def test_concurrent_submits_all_succeed(flowc, tmp_path):
     for path in paths:
         ours = flowc.execute(path.with_suffix(".fca"), {"image": x})
         assert_close(ours["probs"], onnxruntime_outputs(path, {"image": x})["probs"])
+
+
+def test_external_data_model_matches_onnxruntime(flowc, tmp_path):
+    """Weights saved with onnx's external-data format, all in one file."""
+    path = tmp_path / "ext" / "cnn.onnx"
+    path.parent.mkdir()
+    model = make_models.make_cnn(np.random.default_rng(21))
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="cnn.weights", size_threshold=0)
+    assert (path.parent / "cnn.weights").stat().st_size > 6000
+    x = np.random.default_rng(22).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    check_against_onnxruntime(flowc, path, {"image": x})
+    # Same weights inline or external: the same model.
+    inline = save(make_models.make_cnn(np.random.default_rng(21)), tmp_path / "inline.onnx")
+    assert flowc.submit(inline)["model_digest"] == flowc.submit(path)["model_digest"]

@@ -2,7 +2,10 @@
 
 #include "WireReader.h"
 
+#include <charconv>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <set>
 
 namespace flowc::compiler {
@@ -80,7 +83,9 @@ namespace {
 /// ("graph.node[3]"). Holds the file view for payload offsets.
 class Parser {
 public:
-  Parser(std::string_view file, std::string name) : file_(file), name_(std::move(name)) {}
+  Parser(std::string_view file, std::string name, std::string baseDir, OnnxModel &model)
+      : file_(file), name_(std::move(name)), baseDir_(std::move(baseDir)), model_(model) {
+  }
 
   Status parseModel(OnnxModel &model);
 
@@ -119,8 +124,16 @@ private:
                          TensorInfo &info);
   Status parseShape(std::string_view bytes, const std::string &where, TensorInfo &info);
 
+  Status resolveExternal(const std::string &label, const std::string &location,
+                         std::optional<uint64_t> offset, std::optional<uint64_t> length,
+                         TensorData &tensor);
+  Expected<std::shared_ptr<MappedFile>> mapExternal(const std::string &label,
+                                                    const std::string &location);
+
   std::string_view file_;
   std::string name_;
+  std::string baseDir_;
+  OnnxModel &model_;
 };
 
 Status Parser::parseModel(OnnxModel &model) {
@@ -379,6 +392,8 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
   std::vector<uint64_t> varintValues;
   std::string looseFloats;
   bool hasRaw = false, hasVarints = false, hasFloats = false, external = false;
+  std::string location;
+  std::optional<uint64_t> externalOffset, externalLength;
   while (!reader.atEnd()) {
     FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
     switch (field.number) {
@@ -425,9 +440,32 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
       tensor.bytes = field.bytes;
       hasRaw = true;
       break;
-    case 13:
+    case 13: {
+      // StringStringEntryProto {key = 1, value = 2}.
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".external_data"));
+      WireReader entry(field.bytes, offsetOf(field.bytes));
+      std::string key, value;
+      while (!entry.atEnd()) {
+        FLOWC_ASSIGN_OR_RETURN(WireField f, next(entry, where + ".external_data"));
+        if (f.type == WireType::Bytes && f.number == 1)
+          key = std::string(f.bytes);
+        else if (f.type == WireType::Bytes && f.number == 2)
+          value = std::string(f.bytes);
+      }
       external = true;
+      if (key == "location") {
+        location = value;
+      } else if (key == "offset" || key == "length") {
+        uint64_t number = 0;
+        auto [end, ec] =
+            std::from_chars(value.data(), value.data() + value.size(), number);
+        if (ec != std::errc() || end != value.data() + value.size())
+          return error(where + " '" + tensor.info.name + "'",
+                       "external data " + key + " '" + value + "' is not a number");
+        (key == "offset" ? externalOffset : externalLength) = number;
+      }
       break;
+    }
     case 14:
       external = external || field.varint == 1;
       break;
@@ -437,9 +475,8 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
   }
   std::string label = where + " '" + tensor.info.name + "'";
   if (external)
-    return unimplemented(name_ + ": " + label +
-                         ": external data is not supported yet; re-save the model with "
-                         "weights inline");
+    FLOWC_RETURN_IF_ERROR(
+        resolveExternal(label, location, externalOffset, externalLength, tensor));
   size_t elementSize = dtypeSize(tensor.info.dtype);
   if (elementSize == 0)
     return error(label, "unsupported tensor data type " + dtypeName(tensor.info.dtype));
@@ -458,6 +495,67 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
     return error(label, "holds " + std::to_string(tensor.bytes.size()) +
                             " bytes but shape and " + dtypeName(tensor.info.dtype) +
                             " need " + std::to_string(expected));
+  return Status::ok();
+}
+
+Expected<std::shared_ptr<MappedFile>> Parser::mapExternal(const std::string &label,
+                                                          const std::string &location) {
+  namespace fs = std::filesystem;
+  if (baseDir_.empty())
+    return failedPrecondition(
+        name_ + ": " + label + ": external data '" + location +
+        "' needs the model's directory; load the model from a file");
+  fs::path relative(location);
+  if (location.empty())
+    return error(label, "external data without a location");
+  if (relative.is_absolute())
+    return error(label,
+                 "external data location '" + location +
+                     "' is absolute; it must be relative to the model's directory");
+  for (const fs::path &part : relative.lexically_normal())
+    if (part == "..")
+      return error(label, "external data location '" + location +
+                              "' escapes the model's directory");
+  fs::path path = (fs::path(baseDir_) / relative).lexically_normal();
+  auto it = model_.externalFiles.find(path.string());
+  if (it != model_.externalFiles.end())
+    return it->second;
+  std::error_code ec;
+  fs::path real = fs::canonical(path, ec);
+  if (ec)
+    return notFound(name_ + ": " + label + ": external data file '" + location +
+                    "' not found in '" + baseDir_ + "'");
+  // A symlink inside the directory must not lead outside it either.
+  fs::path root = fs::canonical(baseDir_, ec);
+  std::string rootText = root.string() + "/";
+  if (ec || real.string().compare(0, rootText.size(), rootText) != 0)
+    return error(label, "external data location '" + location + "' resolves to '" +
+                            real.string() + "', outside the model's directory");
+  auto mapped = MappedFile::open(real.string());
+  if (!mapped)
+    return Status(mapped.status().code(),
+                  name_ + ": " + label + ": " + mapped.status().message());
+  auto shared = std::make_shared<MappedFile>(mapped.takeValue());
+  model_.externalFiles[path.string()] = shared;
+  return shared;
+}
+
+Status Parser::resolveExternal(const std::string &label, const std::string &location,
+                               std::optional<uint64_t> offset,
+                               std::optional<uint64_t> length, TensorData &tensor) {
+  FLOWC_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, mapExternal(label, location));
+  uint64_t size = file->size(), begin = offset.value_or(0);
+  if (begin > size)
+    return error(label, "external data out of range: offset " + std::to_string(begin) +
+                            " is past the end of '" + location + "' (" +
+                            std::to_string(size) + " bytes)");
+  uint64_t count = length.value_or(size - begin);
+  if (count > size - begin)
+    return error(label, "external data out of range: offset " + std::to_string(begin) +
+                            " + length " + std::to_string(count) + " exceeds '" +
+                            location + "' (" + std::to_string(size) + " bytes)");
+  tensor.bytes =
+      std::string_view(reinterpret_cast<const char *>(file->data()) + begin, count);
   return Status::ok();
 }
 
@@ -524,12 +622,13 @@ Status Parser::parseShape(std::string_view bytes, const std::string &where,
 
 } // namespace
 
-Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &name) {
+Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &name,
+                                   const std::string &baseDir) {
   if (bytes.empty())
     return invalidArgument(name + ": empty file (not an ONNX model)");
   OnnxModel model;
   model.path = name;
-  Parser parser(bytes, name);
+  Parser parser(bytes, name, baseDir, model);
   FLOWC_RETURN_IF_ERROR(parser.parseModel(model));
   return model;
 }
@@ -539,7 +638,9 @@ Expected<OnnxModel> loadOnnxModel(const std::string &path) {
   if (!file)
     return file.status();
   auto shared = std::make_shared<MappedFile>(file.takeValue());
-  FLOWC_ASSIGN_OR_RETURN(OnnxModel model, parseOnnxModel(shared->view(), path));
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  FLOWC_ASSIGN_OR_RETURN(OnnxModel model,
+                         parseOnnxModel(shared->view(), path, dir.empty() ? "." : dir));
   model.file = std::move(shared);
   return model;
 }

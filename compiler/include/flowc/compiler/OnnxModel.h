@@ -88,16 +88,22 @@ struct OnnxModel {
   std::vector<TensorInfo> outputs;
   std::vector<TensorData> initializers;
   std::vector<Node> nodes;
-  /// Keeps initializer views valid.
+  /// Keep initializer views valid: the model file and every external data
+  /// file, each mapped once however many tensors share it.
   std::shared_ptr<MappedFile> file;
+  std::map<std::string, std::shared_ptr<MappedFile>> externalFiles;
 };
 
 /// Parses the ONNX file at `path`. Errors (InvalidArgument / NotFound) name
-/// the file and the place in the message that is malformed.
+/// the file and the place in the message that is malformed. External data
+/// is resolved relative to the model's directory and mapped, never copied;
+/// a location that escapes that directory is refused.
 Expected<OnnxModel> loadOnnxModel(const std::string &path);
 
 /// Parses an in-memory ONNX ModelProto; `name` is used in messages. Views in
-/// the result point into `bytes`, which must outlive it.
-Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &name);
+/// the result point into `bytes`, which must outlive it. External data is
+/// resolved in `baseDir`; without one it is a FailedPrecondition.
+Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &name,
+                                   const std::string &baseDir = "");
 
 } // namespace flowc::compiler
