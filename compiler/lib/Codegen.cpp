@@ -145,6 +145,8 @@ void buildLowerToLlvmPipeline(mlir::PassManager &pm) {
   pm.addPass(mlir::memref::createExpandStridedMetadataPass());
   pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
   pm.addPass(mlir::createConvertMathToLLVMPass());
+  // What LLVM has no intrinsic for (erf, ...) becomes a libm call.
+  pm.addPass(mlir::createConvertMathToLibmPass());
   pm.addPass(mlir::createArithToLLVMConversionPass());
   pm.addPass(mlir::createConvertControlFlowToLLVMPass());
   // Bare pointers: the ABI is one dense buffer per argument.

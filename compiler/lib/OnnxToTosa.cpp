@@ -17,6 +17,8 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <set>
+#include <tuple>
 
 namespace flowc::compiler {
 
@@ -87,6 +89,7 @@ private:
   Value zeroShift();
   Value transpose(Value v, llvm::ArrayRef<int32_t> perms);
   Value constShape(const Shape &shape);
+  Value slice(Value v, const Shape &start, const Shape &size);
   Value reshape(Value v, const Shape &shape);
   /// TOSA 1.0 wants (in - 1 + pads - dilated kernel extent) divisible by the
   /// stride where ONNX floors: trims trailing padding, then trailing input
@@ -108,6 +111,16 @@ private:
   Status importFlatten(const Node &node);
   Status importSoftmax(const Node &node);
   Status importTranspose(const Node &node);
+  Status importBatchNormalization(const Node &node);
+  Status importClip(const Node &node);
+  Status importConcat(const Node &node);
+  Status importReduceMean(const Node &node);
+  Status importSqueeze(const Node &node, bool unsqueeze);
+  Status importActivation(const Node &node);
+  Expected<Shape> axesOf(const Node &node, size_t inputIndex, int64_t rank);
+  Expected<float> scalarConstant(const Node &node, size_t index);
+  Value clamp(Value x, float low, float high);
+  Value mul(Value a, Value b);
   Expected<Value> softmaxLastAxis(Value x);
   Value matmul3d(Value a, Value b);
 
@@ -163,6 +176,12 @@ Value Importer::reshape(Value v, const Shape &shape) {
   return build<mlir::tosa::ReshapeOp>(shape, {v, constShape(shape)});
 }
 
+Value Importer::slice(Value v, const Shape &start, const Shape &size) {
+  if (shapeOf(v) == size)
+    return v;
+  return build<mlir::tosa::SliceOp>(size, {v, constShape(start), constShape(size)});
+}
+
 Value Importer::fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape &kernel,
                            const Shape &strides, const Shape &dilations) {
   Shape in = shapeOf(nhwc), size = in;
@@ -173,10 +192,7 @@ Value Importer::fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape
     pads[i + 2] -= fromPad;
     size[1 + i] -= unused - fromPad;
   }
-  if (size == in)
-    return nhwc;
-  return build<mlir::tosa::SliceOp>(
-      size, {nhwc, constShape(Shape(in.size(), 0)), constShape(size)});
+  return slice(nhwc, Shape(in.size(), 0), size);
 }
 
 Expected<Value> Importer::weightArgument(const Node &node, const TensorData &tensor) {
@@ -318,13 +334,16 @@ Status Importer::importConv(const Node &node) {
   if (xs.size() != 4 || ws.size() != 4)
     return nodeUnsupported(node, "only 2-D convolution (4-D input " + shapeString(xs) +
                                      ", weight " + shapeString(ws) + ") is supported");
-  if (intAttr(node, "group", 1) != 1)
-    return nodeUnsupported(node, "group=" + std::to_string(intAttr(node, "group", 1)) +
-                                     " is not supported yet");
-  if (ws[1] != xs[1])
-    return nodeError(node, "weight " + shapeString(ws) + " expects " +
-                               std::to_string(ws[1]) + " input channels, input " +
-                               shapeString(xs) + " has " + std::to_string(xs[1]));
+  int64_t groups = intAttr(node, "group", 1);
+  if (groups < 1 || ws[0] % groups != 0)
+    return nodeError(node, "group=" + std::to_string(groups) + " does not divide the " +
+                               std::to_string(ws[0]) + " output channels");
+  if (ws[1] * groups != xs[1])
+    return nodeError(node, "weight " + shapeString(ws) +
+                               " with group=" + std::to_string(groups) + " expects " +
+                               std::to_string(ws[1] * groups) +
+                               " input channels, input " + shapeString(xs) + " has " +
+                               std::to_string(xs[1]));
   Shape kernel = intsAttr(node, "kernel_shape", {ws[2], ws[3]});
   Shape strides = intsAttr(node, "strides", {1, 1});
   Shape dilations = intsAttr(node, "dilations", {1, 1});
@@ -352,14 +371,40 @@ Status Importer::importConv(const Node &node) {
     out[1 + i] = span / strides[i] + 1;
   }
   Value xNhwc = fitWindows(transpose(x, {0, 2, 3, 1}), pads, kernel, strides, dilations);
-  Value wOhwi = transpose(w, {0, 2, 3, 1});
+  llvm::SmallVector<mlir::NamedAttribute> attrs = {
+      attr("pad", builder_.getDenseI64ArrayAttr({pads[0], pads[2], pads[1], pads[3]})),
+      attr("stride", builder_.getDenseI64ArrayAttr(strides)),
+      attr("dilation", builder_.getDenseI64ArrayAttr(dilations)),
+      attr("acc_type", mlir::TypeAttr::get(builder_.getF32Type()))};
   Value zp = zeroPoint();
-  Value y = build<mlir::tosa::Conv2DOp>(
-      out, {xNhwc, wOhwi, bias, zp, zp},
-      {attr("pad", builder_.getDenseI64ArrayAttr({pads[0], pads[2], pads[1], pads[3]})),
-       attr("stride", builder_.getDenseI64ArrayAttr(strides)),
-       attr("dilation", builder_.getDenseI64ArrayAttr(dilations)),
-       attr("acc_type", mlir::TypeAttr::get(builder_.getF32Type()))});
+  Value y;
+  if (groups == 1) {
+    y = build<mlir::tosa::Conv2DOp>(
+        out, {xNhwc, transpose(w, {0, 2, 3, 1}), bias, zp, zp}, attrs);
+  } else if (groups == xs[1] && ws[1] == 1) {
+    // Depthwise: ONNX [C*M, 1, KH, KW] is TOSA's [KH, KW, C, M] after a
+    // reshape; output channel c*M + m is the same in both.
+    int64_t multiplier = ws[0] / groups;
+    Value hwcm = transpose(reshape(w, {groups, multiplier, ws[2], ws[3]}), {2, 3, 0, 1});
+    y = build<mlir::tosa::DepthwiseConv2DOp>(out, {xNhwc, hwcm, bias, zp, zp}, attrs);
+  } else {
+    // Grouped: one convolution per group on its slice of channels.
+    Shape xn = shapeOf(xNhwc);
+    int64_t inPerGroup = ws[1], outPerGroup = ws[0] / groups;
+    Value wOhwi = transpose(w, {0, 2, 3, 1});
+    llvm::SmallVector<Value> parts;
+    for (int64_t g = 0; g < groups; ++g) {
+      Value xg =
+          slice(xNhwc, {0, 0, 0, g * inPerGroup}, {xn[0], xn[1], xn[2], inPerGroup});
+      Value wg =
+          slice(wOhwi, {g * outPerGroup, 0, 0, 0}, {outPerGroup, ws[2], ws[3], ws[1]});
+      Value bg = slice(bias, {g * outPerGroup}, {outPerGroup});
+      parts.push_back(build<mlir::tosa::Conv2DOp>({out[0], out[1], out[2], outPerGroup},
+                                                  {xg, wg, bg, zp, zp}, attrs));
+    }
+    y = build<mlir::tosa::ConcatOp>(out, parts,
+                                    {attr("axis", builder_.getI32IntegerAttr(3))});
+  }
   return define(node, transpose(y, {0, 3, 1, 2}));
 }
 
@@ -369,8 +414,6 @@ Status Importer::importPool(const Node &node) {
   if (xs.size() != 4)
     return nodeUnsupported(node, "only 2-D pooling (4-D input) is supported, got " +
                                      shapeString(xs));
-  if (intAttr(node, "ceil_mode", 0) != 0)
-    return nodeUnsupported(node, "ceil_mode=1 is not supported yet");
   if (node.outputs.size() > 1)
     return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
   Shape kernel = intsAttr(node, "kernel_shape", {});
@@ -386,12 +429,23 @@ Status Importer::importPool(const Node &node) {
   if (!isMax && intAttr(node, "count_include_pad", 0) != 0 &&
       (pads[0] || pads[1] || pads[2] || pads[3]))
     return nodeUnsupported(node, "count_include_pad=1 with padding is not supported yet");
+  bool ceilMode = intAttr(node, "ceil_mode", 0) != 0;
   Shape out = {xs[0], 0, 0, xs[1]};
   for (int i = 0; i < 2; ++i) {
     int64_t span = xs[2 + i] + pads[i] + pads[i + 2] - kernel[i];
     if (span < 0)
       return nodeError(node, "kernel larger than padded input " + shapeString(xs));
     out[1 + i] = span / strides[i] + 1;
+    if (!ceilMode || span % strides[i] == 0)
+      continue;
+    // ceil_mode adds a last, partial window unless it would start in the
+    // trailing padding; extra trailing padding makes TOSA produce it (max
+    // pooling pads with the lowest value, average pooling does not count
+    // padding).
+    if (out[1 + i] * strides[i] < xs[2 + i] + pads[i]) {
+      pads[i + 2] += strides[i] - span % strides[i];
+      out[1 + i] += 1;
+    }
   }
   Value xNhwc = fitWindows(transpose(x, {0, 2, 3, 1}), pads, kernel, strides, dilations);
   llvm::SmallVector<mlir::NamedAttribute> attrs = {
@@ -607,6 +661,240 @@ Status Importer::importTranspose(const Node &node) {
   return define(node, transpose(x, perms));
 }
 
+Value Importer::clamp(Value x, float low, float high) {
+  return build<mlir::tosa::ClampOp>(shapeOf(x), {x},
+                                    {attr("min_val", builder_.getF32FloatAttr(low)),
+                                     attr("max_val", builder_.getF32FloatAttr(high))});
+}
+
+/// Elementwise product of same-rank operands (the caller broadcast them).
+Value Importer::mul(Value a, Value b) {
+  Shape as = shapeOf(a), bs = shapeOf(b), out(as.size());
+  for (size_t i = 0; i < as.size(); ++i)
+    out[i] = std::max(as[i], bs[i]);
+  return build<mlir::tosa::MulOp>(out, {a, b, zeroShift()});
+}
+
+Expected<float> Importer::scalarConstant(const Node &node, size_t index) {
+  FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, index));
+  if (tensor->info.dtype != DType::F32 || tensor->info.elementCount() != 1)
+    return nodeUnsupported(node, "input '" + node.inputs[index] +
+                                     "' must be a float32 scalar constant");
+  float value;
+  std::memcpy(&value, tensor->bytes.data(), 4);
+  return value;
+}
+
+/// Axes from the `axes` attribute (older opsets) or a constant int64 input
+/// (newer ones), normalized to [0, rank) and sorted.
+Expected<Shape> Importer::axesOf(const Node &node, size_t inputIndex, int64_t rank) {
+  Shape axes = intsAttr(node, "axes", {});
+  if (hasOperand(node, inputIndex)) {
+    FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, inputIndex));
+    if (tensor->info.dtype != DType::I64)
+      return nodeError(node, "axes must be int64");
+    axes.resize(static_cast<size_t>(tensor->info.elementCount()));
+    std::memcpy(axes.data(), tensor->bytes.data(), axes.size() * 8);
+  }
+  for (int64_t &axis : axes) {
+    int64_t original = axis;
+    if (axis < 0)
+      axis += rank;
+    if (axis < 0 || axis >= rank)
+      return nodeError(node, "axis " + std::to_string(original) +
+                                 " is out of range for rank " + std::to_string(rank));
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    return nodeError(node, "axes " + shapeString(axes) + " repeat an axis");
+  return axes;
+}
+
+Status Importer::importBatchNormalization(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape xs = shapeOf(x);
+  if (xs.size() < 2)
+    return nodeError(node, "input " + shapeString(xs) + " has no channel dimension");
+  if (node.outputs.size() > 1 || intAttr(node, "training_mode", 0) != 0)
+    return nodeUnsupported(node,
+                           "training mode (running statistics outputs) is not supported");
+  // Per-channel vectors broadcast as [1, C, 1, ...].
+  Shape channel(xs.size(), 1);
+  channel[1] = xs[1];
+  Value params[4];
+  for (size_t i = 0; i < 4; ++i) {
+    FLOWC_ASSIGN_OR_RETURN(params[i], operand(node, i + 1));
+    if (shapeOf(params[i]) != Shape{xs[1]})
+      return nodeError(node, "input #" + std::to_string(i + 1) + " has shape " +
+                                 shapeString(shapeOf(params[i])) + ", expected [" +
+                                 std::to_string(xs[1]) + "]");
+    params[i] = reshape(params[i], channel);
+  }
+  auto [scale, bias, mean, variance] =
+      std::tuple(params[0], params[1], params[2], params[3]);
+  float epsilon = floatAttr(node, "epsilon", 1e-5f);
+  Value inverse = build<mlir::tosa::RsqrtOp>(
+      channel,
+      {build<mlir::tosa::AddOp>(channel, {variance, scalar(epsilon, xs.size())})});
+  Value centered = build<mlir::tosa::SubOp>(xs, {x, mean});
+  Value y = mul(centered, mul(scale, inverse));
+  return define(node, build<mlir::tosa::AddOp>(xs, {y, bias}));
+}
+
+Status Importer::importClip(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  float low = -std::numeric_limits<float>::infinity();
+  float high = std::numeric_limits<float>::infinity();
+  if (model_.opsetVersion < 11) {
+    low = floatAttr(node, "min", low);
+    high = floatAttr(node, "max", high);
+  } else {
+    if (hasOperand(node, 1)) {
+      FLOWC_ASSIGN_OR_RETURN(low, scalarConstant(node, 1));
+    }
+    if (hasOperand(node, 2)) {
+      FLOWC_ASSIGN_OR_RETURN(high, scalarConstant(node, 2));
+    }
+  }
+  return define(node, clamp(x, low, high));
+}
+
+Status Importer::importConcat(const Node &node) {
+  llvm::SmallVector<Value> inputs;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(Value v, operand(node, i));
+    inputs.push_back(v);
+  }
+  if (inputs.empty())
+    return nodeError(node, "Concat needs at least one input");
+  Shape out = shapeOf(inputs[0]);
+  int64_t rank = static_cast<int64_t>(out.size());
+  int64_t axis = intAttr(node, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
+                               " is out of range for rank " + std::to_string(rank));
+  Shape reference = out;
+  reference[axis] = 0;
+  out[axis] = 0;
+  for (Value v : inputs) {
+    Shape shape = shapeOf(v), other = shape;
+    if (shape.size() == out.size())
+      other[axis] = 0;
+    if (other != reference)
+      return nodeError(node, "input " + shapeString(shape) +
+                                 " does not match the others outside axis " +
+                                 std::to_string(axis));
+    out[axis] += shape[axis];
+  }
+  if (inputs.size() == 1)
+    return define(node, inputs[0]);
+  return define(node, build<mlir::tosa::ConcatOp>(
+                          out, inputs, {attr("axis", builder_.getI32IntegerAttr(axis))}));
+}
+
+Status Importer::importReduceMean(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  // Opset 18 moved `axes` from an attribute to input 1.
+  FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, rank));
+  if (axes.empty()) {
+    if (intAttr(node, "noop_with_empty_axes", 0))
+      return define(node, x);
+    for (int64_t i = 0; i < rank; ++i)
+      axes.push_back(i);
+  }
+  int64_t count = 1;
+  for (int64_t axis : axes) {
+    count *= shape[axis];
+    shape[axis] = 1;
+    x = build<mlir::tosa::ReduceSumOp>(shape, {x},
+                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+  }
+  Value y = mul(x, scalar(1.0f / static_cast<float>(count), shape.size()));
+  if (intAttr(node, "keepdims", 1))
+    return define(node, y);
+  Shape kept;
+  for (int64_t i = 0; i < rank; ++i)
+    if (!std::binary_search(axes.begin(), axes.end(), i))
+      kept.push_back(shape[i]);
+  return define(node, reshape(y, kept));
+}
+
+Status Importer::importSqueeze(const Node &node, bool unsqueeze) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape in = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(in.size());
+  // Unsqueeze axes refer to the output, whose rank grows by their count.
+  int64_t axesRank = rank;
+  if (unsqueeze) {
+    size_t count = intsAttr(node, "axes", {}).size();
+    if (hasOperand(node, 1)) {
+      FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, 1));
+      count = static_cast<size_t>(tensor->info.elementCount());
+    }
+    axesRank = rank + static_cast<int64_t>(count);
+  }
+  FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, axesRank));
+  Shape out;
+  if (unsqueeze) {
+    out = in;
+    for (int64_t axis : axes)
+      out.insert(out.begin() + axis, 1);
+    return define(node, reshape(x, out));
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    bool listed = std::binary_search(axes.begin(), axes.end(), i);
+    if (listed && in[i] != 1)
+      return nodeError(node, "cannot squeeze axis " + std::to_string(i) + " of size " +
+                                 std::to_string(in[i]));
+    if (!listed && !(axes.empty() && in[i] == 1))
+      out.push_back(in[i]);
+  }
+  return define(node, reshape(x, out));
+}
+
+Status Importer::importActivation(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  const std::string &op = node.opType;
+  if (op == "Identity" || op == "Dropout")
+    return define(node, x); // inference: Dropout passes its input through
+  if (op == "Relu")
+    return define(node, clamp(x, 0.0f, std::numeric_limits<float>::infinity()));
+  if (op == "Sigmoid")
+    return define(node, build<mlir::tosa::SigmoidOp>(shape, {x}));
+  if (op == "Tanh")
+    return define(node, build<mlir::tosa::TanhOp>(shape, {x}));
+  if (op == "Exp")
+    return define(node, build<mlir::tosa::ExpOp>(shape, {x}));
+  if (op == "Erf")
+    return define(node, build<mlir::tosa::ErfOp>(shape, {x}));
+  if (op == "Sqrt")
+    return define(node, build<mlir::tosa::PowOp>(shape, {x, scalar(0.5f, rank)}));
+  if (op == "LeakyRelu") {
+    // max(x, alpha * x) equals LeakyRelu for 0 <= alpha <= 1.
+    float alpha = floatAttr(node, "alpha", 0.01f);
+    if (alpha < 0 || alpha > 1)
+      return nodeUnsupported(node, "alpha=" + std::to_string(alpha) + " outside [0, 1]");
+    return define(node,
+                  build<mlir::tosa::MaximumOp>(shape, {x, mul(x, scalar(alpha, rank))}));
+  }
+  if (op == "HardSigmoid" || op == "HardSwish") {
+    bool swish = op == "HardSwish";
+    float alpha = swish ? 1.0f / 6.0f : floatAttr(node, "alpha", 0.2f);
+    float beta = swish ? 0.5f : floatAttr(node, "beta", 0.5f);
+    Value linear = build<mlir::tosa::AddOp>(
+        shape, {mul(x, scalar(alpha, rank)), scalar(beta, rank)});
+    Value gate = clamp(linear, 0.0f, 1.0f);
+    return define(node, swish ? mul(x, gate) : gate);
+  }
+  return nodeUnsupported(node, "not an activation");
+}
+
 Status Importer::importNode(const Node &node) {
   if (!node.domain.empty() && node.domain != "ai.onnx")
     return nodeUnsupported(node, "unsupported op domain '" + node.domain + "' (opset " +
@@ -645,25 +933,21 @@ Status Importer::importNode(const Node &node) {
     FLOWC_ASSIGN_OR_RETURN(Value y, elementwise(node));
     return define(node, y);
   }
-  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "Identity" ||
-      op == "Exp") {
-    FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-    Shape shape = shapeOf(x);
-    if (op == "Identity")
-      return define(node, x);
-    if (op == "Sigmoid")
-      return define(node, build<mlir::tosa::SigmoidOp>(shape, {x}));
-    if (op == "Tanh")
-      return define(node, build<mlir::tosa::TanhOp>(shape, {x}));
-    if (op == "Exp")
-      return define(node, build<mlir::tosa::ExpOp>(shape, {x}));
-    return define(node,
-                  build<mlir::tosa::ClampOp>(
-                      shape, {x},
-                      {attr("min_val", builder_.getF32FloatAttr(0.0f)),
-                       attr("max_val", builder_.getF32FloatAttr(
-                                           std::numeric_limits<float>::infinity()))}));
-  }
+  static const std::set<std::string> activations = {
+      "Relu", "Sigmoid", "Tanh",      "Identity",    "Exp",      "Erf",
+      "Sqrt", "Dropout", "LeakyRelu", "HardSigmoid", "HardSwish"};
+  if (activations.count(op))
+    return importActivation(node);
+  if (op == "BatchNormalization")
+    return importBatchNormalization(node);
+  if (op == "Clip")
+    return importClip(node);
+  if (op == "Concat")
+    return importConcat(node);
+  if (op == "ReduceMean")
+    return importReduceMean(node);
+  if (op == "Squeeze" || op == "Unsqueeze")
+    return importSqueeze(node, op == "Unsqueeze");
   --opCounts_[op];
   return nodeUnsupported(node, "unsupported op '" + op + "' (domain '" +
                                    (node.domain.empty() ? "ai.onnx" : node.domain) +

@@ -118,6 +118,52 @@ TEST(ImportTest, SymbolicInputShapeIsReported) {
               StatusIs(StatusCode::Unimplemented, "symbolic shape"));
 }
 
+TEST(ImportTest, ConcatShapeMismatchNamesTheNode) {
+  GraphSpec spec;
+  spec.nodes = {node("Concat", {"a", "b"}, {"y"}, "join", {intAttribute("axis", 1)})};
+  spec.inputs = {valueInfo("a", {2, 3}), valueInfo("b", {4, 3})};
+  spec.outputs = {valueInfo("y", {2, 6})};
+  EXPECT_THAT(
+      importBytes(model(spec), "m.onnx"),
+      StatusIs(
+          StatusCode::InvalidArgument,
+          "node 'join' (Concat): input [4,3] does not match the others outside axis 1"));
+}
+
+TEST(ImportTest, SqueezeOfANonUnitAxisIsAnError) {
+  GraphSpec spec;
+  spec.initializers = {int64Tensor("axes", {0})};
+  spec.nodes = {node("Squeeze", {"x", "axes"}, {"y"}, "sq")};
+  spec.inputs = {valueInfo("x", {2, 3})};
+  spec.outputs = {valueInfo("y", {3})};
+  EXPECT_THAT(importBytes(model(spec), "m.onnx"),
+              StatusIs(StatusCode::InvalidArgument, "cannot squeeze axis 0 of size 2"));
+}
+
+TEST(ImportTest, GroupThatDoesNotDivideChannelsIsAnError) {
+  GraphSpec spec;
+  spec.initializers = {floatTensor("w", {4, 1, 1, 1}, std::vector<float>(4, 1.0f))};
+  spec.nodes = {node("Conv", {"x", "w"}, {"y"}, "conv", {intAttribute("group", 3)})};
+  spec.inputs = {valueInfo("x", {1, 3, 2, 2})};
+  spec.outputs = {valueInfo("y", {1, 4, 2, 2})};
+  EXPECT_THAT(importBytes(model(spec), "m.onnx"),
+              StatusIs(StatusCode::InvalidArgument,
+                       "group=3 does not divide the 4 output channels"));
+}
+
+TEST(ImportTest, BatchNormalizationWithWrongParameterShape) {
+  GraphSpec spec;
+  spec.initializers = {floatTensor("s", {2}, {1, 1}), floatTensor("b", {3}, {0, 0, 0}),
+                       floatTensor("m", {3}, {0, 0, 0}),
+                       floatTensor("v", {3}, {1, 1, 1})};
+  spec.nodes = {node("BatchNormalization", {"x", "s", "b", "m", "v"}, {"y"}, "bn")};
+  spec.inputs = {valueInfo("x", {1, 3, 2, 2})};
+  spec.outputs = {valueInfo("y", {1, 3, 2, 2})};
+  EXPECT_THAT(
+      importBytes(model(spec), "m.onnx"),
+      StatusIs(StatusCode::InvalidArgument, "input #1 has shape [2], expected [3]"));
+}
+
 TEST(CodegenTest, DenseReluMatchesReference) {
   TempDir dir;
   std::string bytes = denseReluModel(); // weight views point into it

@@ -93,6 +93,65 @@ CASES = {
               helper.make_node("Reshape", ["t", "shape"], ["y"])],
         {"x": [2, 3, 4, 5]}, [4, 5, 6],
         [numpy_helper.from_array(np.array([4, -1, 6], dtype=np.int64), "shape")]),
+    "conv_depthwise_multiplier2": lambda: graph_case(
+        "c", [helper.make_node("Conv", ["x", "w", "b"], ["y"], group=3, pads=[1, 1, 1, 1],
+                               strides=[2, 2])],
+        {"x": [1, 3, 7, 7]}, [1, 6, 4, 4], [weight("w", [6, 1, 3, 3]), weight("b", [6])]),
+    "conv_grouped": lambda: graph_case(
+        "c", [helper.make_node("Conv", ["x", "w"], ["y"], group=2, pads=[1, 1, 1, 1])],
+        {"x": [2, 4, 5, 5]}, [2, 6, 5, 5], [weight("w", [6, 2, 3, 3])]),
+    "maxpool_ceil_mode": lambda: graph_case(
+        "p", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                               ceil_mode=1)],
+        {"x": [1, 2, 8, 8]}, [1, 2, 4, 4]),
+    "averagepool_ceil_mode": lambda: graph_case(
+        "p", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                               ceil_mode=1)],
+        {"x": [1, 2, 5, 5]}, [1, 2, 3, 3]),
+    "batchnorm": lambda: graph_case(
+        "b", [helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"],
+                               epsilon=1e-3)],
+        {"x": [2, 3, 4, 4]}, [2, 3, 4, 4],
+        [weight("s", [3]), weight("bb", [3]), weight("m", [3]),
+         numpy_helper.from_array(np.array([0.5, 1.0, 2.0], np.float32), "v")]),
+    "clip_min_max_inputs": lambda: graph_case(
+        "c", [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+        {"x": [3, 5]}, [3, 5],
+        [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+         numpy_helper.from_array(np.array(0.7, np.float32), "hi")]),
+    "clip_opset10_attributes": lambda: graph_case(
+        "c", [helper.make_node("Clip", ["x"], ["y"], min=0.0, max=6.0)],
+        {"x": [3, 5]}, [3, 5], opset=10),
+    "concat_axis1": lambda: graph_case(
+        "k", [helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=1)],
+        {"a": [2, 1, 3], "b": [2, 4, 3], "c": [2, 2, 3]}, [2, 7, 3]),
+    "reduce_mean_keepdims": lambda: graph_case(
+        "r", [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 3], keepdims=1)],
+        {"x": [2, 3, 4, 5]}, [2, 1, 4, 1], opset=13),
+    "reduce_mean_axes_input_opset18": lambda: graph_case(
+        "r", [helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)],
+        {"x": [2, 3, 4]}, [2, 4],
+        [numpy_helper.from_array(np.array([-2], np.int64), "axes")], opset=18),
+    "squeeze_unsqueeze": lambda: graph_case(
+        "s", [helper.make_node("Unsqueeze", ["x", "ax"], ["u"]),
+              helper.make_node("Squeeze", ["u", "sq"], ["y"])],
+        {"x": [3, 1, 4]}, [3, 4, 1],
+        [numpy_helper.from_array(np.array([0, 4], np.int64), "ax"),
+         numpy_helper.from_array(np.array([0, 2], np.int64), "sq")]),
+    "leaky_hardsigmoid_hardswish": lambda: graph_case(
+        "a", [helper.make_node("LeakyRelu", ["x"], ["l"], alpha=0.1),
+              helper.make_node("HardSigmoid", ["x"], ["h"], alpha=0.3, beta=0.4),
+              helper.make_node("HardSwish", ["x"], ["w"]),
+              helper.make_node("Add", ["l", "h"], ["lh"]),
+              helper.make_node("Add", ["lh", "w"], ["y"])],
+        {"x": [4, 9]}, [4, 9]),
+    "erf_sqrt_dropout": lambda: graph_case(
+        "a", [helper.make_node("Erf", ["x"], ["e"]),
+              helper.make_node("Mul", ["x", "x"], ["sq"]),
+              helper.make_node("Sqrt", ["sq"], ["r"]),
+              helper.make_node("Add", ["e", "r"], ["d"]),
+              helper.make_node("Dropout", ["d"], ["y"])],
+        {"x": [3, 6]}, [3, 6]),
     "constant_node_operand": lambda: graph_case(
         "k", [helper.make_node("Constant", [], ["c"],
                                value=numpy_helper.from_array(
