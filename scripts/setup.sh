@@ -29,6 +29,11 @@ DEBIAN_PACKAGES=(
   pkg-config=1.8.1-1
   g++
   python3-venv
+  # Exporting real models for the e2e tests (Debian's CPU-only torch, for
+  # /usr/bin/python3; see examples/export_torchvision.py).
+  python3-torch=1.13.1+dfsg-4
+  python3-torchvision=0.14.1-2
+  python3-onnx=1.12.0-2+b4
 )
 
 missing=()

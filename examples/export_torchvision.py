@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""Exports torchvision models with seeded random weights to ONNX.
+
+    /usr/bin/python3 examples/export_torchvision.py OUT_DIR [--models resnet18,...]
+                                                    [--opset 13] [--batch 1] [--seed 0]
+
+Runs on Debian's python3-torch / python3-torchvision (installed by
+scripts/setup.sh). For each model writes OUT_DIR/<model>.onnx and
+OUT_DIR/<model>_input.npy.
+
+Random initialization can make test vectors useless (outputs that ignore the
+input), so BatchNorm statistics are re-estimated on seeded random batches
+before export: activations then stay normalized through the network, and
+the outputs depend on the input.
+"""
+import argparse
+import pathlib
+
+import numpy as np
+import torch
+import torchvision
+
+DEFAULT_MODELS = ["resnet18", "mobilenet_v3_small", "squeezenet1_1"]
+
+
+def build(name: str, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = getattr(torchvision.models, name)(weights=None)
+    has_batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                        for m in model.modules())
+    if has_batchnorm:
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.reset_running_stats()
+                module.momentum = None  # cumulative average over the batches
+        model.train()
+        generator = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.randn(8, 3, 224, 224, generator=generator))
+    return model.eval()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=pathlib.Path)
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    parser.add_argument("--opset", type=int, default=13)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(2)
+    for name in args.models.split(","):
+        model = build(name, args.seed)
+        generator = torch.Generator().manual_seed(args.seed + 2)
+        x = torch.randn(args.batch, 3, 224, 224, generator=generator)
+        path = args.out_dir / f"{name}.onnx"
+        torch.onnx.export(model, x, str(path), opset_version=args.opset,
+                          input_names=["input"], output_names=["logits"],
+                          do_constant_folding=True)
+        np.save(args.out_dir / f"{name}_input.npy", x.numpy())
+        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {args.opset})")
+
+
+if __name__ == "__main__":
+    main()
