@@ -8,10 +8,11 @@ Runs on Debian's python3-torch / python3-torchvision (installed by
 scripts/setup.sh). For each model writes OUT_DIR/<model>.onnx and
 OUT_DIR/<model>_input.npy.
 
-Random initialization can make test vectors useless (outputs that ignore the
-input), so BatchNorm statistics are re-estimated on seeded random batches
-before export: activations then stay normalized through the network, and
-the outputs depend on the input.
+Random initialization can make test vectors useless (ViT's zero-initialized
+head gives all-zero logits; ConvNeXt's 1e-6 layer scales mute every block),
+so parameters that are constant get seeded noise, and BatchNorm statistics
+are re-estimated on seeded random batches before export: activations then
+stay normalized through the network, and the outputs depend on the input.
 """
 import argparse
 import pathlib
@@ -26,6 +27,12 @@ DEFAULT_MODELS = ["resnet18", "mobilenet_v3_small", "squeezenet1_1"]
 def build(name: str, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     model = getattr(torchvision.models, name)(weights=None)
+    noise = torch.Generator().manual_seed(seed + 3)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            flat = parameter.flatten()
+            if flat.numel() > 1 and bool(torch.all(flat == flat[0])):
+                parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
     has_batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
                         for m in model.modules())
     if has_batchnorm:

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <deque>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -40,6 +42,15 @@ std::string shapeString(const Shape &shape) {
     out += (i ? "," : "") + std::to_string(shape[i]);
   return out + "]";
 }
+
+/// An integer (or bool) tensor known at import time: shape arithmetic.
+struct IntTensor {
+  Shape shape;
+  std::vector<int64_t> values;
+  DType dtype = DType::I64;
+};
+
+static std::optional<IntTensor> toInts(const TensorData &tensor);
 
 class Importer {
 public:
@@ -117,6 +128,22 @@ private:
   Status importReduceMean(const Node &node);
   Status importSqueeze(const Node &node, bool unsqueeze);
   Status importActivation(const Node &node);
+  Status importSlice(const Node &node);
+  Status importGather(const Node &node);
+  Status importExpand(const Node &node);
+  Status importPow(const Node &node);
+  Expected<Shape> reshapeTarget(const Node &node, const Shape &in);
+  Expected<Shape> squeezedShape(const Node &node, const Shape &in, bool unsqueeze);
+  Expected<std::vector<std::pair<int64_t, int64_t>>> sliceRanges(const Node &node,
+                                                                 const Shape &in);
+  // Shape folding.
+  Expected<bool> tryFold(const Node &node);
+  std::optional<IntTensor> intConstant(const std::string &name) const;
+  Status defineConstant(const Node &node, const IntTensor &tensor);
+  Status defineFloatConstant(const Node &node, const Shape &shape,
+                             const std::vector<float> &values);
+  Expected<IntTensor> foldBinary(const Node &node, const IntTensor &a, const IntTensor &b,
+                                 int64_t (*fn)(int64_t, int64_t));
   Expected<Shape> axesOf(const Node &node, size_t inputIndex, int64_t rank);
   Expected<float> scalarConstant(const Node &node, size_t index);
   Value clamp(Value x, float low, float high);
@@ -132,6 +159,8 @@ private:
   std::map<std::string, Value> values_;
   std::map<std::string, const TensorData *> constants_;
   std::vector<WeightRef> weights_;
+  /// Constants computed at import time; a deque so pointers stay valid.
+  std::deque<TensorData> folded_;
   std::map<std::string, int> opCounts_;
 };
 
@@ -201,7 +230,7 @@ Expected<Value> Importer::weightArgument(const Node &node, const TensorData &ten
                                      dtypeName(tensor.info.dtype) +
                                      "; only float32 weights are supported");
   Value arg = entry_->addArgument(f32(tensor.info.shape), loc_);
-  weights_.push_back(WeightRef{tensor.info.name, tensor.info, tensor.bytes});
+  weights_.push_back(WeightRef{tensor.info.name, tensor.info, tensor.bytes, tensor.owned});
   values_[tensor.info.name] = arg;
   return arg;
 }
@@ -550,40 +579,7 @@ Status Importer::importMatMul(const Node &node) {
 
 Status Importer::importReshape(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(const TensorData *shapeTensor, constantOperand(node, 1));
-  if (shapeTensor->info.dtype != DType::I64 || shapeTensor->info.shape.size() != 1)
-    return nodeError(node, "shape input must be a 1-D int64 tensor");
-  Shape in = shapeOf(x);
-  Shape target(shapeTensor->info.shape[0]);
-  std::memcpy(target.data(), shapeTensor->bytes.data(), target.size() * 8);
-  bool allowZero = intAttr(node, "allowzero", 0) != 0;
-  int inferred = -1;
-  int64_t known = 1;
-  for (size_t i = 0; i < target.size(); ++i) {
-    if (target[i] == 0 && !allowZero) {
-      if (i >= in.size())
-        return nodeError(node, "shape " + shapeString(target) + " copies dimension " +
-                                   std::to_string(i) + " that input " + shapeString(in) +
-                                   " does not have");
-      target[i] = in[i];
-    }
-    if (target[i] == -1) {
-      if (inferred >= 0)
-        return nodeError(node, "shape " + shapeString(target) + " has more than one -1");
-      inferred = static_cast<int>(i);
-      continue;
-    }
-    if (target[i] < 0)
-      return nodeError(node,
-                       "shape " + shapeString(target) + " has a negative dimension");
-    known *= target[i];
-  }
-  int64_t total = product(in, 0, in.size());
-  if (inferred >= 0)
-    target[inferred] = known ? total / known : 0;
-  if (product(target, 0, target.size()) != total)
-    return nodeError(node,
-                     "cannot reshape " + shapeString(in) + " to " + shapeString(target));
+  FLOWC_ASSIGN_OR_RETURN(Shape target, reshapeTarget(node, shapeOf(x)));
   return define(node, reshape(x, target));
 }
 
@@ -825,34 +821,7 @@ Status Importer::importReduceMean(const Node &node) {
 
 Status Importer::importSqueeze(const Node &node, bool unsqueeze) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  Shape in = shapeOf(x);
-  int64_t rank = static_cast<int64_t>(in.size());
-  // Unsqueeze axes refer to the output, whose rank grows by their count.
-  int64_t axesRank = rank;
-  if (unsqueeze) {
-    size_t count = intsAttr(node, "axes", {}).size();
-    if (hasOperand(node, 1)) {
-      FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, 1));
-      count = static_cast<size_t>(tensor->info.elementCount());
-    }
-    axesRank = rank + static_cast<int64_t>(count);
-  }
-  FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, axesRank));
-  Shape out;
-  if (unsqueeze) {
-    out = in;
-    for (int64_t axis : axes)
-      out.insert(out.begin() + axis, 1);
-    return define(node, reshape(x, out));
-  }
-  for (int64_t i = 0; i < rank; ++i) {
-    bool listed = std::binary_search(axes.begin(), axes.end(), i);
-    if (listed && in[i] != 1)
-      return nodeError(node, "cannot squeeze axis " + std::to_string(i) + " of size " +
-                                 std::to_string(in[i]));
-    if (!listed && !(axes.empty() && in[i] == 1))
-      out.push_back(in[i]);
-  }
+  FLOWC_ASSIGN_OR_RETURN(Shape out, squeezedShape(node, shapeOf(x), unsqueeze));
   return define(node, reshape(x, out));
 }
 
@@ -895,6 +864,424 @@ Status Importer::importActivation(const Node &node) {
   return nodeUnsupported(node, "not an activation");
 }
 
+Expected<Shape> Importer::reshapeTarget(const Node &node, const Shape &in) {
+  FLOWC_ASSIGN_OR_RETURN(const TensorData *shapeTensor, constantOperand(node, 1));
+  auto values = toInts(*shapeTensor);
+  if (!values || values->shape.size() != 1)
+    return nodeError(node, "shape input must be a 1-D int64 tensor");
+  Shape target = values->values;
+  bool allowZero = intAttr(node, "allowzero", 0) != 0;
+  int inferred = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && !allowZero) {
+      if (i >= in.size())
+        return nodeError(node, "shape " + shapeString(target) + " copies dimension " +
+                                   std::to_string(i) + " that input " + shapeString(in) +
+                                   " does not have");
+      target[i] = in[i];
+    }
+    if (target[i] == -1) {
+      if (inferred >= 0)
+        return nodeError(node, "shape " + shapeString(target) + " has more than one -1");
+      inferred = static_cast<int>(i);
+      continue;
+    }
+    if (target[i] < 0)
+      return nodeError(node,
+                       "shape " + shapeString(target) + " has a negative dimension");
+    known *= target[i];
+  }
+  int64_t total = product(in, 0, in.size());
+  if (inferred >= 0)
+    target[inferred] = known ? total / known : 0;
+  if (product(target, 0, target.size()) != total)
+    return nodeError(node,
+                     "cannot reshape " + shapeString(in) + " to " + shapeString(target));
+  return target;
+}
+
+Expected<Shape> Importer::squeezedShape(const Node &node, const Shape &in,
+                                        bool unsqueeze) {
+  int64_t rank = static_cast<int64_t>(in.size());
+  // Unsqueeze axes refer to the output, whose rank grows by their count.
+  int64_t axesRank = rank;
+  if (unsqueeze) {
+    size_t count = intsAttr(node, "axes", {}).size();
+    if (hasOperand(node, 1)) {
+      FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, 1));
+      count = static_cast<size_t>(tensor->info.elementCount());
+    }
+    axesRank = rank + static_cast<int64_t>(count);
+  }
+  FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, axesRank));
+  Shape out;
+  if (unsqueeze) {
+    out = in;
+    for (int64_t axis : axes)
+      out.insert(out.begin() + axis, 1);
+    return out;
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    bool listed = std::binary_search(axes.begin(), axes.end(), i);
+    if (listed && in[i] != 1)
+      return nodeError(node, "cannot squeeze axis " + std::to_string(i) + " of size " +
+                                 std::to_string(in[i]));
+    if (!listed && !(axes.empty() && in[i] == 1))
+      out.push_back(in[i]);
+  }
+  return out;
+}
+
+Expected<std::vector<std::pair<int64_t, int64_t>>>
+Importer::sliceRanges(const Node &node, const Shape &in) {
+  int64_t rank = static_cast<int64_t>(in.size());
+  Shape starts, ends, axes, steps;
+  if (model_.opsetVersion < 10) {
+    starts = intsAttr(node, "starts", {});
+    ends = intsAttr(node, "ends", {});
+    axes = intsAttr(node, "axes", {});
+  } else {
+    auto ints = [&](size_t index, Shape &out) -> Status {
+      if (!hasOperand(node, index))
+        return Status::ok();
+      FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, index));
+      auto values = toInts(*tensor);
+      if (!values)
+        return nodeError(node, "input #" + std::to_string(index) + " must be integer");
+      out = values->values;
+      return Status::ok();
+    };
+    FLOWC_RETURN_IF_ERROR(ints(1, starts));
+    FLOWC_RETURN_IF_ERROR(ints(2, ends));
+    FLOWC_RETURN_IF_ERROR(ints(3, axes));
+    FLOWC_RETURN_IF_ERROR(ints(4, steps));
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(static_cast<int64_t>(i));
+  if (starts.size() != ends.size() || axes.size() != starts.size())
+    return nodeError(node, "starts, ends and axes differ in length");
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t d = 0; d < rank; ++d)
+    ranges.emplace_back(0, in[d]);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (!steps.empty() && steps[i] != 1)
+      return nodeUnsupported(node, "slice steps other than 1 are not supported yet");
+    int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (axis < 0 || axis >= rank)
+      return nodeError(node, "axis " + std::to_string(axes[i]) +
+                                 " is out of range for rank " + std::to_string(rank));
+    int64_t dim = in[axis];
+    auto clampIndex = [dim](int64_t v) {
+      return std::clamp(v < 0 ? v + dim : v, int64_t{0}, dim);
+    };
+    int64_t begin = clampIndex(starts[i]), end = clampIndex(ends[i]);
+    ranges[axis] = {begin, std::max(begin, end)};
+  }
+  return ranges;
+}
+
+Status Importer::importSlice(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(auto ranges, sliceRanges(node, shapeOf(x)));
+  Shape start, size;
+  for (const auto &[begin, end] : ranges) {
+    start.push_back(begin);
+    size.push_back(end - begin);
+  }
+  return define(node, slice(x, start, size));
+}
+
+Status Importer::importGather(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value data, operand(node, 0));
+  Shape shape = shapeOf(data);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  auto indices = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  if (!indices)
+    return nodeUnsupported(node, "indices must be a constant integer tensor");
+  int64_t axis = intAttr(node, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis is out of range for rank " + std::to_string(rank));
+  llvm::SmallVector<Value> rows;
+  for (int64_t index : indices->values) {
+    int64_t k = index < 0 ? index + shape[axis] : index;
+    if (k < 0 || k >= shape[axis])
+      return nodeError(node, "index " + std::to_string(index) +
+                                 " is out of range for axis " + std::to_string(axis) +
+                                 " of " + shapeString(shape));
+    Shape start(shape.size(), 0), size = shape;
+    start[axis] = k;
+    size[axis] = 1;
+    rows.push_back(slice(data, start, size));
+  }
+  Shape joined = shape;
+  joined[axis] = static_cast<int64_t>(rows.size());
+  Value y = rows.size() == 1
+                ? rows[0]
+                : build<mlir::tosa::ConcatOp>(
+                      joined, rows, {attr("axis", builder_.getI32IntegerAttr(axis))});
+  // The indices' shape replaces the gathered axis.
+  Shape out(shape.begin(), shape.begin() + axis);
+  out.insert(out.end(), indices->shape.begin(), indices->shape.end());
+  out.insert(out.end(), shape.begin() + axis + 1, shape.end());
+  return define(node, reshape(y, out));
+}
+
+Status Importer::importExpand(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  auto target = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  if (!target)
+    return nodeUnsupported(node, "shape must be a constant integer tensor");
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(x), target->values));
+  if (out == shapeOf(x))
+    return define(node, x);
+  // x + 0 broadcasts x to `out` (TOSA has no broadcast_to).
+  FLOWC_ASSIGN_OR_RETURN(x, broadcastTo(node, x, out.size()));
+  auto type = f32(out);
+  Value zeros = mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                            mlir::DenseElementsAttr::get(type, 0.0f));
+  return define(node, build<mlir::tosa::AddOp>(out, {x, zeros}));
+}
+
+Status Importer::importPow(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(float exponent, scalarConstant(node, 1));
+  Shape shape = shapeOf(x);
+  if (exponent == 1.0f)
+    return define(node, x);
+  if (exponent == 2.0f)
+    return define(node, mul(x, x));
+  return define(node,
+                build<mlir::tosa::PowOp>(shape, {x, scalar(exponent, shape.size())}));
+}
+
+// Shape folding ----------------------------------------------------------
+//
+// With static shapes, the Shape/Gather/Concat/... subgraphs that exporters
+// emit for reshapes and expands compute constants. They are evaluated here
+// on integer tensors and become constants like initializers, so the
+// compiled graph never contains them.
+
+/// The values of an integer or bool tensor, widened to int64.
+static std::optional<IntTensor> toInts(const TensorData &tensor) {
+  DType dtype = tensor.info.dtype;
+  if (dtype != DType::I64 && dtype != DType::I32 && dtype != DType::Bool)
+    return std::nullopt;
+  IntTensor out{tensor.info.shape, {}, dtype};
+  size_t count = static_cast<size_t>(tensor.info.elementCount());
+  for (size_t i = 0; i < count; ++i) {
+    if (dtype == DType::I64) {
+      int64_t v;
+      std::memcpy(&v, tensor.bytes.data() + 8 * i, 8);
+      out.values.push_back(v);
+    } else if (dtype == DType::I32) {
+      int32_t v;
+      std::memcpy(&v, tensor.bytes.data() + 4 * i, 4);
+      out.values.push_back(v);
+    } else {
+      out.values.push_back(tensor.bytes[i] != 0);
+    }
+  }
+  return out;
+}
+
+std::optional<IntTensor> Importer::intConstant(const std::string &name) const {
+  auto it = constants_.find(name);
+  return it == constants_.end() ? std::nullopt : toInts(*it->second);
+}
+
+Status Importer::defineConstant(const Node &node, const IntTensor &tensor) {
+  if (node.outputs.empty())
+    return nodeError(node, "node has no output");
+  auto bytes = std::make_shared<std::string>();
+  for (int64_t value : tensor.values) {
+    if (tensor.dtype == DType::Bool) {
+      bytes->push_back(static_cast<char>(value != 0));
+      continue;
+    }
+    bytes->append(reinterpret_cast<const char *>(&value), 8);
+  }
+  TensorData &data = folded_.emplace_back();
+  data.info = {node.outputs[0], tensor.dtype == DType::Bool ? DType::Bool : DType::I64,
+               tensor.shape};
+  data.owned = bytes;
+  data.bytes = *bytes;
+  constants_[node.outputs[0]] = &data;
+  return Status::ok();
+}
+
+/// A float tensor computed at import time; used like an initializer.
+Status Importer::defineFloatConstant(const Node &node, const Shape &shape,
+                                     const std::vector<float> &values) {
+  if (node.outputs.empty())
+    return nodeError(node, "node has no output");
+  auto bytes = std::make_shared<std::string>(
+      reinterpret_cast<const char *>(values.data()), values.size() * 4);
+  TensorData &data = folded_.emplace_back();
+  data.info = {node.outputs[0], DType::F32, shape};
+  data.owned = bytes;
+  data.bytes = *bytes;
+  constants_[node.outputs[0]] = &data;
+  return Status::ok();
+}
+
+/// Broadcasts two integer tensors through `fn`, NumPy style.
+Expected<IntTensor> Importer::foldBinary(const Node &node, const IntTensor &a,
+                                         const IntTensor &b,
+                                         int64_t (*fn)(int64_t, int64_t)) {
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, a.shape, b.shape));
+  IntTensor result{out, {}, DType::I64};
+  int64_t count = product(out, 0, out.size());
+  auto index = [&](const IntTensor &t, int64_t linear) {
+    // Map an output position onto a (broadcast) operand.
+    int64_t offset = 0, stride = 1;
+    for (size_t d = out.size(); d-- > 0;) {
+      int64_t coordinate = linear % out[d];
+      linear /= out[d];
+      size_t k = d + t.shape.size() - out.size();
+      if (d + t.shape.size() < out.size())
+        continue;
+      if (t.shape[k] != 1)
+        offset += coordinate * stride;
+      stride *= t.shape[k];
+    }
+    return t.values[static_cast<size_t>(offset)];
+  };
+  for (int64_t i = 0; i < count; ++i)
+    result.values.push_back(fn(index(a, i), index(b, i)));
+  return result;
+}
+
+Expected<bool> Importer::tryFold(const Node &node) {
+  const std::string &op = node.opType;
+  if (op == "Shape") {
+    FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+    Shape shape = shapeOf(x);
+    int64_t rank = static_cast<int64_t>(shape.size());
+    int64_t start = intAttr(node, "start", 0), end = intAttr(node, "end", rank);
+    start = std::clamp(start < 0 ? start + rank : start, int64_t{0}, rank);
+    end = std::clamp(end < 0 ? end + rank : end, int64_t{0}, rank);
+    IntTensor dims{{std::max<int64_t>(0, end - start)}, {}, DType::I64};
+    for (int64_t i = start; i < end; ++i)
+      dims.values.push_back(shape[i]);
+    FLOWC_RETURN_IF_ERROR(defineConstant(node, dims));
+    return true;
+  }
+  static const std::set<std::string> foldable = {
+      "ConstantOfShape", "Gather", "Unsqueeze", "Squeeze", "Reshape",
+      "Concat",          "Add",    "Sub",       "Mul",     "Div",
+      "Equal",           "Where",  "Slice",     "Cast"};
+  if (!foldable.count(op))
+    return false;
+  std::vector<std::optional<IntTensor>> inputs;
+  for (const std::string &name : node.inputs) {
+    inputs.push_back(name.empty() ? std::nullopt : intConstant(name));
+    if (!name.empty() && !inputs.back())
+      return false; // a runtime tensor: not shape arithmetic
+  }
+  if (inputs.empty() || !inputs[0])
+    return false;
+  const IntTensor &a = *inputs[0];
+  IntTensor result = a;
+  if (op == "ConstantOfShape") {
+    auto it = node.attributes.find("value");
+    const TensorData *value =
+        it == node.attributes.end() ? nullptr : it->second.tensor.get();
+    Shape shape(a.values.begin(), a.values.end());
+    if (value && value->info.dtype == DType::F32) {
+      float fill;
+      std::memcpy(&fill, value->bytes.data(), 4);
+      FLOWC_RETURN_IF_ERROR(defineFloatConstant(
+          node, shape,
+          std::vector<float>(static_cast<size_t>(product(shape, 0, shape.size())),
+                             fill)));
+      return true;
+    }
+    int64_t fill = 0;
+    if (auto values = value ? toInts(*value) : std::nullopt;
+        values && !values->values.empty())
+      fill = values->values[0];
+    result = {
+        shape,
+        std::vector<int64_t>(static_cast<size_t>(product(shape, 0, shape.size())), fill),
+        DType::I64};
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Equal") {
+    if (inputs.size() != 2)
+      return nodeError(node, op + " needs two inputs");
+    using Fn = int64_t (*)(int64_t, int64_t);
+    Fn fn = op == "Add"   ? Fn([](int64_t x, int64_t y) { return x + y; })
+            : op == "Sub" ? Fn([](int64_t x, int64_t y) { return x - y; })
+            : op == "Mul" ? Fn([](int64_t x, int64_t y) { return x * y; })
+            : op == "Div" ? Fn([](int64_t x, int64_t y) { return y ? x / y : 0; })
+                          : Fn([](int64_t x, int64_t y) { return int64_t{x == y}; });
+    FLOWC_ASSIGN_OR_RETURN(result, foldBinary(node, a, *inputs[1], fn));
+    if (op == "Equal")
+      result.dtype = DType::Bool;
+  } else if (op == "Where") {
+    if (inputs.size() != 3)
+      return nodeError(node, "Where needs three inputs");
+    // where(c, x, y) = c * x + (1 - c) * y on integers.
+    FLOWC_ASSIGN_OR_RETURN(IntTensor picked,
+                           foldBinary(node, a, *inputs[1], [](int64_t c, int64_t x) {
+                             return c ? x : int64_t{0};
+                           }));
+    FLOWC_ASSIGN_OR_RETURN(IntTensor other,
+                           foldBinary(node, a, *inputs[2], [](int64_t c, int64_t y) {
+                             return c ? int64_t{0} : y;
+                           }));
+    FLOWC_ASSIGN_OR_RETURN(
+        result,
+        foldBinary(node, picked, other, [](int64_t x, int64_t y) { return x + y; }));
+  } else if (op == "Cast") {
+    auto to = static_cast<DType>(intAttr(node, "to", 0));
+    if (to == DType::F32) {
+      std::vector<float> values(a.values.begin(), a.values.end());
+      FLOWC_RETURN_IF_ERROR(defineFloatConstant(node, a.shape, values));
+      return true;
+    }
+    if (to != DType::I64 && to != DType::I32 && to != DType::Bool)
+      return false;
+    result.dtype = to == DType::Bool ? DType::Bool : DType::I64;
+  } else if (op == "Reshape" || op == "Unsqueeze" || op == "Squeeze") {
+    FLOWC_ASSIGN_OR_RETURN(
+        result.shape, op == "Reshape" ? reshapeTarget(node, a.shape)
+                                      : squeezedShape(node, a.shape, op == "Unsqueeze"));
+  } else if (op == "Concat") {
+    if (a.shape.size() != 1)
+      return false;
+    for (size_t i = 1; i < inputs.size(); ++i)
+      result.values.insert(result.values.end(), inputs[i]->values.begin(),
+                           inputs[i]->values.end());
+    result.shape = {static_cast<int64_t>(result.values.size())};
+  } else if (op == "Gather" || op == "Slice") {
+    if (a.shape.size() != 1)
+      return false;
+    std::vector<int64_t> picked;
+    int64_t n = static_cast<int64_t>(a.values.size());
+    if (op == "Gather") {
+      for (int64_t index : inputs[1]->values) {
+        int64_t k = index < 0 ? index + n : index;
+        if (k < 0 || k >= n)
+          return nodeError(node, "index " + std::to_string(index) +
+                                     " is out of range for " + std::to_string(n) +
+                                     " elements");
+        picked.push_back(a.values[k]);
+      }
+      result = {inputs[1]->shape, picked, DType::I64};
+    } else {
+      FLOWC_ASSIGN_OR_RETURN(auto ranges, sliceRanges(node, {n}));
+      for (int64_t i = ranges[0].first; i < ranges[0].second; ++i)
+        picked.push_back(a.values[i]);
+      result = {{static_cast<int64_t>(picked.size())}, picked, DType::I64};
+    }
+  }
+  FLOWC_RETURN_IF_ERROR(defineConstant(node, result));
+  return true;
+}
+
 Status Importer::importNode(const Node &node) {
   if (!node.domain.empty() && node.domain != "ai.onnx")
     return nodeUnsupported(node, "unsupported op domain '" + node.domain + "' (opset " +
@@ -911,8 +1298,28 @@ Status Importer::importNode(const Node &node) {
     constants_[node.outputs[0]] = it->second.tensor.get();
     return Status::ok();
   }
+  FLOWC_ASSIGN_OR_RETURN(bool folded, tryFold(node));
+  if (folded)
+    return Status::ok();
   if (op == "Conv")
     return importConv(node);
+  if (op == "Slice")
+    return importSlice(node);
+  if (op == "Gather")
+    return importGather(node);
+  if (op == "Expand")
+    return importExpand(node);
+  if (op == "Pow")
+    return importPow(node);
+  if (op == "Cast") {
+    if (intAttr(node, "to", 0) != static_cast<int64_t>(DType::F32))
+      return nodeUnsupported(node,
+                             "casting a runtime tensor to " +
+                                 dtypeName(static_cast<DType>(intAttr(node, "to", 0))) +
+                                 " is not supported (float32 only)");
+    FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+    return define(node, x);
+  }
   if (op == "MaxPool" || op == "AveragePool")
     return importPool(node);
   if (op == "GlobalAveragePool")

@@ -6,6 +6,7 @@
 #include "flowc/support/Status.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct WeightRef {
   std::string key; ///< Resource key in the IR (the ONNX tensor name).
   TensorInfo info;
   std::string_view bytes;
+  /// Owns `bytes` when the importer computed them (folded constants); views
+  /// into the model file otherwise.
+  std::shared_ptr<const std::string> storage;
 };
 
 /// The weight-free graph IR of a model plus what is needed to bind it.
