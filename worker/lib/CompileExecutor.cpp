@@ -99,11 +99,15 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
   FLOWC_ASSIGN_OR_RETURN(auto modelDigest, cache_.lookupStat(file, memoPurpose()));
   if (!modelDigest)
     return Result();
+  // The manifest first: without it the lookup below would count a hit that
+  // this path cannot answer.
+  auto manifest = cache_.get(*modelDigest);
+  if (!manifest)
+    return Result();
   FLOWC_ASSIGN_OR_RETURN(auto artifact,
                          cache_.lookupAction(cache::ActionKind::Artifact,
                                              artifactKey(*modelDigest, options)));
-  auto manifest = cache_.get(*modelDigest);
-  if (!artifact || !manifest)
+  if (!artifact)
     return Result();
   CompileResult result;
   result.modelDigest = *modelDigest;
