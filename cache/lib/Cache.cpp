@@ -694,6 +694,15 @@ std::vector<std::pair<Digest, std::string>> casFiles(const std::string &root) {
 
 } // namespace
 
+/// Why a blob's bytes are not what its digest says; empty when they are.
+static std::string whyCorrupt(Cache &cache, const Digest &digest) {
+  auto handle = cache.get(digest);
+  if (!handle)
+    return handle.status().message();
+  Digest actual = digestOf(handle->bytes());
+  return actual == digest ? "" : "content hashes to " + actual.toString();
+}
+
 /// Shared by verify (rehash = true) and reconcile (rehash = false).
 static Expected<VerifyReport>
 scanCache(Cache &cache, Index &index, bool rehash, bool repair,
@@ -716,15 +725,11 @@ scanCache(Cache &cache, Index &index, bool rehash, bool repair,
     if (!rehash)
       continue;
     ++report.checked;
-    auto handle = cache.get(row.digest);
-    Digest actual = handle ? digestOf(handle->bytes()) : Digest{};
-    if (handle && actual == row.digest)
+    std::string why = whyCorrupt(cache, row.digest); // its handle (pin) is gone after
+    if (why.empty())
       continue;
-    std::string why =
-        handle ? "content hashes to " + actual.toString() : handle.status().message();
     report.corrupt.push_back(row.digest.toString() + ": " + why);
     if (repair) {
-      handle = Status(StatusCode::Cancelled, "released"); // drop the pin first
       FLOWC_RETURN_IF_ERROR(quarantine(row.digest, why));
       ++report.quarantined;
     }
