@@ -4,6 +4,7 @@
 #include "flowc/runtime/Session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -19,7 +20,32 @@ struct RunOptions {
   std::string outputDir = ".";
   bool json = false;
   size_t printCount = 8;
+  /// Timed iterations after warm-up; 0 runs once without timing.
+  unsigned bench = 0;
 };
+
+struct Latency {
+  double medianMs = 0;
+  double p90Ms = 0;
+};
+
+/// Median and p90 of `iterations` runs after three warm-up runs.
+Expected<Latency> measure(runtime::Session &session,
+                          const std::map<std::string, runtime::Tensor> &inputs,
+                          unsigned iterations) {
+  for (int i = 0; i < 3; ++i)
+    FLOWC_RETURN_IF_ERROR(session.run(inputs).status());
+  std::vector<double> samples;
+  for (unsigned i = 0; i < iterations; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    FLOWC_RETURN_IF_ERROR(session.run(inputs).status());
+    samples.push_back(std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+  }
+  std::sort(samples.begin(), samples.end());
+  return Latency{samples[samples.size() / 2], samples[(samples.size() * 9) / 10]};
+}
 
 /// Output names such as "/fc/Gemm_output_0" become safe file names.
 std::string fileNameFor(const std::string &name) {
@@ -105,6 +131,19 @@ int runRun(const RunOptions &options) {
       line << " ... (" << tensor.data.size() << " values)";
     std::cout << line.str() << std::endl;
   }
+  if (options.bench) {
+    auto latency = measure(**session, *inputs, options.bench);
+    if (!latency)
+      return reportError(
+          latency.status().withContext("bench '" + options.artifact + "'"));
+    json["iterations"] = options.bench;
+    json["median_ms"] = latency->medianMs;
+    json["p90_ms"] = latency->p90Ms;
+    if (!options.json)
+      std::cout << "latency over " << options.bench << " runs: median " << std::fixed
+                << std::setprecision(3) << latency->medianMs << " ms, p90 "
+                << latency->p90Ms << " ms" << std::endl;
+  }
   if (options.json)
     printJson(json);
   return 0;
@@ -120,6 +159,9 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &) {
                   "NAME=FILE.npy (float32), once per input");
   cmd->add_option("--output-dir", options->outputDir, "Where OUTPUT_NAME.npy files go");
   cmd->add_option("--print", options->printCount, "Values printed per output");
+  cmd->add_option("--bench", options->bench,
+                  "Time N runs after 3 warm-up runs; print median and p90 latency")
+      ->check(CLI::Range(1u, 1000000u));
   cmd->add_flag("--json", options->json, "Print one JSON object");
   return [options] { return runRun(*options); };
 }

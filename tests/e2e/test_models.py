@@ -119,3 +119,18 @@ def test_external_data_model_matches_onnxruntime(flowc, tmp_path):
     # Same weights inline or external: the same model.
     inline = save(make_models.make_cnn(np.random.default_rng(21)), tmp_path / "inline.onnx")
     assert flowc.submit(inline)["model_digest"] == flowc.submit(path)["model_digest"]
+
+
+def test_run_bench_reports_median_and_p90(flowc, tmp_path):
+    import json
+    path = save(make_models.make_mlp(np.random.default_rng(3)), tmp_path / "mlp.onnx")
+    flowc.submit(path)
+    np.save(tmp_path / "x.npy", np.zeros((4, 4, 16), np.float32))
+    report = json.loads(flowc.run("run", path.with_suffix(".fca"), "--input",
+                                  f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "o",
+                                  "--bench", "5", "--json").stdout)
+    assert report["iterations"] == 5
+    assert 0 < report["median_ms"] <= report["p90_ms"]
+    result = flowc.run("run", path.with_suffix(".fca"), "--input", f"x={tmp_path / 'x.npy'}",
+                       "--bench", "0", check=False)
+    assert result.returncode != 0 and "--bench" in result.stderr
