@@ -58,6 +58,7 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
 
+#include <algorithm>
 #include <mutex>
 
 namespace flowc::compiler {
@@ -272,11 +273,20 @@ std::string CompileOptions::canonical() const {
 }
 
 std::string hostTargetDescription() {
-  std::string description =
-      llvm::sys::getProcessTriple() + ";" + llvm::sys::getHostCPUName().str();
-  for (const auto &feature : llvm::sys::getHostCPUFeatures())
-    if (feature.second)
-      description += ";+" + feature.first().str();
+  // The host does not change while the process runs; every cache key asks.
+  static const std::string description = [] {
+    std::string text =
+        llvm::sys::getProcessTriple() + ";" + llvm::sys::getHostCPUName().str();
+    // Sorted: this is part of cache keys, and a hash map's order is no contract.
+    std::vector<std::string> enabled;
+    for (const auto &feature : llvm::sys::getHostCPUFeatures())
+      if (feature.second)
+        enabled.push_back(feature.first().str());
+    std::sort(enabled.begin(), enabled.end());
+    for (const std::string &feature : enabled)
+      text += ";+" + feature;
+    return text;
+  }();
   return description;
 }
 
