@@ -288,12 +288,17 @@ Status Cache::reserve(uint64_t bytes) {
   return Status::ok();
 }
 
+/// A writer offered bytes the store already holds: count what dedup saved
+/// and refresh the blob's last access.
+static Status recordDuplicate(Index &index, const Digest &digest) {
+  FLOWC_RETURN_IF_ERROR(index.bump("dedup_bytes", static_cast<int64_t>(digest.size)));
+  return index.touchBlob(digest);
+}
+
 Status Cache::storeInline(const Digest &digest, std::string_view bytes) {
   FLOWC_ASSIGN_OR_RETURN(auto row, index_->findBlob(digest, false));
-  if (row) {
-    FLOWC_RETURN_IF_ERROR(index_->bump("dedup_bytes", static_cast<int64_t>(digest.size)));
-    return index_->touchBlob(digest);
-  }
+  if (row)
+    return recordDuplicate(*index_, digest);
   return index_->addBlob(digest, true, bytes);
 }
 
@@ -346,9 +351,7 @@ static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
 Status Cache::storeLarge(const Digest *expected, std::string_view bytes, Digest &stored) {
   if (expected && contains(*expected)) {
     stored = *expected;
-    FLOWC_RETURN_IF_ERROR(
-        index_->bump("dedup_bytes", static_cast<int64_t>(bytes.size())));
-    return index_->touchBlob(*expected);
+    return recordDuplicate(*index_, *expected);
   }
   FLOWC_RETURN_IF_ERROR(reserve(bytes.size()));
   return writeLargeBlob(*this, *index_, chunksOf(bytes), expected, stored);
@@ -502,8 +505,7 @@ Expected<Digest> Cache::adoptFile(const std::string &path) {
     return digest;
   }
   if (contains(digest)) {
-    FLOWC_RETURN_IF_ERROR(index_->bump("dedup_bytes", static_cast<int64_t>(digest.size)));
-    FLOWC_RETURN_IF_ERROR(index_->touchBlob(digest));
+    FLOWC_RETURN_IF_ERROR(recordDuplicate(*index_, digest));
     return digest;
   }
   std::string target = blobPath(digest);
