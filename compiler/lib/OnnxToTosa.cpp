@@ -142,6 +142,9 @@ private:
   Status defineConstant(const Node &node, const IntTensor &tensor);
   Status defineFloatConstant(const Node &node, const Shape &shape,
                              const std::vector<float> &values);
+  /// Registers a computed constant as the node's output, like an initializer.
+  void addFolded(const Node &node, DType dtype, const Shape &shape,
+                 std::shared_ptr<std::string> bytes);
   Expected<IntTensor> foldBinary(const Node &node, const IntTensor &a, const IntTensor &b,
                                  int64_t (*fn)(int64_t, int64_t));
   Expected<Shape> axesOf(const Node &node, size_t inputIndex, int64_t rank);
@@ -230,7 +233,8 @@ Expected<Value> Importer::weightArgument(const Node &node, const TensorData &ten
                                      dtypeName(tensor.info.dtype) +
                                      "; only float32 weights are supported");
   Value arg = entry_->addArgument(f32(tensor.info.shape), loc_);
-  weights_.push_back(WeightRef{tensor.info.name, tensor.info, tensor.bytes, tensor.owned});
+  weights_.push_back(
+      WeightRef{tensor.info.name, tensor.info, tensor.bytes, tensor.owned});
   values_[tensor.info.name] = arg;
   return arg;
 }
@@ -303,7 +307,7 @@ Expected<Value> Importer::elementwise(const Node &node) {
   if (op == "Mul" || op == "Div") {
     if (op == "Div")
       b = build<mlir::tosa::ReciprocalOp>(shapeOf(b), {b});
-    return build<mlir::tosa::MulOp>(out, {a, b, zeroShift()});
+    return mul(a, b);
   }
   return nodeUnsupported(node, "not an elementwise binary op");
 }
@@ -505,7 +509,7 @@ Status Importer::importGlobalAveragePool(const Node &node) {
                                        {attr("axis", builder_.getI32IntegerAttr(axis))});
   }
   Value scale = scalar(1.0f / static_cast<float>(count), shape.size());
-  return define(node, build<mlir::tosa::MulOp>(shape, {x, scale, zeroShift()}));
+  return define(node, mul(x, scale));
 }
 
 Value Importer::matmul3d(Value a, Value b) {
@@ -533,7 +537,7 @@ Status Importer::importGemm(const Node &node) {
       matmul3d(reshape(a, {1, as[0], as[1]}), reshape(b, {1, bs[0], bs[1]})), out);
   float alpha = floatAttr(node, "alpha", 1.0f), beta = floatAttr(node, "beta", 1.0f);
   if (alpha != 1.0f)
-    y = build<mlir::tosa::MulOp>(out, {y, scalar(alpha, 2), zeroShift()});
+    y = mul(y, scalar(alpha, 2));
   if (!hasOperand(node, 2) || beta == 0.0f)
     return define(node, y);
   FLOWC_ASSIGN_OR_RETURN(Value c, operand(node, 2));
@@ -543,7 +547,7 @@ Status Importer::importGemm(const Node &node) {
                                shapeString(out));
   FLOWC_ASSIGN_OR_RETURN(c, broadcastTo(node, c, 2));
   if (beta != 1.0f)
-    c = build<mlir::tosa::MulOp>(shapeOf(c), {c, scalar(beta, 2), zeroShift()});
+    c = mul(c, scalar(beta, 2));
   return define(node, build<mlir::tosa::AddOp>(out, {y, c}));
 }
 
@@ -605,7 +609,7 @@ Expected<Value> Importer::softmaxLastAxis(Value x) {
   Value exp = build<mlir::tosa::ExpOp>(shape, {shifted});
   Value sum = build<mlir::tosa::ReduceSumOp>(reduced, {exp}, {axisAttr});
   Value inverse = build<mlir::tosa::ReciprocalOp>(reduced, {sum});
-  return build<mlir::tosa::MulOp>(shape, {exp, inverse, zeroShift()});
+  return mul(exp, inverse);
 }
 
 Status Importer::importSoftmax(const Node &node) {
@@ -663,7 +667,8 @@ Value Importer::clamp(Value x, float low, float high) {
                                      attr("max_val", builder_.getF32FloatAttr(high))});
 }
 
-/// Elementwise product of same-rank operands (the caller broadcast them).
+/// Elementwise product of same-rank operands (the caller broadcast them);
+/// the only builder of tosa.mul.
 Value Importer::mul(Value a, Value b) {
   Shape as = shapeOf(a), bs = shapeOf(b), out(as.size());
   for (size_t i = 0; i < as.size(); ++i)
@@ -1104,12 +1109,8 @@ Status Importer::defineConstant(const Node &node, const IntTensor &tensor) {
     }
     bytes->append(reinterpret_cast<const char *>(&value), 8);
   }
-  TensorData &data = folded_.emplace_back();
-  data.info = {node.outputs[0], tensor.dtype == DType::Bool ? DType::Bool : DType::I64,
-               tensor.shape};
-  data.owned = bytes;
-  data.bytes = *bytes;
-  constants_[node.outputs[0]] = &data;
+  addFolded(node, tensor.dtype == DType::Bool ? DType::Bool : DType::I64, tensor.shape,
+            std::move(bytes));
   return Status::ok();
 }
 
@@ -1120,12 +1121,17 @@ Status Importer::defineFloatConstant(const Node &node, const Shape &shape,
     return nodeError(node, "node has no output");
   auto bytes = std::make_shared<std::string>(
       reinterpret_cast<const char *>(values.data()), values.size() * 4);
-  TensorData &data = folded_.emplace_back();
-  data.info = {node.outputs[0], DType::F32, shape};
-  data.owned = bytes;
-  data.bytes = *bytes;
-  constants_[node.outputs[0]] = &data;
+  addFolded(node, DType::F32, shape, std::move(bytes));
   return Status::ok();
+}
+
+void Importer::addFolded(const Node &node, DType dtype, const Shape &shape,
+                         std::shared_ptr<std::string> bytes) {
+  TensorData &data = folded_.emplace_back();
+  data.info = {node.outputs[0], dtype, shape};
+  data.owned = std::move(bytes);
+  data.bytes = *data.owned;
+  constants_[node.outputs[0]] = &data;
 }
 
 /// Broadcasts two integer tensors through `fn`, NumPy style.

@@ -59,13 +59,8 @@ grpc::Status CompilerService::Inspect(grpc::ServerContext *,
     setTensorInfo(response->add_outputs(), output);
   for (const auto &[op, count] : ingested->graph.opCounts)
     (*response->mutable_op_counts())[op] = count;
-  uint64_t parameters = 0, bytes = 0;
-  for (const auto &weight : ingested->graph.weights) {
-    parameters += static_cast<uint64_t>(weight.info.elementCount());
-    bytes += weight.bytes.size();
-  }
-  response->set_parameters(parameters);
-  response->set_parameter_bytes(bytes);
+  response->set_parameters(ingested->graph.parameterCount());
+  response->set_parameter_bytes(ingested->graph.parameterBytes());
   response->set_weights(static_cast<uint32_t>(ingested->graph.weights.size()));
   spdlog::info("inspect model={} model_digest={}", request->model_path(),
                response->model_digest());

@@ -235,13 +235,10 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
   // Weights are copied from their CAS blobs (one mapping each, no heap copy).
   std::vector<cache::BlobHandle> blobs;
   std::vector<std::string_view> pieces;
-  uint64_t parameters = 0, parameterBytes = 0;
   for (size_t i = 0; i < graph.weights.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(ingested.weightDigests[i]));
     pieces.push_back(blob.bytes());
     blobs.push_back(std::move(blob));
-    parameters += static_cast<uint64_t>(graph.weights[i].info.elementCount());
-    parameterBytes += graph.weights[i].bytes.size();
   }
   FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle codeBlob, cache_.get(code));
 
@@ -255,8 +252,8 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
                    {"target_description", compiler::hostTargetDescription()},
                    {"options", options.canonical()},
                    {"op_counts", graph.opCounts},
-                   {"parameters", parameters},
-                   {"parameter_bytes", parameterBytes},
+                   {"parameters", graph.parameterCount()},
+                   {"parameter_bytes", graph.parameterBytes()},
                    {"opset", ingested.model.opsetVersion}};
 
   FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_.tmpDir()));

@@ -5,6 +5,7 @@
 #include "flowc/compiler/OnnxModel.h"
 #include "flowc/support/Status.h"
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,20 @@ struct ImportedGraph {
   /// In argument order, after the inputs.
   std::vector<WeightRef> weights;
   std::map<std::string, int> opCounts;
+
+  /// Elements and bytes over all weights (what `inspect` calls parameters).
+  uint64_t parameterCount() const {
+    uint64_t count = 0;
+    for (const WeightRef &weight : weights)
+      count += static_cast<uint64_t>(weight.info.elementCount());
+    return count;
+  }
+  uint64_t parameterBytes() const {
+    uint64_t bytes = 0;
+    for (const WeightRef &weight : weights)
+      bytes += weight.bytes.size();
+    return bytes;
+  }
 };
 
 /// Imports an ONNX model into TOSA-based graph IR with static shapes.
