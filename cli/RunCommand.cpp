@@ -2,6 +2,7 @@
 #include "Commands.h"
 
 #include "flowc/runtime/Session.h"
+#include "flowc/support/Format.h"
 
 #include <algorithm>
 #include <chrono>
@@ -57,13 +58,6 @@ std::string fileNameFor(const std::string &name) {
   while (!out.empty() && out.front() == '.')
     out.erase(out.begin());
   return out.empty() ? "output" : out;
-}
-
-std::string shapeString(const std::vector<int64_t> &shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 Expected<std::map<std::string, runtime::Tensor>> readInputs(const RunOptions &options,

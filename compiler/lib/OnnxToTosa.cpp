@@ -3,6 +3,8 @@
 // transposes that canonicalization cancels between neighbouring layers.
 #include "flowc/compiler/Compiler.h"
 
+#include "flowc/support/Format.h"
+
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
@@ -34,13 +36,6 @@ int64_t product(const Shape &shape, size_t begin, size_t end) {
   for (size_t i = begin; i < end && i < shape.size(); ++i)
     p *= shape[i];
   return p;
-}
-
-std::string shapeString(const Shape &shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 /// An integer (or bool) tensor known at import time: shape arithmetic.

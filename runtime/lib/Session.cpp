@@ -1,4 +1,5 @@
 #include "flowc/runtime/Session.h"
+#include "flowc/support/Format.h"
 
 #include <cerrno>
 #include <dlfcn.h>
@@ -8,13 +9,6 @@
 namespace flowc::runtime {
 
 namespace {
-
-std::string shapeString(const std::vector<int64_t> &shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 /// dlopen needs a file: the code section goes to an anonymous memfd, so
 /// nothing is left on disk and concurrent sessions never collide.
