@@ -15,6 +15,7 @@
 #include "mlir/IR/Verifier.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -160,6 +161,13 @@ private:
   /// Constants computed at import time; a deque so pointers stay valid.
   std::deque<TensorData> folded_;
   std::map<std::string, int> opCounts_;
+  std::vector<NodeRecord> records_;
+  std::set<std::string> initializerNames_;
+  /// Initializers already counted as some node's parameters.
+  std::set<std::string> countedParameters_;
+
+  NodeRecord recordOf(const Node &node);
+  TensorInfo describeValue(const std::string &name) const;
 };
 
 Value Importer::scalar(float value, size_t rank) {
@@ -1363,6 +1371,42 @@ Status Importer::importNode(const Node &node) {
                                    ")");
 }
 
+TensorInfo Importer::describeValue(const std::string &name) const {
+  TensorInfo info{name, DType::Undefined, {}};
+  if (name.empty())
+    return info;
+  if (auto it = values_.find(name); it != values_.end()) {
+    info.shape = shapeOf(it->second);
+    auto type = mlir::cast<mlir::RankedTensorType>(it->second.getType());
+    mlir::Type element = type.getElementType();
+    info.dtype = element.isF32()         ? DType::F32
+                 : element.isInteger(64) ? DType::I64
+                 : element.isInteger(32) ? DType::I32
+                 : element.isInteger(1)  ? DType::Bool
+                                         : DType::Undefined;
+    return info;
+  }
+  if (auto it = constants_.find(name); it != constants_.end())
+    info = it->second->info;
+  info.name = name;
+  return info;
+}
+
+NodeRecord Importer::recordOf(const Node &node) {
+  NodeRecord record{node.name, node.opType, {}, {}, 0, true};
+  for (const std::string &input : node.inputs) {
+    record.inputs.push_back(describeValue(input));
+    if (initializerNames_.count(input) && countedParameters_.insert(input).second)
+      record.parameterCount += static_cast<uint64_t>(record.inputs.back().elementCount());
+  }
+  for (const std::string &output : node.outputs) {
+    record.outputs.push_back(describeValue(output));
+    if (!output.empty() && values_.count(output))
+      record.folded = false;
+  }
+  return record;
+}
+
 Expected<ImportedGraph> Importer::run() {
   auto module = mlir::ModuleOp::create(loc_);
   builder_.setInsertionPointToEnd(module.getBody());
@@ -1384,10 +1428,14 @@ Expected<ImportedGraph> Importer::run() {
     values_[input.name] = entry_->addArgument(f32(input.shape), loc_);
     graph.inputs.push_back(input);
   }
-  for (const TensorData &tensor : model_.initializers)
+  for (const TensorData &tensor : model_.initializers) {
     constants_[tensor.info.name] = &tensor;
-  for (const Node &node : model_.nodes)
+    initializerNames_.insert(tensor.info.name);
+  }
+  for (const Node &node : model_.nodes) {
     FLOWC_RETURN_IF_ERROR(importNode(node));
+    records_.push_back(recordOf(node));
+  }
 
   llvm::SmallVector<Value> results;
   for (const TensorInfo &output : model_.outputs) {
@@ -1425,6 +1473,7 @@ Expected<ImportedGraph> Importer::run() {
   module->erase();
   graph.weights = std::move(weights_);
   graph.opCounts = std::move(opCounts_);
+  graph.nodes = std::move(records_);
   return graph;
 }
 

@@ -35,6 +35,19 @@ struct WeightRef {
   std::shared_ptr<const std::string> storage;
 };
 
+/// What one ONNX node reads and writes, recorded by the importer for
+/// static profiles (`flowc inspect`). Shapes are the inferred static ones.
+struct NodeRecord {
+  std::string name;
+  std::string opType;
+  std::vector<TensorInfo> inputs; ///< Empty names for omitted optional inputs.
+  std::vector<TensorInfo> outputs;
+  /// Elements of initializers this node is the first to read.
+  uint64_t parameterCount = 0;
+  /// Computed at import time (shape arithmetic, Constant): no kernel runs.
+  bool folded = false;
+};
+
 /// The weight-free graph IR of a model plus what is needed to bind it.
 struct ImportedGraph {
   /// MLIR bytecode of the graph module. Weights are arguments of @main
@@ -46,6 +59,8 @@ struct ImportedGraph {
   /// In argument order, after the inputs.
   std::vector<WeightRef> weights;
   std::map<std::string, int> opCounts;
+  /// Every node in graph order.
+  std::vector<NodeRecord> nodes;
 
   /// Elements and bytes over all weights (what `inspect` calls parameters).
   uint64_t parameterCount() const {
