@@ -138,7 +138,24 @@ int reportError(const Status &status) {
   while (!message.empty() && message.back() == ' ')
     message.pop_back();
   std::cerr << "flowc: error: " << message << std::endl;
-  return 1;
+  return exitCodeFor(status.code());
+}
+
+int exitCodeFor(StatusCode code) {
+  switch (code) {
+  case StatusCode::InvalidArgument:
+  case StatusCode::NotFound:
+  case StatusCode::FailedPrecondition:
+  case StatusCode::DataLoss:
+    return kExitBadInput;
+  case StatusCode::Unimplemented:
+    return kExitUnsupported;
+  case StatusCode::Unavailable:
+  case StatusCode::ResourceExhausted:
+    return kExitUnavailable;
+  default:
+    return kExitFailure;
+  }
 }
 
 void printJson(const nlohmann::json &json) { std::cout << json.dump() << std::endl; }

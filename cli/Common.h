@@ -55,7 +55,17 @@ Expected<std::string> absoluteModelPath(const std::string &path);
 /// Status from a failed RPC, keeping the daemon's message.
 Status fromGrpc(const grpc::Status &status, const std::string &what);
 
-/// Prints `flowc: error: <message>` as one line on stderr; returns 1.
+/// Exit statuses, so scripts and test harnesses can tell a bad model from
+/// an unsupported one without parsing messages (also in README).
+inline constexpr int kExitFailure = 1;     ///< Internal errors, anything else.
+inline constexpr int kExitBadInput = 3;    ///< Malformed or inconsistent input.
+inline constexpr int kExitUnsupported = 4; ///< Valid input flowc does not support.
+inline constexpr int kExitUnavailable = 5; ///< No daemon, no space, no resources.
+
+int exitCodeFor(StatusCode code);
+
+/// Prints `flowc: error: <message>` as one line on stderr; returns the exit
+/// status for the error's code.
 int reportError(const Status &status);
 
 void printJson(const nlohmann::json &json);

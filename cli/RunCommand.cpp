@@ -118,11 +118,12 @@ int runRun(const RunOptions &options) {
     }
     std::ostringstream line;
     line << name << " " << shapeString(tensor.shape) << " -> " << path << "\n  ";
-    size_t shown = std::min(options.printCount, tensor.data.size());
+    size_t count = static_cast<size_t>(tensor.elementCount());
+    size_t shown = std::min(options.printCount, count);
     for (size_t k = 0; k < shown; ++k)
-      line << std::setprecision(6) << tensor.data[k] << (k + 1 < shown ? " " : "");
-    if (shown < tensor.data.size())
-      line << " ... (" << tensor.data.size() << " values)";
+      line << std::setprecision(6) << tensor.element(k) << (k + 1 < shown ? " " : "");
+    if (shown < count)
+      line << " ... (" << count << " values)";
     std::cout << line.str() << std::endl;
   }
   if (options.bench) {
@@ -150,7 +151,7 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &) {
   CLI::App *cmd = app.add_subcommand("run", "Run an artifact on the CPU");
   cmd->add_option("artifact", options->artifact, "Artifact (.fca)")->required();
   cmd->add_option("-i,--input", options->inputs,
-                  "NAME=FILE.npy (float32), once per input");
+                  "NAME=FILE.npy (float32, int64, int32 or bool), once per input");
   cmd->add_option("--output-dir", options->outputDir, "Where OUTPUT_NAME.npy files go");
   cmd->add_option("--print", options->printCount, "Values printed per output");
   cmd->add_option("--bench", options->bench,

@@ -67,4 +67,14 @@ if ! cmp -s scripts/requirements.txt .venv/.requirements.installed; then
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
   cp scripts/requirements.txt .venv/.requirements.installed
 fi
+# Exporting the transformer models needs Hugging Face transformers next to
+# Debian's torch: a venv over the system Python that sees its packages.
+if [[ ! -x .venv-export/bin/python ]]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv-export
+fi
+if ! cmp -s scripts/requirements-export.txt .venv-export/.requirements.installed; then
+  echo "setup: installing model-export packages into .venv-export"
+  .venv-export/bin/pip install -q --disable-pip-version-check -r scripts/requirements-export.txt
+  cp scripts/requirements-export.txt .venv-export/.requirements.installed
+fi
 echo "setup: dependencies ready"

@@ -65,13 +65,17 @@ private:
   }
 
   // Values -------------------------------------------------------------
+  /// A float32 tensor input: what almost every op computes on.
   Expected<Value> operand(const Node &node, size_t index);
+  /// An input of any carried element type (data movement, indices, masks).
+  Expected<Value> anyOperand(const Node &node, size_t index);
   bool hasOperand(const Node &node, size_t index) const {
     return index < node.inputs.size() && !node.inputs[index].empty();
   }
   Expected<const TensorData *> constantOperand(const Node &node, size_t index);
   Expected<Value> weightArgument(const Node &node, const TensorData &tensor);
   Status define(const Node &node, Value value);
+  Status defineOutput(const Node &node, size_t index, Value value);
 
   // Builders -----------------------------------------------------------
   static Shape shapeOf(Value v) {
@@ -81,10 +85,43 @@ private:
   mlir::RankedTensorType f32(const Shape &shape) {
     return mlir::RankedTensorType::get(shape, builder_.getF32Type());
   }
+  static DType dtypeOf(Value v) {
+    mlir::Type element = elementTypeOf(v);
+    return element.isF32()         ? DType::F32
+           : element.isInteger(64) ? DType::I64
+           : element.isInteger(32) ? DType::I32
+           : element.isInteger(1)  ? DType::Bool
+                                   : DType::Undefined;
+  }
+  static mlir::Type elementTypeOf(Value v) {
+    return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType();
+  }
+  /// The MLIR element type of a runtime tensor of `dtype`; null for dtypes
+  /// the importer cannot carry (float32, int64, int32 and bool).
+  mlir::Type elementType(DType dtype) {
+    switch (dtype) {
+    case DType::F32:
+      return builder_.getF32Type();
+    case DType::I64:
+      return builder_.getI64Type();
+    case DType::I32:
+      return builder_.getI32Type();
+    case DType::Bool:
+      return builder_.getI1Type();
+    default:
+      return {};
+    }
+  }
   template <typename Op>
   Value build(const Shape &shape, mlir::ValueRange operands,
               llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
-    return Op::create(builder_, loc_, mlir::TypeRange{f32(shape)}, operands, attrs)
+    return buildTyped<Op>(builder_.getF32Type(), shape, operands, attrs);
+  }
+  template <typename Op>
+  Value buildTyped(mlir::Type element, const Shape &shape, mlir::ValueRange operands,
+                   llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    auto type = mlir::RankedTensorType::get(shape, element);
+    return Op::create(builder_, loc_, mlir::TypeRange{type}, operands, attrs)
         ->getResult(0);
   }
   mlir::NamedAttribute attr(llvm::StringRef name, mlir::Attribute value) {
@@ -128,6 +165,17 @@ private:
   Status importGather(const Node &node);
   Status importExpand(const Node &node);
   Status importPow(const Node &node);
+  Status importCast(const Node &node);
+  Status importIdentity(const Node &node);
+  Status importConstant(const Node &node);
+  Status importWhere(const Node &node);
+  Status importLayerNormalization(const Node &node);
+  Status importSplit(const Node &node);
+  Status importGelu(const Node &node);
+  /// tosa.gather of `indices` (any integer type, negative ones counted from
+  /// the end) along `axis` of `data`.
+  Expected<Value> gatherRuntime(const Node &node, Value data, Value indices,
+                                int64_t axis);
   Expected<Shape> reshapeTarget(const Node &node, const Shape &in);
   Expected<Shape> squeezedShape(const Node &node, const Shape &in, bool unsqueeze);
   Expected<std::vector<std::pair<int64_t, int64_t>>> sliceRanges(const Node &node,
@@ -190,8 +238,8 @@ Value Importer::transpose(Value v, llvm::ArrayRef<int32_t> perms) {
   Shape in = shapeOf(v), out;
   for (int32_t p : perms)
     out.push_back(in[p]);
-  return build<mlir::tosa::TransposeOp>(
-      out, {v}, {attr("perms", builder_.getDenseI32ArrayAttr(perms))});
+  return buildTyped<mlir::tosa::TransposeOp>(
+      elementTypeOf(v), out, {v}, {attr("perms", builder_.getDenseI32ArrayAttr(perms))});
 }
 
 Value Importer::constShape(const Shape &shape) {
@@ -208,13 +256,15 @@ Value Importer::constShape(const Shape &shape) {
 Value Importer::reshape(Value v, const Shape &shape) {
   if (shapeOf(v) == shape)
     return v;
-  return build<mlir::tosa::ReshapeOp>(shape, {v, constShape(shape)});
+  return buildTyped<mlir::tosa::ReshapeOp>(elementTypeOf(v), shape,
+                                           {v, constShape(shape)});
 }
 
 Value Importer::slice(Value v, const Shape &start, const Shape &size) {
   if (shapeOf(v) == size)
     return v;
-  return build<mlir::tosa::SliceOp>(size, {v, constShape(start), constShape(size)});
+  return buildTyped<mlir::tosa::SliceOp>(elementTypeOf(v), size,
+                                         {v, constShape(start), constShape(size)});
 }
 
 Value Importer::fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape &kernel,
@@ -231,11 +281,13 @@ Value Importer::fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape
 }
 
 Expected<Value> Importer::weightArgument(const Node &node, const TensorData &tensor) {
-  if (tensor.info.dtype != DType::F32)
+  mlir::Type element = elementType(tensor.info.dtype);
+  if (!element)
     return nodeUnsupported(node, "tensor '" + tensor.info.name + "' has dtype " +
                                      dtypeName(tensor.info.dtype) +
-                                     "; only float32 weights are supported");
-  Value arg = entry_->addArgument(f32(tensor.info.shape), loc_);
+                                     "; supported: float32, int64, int32, bool");
+  Value arg =
+      entry_->addArgument(mlir::RankedTensorType::get(tensor.info.shape, element), loc_);
   weights_.push_back(
       WeightRef{tensor.info.name, tensor.info, tensor.bytes, tensor.owned});
   values_[tensor.info.name] = arg;
@@ -243,6 +295,15 @@ Expected<Value> Importer::weightArgument(const Node &node, const TensorData &ten
 }
 
 Expected<Value> Importer::operand(const Node &node, size_t index) {
+  FLOWC_ASSIGN_OR_RETURN(Value v, anyOperand(node, index));
+  if (!elementTypeOf(v).isF32())
+    return nodeUnsupported(node, "input '" + node.inputs[index] + "' is " +
+                                     dtypeName(dtypeOf(v)) + "; " + node.opType +
+                                     " is supported on float32 only");
+  return v;
+}
+
+Expected<Value> Importer::anyOperand(const Node &node, size_t index) {
   if (!hasOperand(node, index))
     return nodeError(node, "missing input #" + std::to_string(index));
   const std::string &name = node.inputs[index];
@@ -269,6 +330,14 @@ Status Importer::define(const Node &node, Value value) {
   if (node.outputs.empty())
     return nodeError(node, "node has no output");
   values_[node.outputs[0]] = value;
+  return Status::ok();
+}
+
+Status Importer::defineOutput(const Node &node, size_t index, Value value) {
+  if (index >= node.outputs.size())
+    return nodeError(node, "node has no output #" + std::to_string(index));
+  if (!node.outputs[index].empty())
+    values_[node.outputs[index]] = value;
   return Status::ok();
 }
 
@@ -585,13 +654,13 @@ Status Importer::importMatMul(const Node &node) {
 }
 
 Status Importer::importReshape(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Shape target, reshapeTarget(node, shapeOf(x)));
   return define(node, reshape(x, target));
 }
 
 Status Importer::importFlatten(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   Shape in = shapeOf(x);
   int64_t axis = intAttr(node, "axis", 1);
   if (axis < 0)
@@ -648,7 +717,7 @@ Status Importer::importSoftmax(const Node &node) {
 }
 
 Status Importer::importTranspose(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   size_t rank = shapeOf(x).size();
   Shape perm = intsAttr(node, "perm", {});
   if (perm.empty())
@@ -766,7 +835,9 @@ Status Importer::importClip(const Node &node) {
 Status Importer::importConcat(const Node &node) {
   llvm::SmallVector<Value> inputs;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
-    FLOWC_ASSIGN_OR_RETURN(Value v, operand(node, i));
+    FLOWC_ASSIGN_OR_RETURN(Value v, anyOperand(node, i));
+    if (!inputs.empty() && elementTypeOf(v) != elementTypeOf(inputs[0]))
+      return nodeError(node, "inputs have different element types");
     inputs.push_back(v);
   }
   if (inputs.empty())
@@ -794,8 +865,9 @@ Status Importer::importConcat(const Node &node) {
   }
   if (inputs.size() == 1)
     return define(node, inputs[0]);
-  return define(node, build<mlir::tosa::ConcatOp>(
-                          out, inputs, {attr("axis", builder_.getI32IntegerAttr(axis))}));
+  return define(node, buildTyped<mlir::tosa::ConcatOp>(
+                          elementTypeOf(inputs[0]), out, inputs,
+                          {attr("axis", builder_.getI32IntegerAttr(axis))}));
 }
 
 Status Importer::importReduceMean(const Node &node) {
@@ -828,7 +900,7 @@ Status Importer::importReduceMean(const Node &node) {
 }
 
 Status Importer::importSqueeze(const Node &node, bool unsqueeze) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Shape out, squeezedShape(node, shapeOf(x), unsqueeze));
   return define(node, reshape(x, out));
 }
@@ -838,8 +910,6 @@ Status Importer::importActivation(const Node &node) {
   Shape shape = shapeOf(x);
   size_t rank = shape.size();
   const std::string &op = node.opType;
-  if (op == "Identity" || op == "Dropout")
-    return define(node, x); // inference: Dropout passes its input through
   if (op == "Relu")
     return define(node, clamp(x, 0.0f, std::numeric_limits<float>::infinity()));
   if (op == "Sigmoid")
@@ -1001,18 +1071,76 @@ Status Importer::importSlice(const Node &node) {
   return define(node, slice(x, start, size));
 }
 
+Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indices,
+                                        int64_t axis) {
+  mlir::Type indexType = elementTypeOf(indices);
+  if (!indexType.isInteger(64) && !indexType.isInteger(32))
+    return nodeError(node, "indices must be int64 or int32");
+  Shape shape = shapeOf(data), indexShape = shapeOf(indices);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  // Move `axis` first so the gather is over [1, K, C] values.
+  llvm::SmallVector<int32_t> perms{static_cast<int32_t>(axis)};
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis)
+      perms.push_back(static_cast<int32_t>(i));
+  Value front = transpose(data, perms);
+  int64_t k = shape[axis],
+          rest = product(shape, 0, shape.size()) / std::max<int64_t>(k, 1);
+  int64_t count = product(indexShape, 0, indexShape.size());
+  Value values = reshape(front, {1, k, rest});
+  auto i32 = builder_.getI32Type();
+  Value flat = reshape(indices, {1, count});
+  if (!indexType.isInteger(32))
+    flat = buildTyped<mlir::tosa::CastOp>(i32, {1, count}, {flat});
+  // ONNX counts negative indices from the end.
+  auto i32Const = [&](int32_t value) -> Value {
+    auto type = mlir::RankedTensorType::get({1, 1}, i32);
+    return mlir::tosa::ConstOp::create(
+        builder_, loc_, type, mlir::DenseElementsAttr::get(type, llvm::ArrayRef(value)));
+  };
+  Value negative = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), {1, count},
+                                                     {i32Const(0), flat});
+  Value wrapped = buildTyped<mlir::tosa::AddOp>(
+      i32, {1, count}, {flat, i32Const(static_cast<int32_t>(k))});
+  flat = buildTyped<mlir::tosa::SelectOp>(i32, {1, count}, {negative, wrapped, flat});
+  Value gathered = buildTyped<mlir::tosa::GatherOp>(elementTypeOf(data), {1, count, rest},
+                                                    {values, flat});
+  // [indices..., other dims...] then the gathered dims back in place.
+  Shape unfolded = indexShape;
+  for (size_t i = 1; i < perms.size(); ++i)
+    unfolded.push_back(shape[perms[i]]);
+  Value y = reshape(gathered, unfolded);
+  int64_t indexRank = static_cast<int64_t>(indexShape.size());
+  if (axis == 0)
+    return y;
+  llvm::SmallVector<int32_t> back;
+  for (int64_t i = 0; i < axis; ++i)
+    back.push_back(static_cast<int32_t>(indexRank + i));
+  for (int64_t i = 0; i < indexRank; ++i)
+    back.push_back(static_cast<int32_t>(i));
+  for (int64_t i = axis + 1; i < rank; ++i)
+    back.push_back(static_cast<int32_t>(indexRank + i - 1));
+  return transpose(y, back);
+}
+
 Status Importer::importGather(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value data, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
   Shape shape = shapeOf(data);
   int64_t rank = static_cast<int64_t>(shape.size());
-  auto indices = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
-  if (!indices)
-    return nodeUnsupported(node, "indices must be a constant integer tensor");
   int64_t axis = intAttr(node, "axis", 0);
   if (axis < 0)
     axis += rank;
   if (axis < 0 || axis >= rank)
     return nodeError(node, "axis is out of range for rank " + std::to_string(rank));
+  // A few constant indices become slices (checked here, free at run time);
+  // runtime or many indices (embedding lookups) a gather.
+  constexpr size_t kMaxSlicedIndices = 16;
+  auto indices = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  if (!indices || indices->values.size() > kMaxSlicedIndices) {
+    FLOWC_ASSIGN_OR_RETURN(Value runtimeIndices, anyOperand(node, 1));
+    FLOWC_ASSIGN_OR_RETURN(Value y, gatherRuntime(node, data, runtimeIndices, axis));
+    return define(node, y);
+  }
   llvm::SmallVector<Value> rows;
   for (int64_t index : indices->values) {
     int64_t k = index < 0 ? index + shape[axis] : index;
@@ -1027,10 +1155,10 @@ Status Importer::importGather(const Node &node) {
   }
   Shape joined = shape;
   joined[axis] = static_cast<int64_t>(rows.size());
-  Value y = rows.size() == 1
-                ? rows[0]
-                : build<mlir::tosa::ConcatOp>(
-                      joined, rows, {attr("axis", builder_.getI32IntegerAttr(axis))});
+  Value y = rows.size() == 1 ? rows[0]
+                             : buildTyped<mlir::tosa::ConcatOp>(
+                                   elementTypeOf(data), joined, rows,
+                                   {attr("axis", builder_.getI32IntegerAttr(axis))});
   // The indices' shape replaces the gathered axis.
   Shape out(shape.begin(), shape.begin() + axis);
   out.insert(out.end(), indices->shape.begin(), indices->shape.end());
@@ -1064,6 +1192,182 @@ Status Importer::importPow(const Node &node) {
     return define(node, mul(x, x));
   return define(node,
                 build<mlir::tosa::PowOp>(shape, {x, scalar(exponent, shape.size())}));
+}
+
+/// Inference: Dropout passes its input through and keeps every element
+/// (an all-true mask).
+Status Importer::importIdentity(const Node &node) {
+  if (node.opType == "Dropout" && hasOperand(node, 2)) {
+    auto training = intConstant(node.inputs[2]);
+    if (!training || training->values.size() != 1)
+      return nodeUnsupported(node, "training_mode must be a constant");
+    if (training->values[0] != 0)
+      return nodeUnsupported(node, "training mode (random dropout) is not supported");
+  }
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  FLOWC_RETURN_IF_ERROR(define(node, x));
+  if (node.outputs.size() < 2 || node.outputs[1].empty())
+    return Status::ok();
+  Shape shape = shapeOf(x);
+  auto bytes = std::make_shared<std::string>(
+      static_cast<size_t>(product(shape, 0, shape.size())), '\1');
+  TensorData &data = folded_.emplace_back();
+  data.info = {node.outputs[1], DType::Bool, shape};
+  data.owned = std::move(bytes);
+  data.bytes = *data.owned;
+  constants_[node.outputs[1]] = &data;
+  return Status::ok();
+}
+
+Status Importer::importCast(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  auto to = static_cast<DType>(intAttr(node, "to", 0));
+  mlir::Type target = elementType(to);
+  if (!target)
+    return nodeUnsupported(node, "casting to " + dtypeName(to) + " is not supported");
+  if (target == elementTypeOf(x))
+    return define(node, x);
+  if (!target.isF32())
+    return nodeUnsupported(node, "casting a runtime " + dtypeName(dtypeOf(x)) +
+                                     " tensor to " + dtypeName(to) +
+                                     " is not supported (to float32 only)");
+  return define(node, build<mlir::tosa::CastOp>(shapeOf(x), {x}));
+}
+
+Status Importer::importWhere(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value condition, anyOperand(node, 0));
+  if (!elementTypeOf(condition).isInteger(1))
+    return nodeError(node, "condition must be bool");
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Value y, operand(node, 2));
+  FLOWC_ASSIGN_OR_RETURN(Shape xy, broadcastShape(node, shapeOf(x), shapeOf(y)));
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(condition), xy));
+  FLOWC_ASSIGN_OR_RETURN(condition, broadcastTo(node, condition, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(x, broadcastTo(node, x, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(y, broadcastTo(node, y, out.size()));
+  return define(node, build<mlir::tosa::SelectOp>(out, {condition, x, y}));
+}
+
+/// (x - mean) / sqrt(var + epsilon) * scale + bias over the axes from `axis`
+/// on, computed on an [outer, inner] view.
+Status Importer::importLayerNormalization(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value scale, operand(node, 1));
+  Shape shape = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = intAttr(node, "axis", -1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", -1)) +
+                               " is out of range for input " + shapeString(shape));
+  if (node.outputs.size() > 1 &&
+      std::any_of(node.outputs.begin() + 1, node.outputs.end(),
+                  [](const std::string &name) { return !name.empty(); }))
+    return nodeUnsupported(node, "the Mean and InvStdDev outputs are not supported");
+  int64_t outer = product(shape, 0, axis), inner = product(shape, axis, shape.size());
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(1));
+  Value flat = reshape(x, {outer, inner});
+  Value meanScale = scalar(1.0f / static_cast<float>(inner), 2);
+  Value mean =
+      mul(build<mlir::tosa::ReduceSumOp>({outer, 1}, {flat}, {axisAttr}), meanScale);
+  Value centered = build<mlir::tosa::SubOp>({outer, inner}, {flat, mean});
+  Value variance = mul(
+      build<mlir::tosa::ReduceSumOp>({outer, 1}, {mul(centered, centered)}, {axisAttr}),
+      meanScale);
+  Value shifted = build<mlir::tosa::AddOp>(
+      {outer, 1}, {variance, scalar(floatAttr(node, "epsilon", 1e-5f), 2)});
+  Value inverse = build<mlir::tosa::RsqrtOp>({outer, 1}, {shifted});
+  Value y = reshape(mul(centered, inverse), shape);
+  FLOWC_ASSIGN_OR_RETURN(Shape scaled, broadcastShape(node, shape, shapeOf(scale)));
+  if (scaled != shape)
+    return nodeError(node, "scale " + shapeString(shapeOf(scale)) +
+                               " does not broadcast to the input " + shapeString(shape));
+  FLOWC_ASSIGN_OR_RETURN(scale, broadcastTo(node, scale, shape.size()));
+  y = mul(y, scale);
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(Value bias, operand(node, 2));
+    FLOWC_ASSIGN_OR_RETURN(Shape biased, broadcastShape(node, shape, shapeOf(bias)));
+    if (biased != shape)
+      return nodeError(node, "bias " + shapeString(shapeOf(bias)) +
+                                 " does not broadcast to the input " +
+                                 shapeString(shape));
+    FLOWC_ASSIGN_OR_RETURN(bias, broadcastTo(node, bias, shape.size()));
+    y = build<mlir::tosa::AddOp>(shape, {y, bias});
+  }
+  return define(node, y);
+}
+
+/// Sizes from the `split` input (opset 13+) or attribute (before), else
+/// `num_outputs` (opset 18+) or the output count, ONNX's uneven last part.
+Status Importer::importSplit(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  Shape shape = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = intAttr(node, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
+                               " is out of range for input " + shapeString(shape));
+  Shape sizes = intsAttr(node, "split", {});
+  if (hasOperand(node, 1)) {
+    auto split = intConstant(node.inputs[1]);
+    if (!split)
+      return nodeUnsupported(node, "split sizes must be a constant integer tensor");
+    sizes = split->values;
+  }
+  int64_t parts = intAttr(node, "num_outputs", static_cast<int64_t>(node.outputs.size()));
+  if (sizes.empty()) {
+    if (parts <= 0)
+      return nodeError(node, "no outputs to split into");
+    int64_t each = (shape[axis] + parts - 1) / parts;
+    for (int64_t left = shape[axis]; left > 0; left -= each)
+      sizes.push_back(std::min(each, left));
+  }
+  if (sizes.size() != node.outputs.size())
+    return nodeError(node, "split into " + std::to_string(sizes.size()) +
+                               " parts but the node has " +
+                               std::to_string(node.outputs.size()) + " outputs");
+  int64_t total = 0;
+  for (int64_t size : sizes)
+    total += size < 0 ? shape[axis] + 1 : size;
+  if (total != shape[axis])
+    return nodeError(node, "split sizes " + shapeString(sizes) + " do not add up to " +
+                               std::to_string(shape[axis]) + " (axis " +
+                               std::to_string(axis) + " of " + shapeString(shape) + ")");
+  Shape start(shape.size(), 0);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Shape size = shape;
+    size[axis] = sizes[i];
+    FLOWC_RETURN_IF_ERROR(defineOutput(node, i, slice(x, start, size)));
+    start[axis] += sizes[i];
+  }
+  return Status::ok();
+}
+
+/// Opset 20's Gelu: x * Phi(x) exactly, or its tanh approximation.
+Status Importer::importGelu(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  std::string approximate = "none";
+  if (auto it = node.attributes.find("approximate"); it != node.attributes.end())
+    approximate = it->second.s;
+  Value half = mul(x, scalar(0.5f, rank));
+  Value inner;
+  if (approximate == "none") {
+    inner = build<mlir::tosa::ErfOp>(shape, {mul(x, scalar(float(M_SQRT1_2), rank))});
+  } else if (approximate == "tanh") {
+    Value cube = mul(mul(x, x), x);
+    Value poly = build<mlir::tosa::AddOp>(shape, {x, mul(cube, scalar(0.044715f, rank))});
+    inner = build<mlir::tosa::TanhOp>(
+        shape, {mul(poly, scalar(static_cast<float>(std::sqrt(2.0 / M_PI)), rank))});
+  } else {
+    return nodeError(node, "approximate='" + approximate + "' is not 'none' or 'tanh'");
+  }
+  Value onePlus = build<mlir::tosa::AddOp>(shape, {inner, scalar(1.0f, rank)});
+  return define(node, mul(half, onePlus));
 }
 
 // Shape folding ----------------------------------------------------------
@@ -1182,7 +1486,7 @@ Expected<bool> Importer::tryFold(const Node &node) {
   static const std::set<std::string> foldable = {
       "ConstantOfShape", "Gather", "Unsqueeze", "Squeeze", "Reshape",
       "Concat",          "Add",    "Sub",       "Mul",     "Div",
-      "Equal",           "Where",  "Slice",     "Cast"};
+      "Equal",           "Where",  "Slice",     "Cast",    "Expand"};
   if (!foldable.count(op))
     return false;
   std::vector<std::optional<IntTensor>> inputs;
@@ -1229,6 +1533,18 @@ Expected<bool> Importer::tryFold(const Node &node) {
     FLOWC_ASSIGN_OR_RETURN(result, foldBinary(node, a, *inputs[1], fn));
     if (op == "Equal")
       result.dtype = DType::Bool;
+  } else if (op == "Expand") {
+    if (inputs.size() != 2 || inputs[1]->shape.size() != 1)
+      return nodeError(node, "Expand needs a data and a 1-D shape input");
+    Shape target = inputs[1]->values;
+    IntTensor zeros{target,
+                    std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(
+                                             0, product(target, 0, target.size()))),
+                                         0),
+                    DType::I64};
+    FLOWC_ASSIGN_OR_RETURN(
+        result, foldBinary(node, a, zeros, [](int64_t x, int64_t) { return x; }));
+    result.dtype = a.dtype;
   } else if (op == "Where") {
     if (inputs.size() != 3)
       return nodeError(node, "Where needs three inputs");
@@ -1291,22 +1607,45 @@ Expected<bool> Importer::tryFold(const Node &node) {
   return true;
 }
 
-Status Importer::importNode(const Node &node) {
-  if (!node.domain.empty() && node.domain != "ai.onnx")
-    return nodeUnsupported(node, "unsupported op domain '" + node.domain + "' (opset " +
-                                     std::to_string(model_.opsetVersion) + ")");
-  const std::string &op = node.opType;
-  ++opCounts_[op];
-  if (op == "Constant") {
-    auto it = node.attributes.find("value");
-    if (it == node.attributes.end() || !it->second.tensor)
-      return nodeUnsupported(node, "only Constant with a 'value' tensor is supported");
-    if (node.outputs.empty())
-      return nodeError(node, "node has no output");
+/// A Constant's `value` tensor, or its scalar and list forms.
+Status Importer::importConstant(const Node &node) {
+  if (node.outputs.empty())
+    return nodeError(node, "node has no output");
+  if (auto it = node.attributes.find("value");
+      it != node.attributes.end() && it->second.tensor) {
     it->second.tensor->info.name = node.outputs[0];
     constants_[node.outputs[0]] = it->second.tensor.get();
     return Status::ok();
   }
+  auto find = [&](const char *name) -> const Attribute * {
+    auto it = node.attributes.find(name);
+    return it == node.attributes.end() ? nullptr : &it->second;
+  };
+  if (const Attribute *value = find("value_float"))
+    return defineFloatConstant(node, {}, {value->f});
+  if (const Attribute *value = find("value_floats"))
+    return defineFloatConstant(node, {static_cast<int64_t>(value->floats.size())},
+                               value->floats);
+  if (const Attribute *value = find("value_int"))
+    return defineConstant(node, IntTensor{{}, {value->i}, DType::I64});
+  if (const Attribute *value = find("value_ints"))
+    return defineConstant(
+        node,
+        IntTensor{{static_cast<int64_t>(value->ints.size())}, value->ints, DType::I64});
+  return nodeUnsupported(node, "a Constant needs a value, value_float(s) or value_int(s) "
+                               "attribute (string and sparse values are not supported)");
+}
+
+Status Importer::importNode(const Node &node) {
+  if (!node.domain.empty() && node.domain != "ai.onnx")
+    return nodeUnsupported(node, "unsupported op domain '" + node.domain +
+                                     "' (flowc imports the default ai.onnx domain only)");
+  if (model_.opsetVersion <= 0)
+    return nodeError(node, "the model imports no version of the default ONNX domain");
+  const std::string &op = node.opType;
+  ++opCounts_[op];
+  if (op == "Constant")
+    return importConstant(node);
   FLOWC_ASSIGN_OR_RETURN(bool folded, tryFold(node));
   if (folded)
     return Status::ok();
@@ -1320,15 +1659,18 @@ Status Importer::importNode(const Node &node) {
     return importExpand(node);
   if (op == "Pow")
     return importPow(node);
-  if (op == "Cast") {
-    if (intAttr(node, "to", 0) != static_cast<int64_t>(DType::F32))
-      return nodeUnsupported(node,
-                             "casting a runtime tensor to " +
-                                 dtypeName(static_cast<DType>(intAttr(node, "to", 0))) +
-                                 " is not supported (float32 only)");
-    FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-    return define(node, x);
-  }
+  if (op == "Cast")
+    return importCast(node);
+  if (op == "Where")
+    return importWhere(node);
+  if (op == "LayerNormalization")
+    return importLayerNormalization(node);
+  if (op == "Split")
+    return importSplit(node);
+  if (op == "Gelu")
+    return importGelu(node);
+  if (op == "Identity" || op == "Dropout")
+    return importIdentity(node);
   if (op == "MaxPool" || op == "AveragePool")
     return importPool(node);
   if (op == "GlobalAveragePool")
@@ -1350,8 +1692,8 @@ Status Importer::importNode(const Node &node) {
     return define(node, y);
   }
   static const std::set<std::string> activations = {
-      "Relu", "Sigmoid", "Tanh",      "Identity",    "Exp",      "Erf",
-      "Sqrt", "Dropout", "LeakyRelu", "HardSigmoid", "HardSwish"};
+      "Relu", "Sigmoid",   "Tanh",        "Exp",      "Erf",
+      "Sqrt", "LeakyRelu", "HardSigmoid", "HardSwish"};
   if (activations.count(op))
     return importActivation(node);
   if (op == "BatchNormalization")
@@ -1377,13 +1719,7 @@ TensorInfo Importer::describeValue(const std::string &name) const {
     return info;
   if (auto it = values_.find(name); it != values_.end()) {
     info.shape = shapeOf(it->second);
-    auto type = mlir::cast<mlir::RankedTensorType>(it->second.getType());
-    mlir::Type element = type.getElementType();
-    info.dtype = element.isF32()         ? DType::F32
-                 : element.isInteger(64) ? DType::I64
-                 : element.isInteger(32) ? DType::I32
-                 : element.isInteger(1)  ? DType::Bool
-                                         : DType::Undefined;
+    info.dtype = dtypeOf(it->second);
     return info;
   }
   if (auto it = constants_.find(name); it != constants_.end())
@@ -1417,15 +1753,17 @@ Expected<ImportedGraph> Importer::run() {
 
   ImportedGraph graph;
   for (const TensorInfo &input : model_.inputs) {
-    if (input.dtype != DType::F32)
+    mlir::Type element = elementType(input.dtype);
+    if (!element)
       return unimplemented(model_.path + ": input '" + input.name + "' has dtype " +
                            dtypeName(input.dtype) +
-                           "; only float32 inputs are supported");
+                           "; supported: float32, int64, int32, bool");
     if (input.elementCount() < 0)
       return unimplemented(model_.path + ": input '" + input.name +
                            "' has a symbolic shape " + shapeString(input.shape) +
                            "; only static shapes are supported");
-    values_[input.name] = entry_->addArgument(f32(input.shape), loc_);
+    values_[input.name] =
+        entry_->addArgument(mlir::RankedTensorType::get(input.shape, element), loc_);
     graph.inputs.push_back(input);
   }
   for (const TensorData &tensor : model_.initializers) {
@@ -1440,11 +1778,21 @@ Expected<ImportedGraph> Importer::run() {
   llvm::SmallVector<Value> results;
   for (const TensorInfo &output : model_.outputs) {
     auto it = values_.find(output.name);
+    if (it == values_.end()) {
+      // Computed at import time (a folded Shape, a Constant): returned from
+      // its weight argument like any other constant.
+      if (auto constant = constants_.find(output.name); constant != constants_.end()) {
+        Node producer;
+        producer.name = "output '" + output.name + "'";
+        FLOWC_RETURN_IF_ERROR(weightArgument(producer, *constant->second).status());
+        it = values_.find(output.name);
+      }
+    }
     if (it == values_.end())
       return invalidArgument(model_.path + ": graph output '" + output.name +
                              "' is not computed by any node");
     TensorInfo info = output;
-    info.dtype = DType::F32;
+    info.dtype = dtypeOf(it->second);
     info.shape = shapeOf(it->second);
     if (!output.shape.empty() && output.shape.size() == info.shape.size())
       for (size_t i = 0; i < info.shape.size(); ++i)

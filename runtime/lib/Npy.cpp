@@ -7,14 +7,83 @@
 
 namespace flowc::runtime {
 
-Tensor Tensor::zeros(const std::vector<int64_t> &shape) {
+size_t dtypeBytes(const std::string &dtype) {
+  if (dtype == "float32" || dtype == "int32")
+    return 4;
+  if (dtype == "int64")
+    return 8;
+  if (dtype == "bool")
+    return 1;
+  return 0;
+}
+
+int64_t Tensor::elementCount() const {
   int64_t count = 1;
   for (int64_t dim : shape)
     count *= dim;
-  return Tensor{shape, std::vector<float>(static_cast<size_t>(count), 0.0f)};
+  return count;
+}
+
+Tensor Tensor::zeros(const std::string &dtype, const std::vector<int64_t> &shape) {
+  Tensor tensor{dtype, shape, {}};
+  tensor.bytes.resize(static_cast<size_t>(tensor.elementCount()) * dtypeBytes(dtype));
+  return tensor;
+}
+
+Tensor Tensor::fromFloats(const std::vector<int64_t> &shape,
+                          const std::vector<float> &values) {
+  Tensor tensor{"float32", shape, std::vector<uint8_t>(values.size() * 4)};
+  std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
+  return tensor;
+}
+
+std::vector<float> Tensor::floats() const {
+  std::vector<float> values(bytes.size() / 4);
+  std::memcpy(values.data(), bytes.data(), values.size() * 4);
+  return values;
+}
+
+double Tensor::element(size_t i) const {
+  const uint8_t *at = bytes.data() + i * dtypeBytes(dtype);
+  if (dtype == "float32") {
+    float value;
+    std::memcpy(&value, at, 4);
+    return value;
+  }
+  if (dtype == "int64") {
+    int64_t value;
+    std::memcpy(&value, at, 8);
+    return static_cast<double>(value);
+  }
+  if (dtype == "int32") {
+    int32_t value;
+    std::memcpy(&value, at, 4);
+    return value;
+  }
+  return *at;
 }
 
 namespace {
+
+/// NumPy's type string of a dtype and back; empty when there is none.
+std::string npyDescr(const std::string &dtype) {
+  if (dtype == "float32")
+    return "<f4";
+  if (dtype == "int64")
+    return "<i8";
+  if (dtype == "int32")
+    return "<i4";
+  if (dtype == "bool")
+    return "|b1";
+  return "";
+}
+
+std::string dtypeOfDescr(const std::string &descr) {
+  for (const char *dtype : {"float32", "int64", "int32", "bool"})
+    if (npyDescr(dtype) == descr)
+      return dtype;
+  return "";
+}
 
 /// The value of `'key': value` in a .npy header dict.
 std::string headerField(const std::string &header, const std::string &key) {
@@ -67,39 +136,44 @@ Expected<Tensor> readNpy(const std::string &path) {
     return bad("truncated .npy header");
   std::string header(reinterpret_cast<const char *>(bytes) + headerStart, headerLength);
   std::string descr = headerField(header, "descr");
-  if (descr != "<f4")
-    return bad("dtype '" + descr +
-               "' is not supported; flowc run takes float32 ('<f4') arrays");
+  std::string dtype = dtypeOfDescr(descr);
+  if (dtype.empty())
+    return bad(
+        "dtype '" + descr +
+        "' is not supported; flowc run takes float32, int64, int32 and bool arrays "
+        "('<f4', '<i8', '<i4', '|b1')");
   if (headerField(header, "fortran_order") != "False")
     return bad("Fortran-order arrays are not supported");
   std::string shapeText = headerField(header, "shape");
   if (shapeText.empty())
     return bad("header has no shape");
   Tensor tensor;
+  tensor.dtype = dtype;
   static const std::regex number("[0-9]+");
   for (auto it = std::sregex_iterator(shapeText.begin(), shapeText.end(), number);
        it != std::sregex_iterator(); ++it)
     tensor.shape.push_back(std::stoll(it->str()));
-  int64_t count = 1;
-  for (int64_t dim : tensor.shape)
-    count *= dim;
+  size_t needed = static_cast<size_t>(tensor.elementCount()) * dtypeBytes(dtype);
   size_t payload = file.size() - headerStart - headerLength;
-  if (payload != static_cast<size_t>(count) * 4)
+  if (payload != needed)
     return bad("payload holds " + std::to_string(payload) + " bytes, shape needs " +
-               std::to_string(count * 4));
-  tensor.data.resize(static_cast<size_t>(count));
-  std::memcpy(tensor.data.data(), bytes + headerStart + headerLength, payload);
+               std::to_string(needed));
+  tensor.bytes.assign(bytes + headerStart + headerLength,
+                      bytes + headerStart + headerLength + payload);
   return tensor;
 }
 
 Status writeNpy(const std::string &path, const Tensor &tensor) {
+  std::string descr = npyDescr(tensor.dtype);
+  if (descr.empty())
+    return invalidArgument("'" + path + "': cannot write dtype '" + tensor.dtype + "'");
   std::string shape = "(";
   for (size_t i = 0; i < tensor.shape.size(); ++i)
     shape += std::to_string(tensor.shape[i]) +
              (tensor.shape.size() == 1 || i + 1 < tensor.shape.size() ? "," : "");
   shape += ")";
   std::string header =
-      "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Magic + version + length + header + newline is padded to 64 bytes.
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -110,7 +184,7 @@ Status writeNpy(const std::string &path, const Tensor &tensor) {
   out.push_back(static_cast<char>(header.size() & 0xff));
   out.push_back(static_cast<char>(header.size() >> 8));
   out += header;
-  out.append(reinterpret_cast<const char *>(tensor.data.data()), tensor.data.size() * 4);
+  out.append(reinterpret_cast<const char *>(tensor.bytes.data()), tensor.bytes.size());
   return writeFileAtomically(path, out);
 }
 

@@ -68,8 +68,11 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
       return invalidArgument("input '" + spec.name + "' has shape " +
                              shapeString(it->second.shape) + ", the model expects " +
                              shapeString(spec.shape));
+    if (it->second.dtype != spec.dtype)
+      return invalidArgument("input '" + spec.name + "' is " + it->second.dtype +
+                             ", the model expects " + spec.dtype);
     // The generated code only reads inputs.
-    args.push_back(const_cast<float *>(it->second.data.data()));
+    args.push_back(const_cast<void *>(it->second.data()));
   }
   for (const auto &[name, tensor] : inputs) {
     bool known = false;
@@ -85,9 +88,9 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
   std::vector<Tensor> outputs;
   outputs.reserve(plan.outputs.size());
   for (const TensorSpec &spec : plan.outputs)
-    outputs.push_back(Tensor::zeros(spec.shape));
+    outputs.push_back(Tensor::zeros(spec.dtype, spec.shape));
   for (Tensor &output : outputs)
-    args.push_back(output.data.data());
+    args.push_back(output.data());
   entry_(args.data());
   return outputs;
 }

@@ -169,13 +169,14 @@ TEST(CodegenTest, DenseReluMatchesReference) {
   std::string bytes = denseReluModel(); // weight views point into it
   auto graph = importBytes(bytes, "dense.onnx");
   ASSERT_TRUE(graph);
-  runtime::Tensor x{{2, 4}, {1, -2, 3, 0.5f, -1, 0, 2, 4}};
+  runtime::Tensor x = runtime::Tensor::fromFloats({2, 4}, {1, -2, 3, 0.5f, -1, 0, 2, 4});
   auto outputs = compileAndRun(*graph, {{"x", x}}, dir);
   ASSERT_TRUE(outputs) << outputs.status().toString();
-  std::vector<float> expected = denseReluReference(x.data);
-  ASSERT_EQ((*outputs)[0].data.size(), expected.size());
+  std::vector<float> expected = denseReluReference(x.floats());
+  std::vector<float> y = (*outputs)[0].floats();
+  ASSERT_EQ(y.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i)
-    EXPECT_NEAR((*outputs)[0].data[i], expected[i], 1e-5) << i;
+    EXPECT_NEAR(y[i], expected[i], 1e-5) << i;
 }
 
 TEST(CodegenTest, StridedConvPoolAndSoftmaxMatchReference) {
@@ -193,9 +194,10 @@ TEST(CodegenTest, StridedConvPoolAndSoftmaxMatchReference) {
   std::string bytes = model(spec);
   auto graph = importBytes(bytes, "conv.onnx");
   ASSERT_TRUE(graph) << graph.status().toString();
-  runtime::Tensor x{{1, 1, 5, 5}, {}};
+  std::vector<float> xs;
   for (int i = 0; i < 25; ++i)
-    x.data.push_back(static_cast<float>(i % 7) - 3.0f);
+    xs.push_back(static_cast<float>(i % 7) - 3.0f);
+  runtime::Tensor x = runtime::Tensor::fromFloats({1, 1, 5, 5}, xs);
   TempDir dir;
   auto outputs = compileAndRun(*graph, {{"x", x}}, dir);
   ASSERT_TRUE(outputs) << outputs.status().toString();
@@ -209,7 +211,7 @@ TEST(CodegenTest, StridedConvPoolAndSoftmaxMatchReference) {
         for (int kx = 0; kx < 3; ++kx) {
           int iy = oy * 2 - 1 + ky, ix = ox * 2 - 1 + kx;
           if (iy >= 0 && iy < 5 && ix >= 0 && ix < 5)
-            acc += x.data[iy * 5 + ix];
+            acc += xs[iy * 5 + ix];
         }
       conv[oy][ox] = acc;
     }
@@ -221,8 +223,9 @@ TEST(CodegenTest, StridedConvPoolAndSoftmaxMatchReference) {
   float max = *std::max_element(pooled.begin(), pooled.end()), sum = 0;
   for (float v : pooled)
     sum += std::exp(v - max);
+  std::vector<float> y = (*outputs)[0].floats();
   for (size_t i = 0; i < 4; ++i)
-    EXPECT_NEAR((*outputs)[0].data[i], std::exp(pooled[i] - max) / sum, 1e-6) << i;
+    EXPECT_NEAR(y[i], std::exp(pooled[i] - max) / sum, 1e-6) << i;
 }
 
 TEST(CodegenTest, RejectsUnknownTarget) {

@@ -42,7 +42,8 @@ class Flowc:
         args = []
         for i, (name, value) in enumerate(inputs.items()):
             path = self.tmp / f"{artifact.stem}_in{i}.npy"
-            np.save(path, value.astype(np.float32))
+            keep = value.dtype in (np.int64, np.int32, np.bool_)
+            np.save(path, value if keep else value.astype(np.float32))
             args += ["--input", f"{name}={path}"]
         report = json.loads(self.run("run", artifact, *args, "--output-dir", out_dir,
                                      "--json").stdout)
@@ -79,3 +80,36 @@ def save(model, path: pathlib.Path) -> pathlib.Path:
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, path)
     return path
+
+
+TORCHVISION_MODELS = ["resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0",
+                      "squeezenet1_1", "vit_b_16", "convnext_tiny"]
+TRANSFORMER_MODELS = ["bert", "gpt2"]
+EXPORT_OPSETS = (13, 17)
+
+
+def export_models(out: pathlib.Path, opset: int, torchvision=(), transformers=(),
+                  batch=1, seq=128):
+    """Exports the named models with seeded random weights into `out`."""
+    if torchvision:
+        subprocess.run(["/usr/bin/python3", str(ROOT / "examples" / "export_torchvision.py"),
+                        str(out), "--models", ",".join(torchvision), "--opset", str(opset),
+                        "--batch", str(batch)],
+                       check=True, capture_output=True, text=True, timeout=1800)
+    if transformers:
+        subprocess.run([str(ROOT / ".venv-export" / "bin" / "python"),
+                        str(ROOT / "examples" / "export_transformers.py"), str(out),
+                        "--models", ",".join(transformers), "--opset", str(opset),
+                        "--batch", str(batch), "--seq", str(seq)],
+                       check=True, capture_output=True, text=True, timeout=1800)
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_models(tmp_path_factory):
+    """The ingest issue's real-model set at batch 1, exported at opsets 13
+    and 17: {opset: directory}. Generated here, never committed."""
+    root = tmp_path_factory.mktemp("real_models")
+    return {opset: export_models(root / f"opset{opset}", opset, TORCHVISION_MODELS,
+                                 TRANSFORMER_MODELS)
+            for opset in EXPORT_OPSETS}

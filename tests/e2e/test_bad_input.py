@@ -41,6 +41,32 @@ def wrong_shape_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def bad_attribute_model():
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], name="probs", axis=5)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def float16_input_model():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="act")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def other_domain_model():
+    graph = helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["y"], name="act", domain="com.microsoft")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+
+
 @pytest.fixture
 def populated(flowc, tmp_path):
     """A daemon whose cache already holds a compiled model."""
@@ -62,17 +88,33 @@ def write_case(tmp_path, case, good):
         path.write_bytes(unsupported_op_model().SerializeToString())
     elif case == "wrong_shapes":
         path.write_bytes(wrong_shape_model().SerializeToString())
+    elif case == "wrong_field_type":
+        # ModelProto.ir_version (field 1, a varint) sent as length-delimited.
+        path.write_bytes(b"\x0a\x01x" + data)
+    elif case == "bad_attribute":
+        path.write_bytes(bad_attribute_model().SerializeToString())
+    elif case == "unsupported_dtype":
+        path.write_bytes(float16_input_model().SerializeToString())
+    elif case == "other_domain":
+        path.write_bytes(other_domain_model().SerializeToString())
     return path
 
 
+# Exit statuses (cli/Common.h): 3 bad input, 4 valid but unsupported.
+BAD, UNSUPPORTED = 3, 4
 EXPECTED = {
-    "truncated": "truncated",
-    "garbage": "garbage.onnx",
-    "empty": "empty file",
-    "missing": "missing.onnx",
-    "unsupported_op": "node 'norm' (LpNormalization): unsupported op 'LpNormalization' "
-                      "(domain 'ai.onnx', opset 17)",
-    "wrong_shapes": "node 'proj' (MatMul): inner dimensions differ",
+    "truncated": (BAD, "truncated"),
+    "garbage": (BAD, "garbage.onnx"),
+    "empty": (BAD, "empty file"),
+    "missing": (BAD, "missing.onnx"),
+    "wrong_field_type": (BAD, "ir_version: field 1 has wire type 2, expected 0"),
+    "unsupported_op": (UNSUPPORTED, "node 'norm' (LpNormalization): unsupported op "
+                                    "'LpNormalization' (domain 'ai.onnx', opset 17)"),
+    "other_domain": (UNSUPPORTED, "node 'act' (com.microsoft.Gelu): unsupported op domain "
+                                  "'com.microsoft'"),
+    "bad_attribute": (BAD, "node 'probs' (Softmax): axis 5 is out of range for input [2,3]"),
+    "unsupported_dtype": (UNSUPPORTED, "input 'x' has dtype float16"),
+    "wrong_shapes": (BAD, "node 'proj' (MatMul): inner dimensions differ"),
 }
 
 
@@ -82,10 +124,11 @@ def test_bad_model_fails_cleanly(populated, tmp_path, case):
     before = cache_state(flowc.cache_dir)
     path = write_case(tmp_path, case, good)
     result = flowc.run("submit", path, "-o", tmp_path / "out.fca", check=False)
-    assert result.returncode != 0
+    exit_status, message = EXPECTED[case]
+    assert result.returncode == exit_status, result.stderr
     assert result.stderr.startswith("flowc: error: ")
     assert result.stderr.count("\n") == 1, result.stderr
-    assert EXPECTED[case] in result.stderr
+    assert message in result.stderr
     assert not (tmp_path / "out.fca").exists()
     assert cache_state(flowc.cache_dir) == before
     # The daemon keeps serving.
@@ -107,6 +150,11 @@ def test_run_rejects_a_non_float32_input(populated, tmp_path):
                        f"image={tmp_path / 'x.npy'}", check=False)
     assert result.returncode != 0
     assert "'<f8' is not supported" in result.stderr
+    np.save(tmp_path / "i.npy", np.zeros((1, 3, 32, 32), dtype=np.int64))
+    result = flowc.run("run", good.with_suffix(".fca"), "--input",
+                       f"image={tmp_path / 'i.npy'}", check=False)
+    assert result.returncode == BAD
+    assert "input 'image' is int64, the model expects float32" in result.stderr
 
 
 def test_run_rejects_an_unknown_input_name(populated, tmp_path):

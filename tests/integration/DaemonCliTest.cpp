@@ -88,7 +88,8 @@ TEST_F(DaemonCliTest, RunWritesOutputsMatchingTheReference) {
   std::string model = dir_.file("dense.onnx");
   writeFile(model, denseReluModel());
   submitJson(model, dir_.file("dense.fca"));
-  runtime::Tensor x{{2, 4}, {0.5f, -1, 2, 3, 1, 1, -2, 0.25f}};
+  runtime::Tensor x =
+      runtime::Tensor::fromFloats({2, 4}, {0.5f, -1, 2, 3, 1, 1, -2, 0.25f});
   ASSERT_TRUE(runtime::writeNpy(dir_.file("x.npy"), x));
   CommandResult result =
       run("run '" + dir_.file("dense.fca") + "' --input x=" + dir_.file("x.npy") +
@@ -97,9 +98,10 @@ TEST_F(DaemonCliTest, RunWritesOutputsMatchingTheReference) {
   EXPECT_THAT(result.out, ::testing::HasSubstr("y [2,3]"));
   auto y = runtime::readNpy(dir_.file("out/y.npy"));
   ASSERT_TRUE(y);
-  std::vector<float> expected = denseReluReference(x.data);
+  std::vector<float> expected = denseReluReference(x.floats());
+  std::vector<float> ys = y->floats();
   for (size_t i = 0; i < expected.size(); ++i)
-    EXPECT_NEAR(y->data[i], expected[i], 1e-5);
+    EXPECT_NEAR(ys[i], expected[i], 1e-5);
 }
 
 TEST_F(DaemonCliTest, NewWeightsReuseTheCompiledCode) {
@@ -148,7 +150,8 @@ TEST_F(DaemonCliTest, BadModelsFailCleanlyAndLeaveTheCacheUntouched) {
 TEST_F(DaemonCliTest, RunRejectsAnInputOfTheWrongShape) {
   writeFile(dir_.file("dense.onnx"), denseReluModel());
   submitJson(dir_.file("dense.onnx"), dir_.file("dense.fca"));
-  ASSERT_TRUE(runtime::writeNpy(dir_.file("x.npy"), runtime::Tensor::zeros({3, 4})));
+  ASSERT_TRUE(
+      runtime::writeNpy(dir_.file("x.npy"), runtime::Tensor::zeros("float32", {3, 4})));
   CommandResult result =
       run("run " + dir_.file("dense.fca") + " --input x=" + dir_.file("x.npy"));
   EXPECT_NE(result.exitCode, 0);

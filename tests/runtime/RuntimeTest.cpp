@@ -93,19 +93,33 @@ TEST(ArtifactTest, UnfinishedWriterLeavesNoFile) {
 
 TEST(NpyTest, RoundTrips) {
   TempDir dir;
-  Tensor tensor{{2, 3}, {1, 2, 3, 4, 5, 6.5f}};
+  Tensor tensor = Tensor::fromFloats({2, 3}, {1, 2, 3, 4, 5, 6.5f});
   ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
   auto read = readNpy(dir.file("t.npy"));
   ASSERT_TRUE(read) << read.status().toString();
   EXPECT_EQ(read->shape, tensor.shape);
-  EXPECT_EQ(read->data, tensor.data);
+  EXPECT_EQ(read->bytes, tensor.bytes);
+}
+
+TEST(NpyTest, RoundTripsIntegerAndBoolTensors) {
+  TempDir dir;
+  for (const char *dtype : {"int64", "int32", "bool"}) {
+    Tensor tensor = Tensor::zeros(dtype, {3});
+    tensor.bytes[dtypeBytes(dtype)] = 1; // element 1
+    ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
+    auto read = readNpy(dir.file("t.npy"));
+    ASSERT_TRUE(read) << read.status().toString();
+    EXPECT_EQ(read->dtype, dtype);
+    EXPECT_EQ(read->bytes, tensor.bytes);
+    EXPECT_EQ(read->element(1), 1.0);
+  }
 }
 
 TEST(NpyTest, RoundTripsOneDimensionalAndScalarShapes) {
   TempDir dir;
   for (const std::vector<int64_t> &shape :
        {std::vector<int64_t>{4}, std::vector<int64_t>{}}) {
-    Tensor tensor = Tensor::zeros(shape);
+    Tensor tensor = Tensor::zeros("float32", shape);
     ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
     auto read = readNpy(dir.file("t.npy"));
     ASSERT_TRUE(read);
@@ -115,7 +129,7 @@ TEST(NpyTest, RoundTripsOneDimensionalAndScalarShapes) {
 
 TEST(NpyTest, RejectsOtherDtypes) {
   TempDir dir;
-  Tensor tensor{{2}, {1, 2}};
+  Tensor tensor = Tensor::fromFloats({2}, {1, 2});
   ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
   std::string bytes = *readFileToString(dir.file("t.npy"));
   bytes.replace(bytes.find("<f4"), 3, "<f8");
@@ -125,7 +139,7 @@ TEST(NpyTest, RejectsOtherDtypes) {
 
 TEST(NpyTest, RejectsTruncatedPayloadAndGarbage) {
   TempDir dir;
-  ASSERT_TRUE(writeNpy(dir.file("t.npy"), Tensor{{4}, {1, 2, 3, 4}}));
+  ASSERT_TRUE(writeNpy(dir.file("t.npy"), Tensor::fromFloats({4}, {1, 2, 3, 4})));
   std::filesystem::resize_file(dir.file("t.npy"),
                                std::filesystem::file_size(dir.file("t.npy")) - 4);
   EXPECT_THAT(readNpy(dir.file("t.npy")),

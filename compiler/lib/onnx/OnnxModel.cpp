@@ -24,7 +24,13 @@ size_t dtypeSize(DType type) {
     return 8;
   case DType::F16:
   case DType::BF16:
+  case DType::U16:
+  case DType::I16:
     return 2;
+  case DType::U32:
+    return 4;
+  case DType::U64:
+    return 8;
   case DType::U8:
   case DType::I8:
   case DType::Bool:
@@ -55,6 +61,14 @@ std::string dtypeName(DType type) {
     return "int8";
   case DType::Bool:
     return "bool";
+  case DType::U16:
+    return "uint16";
+  case DType::I16:
+    return "int16";
+  case DType::U32:
+    return "uint32";
+  case DType::U64:
+    return "uint64";
   case DType::Undefined:
     break;
   }
@@ -138,7 +152,7 @@ private:
 
 Status Parser::parseModel(OnnxModel &model) {
   WireReader reader(file_, 0);
-  bool sawGraph = false;
+  bool sawGraph = false, sawOpset = false;
   while (!reader.atEnd()) {
     FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, "ModelProto"));
     switch (field.number) {
@@ -169,6 +183,7 @@ Status Parser::parseModel(OnnxModel &model) {
         if (f.number == 2 && f.type == WireType::Varint)
           version = static_cast<int64_t>(f.varint);
       }
+      sawOpset = true;
       if (domain.empty() || domain == "ai.onnx")
         model.opsetVersion = version;
       break;
@@ -181,8 +196,10 @@ Status Parser::parseModel(OnnxModel &model) {
     return error("ModelProto", "no graph (is this an ONNX model?)");
   if (model.irVersion <= 0)
     return error("ModelProto", "missing ir_version (is this an ONNX model?)");
-  if (model.opsetVersion <= 0)
-    return error("ModelProto", "no opset_import for the default ONNX domain");
+  // A model of only ai.onnx.ml or training ops imports no default opset;
+  // the importer then refuses its nodes by domain.
+  if (model.opsetVersion <= 0 && !sawOpset)
+    return error("ModelProto", "no opset_import");
   return Status::ok();
 }
 
@@ -360,9 +377,15 @@ std::shared_ptr<std::string> encodeAs(DType dtype, const std::vector<Source> &va
   char *dst = out->data();
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-    case DType::I64: {
+    case DType::I64:
+    case DType::U64: {
       int64_t v = static_cast<int64_t>(values[i]);
       std::memcpy(dst + 8 * i, &v, 8);
+      break;
+    }
+    case DType::U32: {
+      uint32_t v = static_cast<uint32_t>(values[i]);
+      std::memcpy(dst + 4 * i, &v, 4);
       break;
     }
     case DType::I32: {
@@ -371,7 +394,9 @@ std::shared_ptr<std::string> encodeAs(DType dtype, const std::vector<Source> &va
       break;
     }
     case DType::F16:
-    case DType::BF16: {
+    case DType::BF16:
+    case DType::U16:
+    case DType::I16: {
       uint16_t v = static_cast<uint16_t>(values[i]);
       std::memcpy(dst + 2 * i, &v, 2);
       break;
@@ -410,6 +435,16 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
       FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Varint, where + ".data_type"));
       tensor.info.dtype = static_cast<DType>(field.varint);
       break;
+    case 10: // double_data: fixed64, like float_data's fixed32
+      hasFloats = true;
+      if (field.type == WireType::Fixed64) {
+        uint64_t bits = field.varint;
+        looseFloats.append(reinterpret_cast<const char *>(&bits), 8);
+      } else {
+        FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".double_data"));
+        tensor.bytes = field.bytes;
+      }
+      break;
     case 4:
       hasFloats = true;
       if (field.type == WireType::Fixed32) {
@@ -422,6 +457,7 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
       break;
     case 5:
     case 7:
+    case 11: // uint64_data
       hasVarints = true;
       if (field.type == WireType::Varint) {
         varintValues.push_back(field.varint);
@@ -478,8 +514,9 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
     FLOWC_RETURN_IF_ERROR(
         resolveExternal(label, location, externalOffset, externalLength, tensor));
   size_t elementSize = dtypeSize(tensor.info.dtype);
-  if (elementSize == 0)
-    return error(label, "unsupported tensor data type " + dtypeName(tensor.info.dtype));
+  if (elementSize == 0) // valid ONNX, but not a type flowc stores
+    return unimplemented(name_ + ": " + label + ": unsupported tensor data type " +
+                         dtypeName(tensor.info.dtype));
   for (int64_t dim : tensor.info.shape)
     if (dim < 0)
       return error(label, "negative dimension " + std::to_string(dim));

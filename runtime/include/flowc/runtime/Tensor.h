@@ -4,22 +4,39 @@
 #include "flowc/support/Status.h"
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace flowc::runtime {
 
-/// A dense, row-major float32 tensor in host memory.
-struct Tensor {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
+/// Bytes per element of the dtypes tensors carry ("float32", "int64",
+/// "int32", "bool"); 0 for any other name.
+size_t dtypeBytes(const std::string &dtype);
 
-  static Tensor zeros(const std::vector<int64_t> &shape);
+/// A dense, row-major tensor in host memory.
+struct Tensor {
+  std::string dtype = "float32";
+  std::vector<int64_t> shape;
+  /// Little-endian elements; bool is one byte, 0 or 1.
+  std::vector<uint8_t> bytes;
+
+  static Tensor zeros(const std::string &dtype, const std::vector<int64_t> &shape);
+  static Tensor fromFloats(const std::vector<int64_t> &shape,
+                           const std::vector<float> &values);
+
+  int64_t elementCount() const;
+  /// A copy of the elements of a float32 tensor.
+  std::vector<float> floats() const;
+  /// Element `i` widened to double (for printing).
+  double element(size_t i) const;
+  const void *data() const { return bytes.data(); }
+  void *data() { return bytes.data(); }
 };
 
-/// Reads a little-endian float32 C-order `.npy` file (versions 1-3).
-/// InvalidArgument naming the file for other dtypes, Fortran order or a
-/// truncated payload.
+/// Reads a little-endian C-order `.npy` file (versions 1-3) of float32,
+/// int64, int32 or bool. InvalidArgument naming the file for other dtypes,
+/// Fortran order or a truncated payload.
 Expected<Tensor> readNpy(const std::string &path);
 
 /// Writes `tensor` as a version 1 `.npy` file atomically.
