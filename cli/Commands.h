@@ -5,6 +5,7 @@
 #include "Common.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 
 namespace flowc::cli {
@@ -18,5 +19,17 @@ CommandRunner addInspectCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addStatusCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addDaemonCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global);
+
+// Shared by the model commands (ReproCommand.cpp) --------------------------
+
+/// The absolute path of a model file or of a reproducer directory (which
+/// the daemon validates); NotFound naming `path` otherwise.
+Expected<std::string> absoluteModelOrReproducer(const std::string &path);
+
+/// "1.23 GB", "512 B": decimal units, three significant digits.
+std::string humanBytes(uint64_t bytes);
+/// "3.61 GFLOPs", "840 FLOPs".
+std::string humanFlops(uint64_t flops);
 
 } // namespace flowc::cli

@@ -1,9 +1,11 @@
-// flowc inspect MODEL.onnx|ARTIFACT.fca [--json]
+// flowc inspect MODEL.onnx|REPRO_DIR|ARTIFACT.fca [--json]
 #include "Commands.h"
 
 #include "flowc/runtime/Artifact.h"
 #include "flowc/support/MappedFile.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 
@@ -30,10 +32,24 @@ tensorsJson(const google::protobuf::RepeatedPtrField<flowc::v1::TensorInfo> &ten
   return out;
 }
 
+nlohmann::json opProfileJson(const flowc::v1::OpProfile &row) {
+  return {{"op", row.op_type()},         {"count", row.count()},
+          {"folded", row.folded()},      {"parameters", row.parameters()},
+          {"flops", row.flops()},        {"activation_bytes", row.activation_bytes()},
+          {"estimated", row.estimated()}};
+}
+
+nlohmann::json profileJson(const flowc::v1::InspectResponse &response) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto &row : response.profile())
+    ops.push_back(opProfileJson(row));
+  return {{"ops", ops}, {"total", opProfileJson(response.profile_total())}};
+}
+
 /// Models are described by the daemon, which holds the compiler; the CLI
 /// stays free of MLIR and starts in milliseconds.
 Expected<nlohmann::json> describeModel(const std::string &path, GlobalOptions &global) {
-  FLOWC_ASSIGN_OR_RETURN(std::string model, absoluteModelPath(path));
+  FLOWC_ASSIGN_OR_RETURN(std::string model, absoluteModelOrReproducer(path));
   global.resolve();
   FLOWC_ASSIGN_OR_RETURN(auto client, DaemonClient::connect(global, /*autostart=*/true));
   grpc::ClientContext context;
@@ -56,6 +72,7 @@ Expected<nlohmann::json> describeModel(const std::string &path, GlobalOptions &g
   json["op_counts"] = nlohmann::json::object();
   for (const auto &[op, count] : response.op_counts())
     json["op_counts"][op] = count;
+  json["profile"] = profileJson(response);
   return json;
 }
 
@@ -95,14 +112,73 @@ void printTensors(const char *title, const nlohmann::json &tensors) {
               << t["dtype"].get<std::string>() << " " << t["shape"].dump() << "\n";
 }
 
+/// Columns padded to their widest cell; the first left-aligned, the rest
+/// right-aligned (numbers).
+void printTable(const std::vector<std::vector<std::string>> &rows) {
+  std::vector<size_t> widths;
+  for (const auto &row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths.resize(std::max(widths.size(), row.size()));
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  for (const auto &row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      std::string pad(widths[i] - row[i].size(), ' ');
+      line += "  " + (i == 0 ? row[i] + pad : pad + row[i]);
+    }
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    std::cout << line << "\n";
+  }
+}
+
+std::vector<std::string> profileRow(const nlohmann::json &row, uint64_t totalFlops) {
+  uint64_t count = row["count"], folded = row["folded"], flops = row["flops"];
+  std::string share = "-";
+  if (totalFlops > 0) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%.1f%%", 100.0 * flops / totalFlops);
+    share = text;
+  }
+  return {row["op"].get<std::string>(),
+          std::to_string(count) +
+              (folded ? " (" + std::to_string(folded) + " folded)" : ""),
+          std::to_string(row["parameters"].get<uint64_t>()),
+          (row["estimated"].get<bool>() ? "~" : "") + humanFlops(flops),
+          share,
+          humanBytes(row["activation_bytes"])};
+}
+
+/// The static profile, by FLOPs, with totals.
+void printProfile(const nlohmann::json &profile) {
+  uint64_t totalFlops = profile["total"]["flops"];
+  std::vector<std::vector<std::string>> rows = {
+      {"op", "nodes", "parameters", "FLOPs", "share", "activations"}};
+  bool estimated = false;
+  for (const auto &row : profile["ops"]) {
+    rows.push_back(profileRow(row, totalFlops));
+    estimated = estimated || row["estimated"].get<bool>();
+  }
+  rows.push_back(profileRow(profile["total"], totalFlops));
+  std::cout << "profile (static; a multiply-add is 2 FLOPs):\n";
+  printTable(rows);
+  if (estimated)
+    std::cout << "  ~ estimated: no cost formula for the op, FLOPs = output elements\n";
+}
+
 void printHuman(const nlohmann::json &json) {
   std::cout << json["kind"].get<std::string>() << " " << json["path"].get<std::string>()
             << "\n";
   printTensors("inputs", json["inputs"]);
   printTensors("outputs", json["outputs"]);
-  std::cout << "ops:\n";
-  for (const auto &[op, count] : json["op_counts"].items())
-    std::cout << "  " << op << " " << count.dump() << "\n";
+  if (json.contains("profile")) {
+    printProfile(json["profile"]);
+  } else {
+    std::cout << "ops:\n";
+    for (const auto &[op, count] : json["op_counts"].items())
+      std::cout << "  " << op << " " << count.dump() << "\n";
+  }
   std::cout << "parameters: " << json.value("parameters", 0) << " ("
             << json.value("parameter_bytes", 0) << " bytes in " << json["weights"].dump()
             << " weights)\n";
@@ -130,7 +206,9 @@ int runInspect(const InspectOptions &options, GlobalOptions &global) {
 CommandRunner addInspectCommand(CLI::App &app, GlobalOptions &global) {
   auto options = std::make_shared<InspectOptions>();
   CLI::App *cmd = app.add_subcommand("inspect", "Describe a model or an artifact");
-  cmd->add_option("path", options->path, "MODEL.onnx or ARTIFACT.fca")->required();
+  cmd->add_option("path", options->path,
+                  "MODEL.onnx, a reproducer directory or ARTIFACT.fca")
+      ->required();
   cmd->add_flag("--json", options->json, "Print one JSON object");
   return [options, &global] { return runInspect(*options, global); };
 }

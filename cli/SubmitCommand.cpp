@@ -1,5 +1,7 @@
-// flowc submit MODEL [-o OUT.fca] [--target cpu] [-O N] [--json]
+// flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
 #include "Commands.h"
+
+#include "flowc/support/MappedFile.h"
 
 #include <cstdio>
 #include <fcntl.h>
@@ -23,7 +25,31 @@ struct SubmitOptions {
   bool json = false;
   bool batch = false;
   bool progress = false;
+  /// Set on the command line; otherwise a reproducer's recorded value wins.
+  bool targetGiven = false;
+  bool optLevelGiven = false;
 };
+
+/// A reproducer compiles with the options it was made with unless the
+/// command line says otherwise. A manifest that cannot be read here is left
+/// for the daemon to report, with the file and field at fault.
+void applyRecordedOptions(const std::string &dir, SubmitOptions &options) {
+  auto text = readFileToString((fs::path(dir) / "repro.json").string());
+  if (!text)
+    return;
+  auto manifest = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!manifest.is_object() || !manifest.contains("compile_options"))
+    return;
+  const nlohmann::json &recorded = manifest["compile_options"];
+  if (!recorded.is_object())
+    return;
+  if (auto target = recorded.find("target");
+      !options.targetGiven && target != recorded.end() && target->is_string())
+    options.target = target->get<std::string>();
+  if (auto level = recorded.find("opt_level");
+      !options.optLevelGiven && level != recorded.end() && level->is_number_integer())
+    options.optLevel = level->get<int>();
+}
 
 /// Streams the artifact into `path` (temp file + rename).
 Status downloadArtifact(DaemonClient &client, const std::string &digest,
@@ -59,11 +85,13 @@ Status downloadArtifact(DaemonClient &client, const std::string &digest,
   return status;
 }
 
-int runSubmit(const SubmitOptions &options, GlobalOptions &global) {
+int runSubmit(SubmitOptions options, GlobalOptions &global) {
   global.resolve();
-  auto model = absoluteModelPath(options.model);
+  auto model = absoluteModelOrReproducer(options.model);
   if (!model)
     return reportError(model.status());
+  if (std::error_code ec; fs::is_directory(*model, ec))
+    applyRecordedOptions(*model, options);
   std::string output =
       options.output.empty() ? fs::path(*model).stem().string() + ".fca" : options.output;
 
@@ -132,7 +160,8 @@ int runSubmit(const SubmitOptions &options, GlobalOptions &global) {
 CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   auto options = std::make_shared<SubmitOptions>();
   CLI::App *cmd = app.add_subcommand("submit", "Compile a model through the daemon");
-  cmd->add_option("model", options->model, "ONNX model file")->required();
+  cmd->add_option("model", options->model, "ONNX model file or reproducer directory")
+      ->required();
   cmd->add_option("-o,--output", options->output,
                   "Artifact path (default: MODEL_STEM.fca)");
   cmd->add_option("--target", options->target, "Compile target")
@@ -142,7 +171,11 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
   cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
-  return [cmd, options, &global] { return runSubmit(*options, global); };
+  return [cmd, options, &global] {
+    options->targetGiven = cmd->count("--target") > 0;
+    options->optLevelGiven = cmd->count("--opt-level") > 0;
+    return runSubmit(*options, global);
+  };
 }
 
 } // namespace flowc::cli

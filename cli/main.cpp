@@ -19,6 +19,7 @@ int main(int argc, char **argv) {
   add(addSubmitCommand);
   add(addRunCommand);
   add(addInspectCommand);
+  add(addReproCommand);
   add(addStatusCommand);
   add(addDaemonCommand);
   add(addCacheCommand);

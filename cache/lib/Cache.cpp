@@ -314,8 +314,15 @@ static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
   // a buffer two chunks later: the write of the previous chunk is awaited
   // before the next one is requested.
   std::future<Status> pendingWrite;
+  std::string_view pendingChunk;
   auto awaitWrite = [&]() -> Status {
-    return pendingWrite.valid() ? pendingWrite.get() : Status::ok();
+    if (!pendingWrite.valid())
+      return Status::ok();
+    Status status = pendingWrite.get();
+    // A chunk of a mapped file is not needed again once written: drop its
+    // pages so that memory does not grow with the blob (a no-op for others).
+    MappedFile::releasePages(pendingChunk);
+    return status;
   };
   while (true) {
     auto chunk = source();
@@ -327,6 +334,7 @@ static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
     }
     hasher.update(*chunk);
     FLOWC_RETURN_IF_ERROR(awaitWrite());
+    pendingChunk = *chunk;
     pendingWrite = std::async(std::launch::async,
                               [&temp, view = *chunk] { return temp.write(view); });
   }
@@ -401,8 +409,13 @@ Expected<std::vector<Digest>> Cache::putMany(const std::vector<std::string_view>
     for (size_t k = next++; k < large.size(); k = next++) {
       temps[k] = std::make_unique<TempFile>(tmpDir());
       errors[k] = temps[k]->status();
+      // Window by window, so that a blob mapped from a model file is never
+      // resident whole: each window's pages are released once written.
       if (errors[k].isOk())
-        errors[k] = temps[k]->write(blobs[large[k]]);
+        errors[k] =
+            visitInWindows(blobs[large[k]], kChunkBytes, [&](std::string_view window) {
+              return temps[k]->write(window);
+            });
       if (errors[k].isOk())
         errors[k] = temps[k]->close();
     }

@@ -1,5 +1,7 @@
 #include "flowc/cache/Digest.h"
 
+#include "flowc/support/MappedFile.h"
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -10,6 +12,20 @@ namespace flowc::cache {
 
 namespace {
 constexpr std::string_view kPrefix = "sha256:";
+/// Mapped bytes that digestMany keeps resident at once, over all threads.
+constexpr size_t kResidentBudget = 32 << 20;
+constexpr size_t kMinWindowBytes = 1 << 20;
+
+/// Hashes `bytes` window by window, releasing the pages of mapped windows.
+Digest digestInWindows(std::string_view bytes, size_t windowBytes) {
+  Hasher hasher;
+  // Hashing never fails, so neither does the visit.
+  (void)visitInWindows(bytes, windowBytes, [&](std::string_view window) {
+    hasher.update(window);
+    return Status::ok();
+  });
+  return hasher.finish();
+}
 
 int hexValue(char c) {
   if (c >= '0' && c <= '9')
@@ -84,6 +100,8 @@ Digest Hasher::finish() {
 }
 
 Digest digestOf(std::string_view bytes) {
+  if (bytes.size() > kDefaultWindowBytes)
+    return digestInWindows(bytes, kDefaultWindowBytes);
   Hasher hasher;
   hasher.update(bytes);
   return hasher.finish();
@@ -99,9 +117,11 @@ std::vector<Digest> digestMany(const std::vector<std::string_view> &buffers,
   if (threads == 0)
     threads = std::max(1u, std::thread::hardware_concurrency());
   threads = std::min<unsigned>(threads, static_cast<unsigned>(buffers.size()));
+  size_t windowBytes = std::clamp<size_t>(kResidentBudget / std::max(1u, threads),
+                                          kMinWindowBytes, kDefaultWindowBytes);
   if (threads <= 1) {
     for (size_t i = 0; i < buffers.size(); ++i)
-      digests[i] = digestOf(buffers[i]);
+      digests[i] = digestInWindows(buffers[i], windowBytes);
     return digests;
   }
   // Largest first, handed out one at a time, keeps the cores evenly busy.
@@ -115,7 +135,7 @@ std::vector<Digest> digestMany(const std::vector<std::string_view> &buffers,
   for (unsigned t = 0; t < threads; ++t)
     workers.emplace_back([&] {
       for (size_t k = next++; k < order.size(); k = next++)
-        digests[order[k]] = digestOf(buffers[order[k]]);
+        digests[order[k]] = digestInWindows(buffers[order[k]], windowBytes);
     });
   for (std::thread &worker : workers)
     worker.join();

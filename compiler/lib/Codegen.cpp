@@ -4,6 +4,7 @@
 // object. Weights stay function arguments throughout, so the object carries
 // no weight data.
 #include "flowc/compiler/Compiler.h"
+#include "flowc/compiler/GraphIr.h"
 
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
@@ -299,6 +300,81 @@ Expected<std::string> printGraphIr(const std::string &irBytecode) {
   llvm::raw_string_ostream os(text);
   module->print(os);
   return text;
+}
+
+/// A statically shaped tensor of an element type the runtime can bind, as
+/// a TensorInfo; InvalidArgument naming `what` otherwise.
+static Expected<TensorInfo> describeBoundType(mlir::Type type, const std::string &what) {
+  std::string text;
+  llvm::raw_string_ostream(text) << type;
+  auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return invalidArgument(what + " has type " + text +
+                           "; expected a statically shaped tensor");
+  mlir::Type element = tensor.getElementType();
+  TensorInfo info;
+  info.shape.assign(tensor.getShape().begin(), tensor.getShape().end());
+  info.dtype = element.isF32()                 ? DType::F32
+               : element.isF64()               ? DType::F64
+               : element.isF16()               ? DType::F16
+               : element.isBF16()              ? DType::BF16
+               : element.isSignlessInteger(64) ? DType::I64
+               : element.isSignlessInteger(32) ? DType::I32
+               : element.isSignlessInteger(16) ? DType::I16
+               : element.isSignlessInteger(8)  ? DType::I8
+               : element.isSignlessInteger(1)  ? DType::Bool
+               : element.isUnsignedInteger(64) ? DType::U64
+               : element.isUnsignedInteger(32) ? DType::U32
+               : element.isUnsignedInteger(16) ? DType::U16
+               : element.isUnsignedInteger(8)  ? DType::U8
+                                               : DType::Undefined;
+  if (info.dtype == DType::Undefined)
+    return invalidArgument(what + " has element type " + text +
+                           ", which flowc cannot bind");
+  return info;
+}
+
+Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
+  mlir::DialectRegistry registry;
+  registerCodegenDialects(registry);
+  mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
+  DiagnosticCollector diagnostics(context);
+  auto module = parseGraph(context, irBytecode);
+  if (!module) {
+    // The first diagnostics say where; a garbage file can produce pages.
+    std::string detail = diagnostics.text.substr(0, 400);
+    std::replace(detail.begin(), detail.end(), '\n', ' ');
+    return Status(module.status().code(),
+                  module.status().message() + (detail.empty() ? "" : ": " + detail));
+  }
+  auto main = (*module)->lookupSymbol<mlir::func::FuncOp>("main");
+  if (!main)
+    return invalidArgument("graph IR has no func.func @main");
+  GraphSignature signature;
+  for (unsigned i = 0; i < main.getNumArguments(); ++i) {
+    std::string what = "@main argument " + std::to_string(i);
+    FLOWC_ASSIGN_OR_RETURN(TensorInfo info,
+                           describeBoundType(main.getArgument(i).getType(), what));
+    auto key = main.getArgAttrOfType<mlir::StringAttr>(i, "flowc.weight");
+    if (key) {
+      info.name = key.str();
+      signature.weights.push_back(std::move(info));
+      continue;
+    }
+    // The entry point binds inputs, then weights: an input after a weight
+    // would be bound to the wrong buffer.
+    if (!signature.weights.empty())
+      return invalidArgument(what +
+                             " is an input after weight arguments; inputs come first");
+    signature.inputs.push_back(std::move(info));
+  }
+  for (unsigned i = 0; i < main.getNumResults(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(
+        TensorInfo info,
+        describeBoundType(main.getResultTypes()[i], "@main result " + std::to_string(i)));
+    signature.outputs.push_back(std::move(info));
+  }
+  return signature;
 }
 
 Expected<std::string> compileToSharedObject(const std::string &irBytecode,

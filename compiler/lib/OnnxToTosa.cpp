@@ -158,7 +158,15 @@ private:
   Status importBatchNormalization(const Node &node);
   Status importClip(const Node &node);
   Status importConcat(const Node &node);
-  Status importReduceMean(const Node &node);
+  Status importReduce(const Node &node);
+  Status importUnary(const Node &node);
+  Status importVariadic(const Node &node);
+  Status importCompare(const Node &node);
+  Status importLogical(const Node &node);
+  Status importLogSoftmax(const Node &node);
+  /// Both operands broadcast to one rank; `out` gets the result shape.
+  Expected<std::pair<Value, Value>> broadcastPair(const Node &node, Value a, Value b,
+                                                  Shape &out);
   Status importSqueeze(const Node &node, bool unsqueeze);
   Status importActivation(const Node &node);
   Status importSlice(const Node &node);
@@ -822,6 +830,20 @@ Status Importer::importClip(const Node &node) {
     low = floatAttr(node, "min", low);
     high = floatAttr(node, "max", high);
   } else {
+    // Runtime bounds: min(max(x, low), high), like ONNX (high wins).
+    if ((hasOperand(node, 1) && !constants_.count(node.inputs[1])) ||
+        (hasOperand(node, 2) && !constants_.count(node.inputs[2]))) {
+      Shape shape = shapeOf(x);
+      for (size_t index : {size_t{1}, size_t{2}}) {
+        if (!hasOperand(node, index))
+          continue;
+        FLOWC_ASSIGN_OR_RETURN(Value bound, operand(node, index));
+        FLOWC_ASSIGN_OR_RETURN(bound, broadcastTo(node, bound, shape.size()));
+        x = index == 2 ? build<mlir::tosa::MinimumOp>(shape, {x, bound})
+                       : build<mlir::tosa::MaximumOp>(shape, {x, bound});
+      }
+      return define(node, x);
+    }
     if (hasOperand(node, 1)) {
       FLOWC_ASSIGN_OR_RETURN(low, scalarConstant(node, 1));
     }
@@ -829,7 +851,8 @@ Status Importer::importClip(const Node &node) {
       FLOWC_ASSIGN_OR_RETURN(high, scalarConstant(node, 2));
     }
   }
-  return define(node, clamp(x, low, high));
+  // min(max(x, low), high) is `high` everywhere when low > high.
+  return define(node, clamp(x, std::min(low, high), high));
 }
 
 Status Importer::importConcat(const Node &node) {
@@ -870,11 +893,14 @@ Status Importer::importConcat(const Node &node) {
                           {attr("axis", builder_.getI32IntegerAttr(axis))}));
 }
 
-Status Importer::importReduceMean(const Node &node) {
+/// ReduceMean/Sum/Max/Min/Prod: one TOSA reduction per axis (keeping it),
+/// then the mean's scale and the optional squeeze.
+Status Importer::importReduce(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  const std::string &op = node.opType;
   Shape shape = shapeOf(x);
   int64_t rank = static_cast<int64_t>(shape.size());
-  // Opset 18 moved `axes` from an attribute to input 1.
+  // Opset 18 (13 for ReduceSum) moved `axes` from an attribute to input 1.
   FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, rank));
   if (axes.empty()) {
     if (intAttr(node, "noop_with_empty_axes", 0))
@@ -886,10 +912,19 @@ Status Importer::importReduceMean(const Node &node) {
   for (int64_t axis : axes) {
     count *= shape[axis];
     shape[axis] = 1;
-    x = build<mlir::tosa::ReduceSumOp>(shape, {x},
-                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+    auto axisAttr = attr("axis", builder_.getI32IntegerAttr(axis));
+    if (op == "ReduceMax")
+      x = build<mlir::tosa::ReduceMaxOp>(shape, {x}, {axisAttr});
+    else if (op == "ReduceMin")
+      x = build<mlir::tosa::ReduceMinOp>(shape, {x}, {axisAttr});
+    else if (op == "ReduceProd")
+      x = build<mlir::tosa::ReduceProductOp>(shape, {x}, {axisAttr});
+    else
+      x = build<mlir::tosa::ReduceSumOp>(shape, {x}, {axisAttr});
   }
-  Value y = mul(x, scalar(1.0f / static_cast<float>(count), shape.size()));
+  Value y = op == "ReduceMean"
+                ? mul(x, scalar(1.0f / static_cast<float>(count), shape.size()))
+                : x;
   if (intAttr(node, "keepdims", 1))
     return define(node, y);
   Shape kept;
@@ -1184,6 +1219,15 @@ Status Importer::importExpand(const Node &node) {
 
 Status Importer::importPow(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  auto exponentConstant =
+      hasOperand(node, 1) ? constants_.find(node.inputs[1]) : constants_.end();
+  if (exponentConstant == constants_.end() ||
+      exponentConstant->second->info.elementCount() != 1) {
+    FLOWC_ASSIGN_OR_RETURN(Value e, operand(node, 1));
+    Shape out;
+    FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, x, e, out));
+    return define(node, build<mlir::tosa::PowOp>(out, {pair.first, pair.second}));
+  }
   FLOWC_ASSIGN_OR_RETURN(float exponent, scalarConstant(node, 1));
   Shape shape = shapeOf(x);
   if (exponent == 1.0f)
@@ -1368,6 +1412,171 @@ Status Importer::importGelu(const Node &node) {
   }
   Value onePlus = build<mlir::tosa::AddOp>(shape, {inner, scalar(1.0f, rank)});
   return define(node, mul(half, onePlus));
+}
+
+Expected<std::pair<Value, Value>> Importer::broadcastPair(const Node &node, Value a,
+                                                          Value b, Shape &out) {
+  FLOWC_ASSIGN_OR_RETURN(out, broadcastShape(node, shapeOf(a), shapeOf(b)));
+  FLOWC_ASSIGN_OR_RETURN(a, broadcastTo(node, a, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(b, broadcastTo(node, b, out.size()));
+  return std::make_pair(a, b);
+}
+
+Status Importer::importUnary(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  const std::string &op = node.opType;
+  if (op == "Neg")
+    return define(node, mul(x, scalar(-1.0f, rank)));
+  if (op == "Abs")
+    return define(node, build<mlir::tosa::AbsOp>(shape, {x}));
+  if (op == "Log")
+    return define(node, build<mlir::tosa::LogOp>(shape, {x}));
+  if (op == "Reciprocal")
+    return define(node, build<mlir::tosa::ReciprocalOp>(shape, {x}));
+  if (op == "Floor")
+    return define(node, build<mlir::tosa::FloorOp>(shape, {x}));
+  if (op == "Ceil")
+    return define(node, build<mlir::tosa::CeilOp>(shape, {x}));
+  if (op == "Sin")
+    return define(node, build<mlir::tosa::SinOp>(shape, {x}));
+  if (op == "Cos")
+    return define(node, build<mlir::tosa::CosOp>(shape, {x}));
+  if (op == "Softplus") {
+    // log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|)) so large x cannot overflow.
+    Value negAbs = mul(build<mlir::tosa::AbsOp>(shape, {x}), scalar(-1.0f, rank));
+    Value tail = build<mlir::tosa::LogOp>(
+        shape,
+        {build<mlir::tosa::AddOp>(
+            shape, {build<mlir::tosa::ExpOp>(shape, {negAbs}), scalar(1.0f, rank)})});
+    return define(
+        node, build<mlir::tosa::AddOp>(
+                  shape, {clamp(x, 0.0f, std::numeric_limits<float>::infinity()), tail}));
+  }
+  if (op == "Softsign") {
+    Value denominator = build<mlir::tosa::AddOp>(
+        shape, {build<mlir::tosa::AbsOp>(shape, {x}), scalar(1.0f, rank)});
+    return define(node, mul(x, build<mlir::tosa::ReciprocalOp>(shape, {denominator})));
+  }
+  // Elu / Selu: x > 0 ? gamma * x : gamma * alpha * (exp(x) - 1).
+  bool selu = op == "Selu";
+  float alpha = floatAttr(node, "alpha", selu ? 1.67326319217681884765625f : 1.0f);
+  float gamma = selu ? floatAttr(node, "gamma", 1.05070102214813232421875f) : 1.0f;
+  Value expm1 = build<mlir::tosa::SubOp>(
+      shape, {build<mlir::tosa::ExpOp>(shape, {x}), scalar(1.0f, rank)});
+  Value negative = mul(expm1, scalar(alpha * gamma, rank));
+  Value positive = mul(x, scalar(gamma, rank));
+  Value isPositive = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), shape,
+                                                       {x, scalar(0.0f, rank)});
+  return define(node,
+                build<mlir::tosa::SelectOp>(shape, {isPositive, positive, negative}));
+}
+
+/// Max, Min, Sum and Mean of any number of broadcast inputs.
+Status Importer::importVariadic(const Node &node) {
+  const std::string &op = node.opType;
+  if (node.inputs.empty())
+    return nodeError(node, op + " needs at least one input");
+  FLOWC_ASSIGN_OR_RETURN(Value y, operand(node, 0));
+  for (size_t i = 1; i < node.inputs.size(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(Value next, operand(node, i));
+    Shape out;
+    FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, y, next, out));
+    y = op == "Max"   ? build<mlir::tosa::MaximumOp>(out, {pair.first, pair.second})
+        : op == "Min" ? build<mlir::tosa::MinimumOp>(out, {pair.first, pair.second})
+                      : build<mlir::tosa::AddOp>(out, {pair.first, pair.second});
+  }
+  if (op == "Mean" && node.inputs.size() > 1)
+    y = mul(y, scalar(1.0f / static_cast<float>(node.inputs.size()), shapeOf(y).size()));
+  return define(node, y);
+}
+
+/// Comparisons of two same-typed tensors into a bool tensor; Less and
+/// LessOrEqual swap operands of Greater and GreaterOrEqual.
+Status Importer::importCompare(const Node &node) {
+  const std::string &op = node.opType;
+  FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
+  if (elementTypeOf(a) != elementTypeOf(b))
+    return nodeError(node, "inputs have different element types");
+  if (elementTypeOf(a).isInteger(1) && op != "Equal")
+    return nodeUnsupported(node, op + " of bool tensors is not supported");
+  if (op == "Less" || op == "LessOrEqual")
+    std::swap(a, b);
+  Shape out;
+  FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, a, b, out));
+  mlir::Type i1 = builder_.getI1Type();
+  Value y =
+      op == "Equal" ? buildTyped<mlir::tosa::EqualOp>(i1, out, {pair.first, pair.second})
+      : op == "Greater" || op == "Less"
+          ? buildTyped<mlir::tosa::GreaterOp>(i1, out, {pair.first, pair.second})
+          : buildTyped<mlir::tosa::GreaterEqualOp>(i1, out, {pair.first, pair.second});
+  return define(node, y);
+}
+
+Status Importer::importLogical(const Node &node) {
+  const std::string &op = node.opType;
+  mlir::Type i1 = builder_.getI1Type();
+  FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
+  if (!elementTypeOf(a).isInteger(1))
+    return nodeError(node, "input '" + node.inputs[0] + "' must be bool");
+  if (op == "Not")
+    return define(node, buildTyped<mlir::tosa::LogicalNotOp>(i1, shapeOf(a), {a}));
+  FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
+  if (!elementTypeOf(b).isInteger(1))
+    return nodeError(node, "input '" + node.inputs[1] + "' must be bool");
+  Shape out;
+  FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, a, b, out));
+  if (op == "And")
+    return define(
+        node, buildTyped<mlir::tosa::LogicalAndOp>(i1, out, {pair.first, pair.second}));
+  if (op == "Or")
+    return define(
+        node, buildTyped<mlir::tosa::LogicalOrOp>(i1, out, {pair.first, pair.second}));
+  return define(node,
+                buildTyped<mlir::tosa::LogicalXorOp>(i1, out, {pair.first, pair.second}));
+}
+
+/// x - max - log(sum(exp(x - max))) over the last axis (after moving `axis`
+/// there), with Softmax's opset rules.
+Status Importer::importLogSoftmax(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape in = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(in.size());
+  bool legacy = model_.opsetVersion < 13;
+  int64_t axis = intAttr(node, "axis", legacy ? 1 : -1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", -1)) +
+                               " is out of range for input " + shapeString(in));
+  auto lastAxis = [&](Value v) {
+    Shape shape = shapeOf(v), reduced = shape;
+    int32_t last = static_cast<int32_t>(shape.size() - 1);
+    reduced[last] = 1;
+    auto axisAttr = attr("axis", builder_.getI32IntegerAttr(last));
+    Value shifted = build<mlir::tosa::SubOp>(
+        shape, {v, build<mlir::tosa::ReduceMaxOp>(reduced, {v}, {axisAttr})});
+    Value sum = build<mlir::tosa::ReduceSumOp>(
+        reduced, {build<mlir::tosa::ExpOp>(shape, {shifted})}, {axisAttr});
+    return build<mlir::tosa::SubOp>(shape,
+                                    {shifted, build<mlir::tosa::LogOp>(reduced, {sum})});
+  };
+  if (legacy)
+    return define(node, reshape(lastAxis(reshape(x, {product(in, 0, axis),
+                                                     product(in, axis, in.size())})),
+                                in));
+  llvm::SmallVector<int32_t> perms, inverse(rank);
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis)
+      perms.push_back(static_cast<int32_t>(i));
+  perms.push_back(static_cast<int32_t>(axis));
+  for (int64_t i = 0; i < rank; ++i)
+    inverse[perms[i]] = static_cast<int32_t>(i);
+  if (axis == rank - 1)
+    return define(node, lastAxis(x));
+  return define(node, transpose(lastAxis(transpose(x, perms)), inverse));
 }
 
 // Shape folding ----------------------------------------------------------
@@ -1702,8 +1911,23 @@ Status Importer::importNode(const Node &node) {
     return importClip(node);
   if (op == "Concat")
     return importConcat(node);
-  if (op == "ReduceMean")
-    return importReduceMean(node);
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" ||
+      op == "ReduceProd")
+    return importReduce(node);
+  static const std::set<std::string> unary = {"Neg",      "Abs",      "Log", "Reciprocal",
+                                              "Floor",    "Ceil",     "Sin", "Cos",
+                                              "Softplus", "Softsign", "Elu", "Selu"};
+  if (unary.count(op))
+    return importUnary(node);
+  if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean")
+    return importVariadic(node);
+  if (op == "Greater" || op == "Less" || op == "Equal" || op == "GreaterOrEqual" ||
+      op == "LessOrEqual")
+    return importCompare(node);
+  if (op == "And" || op == "Or" || op == "Xor" || op == "Not")
+    return importLogical(node);
+  if (op == "LogSoftmax")
+    return importLogSoftmax(node);
   if (op == "Squeeze" || op == "Unsqueeze")
     return importSqueeze(node, op == "Unsqueeze");
   --opCounts_[op];

@@ -2,6 +2,10 @@
 
 #include "GrpcStatus.h"
 
+#include "flowc/compiler/Profile.h"
+#include "flowc/worker/Reproducer.h"
+#include "flowc/support/MappedFile.h"
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -28,6 +32,60 @@ void setTensorInfo(flowc::v1::TensorInfo *out, const compiler::TensorInfo &info)
   out->set_dtype(compiler::dtypeName(info.dtype));
   for (int64_t dim : info.shape)
     out->add_shape(dim);
+}
+
+void setOpProfile(flowc::v1::OpProfile *out, const compiler::OpProfile &row) {
+  out->set_op_type(row.opType);
+  out->set_count(row.count);
+  out->set_folded(row.folded);
+  out->set_parameters(row.parameters);
+  out->set_flops(row.flops);
+  out->set_activation_bytes(row.activationBytes);
+  out->set_estimated(row.estimated);
+}
+
+/// Sends `bytes` in chunks of at most kChunkBytes (one empty chunk when
+/// there are none), each labelled by `label`; false when the client went
+/// away. Shared by artifacts and reproducer files.
+template <typename Chunk, typename Label>
+bool streamChunks(grpc::ServerContext *context, grpc::ServerWriter<Chunk> *writer,
+                  std::string_view bytes, const Label &label) {
+  for (size_t offset = 0; offset < bytes.size() || offset == 0; offset += kChunkBytes) {
+    if (context->IsCancelled())
+      return false;
+    Chunk chunk;
+    label(chunk);
+    chunk.set_data(std::string(bytes.substr(offset, kChunkBytes)));
+    chunk.set_offset(offset);
+    chunk.set_total_size(bytes.size());
+    if (!writer->Write(chunk))
+      return false;
+    // A sent chunk of a mapped artifact is not needed again: keep the
+    // daemon's memory flat however large the artifact.
+    MappedFile::releasePages(bytes.substr(offset, kChunkBytes));
+    if (bytes.empty())
+      break;
+  }
+  return true;
+}
+
+bool streamFile(grpc::ServerContext *context,
+                grpc::ServerWriter<flowc::v1::ReproChunk> *writer,
+                const std::string &file, std::string_view bytes) {
+  return streamChunks(context, writer, bytes,
+                      [&](flowc::v1::ReproChunk &chunk) { chunk.set_file(file); });
+}
+
+/// Options from a request: an empty target is "cpu". InvalidArgument
+/// naming the bad field.
+Expected<compiler::CompileOptions> compileOptions(const std::string &target,
+                                                  int optLevel) {
+  compiler::CompileOptions options;
+  if (!target.empty())
+    options.target = target;
+  options.optLevel = optLevel;
+  FLOWC_RETURN_IF_ERROR(options.validate());
+  return options;
 }
 
 Status requireAbsolute(const std::string &path) {
@@ -62,8 +120,40 @@ grpc::Status CompilerService::Inspect(grpc::ServerContext *,
   response->set_parameters(ingested->graph.parameterCount());
   response->set_parameter_bytes(ingested->graph.parameterBytes());
   response->set_weights(static_cast<uint32_t>(ingested->graph.weights.size()));
+  compiler::GraphProfile profile =
+      compiler::profileGraph(ingested->graph, &ingested->model);
+  for (const compiler::OpProfile &row : profile.ops)
+    setOpProfile(response->add_profile(), row);
+  setOpProfile(response->mutable_profile_total(), profile.total);
   spdlog::info("inspect model={} model_digest={}", request->model_path(),
                response->model_digest());
+  return grpc::Status::OK;
+}
+
+grpc::Status CompilerService::Repro(grpc::ServerContext *context,
+                                    const flowc::v1::ReproRequest *request,
+                                    grpc::ServerWriter<flowc::v1::ReproChunk> *writer) {
+  if (Status valid = requireAbsolute(request->model_path()); !valid)
+    return toGrpcStatus(valid);
+  auto options = compileOptions(request->target(), request->opt_level());
+  if (!options)
+    return toGrpcStatus(options.status());
+  auto ingested = worker::ingestModel(request->model_path());
+  if (!ingested) {
+    spdlog::warn("repro model={} status={}", request->model_path(),
+                 ingested.status().toString());
+    return toGrpcStatus(ingested.status());
+  }
+  std::string manifest = worker::makeReproManifest(
+      *ingested, *options, {FLOWC_BUILD_ID, compiler::hostTargetDescription()});
+  // The IR first: a client that writes files as they complete then never
+  // leaves a manifest without its graph.
+  if (!streamFile(context, writer, worker::kReproGraphFile, ingested->graph.irBytecode) ||
+      !streamFile(context, writer, worker::kReproManifestFile, manifest))
+    return grpc::Status::CANCELLED;
+  spdlog::info("repro model={} model_digest={} ir_bytes={} manifest_bytes={}",
+               request->model_path(), ingested->modelDigest.toString(),
+               ingested->graph.irBytecode.size(), manifest.size());
   return grpc::Status::OK;
 }
 
@@ -74,11 +164,10 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   compile.modelPath = request->model_path();
   if (Status valid = requireAbsolute(compile.modelPath); !valid)
     return toGrpcStatus(valid);
-  if (!request->target().empty())
-    compile.options.target = request->target();
-  compile.options.optLevel = request->opt_level();
-  if (Status valid = compile.options.validate(); !valid)
-    return toGrpcStatus(valid);
+  auto options = compileOptions(request->target(), request->opt_level());
+  if (!options)
+    return toGrpcStatus(options.status());
+  compile.options = *options;
 
   auto channel = std::make_shared<EventChannel>();
   auto started = std::chrono::steady_clock::now();
@@ -158,18 +247,8 @@ CompilerService::FetchArtifact(grpc::ServerContext *context,
   if (!blob)
     return toGrpcStatus(blob.status());
   std::string_view bytes = blob->bytes();
-  for (size_t offset = 0; offset < bytes.size() || offset == 0; offset += kChunkBytes) {
-    if (context->IsCancelled())
-      return grpc::Status::CANCELLED;
-    flowc::v1::ArtifactChunk chunk;
-    chunk.set_data(std::string(bytes.substr(offset, kChunkBytes)));
-    chunk.set_offset(offset);
-    chunk.set_total_size(bytes.size());
-    if (!writer->Write(chunk))
-      return grpc::Status::CANCELLED;
-    if (bytes.empty())
-      break;
-  }
+  if (!streamChunks(context, writer, bytes, [](flowc::v1::ArtifactChunk &) {}))
+    return grpc::Status::CANCELLED;
   spdlog::info("fetch artifact={} bytes={}", request->digest(), bytes.size());
   return grpc::Status::OK;
 }

@@ -22,6 +22,8 @@ public:
   grpc::Status Inspect(grpc::ServerContext *context,
                        const flowc::v1::InspectRequest *request,
                        flowc::v1::InspectResponse *response) override;
+  grpc::Status Repro(grpc::ServerContext *context, const flowc::v1::ReproRequest *request,
+                     grpc::ServerWriter<flowc::v1::ReproChunk> *writer) override;
 
 private:
   DaemonContext &context_;

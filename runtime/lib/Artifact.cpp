@@ -1,5 +1,7 @@
 #include "flowc/runtime/Artifact.h"
 
+#include "flowc/support/MappedFile.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -146,7 +148,11 @@ ArtifactWriter::addWeights(const std::vector<std::string_view> &pieces) {
   for (std::string_view piece : pieces) {
     FLOWC_RETURN_IF_ERROR(padTo(kPageSize));
     offsets.push_back(position_ - start);
-    FLOWC_RETURN_IF_ERROR(write(piece));
+    // Weights come mapped from the cache: copied window by window, each
+    // released once written, so linking costs no memory per weight byte.
+    FLOWC_RETURN_IF_ERROR(
+        visitInWindows(piece, kDefaultWindowBytes,
+                       [&](std::string_view window) { return write(window); }));
   }
   entries_.push_back({SectionKind::Weights, start, position_ - start});
   return offsets;

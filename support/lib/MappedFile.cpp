@@ -1,12 +1,83 @@
 #include "flowc/support/MappedFile.h"
 
+#include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <fcntl.h>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 namespace flowc {
+
+namespace {
+
+uintptr_t pageSize() {
+  static const uintptr_t size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+/// The live mappings that MappedFile made, so that a bare view can be
+/// checked before its pages are dropped (dropping pages of heap memory would
+/// zero it). It mirrors process-wide state that the kernel holds anyway.
+/// Advice runs under the shared lock and unmapping takes the exclusive one,
+/// so a mapping is never unmapped, and its addresses reused, under advice.
+class MappingTable {
+public:
+  void add(const uint8_t *data, size_t size) {
+    std::unique_lock lock(mutex_);
+    auto begin = reinterpret_cast<uintptr_t>(data);
+    ranges_[begin] = begin + size;
+  }
+
+  void remove(const uint8_t *data) {
+    std::unique_lock lock(mutex_);
+    ranges_.erase(reinterpret_cast<uintptr_t>(data));
+  }
+
+  /// Calls `advise(begin, end)` with the page-aligned range that covers
+  /// `bytes` (clipped to its mapping) if `bytes` lies inside one mapping.
+  template <typename Advise> bool withPagesOf(std::string_view bytes, Advise advise) {
+    if (bytes.empty())
+      return false;
+    auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+    uintptr_t end = begin + bytes.size();
+    std::shared_lock lock(mutex_);
+    auto it = ranges_.upper_bound(begin);
+    if (it == ranges_.begin())
+      return false;
+    --it;
+    if (end > it->second)
+      return false;
+    uintptr_t page = pageSize();
+    uintptr_t first = begin & ~(page - 1);
+    // The kernel maps the last partial page whole, so rounding up stays
+    // inside the mapping.
+    uintptr_t last = (end + page - 1) & ~(page - 1);
+    advise(first, last);
+    return true;
+  }
+
+private:
+  std::shared_mutex mutex_;
+  std::map<uintptr_t, uintptr_t> ranges_; ///< begin -> end
+};
+
+MappingTable &mappingTable() {
+  // Never destroyed: MappedFiles with static storage may outlive it otherwise.
+  static MappingTable *table = new MappingTable;
+  return *table;
+}
+
+void advise(uintptr_t first, uintptr_t last, int advice) {
+  // Advice only: a failure costs memory or speed, never correctness.
+  (void)madvise(reinterpret_cast<void *>(first), last - first, advice);
+}
+
+} // namespace
 
 MappedFile::MappedFile(MappedFile &&other) noexcept
     : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
@@ -29,8 +100,10 @@ MappedFile &MappedFile::operator=(MappedFile &&other) noexcept {
 MappedFile::~MappedFile() { reset(); }
 
 void MappedFile::reset() {
-  if (data_ && size_)
+  if (data_ && size_) {
+    mappingTable().remove(data_);
     munmap(const_cast<uint8_t *>(data_), size_);
+  }
   data_ = nullptr;
   size_ = 0;
 }
@@ -61,9 +134,53 @@ Expected<MappedFile> MappedFile::open(const std::string &path) {
       return errnoStatus(err, "cannot mmap '" + path + "'");
     }
     file.data_ = static_cast<const uint8_t *>(addr);
+    mappingTable().add(file.data_, file.size_);
   }
   ::close(fd);
   return file;
+}
+
+bool MappedFile::isMapped(std::string_view bytes) {
+  return mappingTable().withPagesOf(bytes, [](uintptr_t, uintptr_t) {});
+}
+
+bool MappedFile::releasePages(std::string_view bytes) {
+  return mappingTable().withPagesOf(
+      bytes, [](uintptr_t first, uintptr_t last) { advise(first, last, MADV_DONTNEED); });
+}
+
+bool MappedFile::readAhead(std::string_view bytes) {
+  return mappingTable().withPagesOf(
+      bytes, [](uintptr_t first, uintptr_t last) { advise(first, last, MADV_WILLNEED); });
+}
+
+Status visitInWindows(std::string_view bytes, size_t windowBytes,
+                      const std::function<Status(std::string_view)> &visit) {
+  assert(windowBytes >= pageSize() && "a window must span at least a page");
+  bool mapped = MappedFile::isMapped(bytes);
+  const char *at = bytes.data();
+  const char *end = bytes.data() + bytes.size();
+  auto windowAt = [&](const char *start) {
+    // Windows end on page boundaries, so consecutive ones share no page.
+    uintptr_t stop =
+        (reinterpret_cast<uintptr_t>(start) + windowBytes) & ~(pageSize() - 1);
+    const char *windowEnd = std::min(end, reinterpret_cast<const char *>(stop));
+    return std::string_view(start, static_cast<size_t>(windowEnd - start));
+  };
+  if (mapped)
+    MappedFile::readAhead(windowAt(at));
+  while (at < end) {
+    std::string_view window = windowAt(at);
+    const char *next = window.data() + window.size();
+    if (mapped && next < end)
+      MappedFile::readAhead(windowAt(next));
+    Status status = visit(window);
+    if (mapped)
+      MappedFile::releasePages(window);
+    FLOWC_RETURN_IF_ERROR(status);
+    at = next;
+  }
+  return Status::ok();
 }
 
 Expected<std::string> readFileToString(const std::string &path) {

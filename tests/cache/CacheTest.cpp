@@ -1,4 +1,5 @@
 #include "flowc/cache/Cache.h"
+#include "flowc/support/MappedFile.h"
 
 #include "../common/TestUtil.h"
 
@@ -45,6 +46,31 @@ TEST(DigestTest, RejectsMalformedText) {
     EXPECT_THAT(Digest::parse(text),
                 StatusIs(StatusCode::InvalidArgument, "malformed digest"))
         << text;
+}
+
+TEST(MappedFileTest, ReleasesPagesOnlyOfItsOwnMappings) {
+  TempDir dir;
+  std::string bytes(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>(i * 7);
+  std::ofstream(dir.file("f"), std::ios::binary) << bytes;
+  auto file = MappedFile::open(dir.file("f"));
+  ASSERT_TRUE(file);
+  std::string_view view(reinterpret_cast<const char *>(file->data()), file->size());
+  EXPECT_TRUE(MappedFile::isMapped(view.substr(5000, 10)));
+  EXPECT_FALSE(MappedFile::isMapped(bytes));
+  EXPECT_FALSE(MappedFile::releasePages(bytes)); // heap memory is left alone
+  EXPECT_TRUE(MappedFile::releasePages(view));
+  // Released pages read back from the page cache, unchanged.
+  EXPECT_EQ(view, bytes);
+  // Windows cover the view in order, and their digest is the one-shot one.
+  std::string seen;
+  ASSERT_TRUE(visitInWindows(view, 4096, [&](std::string_view window) {
+    seen.append(window);
+    return Status::ok();
+  }));
+  EXPECT_EQ(seen, bytes);
+  EXPECT_EQ(digestOf(view), digestOf(bytes));
 }
 
 TEST(CacheTest, SmallBlobsLiveInsideTheIndex) {

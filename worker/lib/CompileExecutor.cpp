@@ -1,6 +1,7 @@
 #include "flowc/worker/CompileExecutor.h"
 
 #include "flowc/runtime/Artifact.h"
+#include "flowc/worker/Reproducer.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -60,8 +61,15 @@ std::vector<std::string_view> weightViews(const compiler::ImportedGraph &graph) 
 
 Expected<IngestedModel> ingestModel(const std::string &path) {
   IngestedModel ingested;
-  FLOWC_ASSIGN_OR_RETURN(ingested.model, compiler::loadOnnxModel(path));
-  FLOWC_ASSIGN_OR_RETURN(ingested.graph, compiler::importOnnx(ingested.model));
+  if (isReproducerPath(path)) {
+    // Weights generated from seeds; hashed below like any others.
+    FLOWC_ASSIGN_OR_RETURN(LoadedReproducer reproducer, loadReproducer(path));
+    ingested.model = std::move(reproducer.model);
+    ingested.graph = std::move(reproducer.graph);
+  } else {
+    FLOWC_ASSIGN_OR_RETURN(ingested.model, compiler::loadOnnxModel(path));
+    FLOWC_ASSIGN_OR_RETURN(ingested.graph, compiler::importOnnx(ingested.model));
+  }
   ingested.irDigest = cache::digestOf(ingested.graph.irBytecode);
   json manifest = {{"format", "flowc.manifest.v1"}, {"ir", ingested.irDigest.toString()}};
   manifest["inputs"] = json::array();
@@ -96,6 +104,8 @@ Expected<std::optional<CompileResult>>
 CompileExecutor::memoizedResult(const cache::FileIdentity &file,
                                 const compiler::CompileOptions &options) {
   using Result = std::optional<CompileResult>;
+  if (isReproducerPath(file.path))
+    return Result();
   FLOWC_ASSIGN_OR_RETURN(auto modelDigest, cache_.lookupStat(file, memoPurpose()));
   if (!modelDigest)
     return Result();
@@ -117,6 +127,16 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
   if (parsed.is_object() && parsed.contains("op_counts"))
     result.opCounts = parsed["op_counts"].get<std::map<std::string, int>>();
   return Result(std::move(result));
+}
+
+Status CompileExecutor::recordMemo(const cache::FileIdentity &file,
+                                   const Digest &modelDigest) {
+  // A directory's stat does not change when a file in it is rewritten in
+  // place, so a reproducer is always read (it is small; its weights are
+  // generated, not read).
+  if (isReproducerPath(file.path))
+    return Status::ok();
+  return cache_.recordStat(file, memoPurpose(), modelDigest);
 }
 
 Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
@@ -147,7 +167,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Artifact, key));
   if (cached && cache_.contains(ingested.modelDigest)) {
-    FLOWC_RETURN_IF_ERROR(cache_.recordStat(file, memoPurpose(), ingested.modelDigest));
+    FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested.modelDigest));
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
     result.seconds = elapsed();
@@ -183,7 +203,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   pins.add(result.artifactDigest);
   FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Artifact, key,
                                             result.artifactDigest, {manifest}));
-  FLOWC_RETURN_IF_ERROR(cache_.recordStat(file, memoPurpose(), ingested.modelDigest));
+  FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested.modelDigest));
   // Over the size cap, least-recently-used blobs go; this job's are pinned.
   if (auto gc = cache_.enforceLimit(); !gc)
     spdlog::warn("cache eviction failed: {}", gc.status().toString());

@@ -48,11 +48,15 @@ private:
   uint64_t size_ = 0;
 };
 
-/// Digest of a whole buffer.
+/// Digest of a whole buffer. Where `bytes` lies inside a MappedFile's
+/// mapping, its pages are released as they are hashed (the page cache keeps
+/// them), so resident memory does not grow with its size. Thread-safe.
 Digest digestOf(std::string_view bytes);
 
 /// Digests of many buffers, hashed in parallel on up to `threads` threads
-/// (0: one per core). Results are in input order.
+/// (0: one per core). Results are in input order. Mapped buffers are hashed
+/// as by digestOf(), in windows small enough that all threads together keep
+/// a few tens of MiB of them resident, however large the buffers are.
 std::vector<Digest> digestMany(const std::vector<std::string_view> &buffers,
                                unsigned threads = 0);
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,24 @@ public:
   std::string_view view() const { return {reinterpret_cast<const char *>(data_), size_}; }
   const std::string &path() const { return path_; }
 
+  /// Whether `bytes` (non-empty) lies inside the mapping of a live
+  /// MappedFile. Thread-safe.
+  static bool isMapped(std::string_view bytes);
+
+  /// Drops this process's pages of `bytes` if the view lies inside the
+  /// mapping of a live MappedFile (widened to whole pages, clipped to that
+  /// mapping) and returns true; any other memory is left alone (false). The
+  /// mappings are read-only, so no page can hold data that the file does
+  /// not: the page cache keeps the bytes and a later read faults them back
+  /// in, without I/O while they stay cached. Thread-safe: the mapping cannot
+  /// be unmapped meanwhile.
+  static bool releasePages(std::string_view bytes);
+
+  /// Starts reading `bytes` into the page cache if the view lies inside the
+  /// mapping of a live MappedFile (it maps nothing into this process, so
+  /// resident memory does not grow); returns whether it did. Thread-safe.
+  static bool readAhead(std::string_view bytes);
+
 private:
   void reset();
 
@@ -36,6 +55,20 @@ private:
   size_t size_ = 0;
   std::string path_;
 };
+
+/// Bytes per window of visitInWindows() unless told otherwise.
+inline constexpr size_t kDefaultWindowBytes = 4 << 20;
+
+/// Calls `visit` on successive windows of `bytes`, in order, each at most
+/// `windowBytes` and, but for the last, ending on a page boundary. Where the
+/// view lies inside a MappedFile's mapping, the next window is read ahead
+/// while `visit` runs and each window's pages are released after it, so
+/// this process's resident memory grows by about one window, whatever the
+/// size of `bytes` (other memory is visited the same way, and left alone).
+/// Stops at, and returns, the first error of `visit`. `windowBytes` must be
+/// at least a page. Thread-safe if `visit` is.
+Status visitInWindows(std::string_view bytes, size_t windowBytes,
+                      const std::function<Status(std::string_view)> &visit);
 
 /// Reads a whole (small) file into a string.
 Expected<std::string> readFileToString(const std::string &path);

@@ -14,6 +14,7 @@
 namespace flowc::worker {
 
 struct CompileRequest {
+  /// An ONNX file or a reproducer directory.
   std::string modelPath;
   compiler::CompileOptions options;
 };
@@ -44,8 +45,9 @@ struct IngestedModel {
   cache::Digest modelDigest;
 };
 
-/// Parses, imports and hashes `path`. Nothing is written anywhere, so bad
-/// input leaves every cache untouched.
+/// Parses, imports and hashes `path`: an ONNX file, or a reproducer
+/// directory (see Reproducer.h) whose weights are generated. Nothing is
+/// written anywhere, so bad input leaves every cache untouched.
 Expected<IngestedModel> ingestModel(const std::string &path);
 
 class CompileExecutor {
@@ -69,6 +71,8 @@ private:
   Expected<std::optional<CompileResult>>
   memoizedResult(const cache::FileIdentity &file,
                  const compiler::CompileOptions &options);
+  /// Memoizes a model file's digest; never a reproducer directory's.
+  Status recordMemo(const cache::FileIdentity &file, const cache::Digest &modelDigest);
   Expected<cache::Digest> codeFor(const IngestedModel &ingested,
                                   const compiler::CompileOptions &options,
                                   const ProgressFn &progress, bool &hit);
