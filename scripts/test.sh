@@ -9,4 +9,4 @@ bash scripts/build.sh
 # environment does not point them elsewhere.
 unset FLOWC_CACHE_DIR FLOWC_SOCKET
 (cd build && ctest --output-on-failure -j 2)
-.venv/bin/python -m pytest -q tests/e2e
+.venv/bin/python -m pytest -q --durations=15 tests/e2e

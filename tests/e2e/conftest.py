@@ -1,5 +1,6 @@
 """Fixtures for flowc's end-to-end tests: the real binaries, a daemon on a
 temp socket with a temp cache, and helpers to compile and run models."""
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -110,6 +111,14 @@ def real_models(tmp_path_factory):
     """The ingest issue's real-model set at batch 1, exported at opsets 13
     and 17: {opset: directory}. Generated here, never committed."""
     root = tmp_path_factory.mktemp("real_models")
-    return {opset: export_models(root / f"opset{opset}", opset, TORCHVISION_MODELS,
-                                 TRANSFORMER_MODELS)
-            for opset in EXPORT_OPSETS}
+    jobs = [(opset, kind) for opset in EXPORT_OPSETS for kind in ("torchvision", "transformers")]
+
+    def export(job):
+        opset, kind = job
+        names = {kind: TORCHVISION_MODELS if kind == "torchvision" else TRANSFORMER_MODELS}
+        export_models(root / f"opset{opset}", opset, **names)
+
+    # Exports are mostly single-threaded Python: two at a time.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(export, jobs))
+    return {opset: root / f"opset{opset}" for opset in EXPORT_OPSETS}
