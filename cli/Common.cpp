@@ -141,6 +141,32 @@ int reportError(const Status &status) {
   return exitCodeFor(status.code());
 }
 
+Expected<std::pair<std::string, std::vector<int64_t>>>
+parseInputShape(const std::string &spec) {
+  auto bad = [&] {
+    return invalidArgument("--input-shape '" + spec +
+                           "' is not NAME=DIMS (DIMS like 1x128 or 1,128)");
+  };
+  size_t eq = spec.rfind('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    return bad();
+  std::vector<int64_t> dims;
+  std::string text = spec.substr(eq + 1);
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find_first_of("x,", begin);
+    std::string part = text.substr(begin, end == std::string::npos ? end : end - begin);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos ||
+        part.size() > 12)
+      return bad();
+    dims.push_back(std::stoll(part));
+    if (end == std::string::npos)
+      break;
+    begin = end + 1;
+  }
+  return std::make_pair(spec.substr(0, eq), dims);
+}
+
 int exitCodeFor(StatusCode code) {
   switch (code) {
   case StatusCode::InvalidArgument:

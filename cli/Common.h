@@ -64,6 +64,26 @@ inline constexpr int kExitUnavailable = 5; ///< No daemon, no space, no resource
 
 int exitCodeFor(StatusCode code);
 
+/// One `--input-shape NAME=DIMS` value: the name and the dimensions.
+Expected<std::pair<std::string, std::vector<int64_t>>>
+parseInputShape(const std::string &spec);
+
+/// Parses `--input-shape NAME=DIMS` values (DIMS like 1x128 or 1,128) into
+/// a request's repeated InputShape; InvalidArgument quoting a bad one.
+template <typename Request>
+Status addInputShapes(const std::vector<std::string> &specs, Request &request) {
+  for (const std::string &spec : specs) {
+    auto parsed = parseInputShape(spec);
+    if (!parsed)
+      return parsed.status();
+    auto *shape = request.add_input_shapes();
+    shape->set_name(parsed->first);
+    for (int64_t dim : parsed->second)
+      shape->add_dims(dim);
+  }
+  return Status::ok();
+}
+
 /// Prints `flowc: error: <message>` as one line on stderr; returns the exit
 /// status for the error's code.
 int reportError(const Status &status);

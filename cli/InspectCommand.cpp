@@ -16,6 +16,7 @@ namespace {
 struct InspectOptions {
   std::string path;
   bool json = false;
+  std::vector<std::string> inputShapes;
 };
 
 nlohmann::json specJson(const runtime::TensorSpec &spec) {
@@ -48,13 +49,16 @@ nlohmann::json profileJson(const flowc::v1::InspectResponse &response) {
 
 /// Models are described by the daemon, which holds the compiler; the CLI
 /// stays free of MLIR and starts in milliseconds.
-Expected<nlohmann::json> describeModel(const std::string &path, GlobalOptions &global) {
+Expected<nlohmann::json> describeModel(const std::string &path,
+                                       const std::vector<std::string> &inputShapes,
+                                       GlobalOptions &global) {
   FLOWC_ASSIGN_OR_RETURN(std::string model, absoluteModelOrReproducer(path));
   global.resolve();
   FLOWC_ASSIGN_OR_RETURN(auto client, DaemonClient::connect(global, /*autostart=*/true));
   grpc::ClientContext context;
   flowc::v1::InspectRequest request;
   request.set_model_path(model);
+  FLOWC_RETURN_IF_ERROR(addInputShapes(inputShapes, request));
   flowc::v1::InspectResponse response;
   FLOWC_RETURN_IF_ERROR(fromGrpc(client->compiler().Inspect(&context, request, &response),
                                  "inspect " + path));
@@ -190,8 +194,9 @@ void printHuman(const nlohmann::json &json) {
 }
 
 int runInspect(const InspectOptions &options, GlobalOptions &global) {
-  auto json = isArtifact(options.path) ? describeArtifact(options.path)
-                                       : describeModel(options.path, global);
+  auto json = isArtifact(options.path)
+                  ? describeArtifact(options.path)
+                  : describeModel(options.path, options.inputShapes, global);
   if (!json)
     return reportError(json.status());
   if (options.json)
@@ -210,6 +215,8 @@ CommandRunner addInspectCommand(CLI::App &app, GlobalOptions &global) {
                   "MODEL.onnx, a reproducer directory or ARTIFACT.fca")
       ->required();
   cmd->add_flag("--json", options->json, "Print one JSON object");
+  cmd->add_option("--input-shape", options->inputShapes,
+                  "NAME=DIMS: a static shape for an input with symbolic dimensions");
   return [options, &global] { return runInspect(*options, global); };
 }
 

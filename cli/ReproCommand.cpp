@@ -24,6 +24,7 @@ struct ReproOptions {
   std::string target = "cpu";
   int optLevel = 2;
   bool json = false;
+  std::vector<std::string> inputShapes;
 };
 
 struct ReceivedFile {
@@ -107,6 +108,8 @@ int runRepro(const ReproOptions &options, GlobalOptions &global) {
   request.set_model_path(*model);
   request.set_target(options.target);
   request.set_opt_level(options.optLevel);
+  if (Status shapes = addInputShapes(options.inputShapes, request); !shapes)
+    return reportError(shapes);
   auto files = receiveFiles(**client, request, "repro " + options.model);
   if (!files)
     return reportError(files.status());
@@ -191,6 +194,8 @@ CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("model", options->model, "ONNX model file (or a reproducer directory)")
       ->required();
   cmd->add_option("-o,--output", options->dir, "Reproducer directory")->required();
+  cmd->add_option("--input-shape", options->inputShapes,
+                  "NAME=DIMS: a static shape for an input with symbolic dimensions");
   cmd->add_option("--target", options->target, "Compile target recorded in repro.json")
       ->check(CLI::IsMember({"cpu"}));
   cmd->add_option("-O,--opt-level", options->optLevel,

@@ -24,6 +24,7 @@ struct SubmitOptions {
   int optLevel = 2;
   bool json = false;
   bool batch = false;
+  std::vector<std::string> inputShapes;
   bool progress = false;
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
@@ -105,6 +106,8 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   request.set_opt_level(options.optLevel);
   request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
                                      : flowc::v1::PRIORITY_INTERACTIVE);
+  if (Status shapes = addInputShapes(options.inputShapes, request); !shapes)
+    return reportError(shapes);
   grpc::ClientContext context;
   auto reader = (*client)->compiler().Submit(&context, request);
   flowc::v1::SubmitEvent event;
@@ -170,6 +173,9 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
       ->check(CLI::Range(0, 3));
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
+  cmd->add_option("--input-shape", options->inputShapes,
+                  "NAME=DIMS (e.g. input_ids=1x128): a static shape for an input with "
+                  "symbolic dimensions; repeatable");
   cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;

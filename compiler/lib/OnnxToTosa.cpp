@@ -1985,7 +1985,9 @@ Expected<ImportedGraph> Importer::run() {
     if (input.elementCount() < 0)
       return unimplemented(model_.path + ": input '" + input.name +
                            "' has a symbolic shape " + shapeString(input.shape) +
-                           "; only static shapes are supported");
+                           " (-1 = symbolic); flowc compiles static shapes: give one "
+                           "with --input-shape " +
+                           input.name + "=DIMS");
     values_[input.name] =
         entry_->addArgument(mlir::RankedTensorType::get(input.shape, element), loc_);
     graph.inputs.push_back(input);

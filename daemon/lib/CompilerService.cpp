@@ -88,6 +88,19 @@ Expected<compiler::CompileOptions> compileOptions(const std::string &target,
   return options;
 }
 
+/// The request's input shapes; InvalidArgument on a repeated name.
+Expected<compiler::InputShapes>
+inputShapesOf(const google::protobuf::RepeatedPtrField<flowc::v1::InputShape> &fields) {
+  compiler::InputShapes shapes;
+  for (const flowc::v1::InputShape &field : fields)
+    if (!shapes
+             .emplace(field.name(),
+                      std::vector<int64_t>(field.dims().begin(), field.dims().end()))
+             .second)
+      return invalidArgument("input '" + field.name() + "' is given two shapes");
+  return shapes;
+}
+
 Status requireAbsolute(const std::string &path) {
   if (path.empty() || path[0] != '/')
     return invalidArgument("model_path must be an absolute path, got '" + path + "'");
@@ -101,7 +114,10 @@ grpc::Status CompilerService::Inspect(grpc::ServerContext *,
                                       flowc::v1::InspectResponse *response) {
   if (Status valid = requireAbsolute(request->model_path()); !valid)
     return toGrpcStatus(valid);
-  auto ingested = worker::ingestModel(request->model_path());
+  auto shapes = inputShapesOf(request->input_shapes());
+  if (!shapes)
+    return toGrpcStatus(shapes.status());
+  auto ingested = worker::ingestModel(request->model_path(), *shapes);
   if (!ingested) {
     spdlog::warn("inspect model={} status={}", request->model_path(),
                  ingested.status().toString());
@@ -138,7 +154,10 @@ grpc::Status CompilerService::Repro(grpc::ServerContext *context,
   auto options = compileOptions(request->target(), request->opt_level());
   if (!options)
     return toGrpcStatus(options.status());
-  auto ingested = worker::ingestModel(request->model_path());
+  auto shapes = inputShapesOf(request->input_shapes());
+  if (!shapes)
+    return toGrpcStatus(shapes.status());
+  auto ingested = worker::ingestModel(request->model_path(), *shapes);
   if (!ingested) {
     spdlog::warn("repro model={} status={}", request->model_path(),
                  ingested.status().toString());
@@ -164,6 +183,10 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   compile.modelPath = request->model_path();
   if (Status valid = requireAbsolute(compile.modelPath); !valid)
     return toGrpcStatus(valid);
+  auto shapes = inputShapesOf(request->input_shapes());
+  if (!shapes)
+    return toGrpcStatus(shapes.status());
+  compile.inputShapes = std::move(*shapes);
   auto options = compileOptions(request->target(), request->opt_level());
   if (!options)
     return toGrpcStatus(options.status());

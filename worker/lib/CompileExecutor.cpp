@@ -59,15 +59,20 @@ std::vector<std::string_view> weightViews(const compiler::ImportedGraph &graph) 
 
 } // namespace
 
-Expected<IngestedModel> ingestModel(const std::string &path) {
+Expected<IngestedModel> ingestModel(const std::string &path,
+                                    const compiler::InputShapes &inputShapes) {
   IngestedModel ingested;
   if (isReproducerPath(path)) {
+    if (!inputShapes.empty())
+      return invalidArgument(path + ": a reproducer's shapes are fixed; --input-shape "
+                                    "applies to ONNX models");
     // Weights generated from seeds; hashed below like any others.
     FLOWC_ASSIGN_OR_RETURN(LoadedReproducer reproducer, loadReproducer(path));
     ingested.model = std::move(reproducer.model);
     ingested.graph = std::move(reproducer.graph);
   } else {
     FLOWC_ASSIGN_OR_RETURN(ingested.model, compiler::loadOnnxModel(path));
+    FLOWC_RETURN_IF_ERROR(compiler::bindInputShapes(ingested.model, inputShapes));
     FLOWC_ASSIGN_OR_RETURN(ingested.graph, compiler::importOnnx(ingested.model));
   }
   ingested.irDigest = cache::digestOf(ingested.graph.irBytecode);
@@ -102,11 +107,13 @@ Digest CompileExecutor::artifactKey(const Digest &modelDigest,
 
 Expected<std::optional<CompileResult>>
 CompileExecutor::memoizedResult(const cache::FileIdentity &file,
-                                const compiler::CompileOptions &options) {
+                                const CompileRequest &request) {
+  const compiler::CompileOptions &options = request.options;
   using Result = std::optional<CompileResult>;
   if (isReproducerPath(file.path))
     return Result();
-  FLOWC_ASSIGN_OR_RETURN(auto modelDigest, cache_.lookupStat(file, memoPurpose()));
+  FLOWC_ASSIGN_OR_RETURN(auto modelDigest,
+                         cache_.lookupStat(file, memoPurpose(request.inputShapes)));
   if (!modelDigest)
     return Result();
   // The manifest first: without it the lookup below would count a hit that
@@ -130,13 +137,14 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
 }
 
 Status CompileExecutor::recordMemo(const cache::FileIdentity &file,
+                                   const compiler::InputShapes &shapes,
                                    const Digest &modelDigest) {
   // A directory's stat does not change when a file in it is rewritten in
   // place, so a reproducer is always read (it is small; its weights are
   // generated, not read).
   if (isReproducerPath(file.path))
     return Status::ok();
-  return cache_.recordStat(file, memoPurpose(), modelDigest);
+  return cache_.recordStat(file, memoPurpose(shapes), modelDigest);
 }
 
 Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
@@ -151,14 +159,15 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   // reading is detected when the memo is recorded.
   FLOWC_ASSIGN_OR_RETURN(cache::FileIdentity file,
                          cache::FileIdentity::of(request.modelPath));
-  FLOWC_ASSIGN_OR_RETURN(auto memoized, memoizedResult(file, request.options));
+  FLOWC_ASSIGN_OR_RETURN(auto memoized, memoizedResult(file, request));
   if (memoized) {
     memoized->seconds = elapsed();
     progress("cache", "hit " + memoized->artifactDigest.toString() + " (file unchanged)");
     return *memoized;
   }
   progress("ingest", request.modelPath);
-  FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested, ingestModel(request.modelPath));
+  FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested,
+                         ingestModel(request.modelPath, request.inputShapes));
 
   CompileResult result;
   result.modelDigest = ingested.modelDigest;
@@ -167,7 +176,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Artifact, key));
   if (cached && cache_.contains(ingested.modelDigest)) {
-    FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested.modelDigest));
+    FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
     result.seconds = elapsed();
@@ -203,7 +212,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   pins.add(result.artifactDigest);
   FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Artifact, key,
                                             result.artifactDigest, {manifest}));
-  FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested.modelDigest));
+  FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
   // Over the size cap, least-recently-used blobs go; this job's are pinned.
   if (auto gc = cache_.enforceLimit(); !gc)
     spdlog::warn("cache eviction failed: {}", gc.status().toString());

@@ -1,8 +1,11 @@
 #include "flowc/compiler/OnnxModel.h"
 
+#include "flowc/support/Format.h"
+
 #include "WireReader.h"
 
 #include <charconv>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -680,6 +683,43 @@ Expected<OnnxModel> loadOnnxModel(const std::string &path) {
                          parseOnnxModel(shared->view(), path, dir.empty() ? "." : dir));
   model.file = std::move(shared);
   return model;
+}
+
+Status bindInputShapes(OnnxModel &model, const InputShapes &shapes) {
+  for (const auto &[name, shape] : shapes) {
+    auto input = std::find_if(model.inputs.begin(), model.inputs.end(),
+                              [&](const TensorInfo &info) { return info.name == name; });
+    if (input == model.inputs.end())
+      return invalidArgument(model.path + ": --input-shape names '" + name +
+                             "', which is not an input of the model");
+    if (input->shape.size() != shape.size())
+      return invalidArgument(model.path + ": input '" + name + "' has rank " +
+                             std::to_string(input->shape.size()) + " " +
+                             shapeString(input->shape) + ", --input-shape gives " +
+                             shapeString(shape));
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] <= 0)
+        return invalidArgument(model.path + ": --input-shape " + shapeString(shape) +
+                               " for '" + name + "' has a non-positive dimension");
+      if (input->shape[i] >= 0 && input->shape[i] != shape[i])
+        return invalidArgument(model.path + ": input '" + name + "' is " +
+                               shapeString(input->shape) + "; --input-shape " +
+                               shapeString(shape) + " changes its static dimension " +
+                               std::to_string(i));
+    }
+    input->shape = shape;
+  }
+  return Status::ok();
+}
+
+std::string canonicalInputShapes(const InputShapes &shapes) {
+  std::string text;
+  for (const auto &[name, shape] : shapes) {
+    text += (text.empty() ? "" : ";") + name + "=";
+    for (size_t i = 0; i < shape.size(); ++i)
+      text += (i ? "x" : "") + std::to_string(shape[i]);
+  }
+  return text;
 }
 
 } // namespace flowc::compiler

@@ -98,6 +98,18 @@ struct OnnxModel {
   std::map<std::string, std::shared_ptr<MappedFile>> externalFiles;
 };
 
+/// Static shapes for graph inputs, by name: how a model exported with
+/// symbolic dimensions ("batch", "sequence") is compiled for one shape.
+using InputShapes = std::map<std::string, std::vector<int64_t>>;
+
+/// Gives `model`'s inputs the shapes in `shapes`. Each named input must exist
+/// and the shape must have its rank and agree with every static dimension;
+/// InvalidArgument naming the input otherwise.
+Status bindInputShapes(OnnxModel &model, const InputShapes &shapes);
+
+/// "name=1x128;other=..." in name order ("" when empty): part of cache keys.
+std::string canonicalInputShapes(const InputShapes &shapes);
+
 /// Parses the ONNX file at `path`. Errors (InvalidArgument / NotFound) name
 /// the file and the place in the message that is malformed. External data
 /// is resolved relative to the model's directory and mapped, never copied;

@@ -17,6 +17,8 @@ struct CompileRequest {
   /// An ONNX file or a reproducer directory.
   std::string modelPath;
   compiler::CompileOptions options;
+  /// Shapes for inputs with symbolic dimensions (ONNX models only).
+  compiler::InputShapes inputShapes;
 };
 
 struct CompileResult {
@@ -48,7 +50,8 @@ struct IngestedModel {
 /// Parses, imports and hashes `path`: an ONNX file, or a reproducer
 /// directory (see Reproducer.h) whose weights are generated. Nothing is
 /// written anywhere, so bad input leaves every cache untouched.
-Expected<IngestedModel> ingestModel(const std::string &path);
+Expected<IngestedModel> ingestModel(const std::string &path,
+                                    const compiler::InputShapes &inputShapes = {});
 
 class CompileExecutor {
 public:
@@ -63,16 +66,19 @@ public:
 
 private:
   /// Memo purpose: the model digest depends on the importer, so on the build.
-  std::string memoPurpose() const { return "model-digest:" + buildId_; }
+  /// The digest also depends on the input shapes bound.
+  std::string memoPurpose(const compiler::InputShapes &shapes) const {
+    return "model-digest:" + buildId_ + ":" + compiler::canonicalInputShapes(shapes);
+  }
   cache::Digest artifactKey(const cache::Digest &modelDigest,
                             const compiler::CompileOptions &options) const;
   /// A complete answer without reading the model: its file is unchanged
   /// since it was last ingested and its artifact is still cached.
-  Expected<std::optional<CompileResult>>
-  memoizedResult(const cache::FileIdentity &file,
-                 const compiler::CompileOptions &options);
+  Expected<std::optional<CompileResult>> memoizedResult(const cache::FileIdentity &file,
+                                                        const CompileRequest &request);
   /// Memoizes a model file's digest; never a reproducer directory's.
-  Status recordMemo(const cache::FileIdentity &file, const cache::Digest &modelDigest);
+  Status recordMemo(const cache::FileIdentity &file, const compiler::InputShapes &shapes,
+                    const cache::Digest &modelDigest);
   Expected<cache::Digest> codeFor(const IngestedModel &ingested,
                                   const compiler::CompileOptions &options,
                                   const ProgressFn &progress, bool &hit);
