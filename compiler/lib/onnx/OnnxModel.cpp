@@ -230,6 +230,9 @@ Status Parser::parseGraph(std::string_view bytes, OnnxModel &model) {
           "graph.initializer[" + std::to_string(model.initializers.size()) + "]";
       FLOWC_RETURN_IF_ERROR(parseTensor(field.bytes, where, tensor));
       model.initializers.push_back(std::move(tensor));
+      // Its header faulted in page-cache folios that hold weight bytes:
+      // release them now so parsing stays flat in memory (see loadOnnxModel).
+      MappedFile::releasePages(field.bytes);
     } else {
       TensorInfo info;
       bool isInput = field.number == 11;
@@ -681,6 +684,11 @@ Expected<OnnxModel> loadOnnxModel(const std::string &path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   FLOWC_ASSIGN_OR_RETURN(OnnxModel model,
                          parseOnnxModel(shared->view(), path, dir.empty() ? "." : dir));
+  // Reading each tensor's header faults in the file's large page-cache
+  // folios (about 1 MiB each on current kernels), weights and all: drop them
+  // from this process. Everything parsed was copied; weight views fault
+  // back in when they are hashed or stored, one window at a time.
+  MappedFile::releasePages(shared->view());
   model.file = std::move(shared);
   return model;
 }
