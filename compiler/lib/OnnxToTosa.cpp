@@ -174,6 +174,10 @@ private:
   Status importExpand(const Node &node);
   Status importPow(const Node &node);
   Status importCast(const Node &node);
+  Status importCastTo(const Node &node, DType to);
+  Status importArgExtreme(const Node &node);
+  Status importPad(const Node &node);
+  Expected<bool> foldRange(const Node &node);
   Status importIdentity(const Node &node);
   Status importConstant(const Node &node);
   Status importWhere(const Node &node);
@@ -1264,8 +1268,11 @@ Status Importer::importIdentity(const Node &node) {
 }
 
 Status Importer::importCast(const Node &node) {
+  return importCastTo(node, static_cast<DType>(intAttr(node, "to", 0)));
+}
+
+Status Importer::importCastTo(const Node &node, DType to) {
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
-  auto to = static_cast<DType>(intAttr(node, "to", 0));
   mlir::Type target = elementType(to);
   if (!target)
     return nodeUnsupported(node, "casting to " + dtypeName(to) + " is not supported");
@@ -1579,6 +1586,126 @@ Status Importer::importLogSoftmax(const Node &node) {
   return define(node, transpose(lastAxis(transpose(x, perms)), inverse));
 }
 
+/// ArgMax / ArgMin (as ArgMax of -x) into int64 indices, first match.
+Status Importer::importArgExtreme(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  if (intAttr(node, "select_last_index", 0))
+    return nodeUnsupported(node, "select_last_index=1 is not supported");
+  Shape shape = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = intAttr(node, "axis", 0);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
+                               " is out of range for input " + shapeString(shape));
+  if (node.opType == "ArgMin")
+    x = mul(x, scalar(-1.0f, shape.size()));
+  Shape reduced = shape, kept = shape;
+  reduced.erase(reduced.begin() + axis);
+  kept[axis] = 1;
+  Value index =
+      buildTyped<mlir::tosa::ArgMaxOp>(builder_.getI32Type(), reduced, {x},
+                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+  Value wide = buildTyped<mlir::tosa::CastOp>(builder_.getI64Type(), reduced, {index});
+  return define(node, intAttr(node, "keepdims", 1) ? reshape(wide, kept) : wide);
+}
+
+/// Pad in constant mode with constant, non-negative pads.
+Status Importer::importPad(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  std::string mode = "constant";
+  if (auto it = node.attributes.find("mode"); it != node.attributes.end())
+    mode = it->second.s;
+  if (mode != "constant")
+    return nodeUnsupported(node, "mode '" + mode + "' is not supported (constant only)");
+  Shape pads = intsAttr(node, "pads", {});
+  if (hasOperand(node, 1)) {
+    auto values = intConstant(node.inputs[1]);
+    if (!values)
+      return nodeUnsupported(node, "pads must be a constant integer tensor");
+    pads = values->values;
+  }
+  Shape axes;
+  if (hasOperand(node, 3)) {
+    FLOWC_ASSIGN_OR_RETURN(axes, axesOf(node, 3, static_cast<int64_t>(rank)));
+    auto given = intConstant(node.inputs[3]);
+    if (given && given->values.size() != axes.size())
+      return nodeError(node, "axes repeat an axis");
+    if (given) // axesOf sorts; pads follow the order given
+      for (int64_t &axis : given->values)
+        axis = axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
+    axes = given ? given->values : axes;
+  } else {
+    for (size_t i = 0; i < rank; ++i)
+      axes.push_back(static_cast<int64_t>(i));
+  }
+  if (pads.size() != 2 * axes.size())
+    return nodeError(node, "pads has " + std::to_string(pads.size()) +
+                               " values, expected " + std::to_string(2 * axes.size()));
+  Shape padding(2 * rank, 0), out = shape;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t before = pads[i], after = pads[i + axes.size()];
+    if (before < 0 || after < 0)
+      return nodeUnsupported(node, "negative pads (cropping) are not supported");
+    padding[2 * axes[i]] = before;
+    padding[2 * axes[i] + 1] = after;
+    out[axes[i]] += before + after;
+  }
+  float value = 0.0f;
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(value, scalarConstant(node, 2));
+  }
+  return define(
+      node, build<mlir::tosa::PadOp>(out, {x, constShape(padding), scalar(value, 1)}));
+}
+
+/// Range of constant scalars: integer or float32 values, computed here.
+Expected<bool> Importer::foldRange(const Node &node) {
+  if (node.inputs.size() != 3)
+    return nodeError(node, "Range needs start, limit and delta");
+  std::vector<const TensorData *> args;
+  for (const std::string &name : node.inputs) {
+    auto it = constants_.find(name);
+    if (it == constants_.end() || it->second->info.elementCount() != 1)
+      return false;
+    args.push_back(it->second);
+  }
+  DType dtype = args[0]->info.dtype;
+  if (dtype == DType::F32) {
+    float v[3];
+    for (int i = 0; i < 3; ++i)
+      std::memcpy(&v[i], args[i]->bytes.data(), 4);
+    if (v[2] == 0)
+      return nodeError(node, "delta is 0");
+    int64_t count =
+        std::max<int64_t>(0, static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])));
+    std::vector<float> values;
+    for (int64_t i = 0; i < count; ++i)
+      values.push_back(v[0] + static_cast<float>(i) * v[2]);
+    FLOWC_RETURN_IF_ERROR(defineFloatConstant(node, {count}, values));
+    return true;
+  }
+  std::vector<int64_t> v;
+  for (const std::string &name : node.inputs) {
+    auto ints = intConstant(name);
+    if (!ints)
+      return false;
+    v.push_back(ints->values[0]);
+  }
+  if (v[2] == 0)
+    return nodeError(node, "delta is 0");
+  int64_t span = v[1] - v[0];
+  int64_t count = std::max<int64_t>(0, (span + v[2] + (v[2] > 0 ? -1 : 1)) / v[2]);
+  IntTensor result{{count}, {}, dtype == DType::I32 ? DType::I32 : DType::I64};
+  for (int64_t i = 0; i < count; ++i)
+    result.values.push_back(v[0] + i * v[2]);
+  FLOWC_RETURN_IF_ERROR(defineConstant(node, result));
+  return true;
+}
+
 // Shape folding ----------------------------------------------------------
 //
 // With static shapes, the Shape/Gather/Concat/... subgraphs that exporters
@@ -1621,12 +1748,16 @@ Status Importer::defineConstant(const Node &node, const IntTensor &tensor) {
   for (int64_t value : tensor.values) {
     if (tensor.dtype == DType::Bool) {
       bytes->push_back(static_cast<char>(value != 0));
-      continue;
+    } else if (tensor.dtype == DType::I32) {
+      auto narrow = static_cast<int32_t>(value);
+      bytes->append(reinterpret_cast<const char *>(&narrow), 4);
+    } else {
+      bytes->append(reinterpret_cast<const char *>(&value), 8);
     }
-    bytes->append(reinterpret_cast<const char *>(&value), 8);
   }
-  addFolded(node, tensor.dtype == DType::Bool ? DType::Bool : DType::I64, tensor.shape,
-            std::move(bytes));
+  DType stored = tensor.dtype == DType::Bool || tensor.dtype == DType::I32 ? tensor.dtype
+                                                                           : DType::I64;
+  addFolded(node, stored, tensor.shape, std::move(bytes));
   return Status::ok();
 }
 
@@ -1692,6 +1823,16 @@ Expected<bool> Importer::tryFold(const Node &node) {
     FLOWC_RETURN_IF_ERROR(defineConstant(node, dims));
     return true;
   }
+  if (op == "Size") {
+    TensorInfo info = describeValue(node.inputs.empty() ? "" : node.inputs[0]);
+    if (info.dtype == DType::Undefined || info.elementCount() < 0)
+      return false;
+    FLOWC_RETURN_IF_ERROR(
+        defineConstant(node, IntTensor{{}, {info.elementCount()}, DType::I64}));
+    return true;
+  }
+  if (op == "Range")
+    return foldRange(node);
   static const std::set<std::string> foldable = {
       "ConstantOfShape", "Gather", "Unsqueeze", "Squeeze", "Reshape",
       "Concat",          "Add",    "Sub",       "Mul",     "Div",
@@ -1870,6 +2011,15 @@ Status Importer::importNode(const Node &node) {
     return importPow(node);
   if (op == "Cast")
     return importCast(node);
+  if (op == "CastLike") {
+    if (!hasOperand(node, 1))
+      return nodeError(node, "CastLike needs a target_type input");
+    return importCastTo(node, describeValue(node.inputs[1]).dtype);
+  }
+  if (op == "ArgMax" || op == "ArgMin")
+    return importArgExtreme(node);
+  if (op == "Pad")
+    return importPad(node);
   if (op == "Where")
     return importWhere(node);
   if (op == "LayerNormalization")
