@@ -24,15 +24,20 @@ import torchvision
 DEFAULT_MODELS = ["resnet18", "mobilenet_v3_small", "squeezenet1_1"]
 
 
-def build(name: str, seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    model = getattr(torchvision.models, name)(weights=None)
+def perturb_constant_parameters(model: torch.nn.Module, seed: int):
+    """Adds seeded noise to every parameter whose elements are all equal."""
     noise = torch.Generator().manual_seed(seed + 3)
     with torch.no_grad():
         for parameter in model.parameters():
             flat = parameter.flatten()
             if flat.numel() > 1 and bool(torch.all(flat == flat[0])):
                 parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
+
+
+def build(name: str, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = getattr(torchvision.models, name)(weights=None)
+    perturb_constant_parameters(model, seed)
     has_batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
                         for m in model.modules())
     if has_batchnorm:

@@ -24,16 +24,9 @@ import numpy as np
 import torch
 import transformers
 
+from export_torchvision import perturb_constant_parameters
+
 DEFAULT_MODELS = ["bert", "gpt2"]
-
-
-def perturb_constant_parameters(model: torch.nn.Module, seed: int):
-    noise = torch.Generator().manual_seed(seed + 3)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            flat = parameter.flatten()
-            if flat.numel() > 1 and bool(torch.all(flat == flat[0])):
-                parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
 
 
 def build(name: str, seed: int) -> torch.nn.Module:

@@ -153,7 +153,6 @@ private:
   Status importMatMul(const Node &node);
   Status importReshape(const Node &node);
   Status importFlatten(const Node &node);
-  Status importSoftmax(const Node &node);
   Status importTranspose(const Node &node);
   Status importBatchNormalization(const Node &node);
   Status importClip(const Node &node);
@@ -163,7 +162,6 @@ private:
   Status importVariadic(const Node &node);
   Status importCompare(const Node &node);
   Status importLogical(const Node &node);
-  Status importLogSoftmax(const Node &node);
   /// Both operands broadcast to one rank; `out` gets the result shape.
   Expected<std::pair<Value, Value>> broadcastPair(const Node &node, Value a, Value b,
                                                   Shape &out);
@@ -198,8 +196,8 @@ private:
   Status defineConstant(const Node &node, const IntTensor &tensor);
   Status defineFloatConstant(const Node &node, const Shape &shape,
                              const std::vector<float> &values);
-  /// Registers a computed constant as the node's output, like an initializer.
-  void addFolded(const Node &node, DType dtype, const Shape &shape,
+  /// Registers a computed constant as the value `name`, like an initializer.
+  void addFolded(const std::string &name, DType dtype, const Shape &shape,
                  std::shared_ptr<std::string> bytes);
   Expected<IntTensor> foldBinary(const Node &node, const IntTensor &a, const IntTensor &b,
                                  int64_t (*fn)(int64_t, int64_t));
@@ -207,7 +205,14 @@ private:
   Expected<float> scalarConstant(const Node &node, size_t index);
   Value clamp(Value x, float low, float high);
   Value mul(Value a, Value b);
-  Expected<Value> softmaxLastAxis(Value x);
+  Value softmaxLastAxis(Value x);
+  Value logSoftmaxLastAxis(Value x);
+  /// Softmax and LogSoftmax: `lastAxis` applied along the node's axis, with
+  /// the opset rules (before 13 the input is flattened at `axis`).
+  Status importSoftmaxLike(const Node &node, Value (Importer::*lastAxis)(Value));
+  /// The node's `axis` attribute (default `fallback`) normalized into
+  /// [0, rank of `shape`); InvalidArgument naming it otherwise.
+  Expected<int64_t> axisOf(const Node &node, int64_t fallback, const Shape &shape);
   Value matmul3d(Value a, Value b);
 
   mlir::MLIRContext &ctx_;
@@ -683,7 +688,18 @@ Status Importer::importFlatten(const Node &node) {
   return define(node, reshape(x, {product(in, 0, axis), product(in, axis, in.size())}));
 }
 
-Expected<Value> Importer::softmaxLastAxis(Value x) {
+Expected<int64_t> Importer::axisOf(const Node &node, int64_t fallback,
+                                   const Shape &shape) {
+  int64_t given = intAttr(node, "axis", fallback);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = given < 0 ? given + rank : given;
+  if (axis < 0 || axis >= rank)
+    return nodeError(node, "axis " + std::to_string(given) +
+                               " is out of range for input " + shapeString(shape));
+  return axis;
+}
+
+Value Importer::softmaxLastAxis(Value x) {
   Shape shape = shapeOf(x), reduced = shape;
   int32_t axis = static_cast<int32_t>(shape.size() - 1);
   reduced[axis] = 1;
@@ -696,26 +712,32 @@ Expected<Value> Importer::softmaxLastAxis(Value x) {
   return mul(exp, inverse);
 }
 
-Status Importer::importSoftmax(const Node &node) {
+/// x - max - log(sum(exp(x - max))) over the last axis.
+Value Importer::logSoftmaxLastAxis(Value x) {
+  Shape shape = shapeOf(x), reduced = shape;
+  int32_t axis = static_cast<int32_t>(shape.size() - 1);
+  reduced[axis] = 1;
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(axis));
+  Value shifted = build<mlir::tosa::SubOp>(
+      shape, {x, build<mlir::tosa::ReduceMaxOp>(reduced, {x}, {axisAttr})});
+  Value sum = build<mlir::tosa::ReduceSumOp>(
+      reduced, {build<mlir::tosa::ExpOp>(shape, {shifted})}, {axisAttr});
+  return build<mlir::tosa::SubOp>(shape,
+                                  {shifted, build<mlir::tosa::LogOp>(reduced, {sum})});
+}
+
+Status Importer::importSoftmaxLike(const Node &node, Value (Importer::*lastAxis)(Value)) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   Shape in = shapeOf(x);
   int64_t rank = static_cast<int64_t>(in.size());
-  bool legacy = model_.opsetVersion < 13; // before 13 Softmax flattened at `axis`
-  int64_t axis = intAttr(node, "axis", legacy ? 1 : -1);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", -1)) +
-                               " is out of range for input " + shapeString(in));
+  bool legacy = model_.opsetVersion < 13; // before 13 they flattened at `axis`
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, legacy ? 1 : -1, in));
   if (legacy) {
     Value flat = reshape(x, {product(in, 0, axis), product(in, axis, in.size())});
-    FLOWC_ASSIGN_OR_RETURN(Value y, softmaxLastAxis(flat));
-    return define(node, reshape(y, in));
+    return define(node, reshape((this->*lastAxis)(flat), in));
   }
-  if (axis == rank - 1) {
-    FLOWC_ASSIGN_OR_RETURN(Value y, softmaxLastAxis(x));
-    return define(node, y);
-  }
+  if (axis == rank - 1)
+    return define(node, (this->*lastAxis)(x));
   // Move `axis` last, normalize, move it back.
   llvm::SmallVector<int32_t> perms, inverse(rank);
   for (int64_t i = 0; i < rank; ++i)
@@ -724,8 +746,7 @@ Status Importer::importSoftmax(const Node &node) {
   perms.push_back(static_cast<int32_t>(axis));
   for (int64_t i = 0; i < rank; ++i)
     inverse[perms[i]] = static_cast<int32_t>(i);
-  FLOWC_ASSIGN_OR_RETURN(Value y, softmaxLastAxis(transpose(x, perms)));
-  return define(node, transpose(y, inverse));
+  return define(node, transpose((this->*lastAxis)(transpose(x, perms)), inverse));
 }
 
 Status Importer::importTranspose(const Node &node) {
@@ -1257,13 +1278,9 @@ Status Importer::importIdentity(const Node &node) {
   if (node.outputs.size() < 2 || node.outputs[1].empty())
     return Status::ok();
   Shape shape = shapeOf(x);
-  auto bytes = std::make_shared<std::string>(
-      static_cast<size_t>(product(shape, 0, shape.size())), '\1');
-  TensorData &data = folded_.emplace_back();
-  data.info = {node.outputs[1], DType::Bool, shape};
-  data.owned = std::move(bytes);
-  data.bytes = *data.owned;
-  constants_[node.outputs[1]] = &data;
+  addFolded(node.outputs[1], DType::Bool, shape,
+            std::make_shared<std::string>(
+                static_cast<size_t>(product(shape, 0, shape.size())), '\1'));
   return Status::ok();
 }
 
@@ -1305,13 +1322,7 @@ Status Importer::importLayerNormalization(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value scale, operand(node, 1));
   Shape shape = shapeOf(x);
-  int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t axis = intAttr(node, "axis", -1);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", -1)) +
-                               " is out of range for input " + shapeString(shape));
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, -1, shape));
   if (node.outputs.size() > 1 &&
       std::any_of(node.outputs.begin() + 1, node.outputs.end(),
                   [](const std::string &name) { return !name.empty(); }))
@@ -1354,13 +1365,7 @@ Status Importer::importLayerNormalization(const Node &node) {
 Status Importer::importSplit(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   Shape shape = shapeOf(x);
-  int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t axis = intAttr(node, "axis", 0);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
-                               " is out of range for input " + shapeString(shape));
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, 0, shape));
   Shape sizes = intsAttr(node, "split", {});
   if (hasOperand(node, 1)) {
     auto split = intConstant(node.inputs[1]);
@@ -1545,60 +1550,13 @@ Status Importer::importLogical(const Node &node) {
                 buildTyped<mlir::tosa::LogicalXorOp>(i1, out, {pair.first, pair.second}));
 }
 
-/// x - max - log(sum(exp(x - max))) over the last axis (after moving `axis`
-/// there), with Softmax's opset rules.
-Status Importer::importLogSoftmax(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  Shape in = shapeOf(x);
-  int64_t rank = static_cast<int64_t>(in.size());
-  bool legacy = model_.opsetVersion < 13;
-  int64_t axis = intAttr(node, "axis", legacy ? 1 : -1);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", -1)) +
-                               " is out of range for input " + shapeString(in));
-  auto lastAxis = [&](Value v) {
-    Shape shape = shapeOf(v), reduced = shape;
-    int32_t last = static_cast<int32_t>(shape.size() - 1);
-    reduced[last] = 1;
-    auto axisAttr = attr("axis", builder_.getI32IntegerAttr(last));
-    Value shifted = build<mlir::tosa::SubOp>(
-        shape, {v, build<mlir::tosa::ReduceMaxOp>(reduced, {v}, {axisAttr})});
-    Value sum = build<mlir::tosa::ReduceSumOp>(
-        reduced, {build<mlir::tosa::ExpOp>(shape, {shifted})}, {axisAttr});
-    return build<mlir::tosa::SubOp>(shape,
-                                    {shifted, build<mlir::tosa::LogOp>(reduced, {sum})});
-  };
-  if (legacy)
-    return define(node, reshape(lastAxis(reshape(x, {product(in, 0, axis),
-                                                     product(in, axis, in.size())})),
-                                in));
-  llvm::SmallVector<int32_t> perms, inverse(rank);
-  for (int64_t i = 0; i < rank; ++i)
-    if (i != axis)
-      perms.push_back(static_cast<int32_t>(i));
-  perms.push_back(static_cast<int32_t>(axis));
-  for (int64_t i = 0; i < rank; ++i)
-    inverse[perms[i]] = static_cast<int32_t>(i);
-  if (axis == rank - 1)
-    return define(node, lastAxis(x));
-  return define(node, transpose(lastAxis(transpose(x, perms)), inverse));
-}
-
 /// ArgMax / ArgMin (as ArgMax of -x) into int64 indices, first match.
 Status Importer::importArgExtreme(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   if (intAttr(node, "select_last_index", 0))
     return nodeUnsupported(node, "select_last_index=1 is not supported");
   Shape shape = shapeOf(x);
-  int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t axis = intAttr(node, "axis", 0);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
-                               " is out of range for input " + shapeString(shape));
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, 0, shape));
   if (node.opType == "ArgMin")
     x = mul(x, scalar(-1.0f, shape.size()));
   Shape reduced = shape, kept = shape;
@@ -1757,7 +1715,7 @@ Status Importer::defineConstant(const Node &node, const IntTensor &tensor) {
   }
   DType stored = tensor.dtype == DType::Bool || tensor.dtype == DType::I32 ? tensor.dtype
                                                                            : DType::I64;
-  addFolded(node, stored, tensor.shape, std::move(bytes));
+  addFolded(node.outputs[0], stored, tensor.shape, std::move(bytes));
   return Status::ok();
 }
 
@@ -1768,17 +1726,17 @@ Status Importer::defineFloatConstant(const Node &node, const Shape &shape,
     return nodeError(node, "node has no output");
   auto bytes = std::make_shared<std::string>(
       reinterpret_cast<const char *>(values.data()), values.size() * 4);
-  addFolded(node, DType::F32, shape, std::move(bytes));
+  addFolded(node.outputs[0], DType::F32, shape, std::move(bytes));
   return Status::ok();
 }
 
-void Importer::addFolded(const Node &node, DType dtype, const Shape &shape,
+void Importer::addFolded(const std::string &name, DType dtype, const Shape &shape,
                          std::shared_ptr<std::string> bytes) {
   TensorData &data = folded_.emplace_back();
-  data.info = {node.outputs[0], dtype, shape};
+  data.info = {name, dtype, shape};
   data.owned = std::move(bytes);
   data.bytes = *data.owned;
-  constants_[node.outputs[0]] = &data;
+  constants_[name] = &data;
 }
 
 /// Broadcasts two integer tensors through `fn`, NumPy style.
@@ -2043,7 +2001,7 @@ Status Importer::importNode(const Node &node) {
   if (op == "Flatten")
     return importFlatten(node);
   if (op == "Softmax")
-    return importSoftmax(node);
+    return importSoftmaxLike(node, &Importer::softmaxLastAxis);
   if (op == "Transpose")
     return importTranspose(node);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
@@ -2077,7 +2035,7 @@ Status Importer::importNode(const Node &node) {
   if (op == "And" || op == "Or" || op == "Xor" || op == "Not")
     return importLogical(node);
   if (op == "LogSoftmax")
-    return importLogSoftmax(node);
+    return importSoftmaxLike(node, &Importer::logSoftmaxLastAxis);
   if (op == "Squeeze" || op == "Unsqueeze")
     return importSqueeze(node, op == "Unsqueeze");
   --opCounts_[op];

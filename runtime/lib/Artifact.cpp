@@ -1,4 +1,5 @@
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/Tensor.h"
 
 #include "flowc/support/MappedFile.h"
 
@@ -49,10 +50,7 @@ uint64_t TensorSpec::byteSize() const {
   uint64_t count = 1;
   for (int64_t dim : shape)
     count *= static_cast<uint64_t>(dim);
-  uint64_t element = dtype == "float64" || dtype == "int64"   ? 8
-                     : dtype == "float32" || dtype == "int32" ? 4
-                                                              : 1;
-  return count * element;
+  return count * dtypeBytes(dtype);
 }
 
 nlohmann::json Plan::toJson() const {

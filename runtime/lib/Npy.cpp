@@ -8,11 +8,13 @@
 namespace flowc::runtime {
 
 size_t dtypeBytes(const std::string &dtype) {
-  if (dtype == "float32" || dtype == "int32")
+  if (dtype == "float32" || dtype == "int32" || dtype == "uint32")
     return 4;
-  if (dtype == "int64")
+  if (dtype == "int64" || dtype == "float64" || dtype == "uint64")
     return 8;
-  if (dtype == "bool")
+  if (dtype == "float16" || dtype == "bfloat16" || dtype == "int16" || dtype == "uint16")
+    return 2;
+  if (dtype == "bool" || dtype == "int8" || dtype == "uint8")
     return 1;
   return 0;
 }

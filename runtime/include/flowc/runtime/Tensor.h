@@ -10,8 +10,9 @@
 
 namespace flowc::runtime {
 
-/// Bytes per element of the dtypes tensors carry ("float32", "int64",
-/// "int32", "bool"); 0 for any other name.
+/// Bytes per element of a dtype named as in artifacts ("float32", "int64",
+/// "bool", "float16", ...); 0 for an unknown name. Tensors and `.npy` files
+/// carry float32, int64, int32 and bool.
 size_t dtypeBytes(const std::string &dtype);
 
 /// A dense, row-major tensor in host memory.
