@@ -3,6 +3,7 @@
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
 
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -54,6 +55,49 @@ TEST(OnnxModelTest, DecodesTypedInt64Data) {
   std::memcpy(values, shape.bytes.data(), 16);
   EXPECT_EQ(values[0], 3);
   EXPECT_EQ(values[1], -1);
+}
+
+TEST(OnnxModelTest, DecodesDoubleAndUint64Data) {
+  ProtoWriter doubles;
+  double values[2] = {1.5, -2.25};
+  doubles.varint(1, 2).varint(2, 11).bytes(8, "d").bytes(
+      10, std::string(reinterpret_cast<const char *>(values), 16));
+  ProtoWriter unsigneds;
+  unsigneds.varint(1, 1).varint(2, 13).bytes(8, "u").varint(11, 7);
+  GraphSpec spec;
+  spec.initializers = {doubles.str(), unsigneds.str()};
+  spec.inputs = {valueInfo("x", {2})};
+  spec.outputs = {valueInfo("x", {2})};
+  std::string bytes = model(spec);
+  auto parsed = parseOnnxModel(bytes, "typed.onnx");
+  ASSERT_TRUE(parsed) << parsed.status().toString();
+  ASSERT_EQ(parsed->initializers[0].bytes.size(), 16u);
+  EXPECT_EQ(std::memcmp(parsed->initializers[0].bytes.data(), values, 16), 0);
+  ASSERT_EQ(parsed->initializers[1].bytes.size(), 8u);
+  EXPECT_EQ(parsed->initializers[1].bytes[0], 7);
+}
+
+TEST(OnnxModelTest, UnstoredDataTypeIsUnsupportedNotMalformed) {
+  ProtoWriter strings; // data_type 8 is STRING
+  strings.varint(1, 1).varint(2, 8).bytes(8, "s").bytes(6, "hello");
+  GraphSpec spec;
+  spec.initializers = {strings.str()};
+  spec.inputs = {valueInfo("x", {2})};
+  spec.outputs = {valueInfo("x", {2})};
+  EXPECT_THAT(
+      parseOnnxModel(model(spec), "strings.onnx"),
+      StatusIs(StatusCode::Unimplemented,
+               "strings.onnx: graph.initializer[0] 's': unsupported tensor data type"));
+}
+
+TEST(OnnxModelTest, RejectsAModelWithoutAnyOpsetImport) {
+  ProtoWriter graph;
+  graph.bytes(2, "g");
+  ProtoWriter m;
+  m.varint(1, 8).bytes(7, graph.str());
+  EXPECT_THAT(
+      parseOnnxModel(m.str(), "noopset.onnx"),
+      StatusIs(StatusCode::InvalidArgument, "noopset.onnx: ModelProto: no opset_import"));
 }
 
 TEST(OnnxModelTest, RejectsEmptyInput) {
