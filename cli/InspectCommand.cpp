@@ -2,6 +2,7 @@
 #include "Commands.h"
 
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/Session.h"
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
@@ -100,6 +101,15 @@ Expected<nlohmann::json> describeArtifact(const std::string &path) {
   json["weights"] = plan.weights.size();
   json["code_bytes"] = artifact->section(runtime::SectionKind::Code).size();
   json["ir_bytes"] = artifact->section(runtime::SectionKind::GraphIr).size();
+  // The memory plan and kernel table live in the code: loading it (no run)
+  // reads them. Code built for another host is described without them.
+  auto session = runtime::Session::create(std::move(artifact));
+  if (!session) {
+    json["code_error"] = session.status().message();
+    return json;
+  }
+  json["arena_bytes"] = (*session)->arenaBytes();
+  json["library_kernels"] = (*session)->libraryKernelSites();
   return json;
 }
 
@@ -186,6 +196,13 @@ void printHuman(const nlohmann::json &json) {
   std::cout << "parameters: " << json.value("parameters", 0) << " ("
             << json.value("parameter_bytes", 0) << " bytes in " << json["weights"].dump()
             << " weights)\n";
+  if (json.contains("arena_bytes"))
+    std::cout << "activation arena: " << humanBytes(json["arena_bytes"])
+              << " (peak activation memory of the static plan), library kernels: "
+              << json["library_kernels"].dump() << "\n";
+  if (json.contains("code_error"))
+    std::cout << "code: not loadable here: " << json["code_error"].get<std::string>()
+              << "\n";
   for (const char *key :
        {"model_digest", "ir_digest", "code_digest", "compiler", "options"})
     if (json.contains(key))

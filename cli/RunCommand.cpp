@@ -1,4 +1,5 @@
-// flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--json]
+// flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
+//           [--threads T] [--json]
 #include "Commands.h"
 
 #include "flowc/runtime/Session.h"
@@ -23,6 +24,8 @@ struct RunOptions {
   size_t printCount = 8;
   /// Timed iterations after warm-up; 0 runs once without timing.
   unsigned bench = 0;
+  /// Threads for library kernels; 0: all cores.
+  int threads = 0;
 };
 
 struct Latency {
@@ -87,7 +90,7 @@ int runRun(const RunOptions &options) {
   auto artifact = runtime::Artifact::open(options.artifact);
   if (!artifact)
     return reportError(artifact.status());
-  auto session = runtime::Session::create(*artifact);
+  auto session = runtime::Session::create(*artifact, {options.threads});
   if (!session)
     return reportError(session.status());
   const runtime::Plan &plan = (*session)->plan();
@@ -132,6 +135,7 @@ int runRun(const RunOptions &options) {
       return reportError(
           latency.status().withContext("bench '" + options.artifact + "'"));
     json["iterations"] = options.bench;
+    json["threads"] = options.threads;
     json["median_ms"] = latency->medianMs;
     json["p90_ms"] = latency->p90Ms;
     if (!options.json)
@@ -157,6 +161,9 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &) {
   cmd->add_option("--bench", options->bench,
                   "Time N runs after 3 warm-up runs; print median and p90 latency")
       ->check(CLI::Range(1u, 1000000u));
+  cmd->add_option("--threads", options->threads,
+                  "Threads for convolutions and matrix products (default: all cores)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--json", options->json, "Print one JSON object");
   return [options] { return runRun(*options); };
 }

@@ -6,6 +6,9 @@
 #include "flowc/compiler/Compiler.h"
 #include "flowc/compiler/GraphIr.h"
 
+#include "LibraryKernels.h"
+#include "MemoryPlan.h"
+
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
 
@@ -28,6 +31,7 @@
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
@@ -37,6 +41,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/Dialect/Tosa/Transforms/Passes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -45,6 +50,7 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/IR/IRBuilder.h"
@@ -95,11 +101,20 @@ void registerCodegenDialects(mlir::DialectRegistry &registry) {
 }
 
 /// Stage 1: graph -> buffers with the public ABI fixed.
-void buildBufferizePipeline(mlir::PassManager &pm) {
+void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options) {
   // Graph-level cleanups first, while ops still carry graph semantics:
   // folding cancels the NCHW<->NHWC transposes between neighbouring layers.
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
+  // -O0 keeps every op in generated code: the reference the library
+  // kernels are checked against.
+  if (options.optLevel >= 1) {
+    // Layout: transposes move through elementwise ops and cancel, so
+    // activations stay NHWC between convolutions.
+    pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaReduceTransposes());
+    pm.addPass(mlir::createCanonicalizerPass());
+    pm.addPass(createOutlineLibraryKernelsPass());
+  }
   // Named linalg ops (conv, matmul, pooling) before the elementwise
   // conversion, which would otherwise claim their operands.
   pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());
@@ -107,6 +122,9 @@ void buildBufferizePipeline(mlir::PassManager &pm) {
   pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToArithPass());
   pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToTensorPass());
   pm.addPass(mlir::createCanonicalizerPass());
+  // Chains of elementwise ops become one loop nest: one pass over memory.
+  if (options.optLevel >= 1)
+    pm.addPass(mlir::createLinalgElementwiseOpFusionPass());
   // Identity layouts at the boundary: the runtime passes dense row-major
   // buffers as bare pointers.
   mlir::bufferization::OneShotBufferizePassOptions bufferize;
@@ -120,6 +138,8 @@ void buildBufferizePipeline(mlir::PassManager &pm) {
   outParams.modifyPublicFunctions = true;
   outParams.hoistStaticAllocs = true;
   pm.addPass(mlir::bufferization::createBufferResultsToOutParamsPass(outParams));
+  if (options.optLevel >= 1)
+    pm.addPass(createPlanActivationMemoryPass());
 }
 
 /// Copies into strided views (padding) bufferize to memref.copy, whose LLVM
@@ -134,6 +154,17 @@ void rewriteCopiesAsLinalg(mlir::ModuleOp module) {
                                  copy.getTarget());
     copy.erase();
   }
+}
+
+/// exp, erf and tanh as polynomials of arithmetic ops, which LLVM
+/// vectorizes, instead of scalar libm calls (softmax, GELU, attention).
+mlir::LogicalResult approximateMath(mlir::ModuleOp module) {
+  mlir::RewritePatternSet patterns(module.getContext());
+  mlir::populateMathPolynomialApproximationPatterns(patterns, [](llvm::StringRef name) {
+    name.consume_front("math.");
+    return name == "exp" || name == "erf" || name == "tanh";
+  });
+  return mlir::applyPatternsGreedily(module, std::move(patterns));
 }
 
 /// Stage 2: buffers -> LLVM dialect.
@@ -182,6 +213,16 @@ Status addEntryPoint(llvm::Module &module) {
   builder.CreateCall(graph, args);
   builder.CreateRetVoid();
   return Status::ok();
+}
+
+/// Tells the runtime how large an arena to pass (see KernelAbi.h).
+void defineArenaSize(llvm::Module &module, uint64_t bytes) {
+  if (bytes == 0)
+    return;
+  auto *i64 = llvm::Type::getInt64Ty(module.getContext());
+  new llvm::GlobalVariable(module, i64, true, llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantInt::get(i64, bytes),
+                           runtime::kArenaBytesSymbol);
 }
 
 Expected<std::unique_ptr<llvm::TargetMachine>> createHostTargetMachine(int optLevel) {
@@ -388,10 +429,14 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
   FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
 
   mlir::PassManager bufferize(&context);
-  buildBufferizePipeline(bufferize);
+  buildBufferizePipeline(bufferize, options);
   if (mlir::failed(bufferize.run(*module)))
     return internalError("lowering to buffers failed: " + diagnostics.text);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  uint64_t arenaBytes = plannedArenaBytes(*module);
   rewriteCopiesAsLinalg(*module);
+  if (options.optLevel >= 1 && mlir::failed(approximateMath(*module)))
+    return internalError("math approximation failed: " + diagnostics.text);
   mlir::PassManager lower(&context);
   buildLowerToLlvmPipeline(lower);
   if (mlir::failed(lower.run(*module)))
@@ -402,6 +447,8 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
   if (!llvmModule)
     return internalError("translation to LLVM IR failed: " + diagnostics.text);
   FLOWC_RETURN_IF_ERROR(addEntryPoint(*llvmModule));
+  defineArenaSize(*llvmModule, arenaBytes);
+  FLOWC_RETURN_IF_ERROR(bindLibraryKernels(*llvmModule, kernels));
   FLOWC_ASSIGN_OR_RETURN(auto machine, createHostTargetMachine(options.optLevel));
   llvmModule->setDataLayout(machine->createDataLayout());
   llvmModule->setTargetTriple(machine->getTargetTriple());

@@ -1,8 +1,11 @@
 #include "flowc/runtime/Session.h"
+#include "Kernels.h"
+#include "flowc/runtime/KernelAbi.h"
 #include "flowc/support/Format.h"
 
 #include <cerrno>
 #include <dlfcn.h>
+#include <omp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -39,11 +42,16 @@ Expected<void *> loadCode(std::string_view code, const std::string &artifactPath
 } // namespace
 
 Session::~Session() {
+  kernels_.reset();
   if (library_)
     dlclose(library_);
 }
 
-Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> artifact) {
+Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> artifact,
+                                                   SessionOptions options) {
+  if (options.threads < 0)
+    return invalidArgument("thread count " + std::to_string(options.threads) +
+                           " is negative");
   const Plan &plan = artifact->plan();
   FLOWC_ASSIGN_OR_RETURN(
       void *library, loadCode(artifact->section(SectionKind::Code), artifact->path()));
@@ -53,7 +61,37 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> art
     return dataLoss("'" + artifact->path() + "': code has no entry symbol '" +
                     plan.entry + "'");
   }
-  return std::unique_ptr<Session>(new Session(std::move(artifact), library, entry));
+  std::unique_ptr<Session> session(new Session(artifact, library, entry, options));
+  // Primitives are created for the thread count they run with.
+  session->applyThreads();
+  FLOWC_ASSIGN_OR_RETURN(session->kernels_, bindKernels(library, artifact->path()));
+  FLOWC_RETURN_IF_ERROR(session->allocateArena());
+  return session;
+}
+
+Status Session::allocateArena() {
+  auto *bytes = static_cast<const uint64_t *>(dlsym(library_, kArenaBytesSymbol));
+  if (!bytes || *bytes == 0)
+    return Status::ok();
+  // Rounded up: aligned_alloc wants a multiple of the alignment.
+  uint64_t size = (*bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  arena_.reset(static_cast<std::byte *>(std::aligned_alloc(kArenaAlignment, size)));
+  if (!arena_)
+    return resourceExhausted("cannot allocate the " + std::to_string(*bytes) +
+                             "-byte activation arena of '" + artifact_->path() + "'");
+  arenaBytes_ = *bytes;
+  return Status::ok();
+}
+
+int64_t Session::libraryKernelSites() const {
+  auto *sites = static_cast<const int64_t *>(dlsym(library_, kKernelSitesSymbol));
+  return sites ? *sites : 0;
+}
+
+void Session::applyThreads() const {
+  // OpenMP's thread count is per calling thread: set it where runs happen.
+  if (options_.threads > 0)
+    omp_set_num_threads(options_.threads);
 }
 
 Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &inputs) {
@@ -91,7 +129,12 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
     outputs.push_back(Tensor::zeros(spec.dtype, spec.shape));
   for (Tensor &output : outputs)
     args.push_back(output.data());
+  if (arena_)
+    args.push_back(arena_.get());
+  applyThreads();
   entry_(args.data());
+  if (kernels_)
+    FLOWC_RETURN_IF_ERROR(takeKernelFailure(*kernels_));
   return outputs;
 }
 

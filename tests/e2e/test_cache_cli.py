@@ -5,6 +5,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import make_models
 from conftest import BIN, Flowc, save
@@ -65,11 +66,25 @@ def test_clear_empties_the_cache(compiled):
     assert flowc.submit(paths[0])["cache"] == "miss"
 
 
-def test_verify_detects_and_repairs_a_corrupt_blob(compiled):
+def wide_matmul_model():
+    """One MatMul whose 128 KiB weight is stored as a blob file, not inline."""
+    rng = np.random.default_rng(7)
+    weight = make_models.tensor(rng, "w", (256, 128), 0.1)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", make_models.OPSET)],
+                             ir_version=make_models.IR_VERSION)
+
+
+def test_verify_detects_and_repairs_a_corrupt_blob(compiled, tmp_path):
     flowc, paths, results = compiled
+    paths.append(save(wide_matmul_model(), tmp_path / "wide.onnx"))
+    flowc.submit(paths[-1])
     report, _ = cache(flowc, "verify")
     assert report["ok"] and report["checked"] > 0
-    # Corrupt one large blob file (the artifacts are files) behind the cache.
+    # Corrupt one large blob file behind the cache.
     files = sorted(p for p in (flowc.cache_dir / "cas").rglob("*") if p.is_file())
     victim = files[0]
     data = bytearray(victim.read_bytes())

@@ -1,24 +1,44 @@
 // Executes an artifact on the host CPU: loads its code object, binds the
-// packed weights in place (no copy) and runs the graph.
+// packed weights in place (no copy), connects its library kernels and runs
+// the graph.
 #pragma once
 
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/Tensor.h"
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 
 namespace flowc::runtime {
+
+class KernelContext;
+struct KernelContextDeleter {
+  void operator()(KernelContext *context) const;
+};
+
+struct SessionOptions {
+  /// Threads library kernels use; 0 keeps the process default (all cores).
+  int threads = 0;
+};
 
 class Session {
 public:
   ~Session();
 
   /// Loads the artifact's code. Unavailable if the code object cannot be
-  /// loaded on this host, DataLoss if it lacks the entry symbol.
-  static Expected<std::unique_ptr<Session>> create(std::shared_ptr<Artifact> artifact);
+  /// loaded on this host or needs a kernel this runtime lacks, DataLoss if
+  /// it lacks the entry symbol.
+  static Expected<std::unique_ptr<Session>> create(std::shared_ptr<Artifact> artifact,
+                                                   SessionOptions options = {});
 
   const Plan &plan() const { return artifact_->plan(); }
+
+  /// Bytes of the activation arena allocated for this session (0: the code
+  /// allocates its temporaries itself, as -O0 code does).
+  uint64_t arenaBytes() const { return arenaBytes_; }
+  /// Library kernel call sites (convolutions, matrix products) in the code.
+  int64_t libraryKernelSites() const;
 
   /// Runs the graph once. `inputs` maps every plan input name to a tensor of
   /// exactly its shape (InvalidArgument otherwise). Returns outputs in plan
@@ -26,12 +46,22 @@ public:
   Expected<std::vector<Tensor>> run(const std::map<std::string, Tensor> &inputs);
 
 private:
-  Session(std::shared_ptr<Artifact> artifact, void *library, void (*entry)(void **))
-      : artifact_(std::move(artifact)), library_(library), entry_(entry) {}
+  void applyThreads() const;
+  Status allocateArena();
+
+  Session(std::shared_ptr<Artifact> artifact, void *library, void (*entry)(void **),
+          SessionOptions options)
+      : artifact_(std::move(artifact)), library_(library), entry_(entry),
+        options_(options) {}
 
   std::shared_ptr<Artifact> artifact_;
   void *library_;
   void (*entry_)(void **);
+  SessionOptions options_;
+  uint64_t arenaBytes_ = 0;
+  std::unique_ptr<std::byte, void (*)(void *)> arena_{nullptr, std::free};
+  /// Declared last: destroyed before the code it serves is unloaded.
+  std::unique_ptr<KernelContext, KernelContextDeleter> kernels_;
 };
 
 } // namespace flowc::runtime

@@ -1,0 +1,507 @@
+#include "LibraryKernels.h"
+
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/Pass.h"
+
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Module.h"
+
+#include <limits>
+
+namespace flowc::compiler {
+
+namespace {
+
+using mlir::Operation;
+using mlir::Value;
+using runtime::Activation;
+using runtime::KernelKind;
+
+llvm::ArrayRef<int64_t> shapeOf(Value value) {
+  return mlir::cast<mlir::ShapedType>(value.getType()).getShape();
+}
+
+bool isF32Tensor(Value value) {
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(value.getType());
+  return type && type.hasStaticShape() && type.getElementType().isF32();
+}
+
+/// `value`'s producer if it is a transpose by exactly `perms`.
+mlir::tosa::TransposeOp transposeBy(Value value, llvm::ArrayRef<int32_t> perms) {
+  auto transpose = value.getDefiningOp<mlir::tosa::TransposeOp>();
+  if (!transpose || transpose.getPermsAttr().asArrayRef() != perms)
+    return {};
+  return transpose;
+}
+
+/// A graph weight or constant, seen through layout changes: its buffer
+/// never changes while a session lives, so the runtime packs it once.
+bool isConstantOrigin(Value value) {
+  while (Operation *op = value.getDefiningOp()) {
+    if (op->hasTrait<mlir::OpTrait::ConstantLike>())
+      return true;
+    if (!mlir::isa<mlir::tosa::TransposeOp, mlir::tosa::ReshapeOp>(op))
+      return false;
+    value = op->getOperand(0);
+  }
+  auto arg = mlir::cast<mlir::BlockArgument>(value);
+  auto function = mlir::dyn_cast<mlir::func::FuncOp>(arg.getOwner()->getParentOp());
+  return function && function.getArgAttr(arg.getArgNumber(), "flowc.weight");
+}
+
+/// The only user of `value`, if it has exactly one use.
+Operation *soleUser(Value value) {
+  return value.hasOneUse() ? *value.getUsers().begin() : nullptr;
+}
+
+/// What a kernel computes after its main op, in order.
+struct Epilogue {
+  Value bias;
+  Value residual;
+  Activation activation = Activation::None;
+  float alpha = 0, beta = 0;
+};
+
+/// A match ready to outline: the kernel's inputs (ABI order), the ops it
+/// absorbs and the value it produces.
+struct Candidate {
+  KernelKind kind;
+  llvm::SmallVector<Value> inputs;
+  llvm::SmallVector<Operation *> ops;
+  Value result;
+  std::vector<int64_t> params;
+};
+
+/// The other operand of a binary `add` whose one operand is `value`.
+Value otherAddend(mlir::tosa::AddOp add, Value value) {
+  if (add.getInput1() == value && add.getInput2() != value)
+    return add.getInput2();
+  if (add.getInput2() == value && add.getInput1() != value)
+    return add.getInput1();
+  return {};
+}
+
+/// Absorbs single-use successors of `candidate.result`: a bias add (when
+/// `biasChannels` > 0: an addend of shape [1, ..., 1, biasChannels]), a
+/// residual add of the same shape, then an activation.
+Epilogue absorbEpilogue(Candidate &candidate, int64_t biasChannels) {
+  Epilogue epilogue;
+  auto absorb = [&](Operation *op) {
+    candidate.ops.push_back(op);
+    candidate.result = op->getResult(0);
+  };
+  auto add = mlir::dyn_cast_or_null<mlir::tosa::AddOp>(soleUser(candidate.result));
+  if (add && biasChannels > 0 && shapeOf(add.getOutput()) == shapeOf(candidate.result)) {
+    Value other = otherAddend(add, candidate.result);
+    llvm::ArrayRef<int64_t> shape = other ? shapeOf(other) : llvm::ArrayRef<int64_t>();
+    bool isBias = other && isF32Tensor(other) && !shape.empty() &&
+                  shape.back() == biasChannels &&
+                  llvm::all_of(shape.drop_back(), [](int64_t d) { return d == 1; });
+    if (isBias) {
+      epilogue.bias = other;
+      absorb(add);
+      add = mlir::dyn_cast_or_null<mlir::tosa::AddOp>(soleUser(candidate.result));
+    }
+  }
+  if (add) {
+    Value other = otherAddend(add, candidate.result);
+    if (other && isF32Tensor(other) && shapeOf(other) == shapeOf(candidate.result) &&
+        shapeOf(add.getOutput()) == shapeOf(candidate.result)) {
+      epilogue.residual = other;
+      absorb(add);
+    }
+  }
+  Operation *next = soleUser(candidate.result);
+  if (auto clamp = mlir::dyn_cast_or_null<mlir::tosa::ClampOp>(next)) {
+    auto low = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMinValAttr());
+    auto high = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMaxValAttr());
+    if (low && high) {
+      epilogue.activation = Activation::Clip;
+      epilogue.alpha = static_cast<float>(low.getValueAsDouble());
+      epilogue.beta = static_cast<float>(high.getValueAsDouble());
+      absorb(clamp);
+    }
+  } else if (mlir::isa_and_nonnull<mlir::tosa::SigmoidOp>(next)) {
+    epilogue.activation = Activation::Sigmoid;
+    absorb(next);
+  } else if (mlir::isa_and_nonnull<mlir::tosa::TanhOp>(next)) {
+    epilogue.activation = Activation::Tanh;
+    absorb(next);
+  }
+  return epilogue;
+}
+
+void appendEpilogueInputs(Candidate &candidate, const Epilogue &epilogue) {
+  if (epilogue.bias)
+    candidate.inputs.push_back(epilogue.bias);
+  if (epilogue.residual)
+    candidate.inputs.push_back(epilogue.residual);
+}
+
+template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
+  namespace p = runtime::conv;
+  constexpr bool depthwise = std::is_same_v<ConvOp, mlir::tosa::DepthwiseConv2DOp>;
+  if (!isF32Tensor(conv.getInput()) || !isF32Tensor(conv.getWeight()) ||
+      !isF32Tensor(conv.getBias()) || !isF32Tensor(conv.getOutput()))
+    return std::nullopt;
+  Candidate candidate{KernelKind::Conv2d, {}, {}, {}, std::vector<int64_t>(p::kCount, 0)};
+  std::vector<int64_t> &params = candidate.params;
+  llvm::ArrayRef<int64_t> input = shapeOf(conv.getInput()); // NHWC
+  llvm::ArrayRef<int64_t> output = shapeOf(conv.getOutput());
+  llvm::ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
+
+  Value source = conv.getInput();
+  params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
+  if (auto transpose = transposeBy(source, {0, 2, 3, 1})) {
+    source = transpose.getInput1();
+    params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
+    candidate.ops.push_back(transpose);
+  }
+  Value weights = conv.getWeight();
+  if constexpr (depthwise) {
+    // [KH, KW, C, M]; the importer's transpose(reshape(w)) of ONNX's
+    // [C*M, 1, KH, KW] is absorbed and w read as grouped OIHW.
+    params[p::kWeightLayout] = static_cast<int64_t>(runtime::ConvWeightLayout::Hwcm);
+    params[p::kKernelHeight] = weight[0];
+    params[p::kKernelWidth] = weight[1];
+    params[p::kOutChannels] = weight[2] * weight[3];
+    params[p::kGroups] = weight[2];
+    if (auto transpose = transposeBy(weights, {2, 3, 0, 1})) {
+      auto reshape = transpose.getInput1().getDefiningOp<mlir::tosa::ReshapeOp>();
+      if (reshape && shapeOf(reshape.getInput1()).size() == 4 &&
+          isF32Tensor(reshape.getInput1())) {
+        weights = reshape.getInput1();
+        params[p::kWeightLayout] = static_cast<int64_t>(runtime::ConvWeightLayout::Oihw);
+        candidate.ops.push_back(reshape);
+        candidate.ops.push_back(transpose);
+      }
+    }
+  } else {
+    params[p::kWeightLayout] = static_cast<int64_t>(runtime::ConvWeightLayout::Ohwi);
+    params[p::kKernelHeight] = weight[1];
+    params[p::kKernelWidth] = weight[2];
+    params[p::kOutChannels] = weight[0];
+    params[p::kGroups] = 1;
+    if (auto transpose = transposeBy(weights, {0, 2, 3, 1})) {
+      weights = transpose.getInput1();
+      params[p::kWeightLayout] = static_cast<int64_t>(runtime::ConvWeightLayout::Oihw);
+      candidate.ops.push_back(transpose);
+    }
+  }
+  params[p::kBatch] = input[0];
+  params[p::kInHeight] = input[1];
+  params[p::kInWidth] = input[2];
+  params[p::kInChannels] = input[3];
+  params[p::kOutHeight] = output[1];
+  params[p::kOutWidth] = output[2];
+  llvm::ArrayRef<int64_t> stride = conv.getStrideAttr().asArrayRef();
+  llvm::ArrayRef<int64_t> dilation = conv.getDilationAttr().asArrayRef();
+  llvm::ArrayRef<int64_t> pad = conv.getPadAttr().asArrayRef(); // t, b, l, r
+  params[p::kStrideH] = stride[0];
+  params[p::kStrideW] = stride[1];
+  params[p::kDilationH] = dilation[0];
+  params[p::kDilationW] = dilation[1];
+  params[p::kPadTop] = pad[0];
+  params[p::kPadBottom] = pad[1];
+  params[p::kPadLeft] = pad[2];
+  params[p::kPadRight] = pad[3];
+  params[p::kConstantWeights] = isConstantOrigin(weights);
+
+  candidate.ops.push_back(conv);
+  candidate.result = conv.getOutput();
+  params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
+  if (auto back =
+          mlir::dyn_cast_or_null<mlir::tosa::TransposeOp>(soleUser(candidate.result));
+      back && back.getPermsAttr().asArrayRef() == llvm::ArrayRef<int32_t>{0, 3, 1, 2}) {
+    params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
+    candidate.ops.push_back(back);
+    candidate.result = back.getOutput();
+  }
+  candidate.inputs = {source, weights, conv.getBias()};
+  Epilogue epilogue = absorbEpilogue(candidate, /*biasChannels=*/0);
+  appendEpilogueInputs(candidate, epilogue);
+  params[p::kHasResidual] = epilogue.residual != nullptr;
+  params[p::kActivation] = static_cast<int64_t>(epilogue.activation);
+  params[p::kAlpha] = runtime::floatParam(epilogue.alpha);
+  params[p::kBeta] = runtime::floatParam(epilogue.beta);
+  return candidate;
+}
+
+std::optional<Candidate> matchMatMul(mlir::tosa::MatMulOp matmul) {
+  namespace p = runtime::matmul;
+  if (!isF32Tensor(matmul.getA()) || !isF32Tensor(matmul.getB()) ||
+      !isF32Tensor(matmul.getOutput()))
+    return std::nullopt;
+  Candidate candidate{KernelKind::MatMul, {}, {}, {}, std::vector<int64_t>(p::kCount, 0)};
+  std::vector<int64_t> &params = candidate.params;
+  llvm::ArrayRef<int64_t> a = shapeOf(matmul.getA()); // [batch, M, K]
+  llvm::ArrayRef<int64_t> c = shapeOf(matmul.getOutput());
+  params[p::kBatch] = a[0];
+  params[p::kM] = a[1];
+  params[p::kK] = a[2];
+  params[p::kN] = c[2];
+
+  // B read transposed in place: attention's K^T, Gemm's transB weights.
+  Value b = matmul.getB();
+  if (auto transpose = transposeBy(b, {0, 2, 1})) {
+    b = transpose.getInput1();
+    params[p::kTransposedB] = 1;
+    candidate.ops.push_back(transpose);
+  } else if (auto reshape = b.getDefiningOp<mlir::tosa::ReshapeOp>();
+             reshape && a[0] == 1) {
+    if (auto transpose = transposeBy(reshape.getInput1(), {1, 0})) {
+      b = transpose.getInput1();
+      params[p::kTransposedB] = 1;
+      candidate.ops.push_back(transpose);
+      candidate.ops.push_back(reshape);
+    }
+  }
+  params[p::kConstantB] = isConstantOrigin(b);
+  candidate.ops.push_back(matmul);
+  candidate.result = matmul.getOutput();
+  // The importer reshapes products back to the model's rank; the bias and
+  // residual adds follow the reshape.
+  if (auto reshape =
+          mlir::dyn_cast_or_null<mlir::tosa::ReshapeOp>(soleUser(candidate.result))) {
+    candidate.ops.push_back(reshape);
+    candidate.result = reshape.getOutput();
+  }
+  candidate.inputs = {matmul.getA(), b};
+  Epilogue epilogue = absorbEpilogue(candidate, /*biasChannels=*/c[2]);
+  appendEpilogueInputs(candidate, epilogue);
+  params[p::kHasBias] = epilogue.bias != nullptr;
+  params[p::kHasResidual] = epilogue.residual != nullptr;
+  params[p::kActivation] = static_cast<int64_t>(epilogue.activation);
+  params[p::kAlpha] = runtime::floatParam(epilogue.alpha);
+  params[p::kBeta] = runtime::floatParam(epilogue.beta);
+  return candidate;
+}
+
+/// Operands the kernel body needs besides its inputs must be constants it
+/// can clone (zero points, shapes); anything else means the match is wrong.
+bool closedOverConstants(const Candidate &candidate) {
+  llvm::SmallPtrSet<Operation *, 8> absorbed(candidate.ops.begin(), candidate.ops.end());
+  for (Operation *op : candidate.ops)
+    for (Value operand : op->getOperands()) {
+      if (llvm::is_contained(candidate.inputs, operand))
+        continue;
+      Operation *producer = operand.getDefiningOp();
+      if (!producer || (!absorbed.contains(producer) &&
+                        !producer->hasTrait<mlir::OpTrait::ConstantLike>()))
+        return false;
+    }
+  return true;
+}
+
+/// Moves the candidate into `@name` and calls it where its result was made.
+void outline(mlir::ModuleOp module, mlir::func::FuncOp main, Candidate &candidate,
+             const std::string &name) {
+  llvm::sort(candidate.ops,
+             [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
+  mlir::MLIRContext *context = module.getContext();
+  mlir::OpBuilder builder(context);
+  llvm::SmallVector<mlir::Type> argTypes;
+  for (Value input : candidate.inputs)
+    argTypes.push_back(input.getType());
+  builder.setInsertionPoint(main);
+  auto function = mlir::func::FuncOp::create(
+      builder, candidate.result.getLoc(), name,
+      builder.getFunctionType(argTypes, {candidate.result.getType()}));
+  function.setPrivate();
+  function->setAttr(kKernelKindAttr,
+                    builder.getStringAttr(runtime::kernelKindName(candidate.kind)));
+  function->setAttr(kKernelParamsAttr, builder.getDenseI64ArrayAttr(candidate.params));
+  // The runtime kernel writes only its output buffer: bufferization must
+  // not place the result in an argument's buffer.
+  for (unsigned i = 0; i < argTypes.size(); ++i)
+    function.setArgAttr(i, mlir::bufferization::BufferizationDialect::kWritableAttrName,
+                        builder.getBoolAttr(false));
+
+  mlir::Block *body = function.addEntryBlock();
+  builder.setInsertionPointToStart(body);
+  mlir::IRMapping mapping;
+  for (auto [input, arg] : llvm::zip(candidate.inputs, body->getArguments()))
+    mapping.map(input, arg);
+  for (Operation *op : candidate.ops) {
+    // Constants are cloned at every use, even one that is also an input
+    // (CSE can make a zero bias and a zero point one value): lowering needs
+    // zero points to be constants.
+    mlir::IRMapping operands = mapping;
+    for (Value operand : op->getOperands()) {
+      Operation *producer = operand.getDefiningOp();
+      if (producer && producer->hasTrait<mlir::OpTrait::ConstantLike>())
+        operands.map(operand, builder.clone(*producer)->getResult(0));
+    }
+    Operation *clone = builder.clone(*op, operands);
+    mapping.map(op->getResults(), clone->getResults());
+  }
+  mlir::func::ReturnOp::create(builder, candidate.result.getLoc(),
+                               mapping.lookup(candidate.result));
+
+  builder.setInsertionPoint(candidate.ops.back());
+  auto call = mlir::func::CallOp::create(builder, candidate.result.getLoc(), function,
+                                         candidate.inputs);
+  candidate.result.replaceAllUsesWith(call.getResult(0));
+  for (Operation *op : llvm::reverse(candidate.ops))
+    if (op->use_empty())
+      op->erase();
+}
+
+struct OutlineLibraryKernelsPass
+    : mlir::PassWrapper<OutlineLibraryKernelsPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(OutlineLibraryKernelsPass)
+
+  llvm::StringRef getArgument() const override { return "flowc-outline-library-kernels"; }
+  llvm::StringRef getDescription() const override {
+    return "Outline convolutions and matrix products with their epilogues into "
+           "library kernel functions";
+  }
+  void getDependentDialects(mlir::DialectRegistry &registry) const override {
+    registry.insert<mlir::bufferization::BufferizationDialect>();
+  }
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
+    if (!main || main.isExternal())
+      return;
+    llvm::SmallVector<Operation *> roots;
+    main.walk([&](Operation *op) {
+      if (mlir::isa<mlir::tosa::Conv2DOp, mlir::tosa::DepthwiseConv2DOp,
+                    mlir::tosa::MatMulOp>(op))
+        roots.push_back(op);
+    });
+    int site = 0;
+    for (Operation *root : roots) {
+      std::optional<Candidate> candidate;
+      if (auto conv = mlir::dyn_cast<mlir::tosa::Conv2DOp>(root))
+        candidate = matchConv(conv);
+      else if (auto depthwise = mlir::dyn_cast<mlir::tosa::DepthwiseConv2DOp>(root))
+        candidate = matchConv(depthwise);
+      else
+        candidate = matchMatMul(mlir::cast<mlir::tosa::MatMulOp>(root));
+      if (!candidate || !closedOverConstants(*candidate))
+        continue;
+      outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++));
+    }
+  }
+};
+
+/// Where the runtime's kernel table and context live in the code object.
+struct KernelSymbols {
+  llvm::GlobalVariable *table;
+  llvm::GlobalVariable *context;
+};
+
+KernelSymbols defineKernelSymbols(llvm::Module &module,
+                                  const std::vector<LibraryKernel> &kernels) {
+  llvm::LLVMContext &ctx = module.getContext();
+  auto *ptrType = llvm::PointerType::getUnqual(ctx);
+  auto *i64 = llvm::Type::getInt64Ty(ctx);
+  auto *tableType = llvm::ArrayType::get(ptrType, runtime::kKernelKindCount);
+  auto *table = new llvm::GlobalVariable(
+      module, tableType, false, llvm::GlobalValue::ExternalLinkage,
+      llvm::Constant::getNullValue(tableType), runtime::kKernelTableSymbol);
+  auto *context = new llvm::GlobalVariable(
+      module, ptrType, false, llvm::GlobalValue::ExternalLinkage,
+      llvm::Constant::getNullValue(ptrType), runtime::kKernelContextSymbol);
+  int64_t kinds = 0;
+  for (const LibraryKernel &kernel : kernels)
+    kinds |= int64_t{1} << static_cast<int64_t>(kernel.kind);
+  new llvm::GlobalVariable(module, i64, true, llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantInt::get(i64, kinds),
+                           runtime::kKernelKindsSymbol);
+  new llvm::GlobalVariable(module, i64, true, llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantInt::get(i64, kernels.size()),
+                           runtime::kKernelSitesSymbol);
+  return {table, context};
+}
+
+/// `function(buffers...)` becomes
+/// `table[kind](context, site, params, {buffers...})`.
+void emitThunk(llvm::Function &function, const LibraryKernel &kernel, int64_t site,
+               const KernelSymbols &symbols) {
+  llvm::Module &module = *function.getParent();
+  llvm::LLVMContext &ctx = module.getContext();
+  auto *ptrType = llvm::PointerType::getUnqual(ctx);
+  auto *i64 = llvm::Type::getInt64Ty(ctx);
+  auto *paramsType = llvm::ArrayType::get(i64, kernel.params.size());
+  llvm::SmallVector<llvm::Constant *> values;
+  for (int64_t value : kernel.params)
+    values.push_back(llvm::ConstantInt::get(i64, value));
+  auto *params = new llvm::GlobalVariable(
+      module, paramsType, true, llvm::GlobalValue::PrivateLinkage,
+      llvm::ConstantArray::get(paramsType, values), kernel.function + ".params");
+
+  function.deleteBody();
+  function.setLinkage(llvm::GlobalValue::InternalLinkage);
+  llvm::IRBuilder<> builder(llvm::BasicBlock::Create(ctx, "entry", &function));
+  auto *buffersType = llvm::ArrayType::get(ptrType, function.arg_size());
+  llvm::Value *buffers = builder.CreateAlloca(buffersType);
+  for (unsigned i = 0; i < function.arg_size(); ++i)
+    builder.CreateStore(function.getArg(i),
+                        builder.CreateConstInBoundsGEP2_64(buffersType, buffers, 0, i));
+  llvm::Value *slot = builder.CreateConstInBoundsGEP2_64(
+      symbols.table->getValueType(), symbols.table, 0, static_cast<int64_t>(kernel.kind));
+  llvm::Value *callee = builder.CreateLoad(ptrType, slot);
+  llvm::Value *context = builder.CreateLoad(ptrType, symbols.context);
+  auto *calleeType = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx),
+                                             {ptrType, i64, ptrType, ptrType}, false);
+  builder.CreateCall(calleeType, callee,
+                     {context, llvm::ConstantInt::get(i64, site), params, buffers});
+  builder.CreateRetVoid();
+}
+
+} // namespace
+
+std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass() {
+  return std::make_unique<OutlineLibraryKernelsPass>();
+}
+
+std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module) {
+  std::vector<LibraryKernel> kernels;
+  module.walk([&](mlir::func::FuncOp function) {
+    auto kind = function->getAttrOfType<mlir::StringAttr>(kKernelKindAttr);
+    auto params = function->getAttrOfType<mlir::DenseI64ArrayAttr>(kKernelParamsAttr);
+    if (!kind || !params)
+      return;
+    LibraryKernel kernel;
+    kernel.function = function.getSymName().str();
+    kernel.kind = kind.getValue() == runtime::kernelKindName(KernelKind::Conv2d)
+                      ? KernelKind::Conv2d
+                      : KernelKind::MatMul;
+    kernel.params.assign(params.asArrayRef().begin(), params.asArrayRef().end());
+    // Inputs, then one output once results became out-parameters.
+    kernel.bufferCount = function.getNumArguments() + function.getNumResults();
+    kernels.push_back(std::move(kernel));
+  });
+  return kernels;
+}
+
+Status bindLibraryKernels(llvm::Module &module,
+                          const std::vector<LibraryKernel> &kernels) {
+  if (kernels.empty())
+    return Status::ok();
+  KernelSymbols symbols = defineKernelSymbols(module, kernels);
+  for (size_t site = 0; site < kernels.size(); ++site) {
+    const LibraryKernel &kernel = kernels[site];
+    llvm::Function *function = module.getFunction(kernel.function);
+    if (!function)
+      return internalError("lowered module lost kernel function @" + kernel.function);
+    if (function->arg_size() != kernel.bufferCount ||
+        !function->getReturnType()->isVoidTy())
+      return internalError("kernel @" + kernel.function + " lowered to " +
+                           std::to_string(function->arg_size()) +
+                           " arguments, expected " + std::to_string(kernel.bufferCount) +
+                           " buffers");
+    emitThunk(*function, kernel, static_cast<int64_t>(site), symbols);
+  }
+  return Status::ok();
+}
+
+} // namespace flowc::compiler

@@ -1,0 +1,58 @@
+// Library kernels: heavy ops leave generated code for the runtime's tuned
+// implementations (oneDNN), behind the ABI of flowc/runtime/KernelAbi.h.
+//
+// Two steps around the lowering pipeline:
+//  1. On the TOSA graph, `createOutlineLibraryKernelsPass` outlines each
+//     convolution or matrix product, with the layout changes it can absorb
+//     (NCHW<->NHWC transposes, transposed weights) and its epilogue
+//     (bias, residual add, activation), into a private function tagged
+//     `flowc.kernel`. The body keeps the exact TOSA semantics, so the
+//     function bufferizes like any other and fixes the kernel's buffer ABI.
+//  2. On the LLVM module, `bindLibraryKernels` replaces each tagged
+//     function's body with a thunk into the runtime's kernel table and
+//     defines the table symbols.
+#pragma once
+
+#include "flowc/runtime/KernelAbi.h"
+#include "flowc/support/Status.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class Module;
+}
+namespace mlir {
+class ModuleOp;
+class Pass;
+} // namespace mlir
+
+namespace flowc::compiler {
+
+/// Attributes of an outlined kernel function.
+inline constexpr const char *kKernelKindAttr = "flowc.kernel";
+inline constexpr const char *kKernelParamsAttr = "flowc.kernel_params";
+
+/// One outlined kernel, in call-site order.
+struct LibraryKernel {
+  std::string function;
+  runtime::KernelKind kind;
+  std::vector<int64_t> params;
+  /// Buffers the runtime kernel expects: inputs then the output.
+  unsigned bufferCount = 0;
+};
+
+std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass();
+
+/// The kernels tagged in `module` (after outlining, at any later stage that
+/// still has func.func ops).
+std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module);
+
+/// Gives each kernel function a body that calls the runtime kernel and
+/// defines the symbols KernelAbi.h names. Internal if a function's
+/// lowered signature does not match the kernel's buffer count.
+Status bindLibraryKernels(llvm::Module &module,
+                          const std::vector<LibraryKernel> &kernels);
+
+} // namespace flowc::compiler

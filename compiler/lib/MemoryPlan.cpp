@@ -1,0 +1,161 @@
+#include "MemoryPlan.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace flowc::compiler {
+
+uint64_t assignArenaOffsets(const std::vector<BufferLifetime> &buffers,
+                            std::vector<uint64_t> &offsets) {
+  auto aligned = [](uint64_t bytes) {
+    return (bytes + runtime::kArenaAlignment - 1) / runtime::kArenaAlignment *
+           runtime::kArenaAlignment;
+  };
+  std::vector<size_t> order(buffers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return buffers[a].bytes > buffers[b].bytes;
+  });
+  offsets.assign(buffers.size(), 0);
+  std::vector<size_t> placed;
+  uint64_t arena = 0;
+  for (size_t index : order) {
+    const BufferLifetime &buffer = buffers[index];
+    // Byte ranges of placed buffers alive at the same time, by offset.
+    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    for (size_t other : placed)
+      if (buffers[other].first <= buffer.last && buffer.first <= buffers[other].last)
+        busy.emplace_back(offsets[other], offsets[other] + aligned(buffers[other].bytes));
+    std::sort(busy.begin(), busy.end());
+    uint64_t offset = 0;
+    for (const auto &[begin, end] : busy) {
+      if (offset + aligned(buffer.bytes) <= begin)
+        break;
+      offset = std::max(offset, end);
+    }
+    offsets[index] = offset;
+    arena = std::max(arena, offset + aligned(buffer.bytes));
+    placed.push_back(index);
+  }
+  return arena;
+}
+
+namespace {
+
+/// Whole bytes per element, or 0 for types the plan leaves alone (i1's
+/// storage size is the lowering's business).
+uint64_t elementBytes(mlir::Type type) {
+  unsigned bits = type.isIntOrFloat() ? type.getIntOrFloatBitWidth() : 0;
+  return bits % 8 == 0 ? bits / 8 : 0;
+}
+
+/// The position in `block` of the op that is or contains `op`.
+int64_t positionIn(mlir::Block &block, mlir::Operation *op,
+                   const llvm::DenseMap<mlir::Operation *, int64_t> &positions) {
+  while (op && op->getBlock() != &block)
+    op = op->getParentOp();
+  return op ? positions.lookup(op) : 0;
+}
+
+/// The last position at which `alloc`'s buffer is used, through any value
+/// derived from it: an op that takes the buffer and yields a memref may
+/// yield a view of it, so its results count as the buffer too.
+int64_t lastUse(mlir::memref::AllocOp alloc, mlir::Block &block,
+                const llvm::DenseMap<mlir::Operation *, int64_t> &positions) {
+  int64_t last = positions.lookup(alloc);
+  llvm::SmallVector<mlir::Value> pending = {alloc.getResult()};
+  llvm::DenseSet<mlir::Value> seen = {alloc.getResult()};
+  while (!pending.empty()) {
+    mlir::Value value = pending.pop_back_val();
+    for (mlir::Operation *user : value.getUsers()) {
+      last = std::max(last, positionIn(block, user, positions));
+      for (mlir::Value result : user->getResults())
+        if (mlir::isa<mlir::BaseMemRefType>(result.getType()) &&
+            seen.insert(result).second)
+          pending.push_back(result);
+    }
+  }
+  return last;
+}
+
+struct PlanActivationMemoryPass
+    : mlir::PassWrapper<PlanActivationMemoryPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PlanActivationMemoryPass)
+
+  llvm::StringRef getArgument() const override { return "flowc-plan-activation-memory"; }
+  llvm::StringRef getDescription() const override {
+    return "Place @main's fixed-size buffers in one arena, reusing bytes by liveness";
+  }
+
+  void runOnOperation() override {
+    auto main = getOperation().lookupSymbol<mlir::func::FuncOp>("main");
+    if (!main || main.isExternal() || !main.getBody().hasOneBlock())
+      return;
+    mlir::Block &block = main.getBody().front();
+    llvm::DenseMap<mlir::Operation *, int64_t> positions;
+    int64_t position = 0;
+    for (mlir::Operation &op : block)
+      positions[&op] = position++;
+
+    std::vector<mlir::memref::AllocOp> allocs;
+    std::vector<BufferLifetime> lifetimes;
+    for (auto alloc : block.getOps<mlir::memref::AllocOp>()) {
+      mlir::MemRefType type = alloc.getType();
+      uint64_t bytes = elementBytes(type.getElementType());
+      if (!type.hasStaticShape() || !type.getLayout().isIdentity() || bytes == 0 ||
+          type.getMemorySpace())
+        continue;
+      allocs.push_back(alloc);
+      lifetimes.push_back({bytes * static_cast<uint64_t>(type.getNumElements()),
+                           positions.lookup(alloc), lastUse(alloc, block, positions)});
+    }
+    if (allocs.empty())
+      return;
+    std::vector<uint64_t> offsets;
+    uint64_t arenaBytes = assignArenaOffsets(lifetimes, offsets);
+
+    mlir::OpBuilder builder(main.getContext());
+    auto arenaType = mlir::MemRefType::get({static_cast<int64_t>(arenaBytes)},
+                                           builder.getIntegerType(8));
+    if (mlir::failed(
+            main.insertArgument(main.getNumArguments(), arenaType, {}, main.getLoc()))) {
+      signalPassFailure();
+      return;
+    }
+    mlir::Value arena = block.getArguments().back();
+    main->setAttr(kArenaBytesAttr, builder.getI64IntegerAttr(arenaBytes));
+    for (size_t i = 0; i < allocs.size(); ++i) {
+      builder.setInsertionPoint(allocs[i]);
+      mlir::Location loc = allocs[i].getLoc();
+      mlir::Value offset = mlir::arith::ConstantIndexOp::create(
+          builder, loc, static_cast<int64_t>(offsets[i]));
+      mlir::Value view = mlir::memref::ViewOp::create(builder, loc, allocs[i].getType(),
+                                                      arena, offset, mlir::ValueRange{});
+      allocs[i].replaceAllUsesWith(view);
+      allocs[i].erase();
+    }
+  }
+};
+
+} // namespace
+
+std::unique_ptr<mlir::Pass> createPlanActivationMemoryPass() {
+  return std::make_unique<PlanActivationMemoryPass>();
+}
+
+uint64_t plannedArenaBytes(mlir::ModuleOp module) {
+  auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
+  if (!main)
+    return 0;
+  auto bytes = main->getAttrOfType<mlir::IntegerAttr>(kArenaBytesAttr);
+  return bytes ? static_cast<uint64_t>(bytes.getInt()) : 0;
+}
+
+} // namespace flowc::compiler

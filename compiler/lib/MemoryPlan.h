@@ -1,0 +1,44 @@
+// Static memory planning: every fixed-size temporary buffer of @main
+// becomes a view into one activation arena, at an offset chosen so that
+// buffers whose lifetimes overlap never share bytes. The runtime allocates
+// the arena once per session; nothing is allocated while the graph runs.
+#pragma once
+
+#include "flowc/runtime/KernelAbi.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace mlir {
+class ModuleOp;
+class Pass;
+} // namespace mlir
+
+namespace flowc::compiler {
+
+/// A buffer's size and the first and last op (by position) that use it.
+struct BufferLifetime {
+  uint64_t bytes = 0;
+  int64_t first = 0;
+  int64_t last = 0;
+};
+
+/// Offsets (multiples of runtime::kArenaAlignment) such that buffers whose lifetimes
+/// overlap never share bytes; largest buffers are placed first, each at the
+/// lowest free offset. Returns the arena size.
+uint64_t assignArenaOffsets(const std::vector<BufferLifetime> &buffers,
+                            std::vector<uint64_t> &offsets);
+
+/// @main's attribute holding the arena size in bytes.
+inline constexpr const char *kArenaBytesAttr = "flowc.arena_bytes";
+
+/// Runs on bufferized IR (memrefs, results already out-parameters): rewrites
+/// @main's static memref.alloc ops into memref.view ops of a new last
+/// argument, `memref<Nxi8>`, and records N in `flowc.arena_bytes`.
+std::unique_ptr<mlir::Pass> createPlanActivationMemoryPass();
+
+/// The planned arena size of `module`'s @main; 0 when nothing was planned.
+uint64_t plannedArenaBytes(mlir::ModuleOp module);
+
+} // namespace flowc::compiler

@@ -1,0 +1,132 @@
+// The contract between generated code and the runtime's library kernels.
+//
+// The compiler outlines each heavy op (convolution, matrix product) with
+// its layout changes and epilogue into a kernel function; in the code object
+// that function's body is a thunk that calls
+//
+//   flowc_kernel_table[kind](flowc_kernel_context, site, params, buffers)
+//
+// `params` is a constant int64 array laid out as below, `buffers` the
+// kernel's inputs in the documented order followed by its output, all dense
+// row-major. The code object defines the table, the context slot and a mask
+// of the kinds it uses; a session fills them after loading the code, and
+// refuses code that needs a kind this runtime lacks.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace flowc::runtime {
+
+/// Defined by code whose temporaries live in one arena: its size in bytes.
+/// The arena (kArenaAlignment-aligned) is then the entry's last argument.
+inline constexpr const char *kArenaBytesSymbol = "flowc_arena_bytes";
+inline constexpr uint64_t kArenaAlignment = 64;
+
+/// Symbols every code object with library kernels defines.
+inline constexpr const char *kKernelTableSymbol = "flowc_kernel_table";
+inline constexpr const char *kKernelContextSymbol = "flowc_kernel_context";
+inline constexpr const char *kKernelKindsSymbol = "flowc_kernel_kinds";
+inline constexpr const char *kKernelSitesSymbol = "flowc_kernel_sites";
+
+using KernelFunction = void (*)(void *context, int64_t site, const int64_t *params,
+                                void **buffers);
+
+enum class KernelKind : int64_t {
+  /// Buffers: source, weights, bias, [residual], destination.
+  Conv2d = 0,
+  /// Buffers: A, B, [bias], [residual], destination.
+  MatMul = 1,
+};
+inline constexpr int64_t kKernelKindCount = 2;
+
+inline const char *kernelKindName(KernelKind kind) {
+  switch (kind) {
+  case KernelKind::Conv2d:
+    return "conv2d";
+  case KernelKind::MatMul:
+    return "matmul";
+  }
+  return "unknown";
+}
+
+/// Activation applied last, on the (residual-added) result.
+enum class Activation : int64_t {
+  None = 0,
+  /// clamp(x, alpha, beta); Relu is alpha 0, beta +inf.
+  Clip = 1,
+  Sigmoid = 2,
+  Tanh = 3,
+};
+
+/// Activation bounds travel as the bit pattern of a float.
+inline int64_t floatParam(float value) { return std::bit_cast<uint32_t>(value); }
+inline float paramFloat(int64_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits));
+}
+
+/// Memory order of 4-D activations and of convolution weights.
+enum class ActivationLayout : int64_t { Nchw = 0, Nhwc = 1 };
+enum class ConvWeightLayout : int64_t {
+  /// [out, in/groups, kh, kw]: ONNX's layout, also grouped [g*o, i, kh, kw].
+  Oihw = 0,
+  /// [out, kh, kw, in]: TOSA's conv2d layout (groups 1 only).
+  Ohwi = 1,
+  /// [kh, kw, channels, multiplier]: TOSA's depthwise layout.
+  Hwcm = 2,
+};
+
+namespace conv {
+enum Param : int {
+  kBatch,
+  kInChannels,
+  kInHeight,
+  kInWidth,
+  kOutChannels,
+  kKernelHeight,
+  kKernelWidth,
+  kOutHeight,
+  kOutWidth,
+  kStrideH,
+  kStrideW,
+  kDilationH,
+  kDilationW,
+  kPadTop,
+  kPadLeft,
+  kPadBottom,
+  kPadRight,
+  kGroups,
+  kSourceLayout,
+  kWeightLayout,
+  kDestinationLayout,
+  /// Weights are graph weights or constants: converted once per session.
+  kConstantWeights,
+  kHasResidual,
+  kActivation,
+  kAlpha,
+  kBeta,
+  kCount
+};
+} // namespace conv
+
+namespace matmul {
+/// destination[b] = A[b] x B[b] (+ bias[n]) (+ residual[b]), then activation.
+enum Param : int {
+  kBatch,
+  kM,
+  kN,
+  kK,
+  /// B is stored [batch, N, K] (a transposed weight) instead of [batch, K, N].
+  kTransposedB,
+  /// B is a graph weight or constant: repacked once per session.
+  kConstantB,
+  kHasBias,
+  kHasResidual,
+  kActivation,
+  kAlpha,
+  kBeta,
+  kCount
+};
+} // namespace matmul
+
+} // namespace flowc::runtime

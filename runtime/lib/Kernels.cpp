@@ -1,0 +1,367 @@
+#include "Kernels.h"
+
+#include "flowc/runtime/KernelAbi.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <dlfcn.h>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+namespace flowc::runtime {
+
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+/// A site's primitive and the memories it binds each call. Constant
+/// weights are repacked into the primitive's preferred layout once; the
+/// source pointer is remembered so a different buffer is repacked again.
+struct Site {
+  virtual ~Site() = default;
+};
+
+} // namespace
+
+class KernelContext {
+public:
+  explicit KernelContext(int64_t siteCount)
+      : engine(dnnl::engine::kind::cpu, 0), stream(engine), sites(siteCount) {}
+
+  dnnl::engine engine;
+  dnnl::stream stream;
+  std::vector<std::unique_ptr<Site>> sites;
+  /// The first failure of a run; kernels cannot throw through generated code.
+  Status failure = Status::ok();
+};
+
+void KernelContextDeleter::operator()(KernelContext *context) const { delete context; }
+
+namespace {
+
+memory::desc denseDesc(const Dims &dims, const Dims &strides) {
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+/// Row-major strides of `dims` visited in `order` (outermost first).
+Dims stridesInOrder(const Dims &dims, std::initializer_list<int> order) {
+  Dims strides(dims.size(), 1);
+  int64_t step = 1;
+  for (auto it = std::rbegin(order); it != std::rend(order); ++it) {
+    strides[*it] = step;
+    step *= dims[*it];
+  }
+  return strides;
+}
+
+Dims activationStrides(const Dims &dims, int64_t layout) {
+  return static_cast<ActivationLayout>(layout) == ActivationLayout::Nhwc
+             ? stridesInOrder(dims, {0, 2, 3, 1})
+             : stridesInOrder(dims, {0, 1, 2, 3});
+}
+
+/// The activation as oneDNN post-ops (after an optional residual sum).
+dnnl::post_ops postOps(bool residual, int64_t activation, int64_t alphaBits,
+                       int64_t betaBits) {
+  dnnl::post_ops ops;
+  if (residual)
+    ops.append_sum(1.0f);
+  float alpha = paramFloat(alphaBits), beta = paramFloat(betaBits);
+  switch (static_cast<Activation>(activation)) {
+  case Activation::None:
+    break;
+  case Activation::Clip:
+    if (alpha == 0.0f && std::isinf(beta) && beta > 0)
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    else
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip,
+                         std::max(alpha, std::numeric_limits<float>::lowest()),
+                         std::min(beta, std::numeric_limits<float>::max()));
+    break;
+  case Activation::Sigmoid:
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f);
+    break;
+  case Activation::Tanh:
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_tanh, 0.0f, 0.0f);
+    break;
+  }
+  return ops;
+}
+
+/// Weights in the primitive's layout, repacked when the source changes.
+struct PackedWeights {
+  memory user, packed;
+  const void *source = nullptr;
+  bool needsReorder = false;
+
+  void init(const memory::desc &userDesc, const memory::desc &wanted,
+            const dnnl::engine &engine) {
+    user = memory(userDesc, engine, DNNL_MEMORY_NONE);
+    needsReorder = userDesc != wanted;
+    if (needsReorder)
+      packed = memory(wanted, engine);
+  }
+
+  /// The memory to execute with; repacks unless `constant` and unchanged.
+  memory bind(void *data, bool constant, dnnl::stream &stream) {
+    user.set_data_handle(data);
+    if (!needsReorder)
+      return user;
+    if (!constant || data != source) {
+      dnnl::reorder(user, packed).execute(stream, user, packed);
+      source = data;
+    }
+    return packed;
+  }
+};
+
+/// An activation in the graph's layout, passed through a buffer in the
+/// primitive's preferred layout when the two differ.
+struct ActivationPort {
+  memory user, packed;
+  dnnl::reorder toPacked, toUser;
+  bool needsReorder = false;
+
+  void init(const memory::desc &userDesc, const memory::desc &wanted,
+            const dnnl::engine &engine, bool isOutput) {
+    user = memory(userDesc, engine, DNNL_MEMORY_NONE);
+    needsReorder = userDesc != wanted;
+    if (!needsReorder)
+      return;
+    packed = memory(wanted, engine);
+    toPacked = dnnl::reorder(user, packed);
+    if (isOutput)
+      toUser = dnnl::reorder(packed, user);
+  }
+
+  /// The memory the primitive reads (`load`: with the user's data in it).
+  memory bind(void *data, bool load, dnnl::stream &stream) {
+    user.set_data_handle(data);
+    if (!needsReorder)
+      return user;
+    if (load)
+      toPacked.execute(stream, user, packed);
+    return packed;
+  }
+
+  void store(dnnl::stream &stream) {
+    if (needsReorder)
+      toUser.execute(stream, packed, user);
+  }
+};
+
+/// Copies the residual into the destination: the sum post-op adds onto it.
+void seedResidual(const void *residual, void *destination, size_t bytes) {
+  if (residual != destination)
+    std::memmove(destination, residual, bytes);
+}
+
+struct ConvSite : Site {
+  dnnl::convolution_forward primitive;
+  memory bias;
+  ActivationPort source, destination;
+  PackedWeights weights;
+  size_t destinationBytes = 0;
+};
+
+memory::desc anyLayout(const memory::desc &desc) {
+  return memory::desc(desc.dims(), memory::data_type::f32, memory::format_tag::any);
+}
+
+std::unique_ptr<ConvSite> createConv(KernelContext &context, const int64_t *p) {
+  using namespace conv;
+  int64_t groups = p[kGroups];
+  Dims src = {p[kBatch], p[kInChannels], p[kInHeight], p[kInWidth]};
+  Dims dst = {p[kBatch], p[kOutChannels], p[kOutHeight], p[kOutWidth]};
+  int64_t kh = p[kKernelHeight], kw = p[kKernelWidth];
+  memory::desc weightsDesc;
+  auto layout = static_cast<ConvWeightLayout>(p[kWeightLayout]);
+  if (groups == 1) {
+    Dims dims = {p[kOutChannels], p[kInChannels], kh, kw};
+    weightsDesc = denseDesc(dims, layout == ConvWeightLayout::Ohwi
+                                      ? stridesInOrder(dims, {0, 2, 3, 1})
+                                      : stridesInOrder(dims, {0, 1, 2, 3}));
+  } else {
+    Dims dims = {groups, p[kOutChannels] / groups, p[kInChannels] / groups, kh, kw};
+    // Depthwise [kh, kw, channels, multiplier]: group-major channels.
+    weightsDesc = denseDesc(dims, layout == ConvWeightLayout::Hwcm
+                                      ? stridesInOrder(dims, {3, 4, 0, 1, 2})
+                                      : stridesInOrder(dims, {0, 1, 2, 3, 4}));
+  }
+  memory::desc sourceDesc = denseDesc(src, activationStrides(src, p[kSourceLayout]));
+  memory::desc destinationDesc =
+      denseDesc(dst, activationStrides(dst, p[kDestinationLayout]));
+  memory::desc biasDesc = denseDesc({p[kOutChannels]}, {1});
+  // NHWC activations are used as they are (the library has fast kernels
+  // for them); for NCHW the library picks a blocked layout, several times
+  // faster than plain NCHW even with the reorders.
+  bool nhwc = p[kSourceLayout] == static_cast<int64_t>(ActivationLayout::Nhwc) &&
+              p[kDestinationLayout] == static_cast<int64_t>(ActivationLayout::Nhwc);
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+      nhwc ? sourceDesc : anyLayout(sourceDesc), anyLayout(weightsDesc), biasDesc,
+      nhwc ? destinationDesc : anyLayout(destinationDesc), {p[kStrideH], p[kStrideW]},
+      {p[kDilationH] - 1, p[kDilationW] - 1}, {p[kPadTop], p[kPadLeft]},
+      {p[kPadBottom], p[kPadRight]});
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
+  dnnl::convolution_forward::primitive_desc pd(desc, attr, context.engine);
+  auto site = std::make_unique<ConvSite>();
+  site->primitive = dnnl::convolution_forward(pd);
+  site->source.init(sourceDesc, pd.src_desc(), context.engine, false);
+  site->destination.init(destinationDesc, pd.dst_desc(), context.engine, true);
+  site->bias = memory(biasDesc, context.engine, DNNL_MEMORY_NONE);
+  site->weights.init(weightsDesc, pd.weights_desc(), context.engine);
+  site->destinationBytes = destinationDesc.get_size();
+  return site;
+}
+
+void runConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
+  using namespace conv;
+  bool residual = p[kHasResidual] != 0;
+  void *out = buffers[residual ? 4 : 3];
+  if (residual)
+    seedResidual(buffers[3], out, site.destinationBytes);
+  site.bias.set_data_handle(buffers[2]);
+  memory source = site.source.bind(buffers[0], true, context.stream);
+  memory destination = site.destination.bind(out, residual, context.stream);
+  memory weights =
+      site.weights.bind(buffers[1], p[kConstantWeights] != 0, context.stream);
+  site.primitive.execute(context.stream, {{DNNL_ARG_SRC, source},
+                                          {DNNL_ARG_WEIGHTS, weights},
+                                          {DNNL_ARG_BIAS, site.bias},
+                                          {DNNL_ARG_DST, destination}});
+  site.destination.store(context.stream);
+}
+
+struct MatMulSite : Site {
+  dnnl::matmul primitive;
+  memory a, bias, destination;
+  PackedWeights b;
+  size_t destinationBytes = 0;
+};
+
+std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, const int64_t *p) {
+  using namespace matmul;
+  int64_t batch = p[kBatch], m = p[kM], n = p[kN], k = p[kK];
+  Dims aDims = {batch, m, k}, bDims = {batch, k, n}, cDims = {batch, m, n};
+  memory::desc aDesc = denseDesc(aDims, stridesInOrder(aDims, {0, 1, 2}));
+  memory::desc bDesc =
+      denseDesc(bDims, p[kTransposedB] ? stridesInOrder(bDims, {0, 2, 1})
+                                       : stridesInOrder(bDims, {0, 1, 2}));
+  memory::desc cDesc = denseDesc(cDims, stridesInOrder(cDims, {0, 1, 2}));
+  memory::desc biasDesc;
+  if (p[kHasBias])
+    biasDesc = denseDesc({1, 1, n}, {n, n, 1});
+  // Constant B may be repacked once into whatever the library prefers.
+  memory::desc wantedB =
+      p[kConstantB] ? memory::desc(bDims, memory::data_type::f32, memory::format_tag::any)
+                    : bDesc;
+  dnnl::matmul::desc desc(aDesc, wantedB, biasDesc, cDesc);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
+  dnnl::matmul::primitive_desc pd(desc, attr, context.engine);
+  auto site = std::make_unique<MatMulSite>();
+  site->primitive = dnnl::matmul(pd);
+  site->a = memory(aDesc, context.engine, DNNL_MEMORY_NONE);
+  site->destination = memory(cDesc, context.engine, DNNL_MEMORY_NONE);
+  if (p[kHasBias])
+    site->bias = memory(biasDesc, context.engine, DNNL_MEMORY_NONE);
+  site->b.init(bDesc, pd.weights_desc(), context.engine);
+  site->destinationBytes = cDesc.get_size();
+  return site;
+}
+
+void runMatMul(KernelContext &context, MatMulSite &site, const int64_t *p,
+               void **buffers) {
+  using namespace matmul;
+  int next = 2;
+  std::unordered_map<int, memory> args;
+  if (p[kHasBias]) {
+    site.bias.set_data_handle(buffers[next++]);
+    args[DNNL_ARG_BIAS] = site.bias;
+  }
+  void *residual = p[kHasResidual] ? buffers[next++] : nullptr;
+  void *out = buffers[next];
+  if (residual)
+    seedResidual(residual, out, site.destinationBytes);
+  site.a.set_data_handle(buffers[0]);
+  site.destination.set_data_handle(out);
+  args[DNNL_ARG_SRC] = site.a;
+  args[DNNL_ARG_WEIGHTS] = site.b.bind(buffers[1], p[kConstantB] != 0, context.stream);
+  args[DNNL_ARG_DST] = site.destination;
+  site.primitive.execute(context.stream, args);
+}
+
+template <typename SiteType, typename Create, typename Run>
+void dispatch(void *opaque, int64_t index, const int64_t *params, void **buffers,
+              const char *what, Create create, Run run) {
+  auto &context = *static_cast<KernelContext *>(opaque);
+  if (!context.failure.isOk())
+    return;
+  try {
+    std::unique_ptr<Site> &slot = context.sites.at(index);
+    if (!slot)
+      slot = create(context, params);
+    run(context, static_cast<SiteType &>(*slot), params, buffers);
+  } catch (const std::exception &error) {
+    context.failure = internalError(std::string(what) + " kernel at site " +
+                                    std::to_string(index) + " failed: " + error.what());
+  }
+}
+
+void convKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
+  dispatch<ConvSite>(context, site, params, buffers, "conv2d", createConv, runConv);
+}
+
+void matmulKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
+  dispatch<MatMulSite>(context, site, params, buffers, "matmul", createMatMul, runMatMul);
+}
+
+KernelFunction kernelFor(KernelKind kind) {
+  switch (kind) {
+  case KernelKind::Conv2d:
+    return convKernel;
+  case KernelKind::MatMul:
+    return matmulKernel;
+  }
+  return nullptr;
+}
+
+} // namespace
+
+Expected<KernelContextPtr> bindKernels(void *library, const std::string &artifactPath) {
+  auto *table = static_cast<KernelFunction *>(dlsym(library, kKernelTableSymbol));
+  if (!table)
+    return KernelContextPtr();
+  auto *context = static_cast<void **>(dlsym(library, kKernelContextSymbol));
+  auto *kinds = static_cast<const int64_t *>(dlsym(library, kKernelKindsSymbol));
+  auto *sites = static_cast<const int64_t *>(dlsym(library, kKernelSitesSymbol));
+  if (!context || !kinds || !sites)
+    return dataLoss("'" + artifactPath + "': code has a kernel table but not " +
+                    kKernelContextSymbol + ", " + kKernelKindsSymbol + " and " +
+                    kKernelSitesSymbol);
+  for (int64_t kind = 0; kind < 63; ++kind) {
+    if (!(*kinds & (int64_t{1} << kind)))
+      continue;
+    if (kind >= kKernelKindCount)
+      return unavailable("'" + artifactPath + "' needs library kernel kind " +
+                         std::to_string(kind) + ", which this runtime lacks");
+    table[kind] = kernelFor(static_cast<KernelKind>(kind));
+  }
+  KernelContextPtr state(new KernelContext(*sites));
+  *context = state.get();
+  return state;
+}
+
+Status takeKernelFailure(KernelContext &context) {
+  Status failure = std::move(context.failure);
+  context.failure = Status::ok();
+  return failure;
+}
+
+} // namespace flowc::runtime

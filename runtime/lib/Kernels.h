@@ -1,0 +1,27 @@
+// Library kernels behind generated code (see flowc/runtime/KernelAbi.h):
+// oneDNN primitives, created on a site's first call and kept for the
+// session, with constant weights repacked once.
+#pragma once
+
+#include "flowc/runtime/Session.h"
+#include "flowc/support/Status.h"
+
+#include <memory>
+#include <string>
+
+namespace flowc::runtime {
+
+/// Per-session kernel state (declared in Session.h): the oneDNN engine and
+/// stream and one primitive per call site. One run at a time, like the
+/// session that owns it.
+using KernelContextPtr = std::unique_ptr<KernelContext, KernelContextDeleter>;
+
+/// Fills the kernel table and context slot of a loaded code object. A code
+/// object without library kernels gets no context (nullptr, OK); one that
+/// uses a kernel kind this runtime lacks is Unavailable.
+Expected<KernelContextPtr> bindKernels(void *library, const std::string &artifactPath);
+
+/// The first kernel failure since the last call (OK if none), and resets it.
+Status takeKernelFailure(KernelContext &context);
+
+} // namespace flowc::runtime

@@ -1,0 +1,286 @@
+// The compiler's own MLIR passes on hand-written IR: library-kernel
+// outlining (what is absorbed, what is left alone) and static memory
+// planning (offsets, liveness, the rewritten IR).
+#include "LibraryKernels.h"
+#include "MemoryPlan.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace flowc::compiler {
+namespace {
+
+namespace conv = runtime::conv;
+namespace matmul = runtime::matmul;
+
+class PassTest : public ::testing::Test {
+protected:
+  PassTest() {
+    registry_.insert<mlir::arith::ArithDialect, mlir::bufferization::BufferizationDialect,
+                     mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
+                     mlir::memref::MemRefDialect, mlir::tosa::TosaDialect>();
+    context_.appendDialectRegistry(registry_);
+    context_.loadAllAvailableDialects();
+  }
+
+  mlir::OwningOpRef<mlir::ModuleOp> run(const std::string &ir,
+                                        std::unique_ptr<mlir::Pass> pass) {
+    auto module = mlir::parseSourceString<mlir::ModuleOp>(ir, &context_);
+    EXPECT_TRUE(module) << "test IR does not parse";
+    if (!module)
+      return module;
+    mlir::PassManager pm(&context_);
+    pm.addPass(std::move(pass));
+    EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
+    EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
+    return module;
+  }
+
+  template <typename Op> static int count(mlir::Operation *root) {
+    int n = 0;
+    root->walk([&](Op) { ++n; });
+    return n;
+  }
+
+  static mlir::func::FuncOp main(mlir::ModuleOp module) {
+    return module.lookupSymbol<mlir::func::FuncOp>("main");
+  }
+
+  mlir::DialectRegistry registry_;
+  mlir::MLIRContext context_{mlir::MLIRContext::Threading::DISABLED};
+};
+
+// ResNet's block tail: NCHW input transposed for TOSA, OIHW weights
+// transposed, the result transposed back, a residual add and a Relu.
+constexpr const char *kConvBlock = R"mlir(
+func.func @main(%x: tensor<1x8x6x6xf32>, %r: tensor<1x4x6x6xf32>,
+                %w: tensor<4x8x3x3xf32> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"}) -> tensor<1x4x6x6xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %xt = tosa.transpose %x {perms = array<i32: 0, 2, 3, 1>} : (tensor<1x8x6x6xf32>) -> tensor<1x6x6x8xf32>
+  %wt = tosa.transpose %w {perms = array<i32: 0, 2, 3, 1>} : (tensor<4x8x3x3xf32>) -> tensor<4x3x3x8xf32>
+  %c = tosa.conv2d %xt, %wt, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x3x3x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  %ct = tosa.transpose %c {perms = array<i32: 0, 3, 1, 2>} : (tensor<1x6x6x4xf32>) -> tensor<1x4x6x6xf32>
+  %s = tosa.add %r, %ct : (tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
+  %y = tosa.clamp %s {max_val = 0x7F800000 : f32, min_val = 0.0 : f32} : (tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
+  return %y : tensor<1x4x6x6xf32>
+}
+)mlir";
+
+TEST_F(PassTest, ConvAbsorbsLayoutChangesResidualAndRelu) {
+  auto module = run(kConvBlock, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  const LibraryKernel &kernel = kernels[0];
+  EXPECT_EQ(kernel.kind, runtime::KernelKind::Conv2d);
+  EXPECT_EQ(kernel.bufferCount, 5u); // source, weights, bias, residual, output
+  const std::vector<int64_t> &p = kernel.params;
+  EXPECT_EQ(p[conv::kSourceLayout], int64_t(runtime::ActivationLayout::Nchw));
+  EXPECT_EQ(p[conv::kDestinationLayout], int64_t(runtime::ActivationLayout::Nchw));
+  EXPECT_EQ(p[conv::kWeightLayout], int64_t(runtime::ConvWeightLayout::Oihw));
+  EXPECT_EQ(p[conv::kInChannels], 8);
+  EXPECT_EQ(p[conv::kOutChannels], 4);
+  EXPECT_EQ(p[conv::kPadTop], 1);
+  EXPECT_EQ(p[conv::kPadRight], 1);
+  EXPECT_EQ(p[conv::kConstantWeights], 1);
+  EXPECT_EQ(p[conv::kHasResidual], 1);
+  EXPECT_EQ(p[conv::kActivation], int64_t(runtime::Activation::Clip));
+  EXPECT_EQ(runtime::paramFloat(p[conv::kAlpha]), 0.0f);
+  EXPECT_TRUE(std::isinf(runtime::paramFloat(p[conv::kBeta])));
+  // @main keeps only the call: every absorbed op is gone from it.
+  mlir::func::FuncOp graph = main(*module);
+  EXPECT_EQ(count<mlir::func::CallOp>(graph), 1);
+  EXPECT_EQ(count<mlir::tosa::TransposeOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::Conv2DOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::ClampOp>(graph), 0);
+  // The kernel keeps the exact TOSA semantics and never writes its inputs.
+  auto function = module->lookupSymbol<mlir::func::FuncOp>(kernel.function);
+  ASSERT_TRUE(function && function.isPrivate());
+  EXPECT_EQ(count<mlir::tosa::Conv2DOp>(function), 1);
+  for (unsigned i = 0; i < function.getNumArguments(); ++i)
+    EXPECT_TRUE(function.getArgAttr(
+        i, mlir::bufferization::BufferizationDialect::kWritableAttrName));
+}
+
+TEST_F(PassTest, ConvResultUsedTwiceKeepsItsEpilogueOutside) {
+  std::string ir = kConvBlock;
+  // A second use of the transposed result: the add cannot be absorbed.
+  ir.replace(ir.find("return %y : tensor<1x4x6x6xf32>"),
+             std::string("return %y : tensor<1x4x6x6xf32>").size(),
+             "%z = tosa.add %y, %ct : (tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>) -> "
+             "tensor<1x4x6x6xf32>\n  return %z : tensor<1x4x6x6xf32>");
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].params[conv::kHasResidual], 0);
+  EXPECT_EQ(kernels[0].params[conv::kActivation], int64_t(runtime::Activation::None));
+  EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 2);
+  EXPECT_EQ(count<mlir::tosa::ClampOp>(main(*module)), 1);
+}
+
+TEST_F(PassTest, MatMulReadsTransposedWeightInPlaceAndFusesBias) {
+  // Gemm with transB=1 and a bias, as the importer writes it.
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<6x8xf32> {flowc.weight = "w"},
+                %b: tensor<1x1x6xf32> {flowc.weight = "b"}) -> tensor<1x4x6xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shape = tosa.const_shape {values = dense<[1, 8, 6]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %wt = tosa.transpose %w {perms = array<i32: 1, 0>} : (tensor<6x8xf32>) -> tensor<8x6xf32>
+  %w3 = tosa.reshape %wt, %shape : (tensor<8x6xf32>, !tosa.shape<3>) -> tensor<1x8x6xf32>
+  %y = tosa.matmul %x, %w3, %zp, %zp : (tensor<1x4x8xf32>, tensor<1x8x6xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x4x6xf32>
+  %z = tosa.add %y, %b : (tensor<1x4x6xf32>, tensor<1x1x6xf32>) -> tensor<1x4x6xf32>
+  return %z : tensor<1x4x6xf32>
+}
+)mlir";
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  const std::vector<int64_t> &p = kernels[0].params;
+  EXPECT_EQ(kernels[0].kind, runtime::KernelKind::MatMul);
+  EXPECT_EQ(kernels[0].bufferCount, 4u); // A, B, bias, output
+  EXPECT_EQ(p[matmul::kM], 4);
+  EXPECT_EQ(p[matmul::kN], 6);
+  EXPECT_EQ(p[matmul::kK], 8);
+  EXPECT_EQ(p[matmul::kTransposedB], 1);
+  EXPECT_EQ(p[matmul::kConstantB], 1);
+  EXPECT_EQ(p[matmul::kHasBias], 1);
+  EXPECT_EQ(p[matmul::kHasResidual], 0);
+  EXPECT_EQ(count<mlir::tosa::MatMulOp>(main(*module)), 0);
+}
+
+TEST_F(PassTest, MatMulOfTwoActivationsIsNotConstant) {
+  constexpr const char *ir = R"mlir(
+func.func @main(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>) -> tensor<2x4x4xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %kt = tosa.transpose %k {perms = array<i32: 0, 2, 1>} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
+  %s = tosa.matmul %q, %kt, %zp, %zp : (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x4x4xf32>
+  return %s : tensor<2x4x4xf32>
+}
+)mlir";
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].params[matmul::kBatch], 2);
+  EXPECT_EQ(kernels[0].params[matmul::kTransposedB], 1);
+  EXPECT_EQ(kernels[0].params[matmul::kConstantB], 0);
+}
+
+TEST_F(PassTest, NonFloat32ProductsStayInGeneratedCode) {
+  constexpr const char *ir = R"mlir(
+func.func @main(%a: tensor<1x4x8xf16>, %b: tensor<1x8x2xf16>) -> tensor<1x4x2xf16> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf16>}> : () -> tensor<1xf16>
+  %y = tosa.matmul %a, %b, %zp, %zp : (tensor<1x4x8xf16>, tensor<1x8x2xf16>, tensor<1xf16>, tensor<1xf16>) -> tensor<1x4x2xf16>
+  return %y : tensor<1x4x2xf16>
+}
+)mlir";
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  EXPECT_TRUE(collectLibraryKernels(*module).empty());
+  EXPECT_EQ(count<mlir::tosa::MatMulOp>(main(*module)), 1);
+}
+
+TEST(ArenaTest, BuffersAliveTogetherNeverShareBytes) {
+  std::mt19937 random(3);
+  std::vector<BufferLifetime> buffers;
+  for (int i = 0; i < 200; ++i) {
+    int64_t first = static_cast<int64_t>(random() % 100);
+    int64_t span = static_cast<int64_t>(random() % 20);
+    buffers.push_back({1 + random() % 5000, first, first + span});
+  }
+  std::vector<uint64_t> offsets;
+  uint64_t arena = assignArenaOffsets(buffers, offsets);
+  uint64_t peakLive = 0;
+  for (int64_t t = 0; t < 120; ++t) {
+    uint64_t live = 0;
+    for (const BufferLifetime &buffer : buffers)
+      live += buffer.first <= t && t <= buffer.last ? buffer.bytes : 0;
+    peakLive = std::max(peakLive, live);
+  }
+  EXPECT_GE(arena, peakLive);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    EXPECT_EQ(offsets[i] % runtime::kArenaAlignment, 0u);
+    EXPECT_LE(offsets[i] + buffers[i].bytes, arena);
+    for (size_t j = i + 1; j < buffers.size(); ++j) {
+      bool together =
+          buffers[i].first <= buffers[j].last && buffers[j].first <= buffers[i].last;
+      bool apart = offsets[i] + buffers[i].bytes <= offsets[j] ||
+                   offsets[j] + buffers[j].bytes <= offsets[i];
+      EXPECT_TRUE(!together || apart) << i << " and " << j;
+    }
+  }
+  // Far smaller than giving every buffer its own bytes.
+  uint64_t total = 0;
+  for (const BufferLifetime &buffer : buffers)
+    total += buffer.bytes;
+  EXPECT_LT(arena, total / 2);
+}
+
+TEST(ArenaTest, SequentialBuffersReuseOneSlot) {
+  std::vector<uint64_t> offsets;
+  EXPECT_EQ(assignArenaOffsets({{100, 0, 1}, {100, 2, 3}, {100, 4, 5}}, offsets), 128u);
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 0, 0}));
+  EXPECT_EQ(assignArenaOffsets({}, offsets), 0u);
+}
+
+TEST_F(PassTest, PlanTurnsAllocationsIntoArenaViews) {
+  // a -> b -> c -> out: a is dead when c is made, so they share bytes.
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: memref<4xf32>, %out: memref<4xf32>) {
+  %a = memref.alloc() : memref<4xf32>
+  linalg.copy ins(%x : memref<4xf32>) outs(%a : memref<4xf32>)
+  %b = memref.alloc() : memref<4xf32>
+  linalg.copy ins(%a : memref<4xf32>) outs(%b : memref<4xf32>)
+  %c = memref.alloc() : memref<4xf32>
+  linalg.copy ins(%b : memref<4xf32>) outs(%c : memref<4xf32>)
+  linalg.copy ins(%c : memref<4xf32>) outs(%out : memref<4xf32>)
+  return
+}
+)mlir";
+  auto module = run(ir, createPlanActivationMemoryPass());
+  ASSERT_TRUE(module);
+  mlir::func::FuncOp graph = main(*module);
+  EXPECT_EQ(count<mlir::memref::AllocOp>(graph), 0);
+  EXPECT_EQ(count<mlir::memref::ViewOp>(graph), 3);
+  EXPECT_EQ(plannedArenaBytes(*module), 2 * runtime::kArenaAlignment);
+  ASSERT_EQ(graph.getNumArguments(), 3u);
+  auto arena = mlir::dyn_cast<mlir::MemRefType>(graph.getArgument(2).getType());
+  ASSERT_TRUE(arena);
+  EXPECT_EQ(arena.getNumElements(), int64_t(2 * runtime::kArenaAlignment));
+}
+
+TEST_F(PassTest, PlanLeavesDynamicAllocationsAlone) {
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: memref<?xf32>, %n: index) {
+  %a = memref.alloc(%n) : memref<?xf32>
+  linalg.copy ins(%x : memref<?xf32>) outs(%a : memref<?xf32>)
+  memref.dealloc %a : memref<?xf32>
+  return
+}
+)mlir";
+  auto module = run(ir, createPlanActivationMemoryPass());
+  ASSERT_TRUE(module);
+  EXPECT_EQ(count<mlir::memref::AllocOp>(main(*module)), 1);
+  EXPECT_EQ(plannedArenaBytes(*module), 0u);
+  EXPECT_EQ(main(*module).getNumArguments(), 2u);
+}
+
+} // namespace
+} // namespace flowc::compiler
