@@ -224,7 +224,7 @@ CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global) {
       return runPin(c, *options, pin->parsed());
     if (clear->parsed())
       return runClear(c, *options);
-    return 2;
+    return kExitUsage;
   };
 }
 

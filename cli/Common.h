@@ -58,6 +58,7 @@ Status fromGrpc(const grpc::Status &status, const std::string &what);
 /// Exit statuses, so scripts and test harnesses can tell a bad model from
 /// an unsupported one without parsing messages (also in README).
 inline constexpr int kExitFailure = 1;     ///< Internal errors, anything else.
+inline constexpr int kExitUsage = 2;       ///< Bad command line.
 inline constexpr int kExitBadInput = 3;    ///< Malformed or inconsistent input.
 inline constexpr int kExitUnsupported = 4; ///< Valid input flowc does not support.
 inline constexpr int kExitUnavailable = 5; ///< No daemon, no space, no resources.

@@ -23,6 +23,7 @@ struct ReproOptions {
   std::string dir;
   std::string target = "cpu";
   int optLevel = 2;
+  std::string precision = "fp32";
   bool json = false;
   std::vector<std::string> inputShapes;
 };
@@ -108,6 +109,7 @@ int runRepro(const ReproOptions &options, GlobalOptions &global) {
   request.set_model_path(*model);
   request.set_target(options.target);
   request.set_opt_level(options.optLevel);
+  request.set_precision(options.precision);
   if (Status shapes = addInputShapes(options.inputShapes, request); !shapes)
     return reportError(shapes);
   auto files = receiveFiles(**client, request, "repro " + options.model);
@@ -201,6 +203,8 @@ CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("-O,--opt-level", options->optLevel,
                   "Optimization level recorded in repro.json, 0..3")
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--precision", options->precision, "Precision recorded in repro.json")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_flag("--json", options->json, "Print one JSON object");
   return [options, &global] { return runRepro(*options, global); };
 }

@@ -112,7 +112,7 @@ CommandRunner addDaemonCommand(CLI::App &app, GlobalOptions &global) {
       return runDaemonStop(global);
     if (start->parsed())
       return runDaemonStart(global);
-    return 2;
+    return kExitUsage;
   };
 }
 

@@ -22,6 +22,9 @@ struct SubmitOptions {
   std::string output;
   std::string target = "cpu";
   int optLevel = 2;
+  std::string precision = "fp32";
+  std::vector<std::string> disabledPasses;
+  std::string printIrAfter;
   bool json = false;
   bool batch = false;
   std::vector<std::string> inputShapes;
@@ -29,6 +32,7 @@ struct SubmitOptions {
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
   bool optLevelGiven = false;
+  bool precisionGiven = false;
 };
 
 /// A reproducer compiles with the options it was made with unless the
@@ -50,6 +54,9 @@ void applyRecordedOptions(const std::string &dir, SubmitOptions &options) {
   if (auto level = recorded.find("opt_level");
       !options.optLevelGiven && level != recorded.end() && level->is_number_integer())
     options.optLevel = level->get<int>();
+  if (auto precision = recorded.find("precision");
+      !options.precisionGiven && precision != recorded.end() && precision->is_string())
+    options.precision = precision->get<std::string>();
 }
 
 /// Streams the artifact into `path` (temp file + rename).
@@ -104,6 +111,10 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   request.set_model_path(*model);
   request.set_target(options.target);
   request.set_opt_level(options.optLevel);
+  request.set_precision(options.precision);
+  for (const std::string &pass : options.disabledPasses)
+    request.add_disabled_passes(pass);
+  request.set_print_ir_after(options.printIrAfter);
   request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
                                      : flowc::v1::PRIORITY_INTERACTIVE);
   if (Status shapes = addInputShapes(options.inputShapes, request); !shapes)
@@ -116,6 +127,11 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   while (reader->Read(&event)) {
     if (event.has_result()) {
       result = event.result();
+      continue;
+    }
+    // IR text asked for with --print-ir-after: always shown, verbatim.
+    if (event.progress().stage() == "ir") {
+      std::cerr << event.progress().detail();
       continue;
     }
     if (showProgress)
@@ -171,6 +187,17 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
       ->check(CLI::IsMember({"cpu"}));
   cmd->add_option("-O,--opt-level", options->optLevel, "Code optimization level 0..3")
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--precision", options->precision,
+                  "Library-kernel arithmetic: fp32 (default) or bf16 (fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option(
+      "--disable-pass", options->disabledPasses,
+      "Leave out an optional pass (debugging; repeatable): tosa-reduce-transposes, "
+      "flowc-outline-library-kernels, linalg-fuse-elementwise-ops, "
+      "flowc-plan-activation-memory, flowc-approximate-math");
+  cmd->add_option("--print-ir-after", options->printIrAfter,
+                  "Print the IR after each pass of this name (or 'all') on stderr; "
+                  "compiles even on a cache hit");
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
   cmd->add_option("--input-shape", options->inputShapes,
@@ -180,6 +207,7 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;
     options->optLevelGiven = cmd->count("--opt-level") > 0;
+    options->precisionGiven = cmd->count("--precision") > 0;
     return runSubmit(*options, global);
   };
 }

@@ -27,10 +27,12 @@ int main(int argc, char **argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
-    return app.exit(e);
+    // CLI11 prints the message; its own codes (105, 106, ...) would hide
+    // that every parse failure is a usage error. --help stays 0.
+    return app.exit(e) == 0 ? 0 : kExitUsage;
   }
   for (auto &[command, runner] : commands)
     if (command->parsed())
       return runner();
-  return 2;
+  return kExitUsage;
 }

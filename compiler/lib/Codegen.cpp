@@ -67,6 +67,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 namespace flowc::compiler {
 
@@ -100,6 +101,13 @@ void registerCodegenDialects(mlir::DialectRegistry &registry) {
   mlir::registerLLVMDialectTranslation(registry);
 }
 
+/// Whether an optional pass runs: -O1 and up, unless disabled.
+bool enabled(const CompileOptions &options, const std::string &pass) {
+  return options.optLevel >= 1 &&
+         std::find(options.disabledPasses.begin(), options.disabledPasses.end(), pass) ==
+             options.disabledPasses.end();
+}
+
 /// Stage 1: graph -> buffers with the public ABI fixed.
 void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options) {
   // Graph-level cleanups first, while ops still carry graph semantics:
@@ -108,13 +116,14 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
   pm.addPass(mlir::createCSEPass());
   // -O0 keeps every op in generated code: the reference the library
   // kernels are checked against.
-  if (options.optLevel >= 1) {
+  if (enabled(options, "tosa-reduce-transposes")) {
     // Layout: transposes move through elementwise ops and cancel, so
     // activations stay NHWC between convolutions.
     pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaReduceTransposes());
     pm.addPass(mlir::createCanonicalizerPass());
-    pm.addPass(createOutlineLibraryKernelsPass());
   }
+  if (enabled(options, "flowc-outline-library-kernels"))
+    pm.addPass(createOutlineLibraryKernelsPass(options.precision == "bf16"));
   // Named linalg ops (conv, matmul, pooling) before the elementwise
   // conversion, which would otherwise claim their operands.
   pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());
@@ -123,7 +132,7 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
   pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToTensorPass());
   pm.addPass(mlir::createCanonicalizerPass());
   // Chains of elementwise ops become one loop nest: one pass over memory.
-  if (options.optLevel >= 1)
+  if (enabled(options, "linalg-fuse-elementwise-ops"))
     pm.addPass(mlir::createLinalgElementwiseOpFusionPass());
   // Identity layouts at the boundary: the runtime passes dense row-major
   // buffers as bare pointers.
@@ -138,37 +147,57 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
   outParams.modifyPublicFunctions = true;
   outParams.hoistStaticAllocs = true;
   pm.addPass(mlir::bufferization::createBufferResultsToOutParamsPass(outParams));
-  if (options.optLevel >= 1)
+  if (enabled(options, "flowc-plan-activation-memory"))
     pm.addPass(createPlanActivationMemoryPass());
 }
 
 /// Copies into strided views (padding) bufferize to memref.copy, whose LLVM
 /// lowering calls a helper from MLIR's runner library. linalg.copy lowers to
 /// plain loops, so generated code needs only libc and libm.
-void rewriteCopiesAsLinalg(mlir::ModuleOp module) {
-  llvm::SmallVector<mlir::memref::CopyOp> copies;
-  module.walk([&](mlir::memref::CopyOp copy) { copies.push_back(copy); });
-  for (mlir::memref::CopyOp copy : copies) {
-    mlir::OpBuilder builder(copy);
-    mlir::linalg::CopyOp::create(builder, copy.getLoc(), copy.getSource(),
-                                 copy.getTarget());
-    copy.erase();
+struct CopiesToLinalgPass
+    : mlir::PassWrapper<CopiesToLinalgPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CopiesToLinalgPass)
+  llvm::StringRef getArgument() const override { return "flowc-copies-to-linalg"; }
+  llvm::StringRef getDescription() const override {
+    return "Rewrite memref.copy as linalg.copy";
   }
-}
+  void runOnOperation() override {
+    llvm::SmallVector<mlir::memref::CopyOp> copies;
+    getOperation().walk([&](mlir::memref::CopyOp copy) { copies.push_back(copy); });
+    for (mlir::memref::CopyOp copy : copies) {
+      mlir::OpBuilder builder(copy);
+      mlir::linalg::CopyOp::create(builder, copy.getLoc(), copy.getSource(),
+                                   copy.getTarget());
+      copy.erase();
+    }
+  }
+};
 
 /// exp, erf and tanh as polynomials of arithmetic ops, which LLVM
 /// vectorizes, instead of scalar libm calls (softmax, GELU, attention).
-mlir::LogicalResult approximateMath(mlir::ModuleOp module) {
-  mlir::RewritePatternSet patterns(module.getContext());
-  mlir::populateMathPolynomialApproximationPatterns(patterns, [](llvm::StringRef name) {
-    name.consume_front("math.");
-    return name == "exp" || name == "erf" || name == "tanh";
-  });
-  return mlir::applyPatternsGreedily(module, std::move(patterns));
-}
+struct ApproximateMathPass
+    : mlir::PassWrapper<ApproximateMathPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ApproximateMathPass)
+  llvm::StringRef getArgument() const override { return "flowc-approximate-math"; }
+  llvm::StringRef getDescription() const override {
+    return "Replace exp, erf and tanh by vectorizable polynomial approximations";
+  }
+  void runOnOperation() override {
+    mlir::RewritePatternSet patterns(&getContext());
+    mlir::populateMathPolynomialApproximationPatterns(patterns, [](llvm::StringRef name) {
+      name.consume_front("math.");
+      return name == "exp" || name == "erf" || name == "tanh";
+    });
+    if (mlir::failed(mlir::applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
 
 /// Stage 2: buffers -> LLVM dialect.
-void buildLowerToLlvmPipeline(mlir::PassManager &pm) {
+void buildLowerToLlvmPipeline(mlir::PassManager &pm, const CompileOptions &options) {
+  pm.addPass(std::make_unique<CopiesToLinalgPass>());
+  if (enabled(options, "flowc-approximate-math"))
+    pm.addPass(std::make_unique<ApproximateMathPass>());
   // Frees every temporary the graph allocates, on every path.
   mlir::bufferization::BufferDeallocationPipelineOptions dealloc;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, dealloc);
@@ -288,6 +317,43 @@ Expected<mlir::OwningOpRef<mlir::ModuleOp>> parseGraph(mlir::MLIRContext &contex
   return module;
 }
 
+/// `--print-ir-after`: the module after each pass whose argument matches
+/// (or every pass for "all"), as text; remembers every pass that ran so an
+/// unknown name can be reported with the ones that exist.
+struct IrPrinter {
+  explicit IrPrinter(std::string pass) : pass(std::move(pass)), stream(text) {}
+
+  void attach(mlir::PassManager &pm) {
+    pm.enableIRPrinting([](mlir::Pass *, mlir::Operation *) { return false; },
+                        [this](mlir::Pass *candidate, mlir::Operation *) {
+                          std::string name = candidate->getArgument().str();
+                          if (std::find(seen.begin(), seen.end(), name) == seen.end())
+                            seen.push_back(name);
+                          bool match = pass == "all" || name == pass;
+                          matched = matched || match;
+                          return match;
+                        },
+                        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
+                        /*printAfterOnlyOnFailure=*/false, stream);
+  }
+
+  Status finish() {
+    if (matched)
+      return Status::ok();
+    std::string names;
+    for (const std::string &name : seen)
+      names += (names.empty() ? "" : ", ") + name;
+    return invalidArgument("--print-ir-after: no pass named '" + pass +
+                           "' ran; the pipeline has: " + names);
+  }
+
+  std::string pass;
+  std::string text;
+  llvm::raw_string_ostream stream;
+  std::vector<std::string> seen;
+  bool matched = false;
+};
+
 /// Collects MLIR diagnostics into a string for error messages.
 struct DiagnosticCollector {
   explicit DiagnosticCollector(mlir::MLIRContext &context)
@@ -307,11 +373,33 @@ Status CompileOptions::validate() const {
   if (optLevel < 0 || optLevel > 3)
     return invalidArgument("optimization level " + std::to_string(optLevel) +
                            " is out of range 0..3");
+  if (precision != "fp32" && precision != "bf16")
+    return invalidArgument("unknown precision '" + precision +
+                           "' (supported: fp32, bf16)");
+  if (precision == "bf16" && optLevel == 0)
+    return invalidArgument(
+        "precision bf16 needs library kernels, which -O0 does not use");
+  for (const std::string &pass : disabledPasses)
+    if (std::find(kOptionalPasses.begin(), kOptionalPasses.end(), pass) ==
+        kOptionalPasses.end()) {
+      std::string known;
+      for (const std::string &name : kOptionalPasses)
+        known += (known.empty() ? "" : ", ") + name;
+      return invalidArgument("cannot disable pass '" + pass +
+                             "' (optional passes: " + known + ")");
+    }
   return Status::ok();
 }
 
 std::string CompileOptions::canonical() const {
-  return "target=" + target + ";opt=" + std::to_string(optLevel);
+  std::string text =
+      "target=" + target + ";opt=" + std::to_string(optLevel) + ";precision=" + precision;
+  std::vector<std::string> disabled = disabledPasses;
+  std::sort(disabled.begin(), disabled.end());
+  disabled.erase(std::unique(disabled.begin(), disabled.end()), disabled.end());
+  for (const std::string &pass : disabled)
+    text += ";no-" + pass;
+  return text;
 }
 
 std::string hostTargetDescription() {
@@ -420,7 +508,8 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
 
 Expected<std::string> compileToSharedObject(const std::string &irBytecode,
                                             const CompileOptions &options,
-                                            const std::string &workDir) {
+                                            const std::string &workDir,
+                                            std::string *printedIr) {
   FLOWC_RETURN_IF_ERROR(options.validate());
   mlir::DialectRegistry registry;
   registerCodegenDialects(registry);
@@ -430,15 +519,19 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
 
   mlir::PassManager bufferize(&context);
   buildBufferizePipeline(bufferize, options);
+  std::optional<IrPrinter> printer;
+  if (!options.printIrAfter.empty())
+    printer.emplace(options.printIrAfter);
+  if (printer)
+    printer->attach(bufferize);
   if (mlir::failed(bufferize.run(*module)))
     return internalError("lowering to buffers failed: " + diagnostics.text);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   uint64_t arenaBytes = plannedArenaBytes(*module);
-  rewriteCopiesAsLinalg(*module);
-  if (options.optLevel >= 1 && mlir::failed(approximateMath(*module)))
-    return internalError("math approximation failed: " + diagnostics.text);
   mlir::PassManager lower(&context);
-  buildLowerToLlvmPipeline(lower);
+  buildLowerToLlvmPipeline(lower, options);
+  if (printer)
+    printer->attach(lower);
   if (mlir::failed(lower.run(*module)))
     return internalError("lowering to LLVM failed: " + diagnostics.text);
 
@@ -454,6 +547,11 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
   llvmModule->setTargetTriple(machine->getTargetTriple());
   optimizeModule(*llvmModule, *machine, options.optLevel);
   FLOWC_ASSIGN_OR_RETURN(std::string object, emitObject(*llvmModule, *machine));
+  if (printer) {
+    FLOWC_RETURN_IF_ERROR(printer->finish());
+    if (printedIr)
+      *printedIr = std::move(printer->text);
+  }
 
   std::string objectPath = workDir + "/graph.o", libraryPath = workDir + "/graph.so";
   FLOWC_RETURN_IF_ERROR(writeFileAtomically(objectPath, object));

@@ -6,12 +6,15 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Pass/Pass.h"
 
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Module.h"
 
+#include <cmath>
 #include <limits>
+#include <optional>
 
 namespace flowc::compiler {
 
@@ -86,6 +89,68 @@ Value otherAddend(mlir::tosa::AddOp add, Value value) {
   return {};
 }
 
+/// `value`'s only other factor if `mul` multiplies it by something else.
+Value otherFactor(Operation *op, Value value) {
+  auto mul = mlir::dyn_cast_or_null<mlir::tosa::MulOp>(op);
+  if (!mul)
+    return {};
+  if (mul.getInput1() == value && mul.getInput2() != value)
+    return mul.getInput2();
+  if (mul.getInput2() == value && mul.getInput1() != value)
+    return mul.getInput1();
+  return {};
+}
+
+/// The value of a splat f32 constant, if `value` is one.
+std::optional<float> splatConstant(Value value) {
+  mlir::DenseElementsAttr attr;
+  if (!value || !mlir::matchPattern(value, mlir::m_Constant(&attr)) || !attr.isSplat() ||
+      !attr.getElementType().isF32())
+    return std::nullopt;
+  return attr.getSplatValue<float>();
+}
+
+/// x * g(x) where x (`value`) feeds exactly the gate g and the product:
+/// Swish's g = sigmoid(x), HardSwish's g = clamp(x * 1/6 + 1/2, 0, 1), as
+/// the importer writes them. Returns the activation and fills `ops` with
+/// the gate's ops then the product; None if `value` is not gated so.
+Activation matchGatedActivation(Value value, llvm::SmallVector<Operation *> &ops) {
+  llvm::SmallVector<Operation *> users(value.getUsers());
+  if (users.size() != 2 || !value.hasNUses(2))
+    return Activation::None;
+  for (int order = 0; order < 2; ++order) {
+    Operation *gateStart = users[order], *product = users[1 - order];
+    if (mlir::isa<mlir::tosa::SigmoidOp>(gateStart) &&
+        soleUser(gateStart->getResult(0)) == product &&
+        otherFactor(product, value) == gateStart->getResult(0)) {
+      ops = {gateStart, product};
+      return Activation::Swish;
+    }
+    // HardSwish: mul(x, 1/6) -> add(., 1/2) -> clamp(0, 1) -> mul(x, .).
+    Value scale = otherFactor(gateStart, value);
+    if (!scale || !gateStart->getResult(0).hasOneUse())
+      continue;
+    auto add = mlir::dyn_cast<mlir::tosa::AddOp>(soleUser(gateStart->getResult(0)));
+    if (!add || !add.getOutput().hasOneUse())
+      continue;
+    auto clamp = mlir::dyn_cast<mlir::tosa::ClampOp>(soleUser(add.getOutput()));
+    if (!clamp || soleUser(clamp.getOutput()) != product ||
+        otherFactor(product, value) != clamp.getOutput())
+      continue;
+    auto low = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMinValAttr());
+    auto high = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMaxValAttr());
+    std::optional<float> slope = splatConstant(scale);
+    std::optional<float> offset =
+        splatConstant(otherAddend(add, gateStart->getResult(0)));
+    if (low && high && low.getValueAsDouble() == 0.0 && high.getValueAsDouble() == 1.0 &&
+        slope && std::abs(*slope - 1.0f / 6.0f) < 1e-7f && offset && *offset == 0.5f) {
+      ops = {gateStart, add, clamp, product};
+      return Activation::HardSwish;
+    }
+  }
+  return Activation::None;
+}
+
 /// Absorbs single-use successors of `candidate.result`: a bias add (when
 /// `biasChannels` > 0: an addend of shape [1, ..., 1, biasChannels]), a
 /// residual add of the same shape, then an activation.
@@ -115,6 +180,14 @@ Epilogue absorbEpilogue(Candidate &candidate, int64_t biasChannels) {
       epilogue.residual = other;
       absorb(add);
     }
+  }
+  llvm::SmallVector<Operation *> gated;
+  if (Activation activation = matchGatedActivation(candidate.result, gated);
+      activation != Activation::None) {
+    epilogue.activation = activation;
+    for (Operation *op : gated)
+      absorb(op);
+    return epilogue;
   }
   Operation *next = soleUser(candidate.result);
   if (auto clamp = mlir::dyn_cast_or_null<mlir::tosa::ClampOp>(next)) {
@@ -365,6 +438,8 @@ struct OutlineLibraryKernelsPass
     registry.insert<mlir::bufferization::BufferizationDialect>();
   }
 
+  bool bf16 = false;
+
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
     auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
@@ -387,6 +462,9 @@ struct OutlineLibraryKernelsPass
         candidate = matchMatMul(mlir::cast<mlir::tosa::MatMulOp>(root));
       if (!candidate || !closedOverConstants(*candidate))
         continue;
+      candidate->params[candidate->kind == KernelKind::Conv2d ? runtime::conv::kBf16
+                                                              : runtime::matmul::kBf16] =
+          bf16;
       outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++));
     }
   }
@@ -459,8 +537,10 @@ void emitThunk(llvm::Function &function, const LibraryKernel &kernel, int64_t si
 
 } // namespace
 
-std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass() {
-  return std::make_unique<OutlineLibraryKernelsPass>();
+std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(bool bf16) {
+  auto pass = std::make_unique<OutlineLibraryKernelsPass>();
+  pass->bf16 = bf16;
+  return pass;
 }
 
 std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module) {

@@ -43,7 +43,8 @@ struct LibraryKernel {
   unsigned bufferCount = 0;
 };
 
-std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass();
+/// `bf16`: the kernels compute in bfloat16 (fp32 buffers, fp32 accumulation).
+std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(bool bf16 = false);
 
 /// The kernels tagged in `module` (after outlining, at any later stage that
 /// still has func.func ops).

@@ -76,14 +76,17 @@ bool streamFile(grpc::ServerContext *context,
                       [&](flowc::v1::ReproChunk &chunk) { chunk.set_file(file); });
 }
 
-/// Options from a request: an empty target is "cpu". InvalidArgument
+/// Options from a request: an empty target is "cpu", an empty precision
+/// "fp32". InvalidArgument
 /// naming the bad field.
-Expected<compiler::CompileOptions> compileOptions(const std::string &target,
-                                                  int optLevel) {
+Expected<compiler::CompileOptions> compileOptions(const std::string &target, int optLevel,
+                                                  const std::string &precision) {
   compiler::CompileOptions options;
   if (!target.empty())
     options.target = target;
   options.optLevel = optLevel;
+  if (!precision.empty())
+    options.precision = precision;
   FLOWC_RETURN_IF_ERROR(options.validate());
   return options;
 }
@@ -151,7 +154,8 @@ grpc::Status CompilerService::Repro(grpc::ServerContext *context,
                                     grpc::ServerWriter<flowc::v1::ReproChunk> *writer) {
   if (Status valid = requireAbsolute(request->model_path()); !valid)
     return toGrpcStatus(valid);
-  auto options = compileOptions(request->target(), request->opt_level());
+  auto options =
+      compileOptions(request->target(), request->opt_level(), request->precision());
   if (!options)
     return toGrpcStatus(options.status());
   auto shapes = inputShapesOf(request->input_shapes());
@@ -187,10 +191,16 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   if (!shapes)
     return toGrpcStatus(shapes.status());
   compile.inputShapes = std::move(*shapes);
-  auto options = compileOptions(request->target(), request->opt_level());
+  auto options =
+      compileOptions(request->target(), request->opt_level(), request->precision());
   if (!options)
     return toGrpcStatus(options.status());
   compile.options = *options;
+  compile.options.disabledPasses.assign(request->disabled_passes().begin(),
+                                        request->disabled_passes().end());
+  compile.options.printIrAfter = request->print_ir_after();
+  if (Status valid = compile.options.validate(); !valid)
+    return toGrpcStatus(valid);
 
   auto channel = std::make_shared<EventChannel>();
   auto started = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <dlfcn.h>
@@ -43,8 +44,15 @@ void KernelContextDeleter::operator()(KernelContext *context) const { delete con
 
 namespace {
 
-memory::desc denseDesc(const Dims &dims, const Dims &strides) {
-  return memory::desc(dims, memory::data_type::f32, strides);
+memory::desc denseDesc(const Dims &dims, const Dims &strides,
+                       memory::data_type type = memory::data_type::f32) {
+  return memory::desc(dims, type, strides);
+}
+
+/// The type a kernel computes in: bf16 when asked (fp32 buffers are
+/// reordered into it), fp32 otherwise.
+memory::data_type computeType(int64_t bf16) {
+  return bf16 ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
 /// Row-major strides of `dims` visited in `order` (outermost first).
@@ -87,6 +95,12 @@ dnnl::post_ops postOps(bool residual, int64_t activation, int64_t alphaBits,
     break;
   case Activation::Tanh:
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_tanh, 0.0f, 0.0f);
+    break;
+  case Activation::Swish:
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+    break;
+  case Activation::HardSwish:
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f);
     break;
   }
   return ops;
@@ -160,87 +174,149 @@ void seedResidual(const void *residual, void *destination, size_t bytes) {
     std::memmove(destination, residual, bytes);
 }
 
-struct ConvSite : Site {
+/// One way to run a convolution: a primitive and the layouts it wants.
+struct ConvVariant {
   dnnl::convolution_forward primitive;
-  memory bias;
   ActivationPort source, destination;
   PackedWeights weights;
-  size_t destinationBytes = 0;
+  memory::desc chosenSource, chosenDestination;
 };
 
-memory::desc anyLayout(const memory::desc &desc) {
-  return memory::desc(desc.dims(), memory::data_type::f32, memory::format_tag::any);
+/// A convolution site tunes itself: on its first call each candidate
+/// layout runs and is timed, and the fastest stays (the others' packed
+/// weights are freed).
+struct ConvSite : Site {
+  std::vector<ConvVariant> candidates;
+  memory bias;
+  size_t destinationBytes = 0;
+  bool tuned = false;
+};
+
+memory::desc anyLayout(const memory::desc &desc,
+                       memory::data_type type = memory::data_type::f32) {
+  return memory::desc(desc.dims(), type, memory::format_tag::any);
+}
+
+memory::desc convWeightsDesc(const int64_t *p) {
+  using namespace conv;
+  int64_t groups = p[kGroups], kh = p[kKernelHeight], kw = p[kKernelWidth];
+  auto layout = static_cast<ConvWeightLayout>(p[kWeightLayout]);
+  if (groups == 1) {
+    Dims dims = {p[kOutChannels], p[kInChannels], kh, kw};
+    return denseDesc(dims, layout == ConvWeightLayout::Ohwi
+                               ? stridesInOrder(dims, {0, 2, 3, 1})
+                               : stridesInOrder(dims, {0, 1, 2, 3}));
+  }
+  Dims dims = {groups, p[kOutChannels] / groups, p[kInChannels] / groups, kh, kw};
+  // Depthwise [kh, kw, channels, multiplier]: group-major channels.
+  return denseDesc(dims, layout == ConvWeightLayout::Hwcm
+                             ? stridesInOrder(dims, {3, 4, 0, 1, 2})
+                             : stridesInOrder(dims, {0, 1, 2, 3, 4}));
 }
 
 std::unique_ptr<ConvSite> createConv(KernelContext &context, const int64_t *p) {
   using namespace conv;
-  int64_t groups = p[kGroups];
   Dims src = {p[kBatch], p[kInChannels], p[kInHeight], p[kInWidth]};
   Dims dst = {p[kBatch], p[kOutChannels], p[kOutHeight], p[kOutWidth]};
-  int64_t kh = p[kKernelHeight], kw = p[kKernelWidth];
-  memory::desc weightsDesc;
-  auto layout = static_cast<ConvWeightLayout>(p[kWeightLayout]);
-  if (groups == 1) {
-    Dims dims = {p[kOutChannels], p[kInChannels], kh, kw};
-    weightsDesc = denseDesc(dims, layout == ConvWeightLayout::Ohwi
-                                      ? stridesInOrder(dims, {0, 2, 3, 1})
-                                      : stridesInOrder(dims, {0, 1, 2, 3}));
-  } else {
-    Dims dims = {groups, p[kOutChannels] / groups, p[kInChannels] / groups, kh, kw};
-    // Depthwise [kh, kw, channels, multiplier]: group-major channels.
-    weightsDesc = denseDesc(dims, layout == ConvWeightLayout::Hwcm
-                                      ? stridesInOrder(dims, {3, 4, 0, 1, 2})
-                                      : stridesInOrder(dims, {0, 1, 2, 3, 4}));
-  }
+  memory::desc weightsDesc = convWeightsDesc(p);
   memory::desc sourceDesc = denseDesc(src, activationStrides(src, p[kSourceLayout]));
   memory::desc destinationDesc =
       denseDesc(dst, activationStrides(dst, p[kDestinationLayout]));
   memory::desc biasDesc = denseDesc({p[kOutChannels]}, {1});
-  // NHWC activations are used as they are (the library has fast kernels
-  // for them); for NCHW the library picks a blocked layout, several times
-  // faster than plain NCHW even with the reorders.
-  bool nhwc = p[kSourceLayout] == static_cast<int64_t>(ActivationLayout::Nhwc) &&
-              p[kDestinationLayout] == static_cast<int64_t>(ActivationLayout::Nhwc);
-  dnnl::convolution_forward::desc desc(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-      nhwc ? sourceDesc : anyLayout(sourceDesc), anyLayout(weightsDesc), biasDesc,
-      nhwc ? destinationDesc : anyLayout(destinationDesc), {p[kStrideH], p[kStrideW]},
-      {p[kDilationH] - 1, p[kDilationW] - 1}, {p[kPadTop], p[kPadLeft]},
-      {p[kPadBottom], p[kPadRight]});
   dnnl::primitive_attr attr;
   attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
-  dnnl::convolution_forward::primitive_desc pd(desc, attr, context.engine);
+
+  memory::data_type type = computeType(p[kBf16]);
   auto site = std::make_unique<ConvSite>();
-  site->primitive = dnnl::convolution_forward(pd);
-  site->source.init(sourceDesc, pd.src_desc(), context.engine, false);
-  site->destination.init(destinationDesc, pd.dst_desc(), context.engine, true);
+  auto addCandidate = [&](const memory::desc &wantedSource,
+                          const memory::desc &wantedDestination) {
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        wantedSource, anyLayout(weightsDesc, type), biasDesc, wantedDestination,
+        {p[kStrideH], p[kStrideW]}, {p[kDilationH] - 1, p[kDilationW] - 1},
+        {p[kPadTop], p[kPadLeft]}, {p[kPadBottom], p[kPadRight]});
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, context.engine);
+    for (const ConvVariant &existing : site->candidates)
+      if (existing.chosenSource == pd.src_desc() &&
+          existing.chosenDestination == pd.dst_desc())
+        return;
+    ConvVariant &variant = site->candidates.emplace_back();
+    variant.primitive = dnnl::convolution_forward(pd);
+    variant.source.init(sourceDesc, pd.src_desc(), context.engine, false);
+    variant.destination.init(destinationDesc, pd.dst_desc(), context.engine, true);
+    variant.weights.init(weightsDesc, pd.weights_desc(), context.engine);
+    variant.chosenSource = pd.src_desc();
+    variant.chosenDestination = pd.dst_desc();
+  };
+  // The library's preferred (blocked) layouts, with activation reorders;
+  // and NHWC as the graph has it, with none (but the bf16 rounding).
+  addCandidate(anyLayout(sourceDesc, type), anyLayout(destinationDesc));
+  bool nhwc = p[kSourceLayout] == static_cast<int64_t>(ActivationLayout::Nhwc) &&
+              p[kDestinationLayout] == static_cast<int64_t>(ActivationLayout::Nhwc);
+  if (nhwc)
+    addCandidate(denseDesc(src, activationStrides(src, p[kSourceLayout]), type),
+                 destinationDesc);
   site->bias = memory(biasDesc, context.engine, DNNL_MEMORY_NONE);
-  site->weights.init(weightsDesc, pd.weights_desc(), context.engine);
   site->destinationBytes = destinationDesc.get_size();
   return site;
 }
 
-void runConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
+void runConvVariant(KernelContext &context, ConvSite &site, ConvVariant &variant,
+                    const int64_t *p, void **buffers) {
   using namespace conv;
   bool residual = p[kHasResidual] != 0;
   void *out = buffers[residual ? 4 : 3];
   if (residual)
     seedResidual(buffers[3], out, site.destinationBytes);
   site.bias.set_data_handle(buffers[2]);
-  memory source = site.source.bind(buffers[0], true, context.stream);
-  memory destination = site.destination.bind(out, residual, context.stream);
+  memory source = variant.source.bind(buffers[0], true, context.stream);
+  memory destination = variant.destination.bind(out, residual, context.stream);
   memory weights =
-      site.weights.bind(buffers[1], p[kConstantWeights] != 0, context.stream);
-  site.primitive.execute(context.stream, {{DNNL_ARG_SRC, source},
-                                          {DNNL_ARG_WEIGHTS, weights},
-                                          {DNNL_ARG_BIAS, site.bias},
-                                          {DNNL_ARG_DST, destination}});
-  site.destination.store(context.stream);
+      variant.weights.bind(buffers[1], p[kConstantWeights] != 0, context.stream);
+  variant.primitive.execute(context.stream, {{DNNL_ARG_SRC, source},
+                                             {DNNL_ARG_WEIGHTS, weights},
+                                             {DNNL_ARG_BIAS, site.bias},
+                                             {DNNL_ARG_DST, destination}});
+  variant.destination.store(context.stream);
+}
+
+/// Runs every candidate and keeps the fastest. Each run computes the whole
+/// output from the inputs (the residual is seeded again), so whichever ran
+/// last leaves a correct result.
+void tuneConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
+  size_t best = 0;
+  double bestSeconds = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < site.candidates.size(); ++i) {
+    // The first run packs weights; the second is the one timed.
+    runConvVariant(context, site, site.candidates[i], p, buffers);
+    auto start = std::chrono::steady_clock::now();
+    runConvVariant(context, site, site.candidates[i], p, buffers);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (seconds < bestSeconds) {
+      bestSeconds = seconds;
+      best = i;
+    }
+  }
+  ConvVariant chosen = std::move(site.candidates[best]);
+  site.candidates.clear();
+  site.candidates.push_back(std::move(chosen));
+  site.tuned = true;
+}
+
+void runConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
+  if (!site.tuned && site.candidates.size() > 1) {
+    tuneConv(context, site, p, buffers);
+    return;
+  }
+  site.tuned = true;
+  runConvVariant(context, site, site.candidates.front(), p, buffers);
 }
 
 struct MatMulSite : Site {
   dnnl::matmul primitive;
-  memory a, bias, destination;
+  memory bias, destination;
+  ActivationPort a;
   PackedWeights b;
   size_t destinationBytes = 0;
 };
@@ -249,25 +325,28 @@ std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, const int64_t *
   using namespace matmul;
   int64_t batch = p[kBatch], m = p[kM], n = p[kN], k = p[kK];
   Dims aDims = {batch, m, k}, bDims = {batch, k, n}, cDims = {batch, m, n};
-  memory::desc aDesc = denseDesc(aDims, stridesInOrder(aDims, {0, 1, 2}));
-  memory::desc bDesc =
-      denseDesc(bDims, p[kTransposedB] ? stridesInOrder(bDims, {0, 2, 1})
-                                       : stridesInOrder(bDims, {0, 1, 2}));
+  Dims aStrides = stridesInOrder(aDims, {0, 1, 2});
+  Dims bStrides = p[kTransposedB] ? stridesInOrder(bDims, {0, 2, 1})
+                                  : stridesInOrder(bDims, {0, 1, 2});
+  memory::desc aDesc = denseDesc(aDims, aStrides);
+  memory::desc bDesc = denseDesc(bDims, bStrides);
+  memory::data_type type = computeType(p[kBf16]);
   memory::desc cDesc = denseDesc(cDims, stridesInOrder(cDims, {0, 1, 2}));
   memory::desc biasDesc;
   if (p[kHasBias])
     biasDesc = denseDesc({1, 1, n}, {n, n, 1});
   // Constant B may be repacked once into whatever the library prefers.
-  memory::desc wantedB =
-      p[kConstantB] ? memory::desc(bDims, memory::data_type::f32, memory::format_tag::any)
-                    : bDesc;
-  dnnl::matmul::desc desc(aDesc, wantedB, biasDesc, cDesc);
+  memory::desc wantedB = p[kConstantB]
+                             ? memory::desc(bDims, type, memory::format_tag::any)
+                             : denseDesc(bDims, bStrides, type);
+  memory::desc wantedA = denseDesc(aDims, aStrides, type);
+  dnnl::matmul::desc desc(wantedA, wantedB, biasDesc, cDesc);
   dnnl::primitive_attr attr;
   attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
   dnnl::matmul::primitive_desc pd(desc, attr, context.engine);
   auto site = std::make_unique<MatMulSite>();
   site->primitive = dnnl::matmul(pd);
-  site->a = memory(aDesc, context.engine, DNNL_MEMORY_NONE);
+  site->a.init(aDesc, pd.src_desc(), context.engine, false);
   site->destination = memory(cDesc, context.engine, DNNL_MEMORY_NONE);
   if (p[kHasBias])
     site->bias = memory(biasDesc, context.engine, DNNL_MEMORY_NONE);
@@ -289,9 +368,8 @@ void runMatMul(KernelContext &context, MatMulSite &site, const int64_t *p,
   void *out = buffers[next];
   if (residual)
     seedResidual(residual, out, site.destinationBytes);
-  site.a.set_data_handle(buffers[0]);
   site.destination.set_data_handle(out);
-  args[DNNL_ARG_SRC] = site.a;
+  args[DNNL_ARG_SRC] = site.a.bind(buffers[0], true, context.stream);
   args[DNNL_ARG_WEIGHTS] = site.b.bind(buffers[1], p[kConstantB] != 0, context.stream);
   args[DNNL_ARG_DST] = site.destination;
   site.primitive.execute(context.stream, args);

@@ -134,6 +134,32 @@ TEST_F(PassTest, ConvResultUsedTwiceKeepsItsEpilogueOutside) {
   EXPECT_EQ(count<mlir::tosa::ClampOp>(main(*module)), 1);
 }
 
+TEST_F(PassTest, SiluAfterConvBecomesTheSwishPostOp) {
+  // EfficientNet's x * sigmoid(x) on an NHWC convolution's result.
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x1x1x8xf32> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"}) -> tensor<1x6x6x4xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %c = tosa.conv2d %x, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x1x1x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  %s = tosa.sigmoid %c : (tensor<1x6x6x4xf32>) -> tensor<1x6x6x4xf32>
+  %y = tosa.mul %s, %c, %shift : (tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>, tensor<1xi8>) -> tensor<1x6x6x4xf32>
+  return %y : tensor<1x6x6x4xf32>
+}
+)mlir";
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].params[conv::kActivation], int64_t(runtime::Activation::Swish));
+  EXPECT_EQ(kernels[0].params[conv::kSourceLayout],
+            int64_t(runtime::ActivationLayout::Nhwc));
+  EXPECT_EQ(kernels[0].params[conv::kWeightLayout],
+            int64_t(runtime::ConvWeightLayout::Ohwi));
+  EXPECT_EQ(count<mlir::tosa::SigmoidOp>(main(*module)), 0);
+  EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
+}
+
 TEST_F(PassTest, MatMulReadsTransposedWeightInPlaceAndFusesBias) {
   // Gemm with transB=1 and a bias, as the importer writes it.
   constexpr const char *ir = R"mlir(

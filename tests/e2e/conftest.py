@@ -33,9 +33,9 @@ class Flowc:
             raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}): {result.stderr}")
         return result
 
-    def submit(self, model: pathlib.Path, out: pathlib.Path = None) -> dict:
+    def submit(self, model: pathlib.Path, out: pathlib.Path = None, *options) -> dict:
         out = out or model.with_suffix(".fca")
-        return json.loads(self.run("submit", model, "-o", out, "--json").stdout)
+        return json.loads(self.run("submit", model, "-o", out, "--json", *options).stdout)
 
     def execute(self, artifact: pathlib.Path, inputs: dict) -> dict:
         """Runs `artifact` with `inputs` (name -> array); returns name -> array."""

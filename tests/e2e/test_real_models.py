@@ -31,7 +31,7 @@ def check_transformer(flowc, directory, name):
     path = directory / f"{name}.onnx"
     inputs = model_inputs(directory, name)
     assert inputs["input_ids"].dtype == np.int64
-    flowc.submit(path)
+    flowc.submit(path, None, "-O", "3")
     ours = flowc.execute(path.with_suffix(".fca"), inputs)["hidden_states"]
     reference = onnxruntime_outputs(path, inputs)["hidden_states"]
     assert_close(ours, reference)
@@ -48,6 +48,12 @@ def test_gpt2_matches_onnxruntime(flowc, real_models):
 
 def test_bert_matches_onnxruntime(flowc, real_models):
     check_transformer(flowc, real_models[17], "bert")
+
+
+def test_gpt2_batch_two(flowc, tmp_path):
+    out = export_models(tmp_path / "gpt2_b2", 13, transformers=["gpt2"], batch=2, seq=32)
+    ours = check_transformer(flowc, out, "gpt2")
+    assert not np.allclose(ours[0], ours[1], rtol=1e-3, atol=1e-4)
 
 
 def test_bert_batch_two_with_padding_mask(flowc, tmp_path):

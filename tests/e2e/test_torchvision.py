@@ -1,37 +1,56 @@
 """Real models: torchvision networks exported with Debian's torch (seeded
 random weights, BatchNorm statistics re-estimated so outputs depend on the
-input), compiled through the daemon, run with `flowc run` and compared with
-onnxruntime."""
+input), compiled at -O3 through the daemon (library kernels, fusion, the
+activation arena), run with `flowc run` and compared with onnxruntime, at
+batch 1 and batch 2."""
 import numpy as np
 import pytest
 
-from conftest import assert_close, export_models, onnxruntime_outputs
-
-MODELS = ["squeezenet1_1", "mobilenet_v3_small", "resnet18"]
+from conftest import TORCHVISION_MODELS, assert_close, export_models, onnxruntime_outputs
 
 
-# Every model at opset 13, one at 17 too (import of all is checked in
-# test_real_models.py); keeps CI short.
-CASES = [(name, 13) for name in MODELS] + [("mobilenet_v3_small", 17)]
-
-
-@pytest.mark.parametrize("name,opset", CASES)
-def test_torchvision_model_matches_onnxruntime(flowc, real_models, name, opset):
-    path = real_models[opset] / f"{name}.onnx"
-    x = np.load(real_models[opset] / f"{name}_input.npy")
-    flowc.submit(path)
+def check_model(flowc, directory, name, *options):
+    path = directory / f"{name}.onnx"
+    x = np.load(directory / f"{name}_input.npy")
+    flowc.submit(path, None, *options)
     artifact = path.with_suffix(".fca")
     ours = flowc.execute(artifact, {"input": x})["logits"]
     assert_close(ours, onnxruntime_outputs(path, {"input": x})["logits"])
     # The output depends on the input: a compiler ignoring it could not pass.
     other = flowc.execute(artifact, {"input": np.flip(x, axis=3).copy()})["logits"]
     assert not np.allclose(ours, other, rtol=1e-3, atol=1e-6)
+    return ours
 
 
-def test_torchvision_batch_two(flowc, tmp_path):
-    out = export_models(tmp_path / "batch2", 13, ["squeezenet1_1"], batch=2)
-    x = np.load(out / "squeezenet1_1_input.npy")
-    path = out / "squeezenet1_1.onnx"
-    flowc.submit(path)
-    ours = flowc.execute(path.with_suffix(".fca"), {"input": x})["logits"]
-    assert_close(ours, onnxruntime_outputs(path, {"input": x})["logits"])
+# Every model at opset 13 and -O3, one at 17 too (import of all is checked
+# in test_real_models.py).
+CASES = [(name, 13) for name in TORCHVISION_MODELS] + [("mobilenet_v3_small", 17)]
+
+
+@pytest.mark.parametrize("name,opset", CASES)
+def test_torchvision_model_matches_onnxruntime(flowc, real_models, name, opset):
+    check_model(flowc, real_models[opset], name, "-O", "3")
+
+
+@pytest.fixture(scope="module")
+def batch_two(tmp_path_factory):
+    return export_models(tmp_path_factory.mktemp("batch2"), 13, TORCHVISION_MODELS, batch=2)
+
+
+@pytest.mark.parametrize("name", TORCHVISION_MODELS)
+def test_torchvision_batch_two(flowc, batch_two, name):
+    ours = check_model(flowc, batch_two, name, "-O", "3")
+    # Two different images, two different answers.
+    assert not np.allclose(ours[0], ours[1], rtol=1e-3, atol=1e-6)
+
+
+def test_reference_path_matches_library_kernels(flowc, real_models):
+    """-O0 keeps every op in generated loops (no library kernels, no arena):
+    the two paths agree on a real network."""
+    directory = real_models[13]
+    path = directory / "squeezenet1_1.onnx"
+    x = {"input": np.load(directory / "squeezenet1_1_input.npy")}
+    flowc.submit(path, directory / "squeeze_o0.fca", "-O", "0")
+    flowc.submit(path, directory / "squeeze_o3.fca", "-O", "3")
+    reference = flowc.execute(directory / "squeeze_o0.fca", x)["logits"]
+    assert_close(flowc.execute(directory / "squeeze_o3.fca", x)["logits"], reference)

@@ -159,8 +159,10 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   // reading is detected when the memo is recorded.
   FLOWC_ASSIGN_OR_RETURN(cache::FileIdentity file,
                          cache::FileIdentity::of(request.modelPath));
+  // Printing IR means compiling: no cached answer has it.
+  bool printsIr = !request.options.printIrAfter.empty();
   FLOWC_ASSIGN_OR_RETURN(auto memoized, memoizedResult(file, request));
-  if (memoized) {
+  if (memoized && !printsIr) {
     memoized->seconds = elapsed();
     progress("cache", "hit " + memoized->artifactDigest.toString() + " (file unchanged)");
     return *memoized;
@@ -175,7 +177,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   Digest key = artifactKey(ingested.modelDigest, request.options);
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Artifact, key));
-  if (cached && cache_.contains(ingested.modelDigest)) {
+  if (cached && cache_.contains(ingested.modelDigest) && !printsIr) {
     FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
@@ -234,7 +236,7 @@ Expected<Digest> CompileExecutor::codeFor(const IngestedModel &ingested,
   Digest codeKey = cache::digestOf(key);
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Code, codeKey));
-  if (cached) {
+  if (cached && options.printIrAfter.empty()) {
     hit = true;
     progress("codegen", "code cache hit " + cached->toString());
     return *cached;
@@ -242,9 +244,14 @@ Expected<Digest> CompileExecutor::codeFor(const IngestedModel &ingested,
   hit = false;
   progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
   FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_.tmpDir()));
-  FLOWC_ASSIGN_OR_RETURN(std::string object,
-                         compiler::compileToSharedObject(ingested.graph.irBytecode,
-                                                         options, scratch.path()));
+  std::string printedIr;
+  FLOWC_ASSIGN_OR_RETURN(std::string object, compiler::compileToSharedObject(
+                                                 ingested.graph.irBytecode, options,
+                                                 scratch.path(), &printedIr));
+  // The IR goes back as progress events of at most 1 MiB each.
+  constexpr size_t kIrChunk = 1 << 20;
+  for (size_t offset = 0; offset < printedIr.size(); offset += kIrChunk)
+    progress("ir", printedIr.substr(offset, kIrChunk));
   FLOWC_ASSIGN_OR_RETURN(Digest code, cache_.put(object));
   FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Code, codeKey, code));
   return code;

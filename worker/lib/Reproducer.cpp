@@ -308,6 +308,11 @@ Expected<compiler::CompileOptions> ManifestReader::options(const json &root) con
   if (!level->is_number_integer())
     return error("compile_options.opt_level", "must be an integer");
   options.optLevel = level->get<int>();
+  // Reproducers made before precision existed are fp32.
+  if (spec->contains("precision")) {
+    FLOWC_ASSIGN_OR_RETURN(options.precision,
+                           string(*spec, "compile_options.", "precision"));
+  }
   if (Status valid = options.validate(); !valid)
     return error("compile_options", "is invalid: " + valid.message());
   return options;
@@ -683,7 +688,8 @@ std::string makeReproManifest(const IngestedModel &ingested,
                         {"parameters", graph.parameterCount()},
                         {"parameter_bytes", graph.parameterBytes()}};
   manifest["compile_options"] = {{"target", options.target},
-                                 {"opt_level", options.optLevel}};
+                                 {"opt_level", options.optLevel},
+                                 {"precision", options.precision}};
   manifest["toolchain"] = {{"flowc", FLOWC_VERSION},
                            {"build_id", toolchain.buildId},
                            {"llvm", FLOWC_LLVM_VERSION},

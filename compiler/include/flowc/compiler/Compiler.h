@@ -16,8 +16,20 @@ namespace flowc::compiler {
 /// What a compile is asked for. Every field is part of the code cache key.
 struct CompileOptions {
   std::string target = "cpu";
-  /// LLVM optimization level of generated code, 0..3.
+  /// 0: every op in generated loops, the reference. 1..3: library kernels
+  /// for convolutions and matrix products, fusion, layout, the activation
+  /// arena; LLVM's optimization level of the generated code.
   int optLevel = 2;
+  /// "fp32", or "bf16": library kernels round inputs and weights to
+  /// bfloat16 and accumulate in fp32 (AMX / AVX-512-BF16 where the CPU has
+  /// them); generated code stays fp32.
+  std::string precision = "fp32";
+  /// Optional passes left out, for debugging (names as in kOptionalPasses).
+  std::vector<std::string> disabledPasses;
+  /// Prints the module after each pass of this name ("all": every pass)
+  /// into compileToSharedObject's `printedIr`. Changes no code, so it is
+  /// not part of the canonical options.
+  std::string printIrAfter;
 
   /// InvalidArgument naming the bad field.
   Status validate() const;
@@ -87,12 +99,21 @@ Expected<ImportedGraph> importOnnx(const OnnxModel &model);
 /// dense row-major buffers.
 inline constexpr const char *kEntrySymbol = "flowc_entry";
 
+/// The passes -O1..-O3 add, each of which `disabledPasses` can leave out.
+inline const std::vector<std::string> kOptionalPasses = {
+    "tosa-reduce-transposes", "flowc-outline-library-kernels",
+    "linalg-fuse-elementwise-ops", "flowc-plan-activation-memory",
+    "flowc-approximate-math"};
+
 /// Lowers graph IR bytecode (TOSA -> linalg -> loops -> LLVM) and links a
-/// shared object for the host CPU in `workDir`. Returns its bytes.
+/// shared object for the host CPU in `workDir`. Returns its bytes. With
+/// `options.printIrAfter`, the IR after each matching pass goes to
+/// `printedIr` (InvalidArgument if no pass has that name).
 /// Thread-safe: each call owns its MLIR and LLVM contexts.
 Expected<std::string> compileToSharedObject(const std::string &irBytecode,
                                             const CompileOptions &options,
-                                            const std::string &workDir);
+                                            const std::string &workDir,
+                                            std::string *printedIr = nullptr);
 
 /// Target description hashed into cache keys (CPU name and features).
 std::string hostTargetDescription();

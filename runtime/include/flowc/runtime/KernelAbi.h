@@ -57,6 +57,10 @@ enum class Activation : int64_t {
   Clip = 1,
   Sigmoid = 2,
   Tanh = 3,
+  /// x * sigmoid(x) (SiLU).
+  Swish = 4,
+  /// x * clamp(x / 6 + 1/2, 0, 1).
+  HardSwish = 5,
 };
 
 /// Activation bounds travel as the bit pattern of a float.
@@ -105,6 +109,8 @@ enum Param : int {
   kActivation,
   kAlpha,
   kBeta,
+  /// Source and weights rounded to bfloat16, fp32 accumulation and output.
+  kBf16,
   kCount
 };
 } // namespace conv
@@ -125,6 +131,8 @@ enum Param : int {
   kActivation,
   kAlpha,
   kBeta,
+  /// A and B rounded to bfloat16, fp32 accumulation and output.
+  kBf16,
   kCount
 };
 } // namespace matmul

@@ -1,0 +1,107 @@
+"""Compile options from the CLI: optimization levels, the pass switches,
+--print-ir-after, --precision bf16 and the run's --threads; and the errors
+each gives for bad values."""
+import json
+
+import numpy as np
+import pytest
+
+import make_models
+from conftest import assert_close, onnxruntime_outputs, save
+
+
+@pytest.fixture
+def cnn(tmp_path):
+    rng = np.random.default_rng(5)
+    path = save(make_models.make_cnn(rng, batch=2), tmp_path / "cnn.onnx")
+    x = rng.standard_normal((2, 3, 32, 32)).astype(np.float32)
+    return path, {"image": x}
+
+
+def inspect(flowc, artifact):
+    return json.loads(flowc.run("inspect", artifact, "--json").stdout)
+
+
+@pytest.mark.parametrize("level", ["0", "1", "2", "3"])
+def test_every_level_matches_onnxruntime(flowc, cnn, level):
+    path, inputs = cnn
+    artifact = path.with_name(f"cnn_O{level}.fca")
+    flowc.submit(path, artifact, "-O", level)
+    assert_close(flowc.execute(artifact, inputs)["probs"],
+                 onnxruntime_outputs(path, inputs)["probs"])
+    report = inspect(flowc, artifact)
+    # -O0 is the all-generated reference: no library kernels, no arena.
+    if level == "0":
+        assert report["library_kernels"] == 0 and report["arena_bytes"] == 0
+    else:
+        assert report["library_kernels"] == 3  # two convolutions and the Gemm
+        assert report["arena_bytes"] > 0
+
+
+def test_disabled_passes_change_the_code_not_the_answer(flowc, cnn):
+    path, inputs = cnn
+    artifact = path.with_name("cnn_plain.fca")
+    result = flowc.submit(path, artifact, "--disable-pass", "flowc-outline-library-kernels",
+                          "--disable-pass", "flowc-plan-activation-memory")
+    assert result["code_cache"] == "miss"
+    report = inspect(flowc, artifact)
+    assert report["library_kernels"] == 0 and report["arena_bytes"] == 0
+    assert "no-flowc-outline-library-kernels" in report["options"]
+    assert_close(flowc.execute(artifact, inputs)["probs"],
+                 onnxruntime_outputs(path, inputs)["probs"])
+
+
+def test_print_ir_after_shows_the_outlined_kernels(flowc, cnn):
+    path, _ = cnn
+    flowc.submit(path)  # cached: printing must compile anyway
+    result = flowc.run("submit", path, "-o", path.with_suffix(".fca"), "--print-ir-after",
+                       "flowc-outline-library-kernels")
+    assert "IR Dump After" in result.stderr
+    assert result.stderr.count('flowc.kernel = "conv2d"') == 2
+    assert 'flowc.kernel = "matmul"' in result.stderr
+
+
+def test_bad_pass_names_and_precisions_are_refused(flowc, cnn):
+    path, _ = cnn
+    result = flowc.run("submit", path, "--print-ir-after", "no-such-pass", check=False)
+    assert result.returncode == 3
+    assert "no pass named 'no-such-pass'" in result.stderr and "one-shot-bufferize" in result.stderr
+    result = flowc.run("submit", path, "--disable-pass", "cse", check=False)
+    assert result.returncode == 3 and "cannot disable pass 'cse'" in result.stderr
+    result = flowc.run("submit", path, "-O", "0", "--precision", "bf16", check=False)
+    assert result.returncode == 3 and "needs library kernels" in result.stderr
+    result = flowc.run("submit", path, "--precision", "fp16", check=False)
+    assert result.returncode == 2
+    flowc.submit(path)
+    result = flowc.run("run", path.with_suffix(".fca"), "--threads", "0", check=False)
+    assert result.returncode == 2
+
+
+def test_bf16_stays_close_to_fp32_on_a_real_network(flowc, real_models):
+    """bf16 rounds inputs and weights of every convolution and product:
+    ~1e-2 relative error on ResNet-18's logits, the same top class."""
+    directory = real_models[13]
+    path = directory / "resnet18.onnx"
+    x = {"input": np.load(directory / "resnet18_input.npy")}
+    artifact = directory / "resnet18_bf16.fca"
+    flowc.submit(path, artifact, "--precision", "bf16")
+    ours = flowc.execute(artifact, x)["logits"]
+    reference = onnxruntime_outputs(path, x)["logits"]
+    assert_close(ours, reference, rtol=5e-2)
+    assert np.argmax(ours) == np.argmax(reference)
+    assert "precision=bf16" in inspect(flowc, artifact)["options"]
+
+
+def test_threads_do_not_change_the_answer(flowc, cnn):
+    path, inputs = cnn
+    flowc.submit(path)
+    artifact = path.with_suffix(".fca")
+    np.save(path.with_name("x.npy"), inputs["image"])
+    outputs = []
+    for threads in ("1", "2"):
+        report = json.loads(flowc.run("run", artifact, "--input", f"image={path.with_name('x.npy')}",
+                                      "--output-dir", path.with_name(f"out{threads}"),
+                                      "--threads", threads, "--bench", "3", "--json").stdout)
+        assert report["threads"] == int(threads) and report["median_ms"] > 0
+        outputs.append(np.load(report["outputs"][0]["file"]))
+    assert_close(outputs[0], outputs[1], rtol=1e-5)
