@@ -5,7 +5,7 @@
     bench/setup-peers.sh        # once: .venv-bench with PyPI torch and onnxruntime
     .venv-bench/bin/python bench/model_bench.py [--models resnet50,mobilenet_v3_small,bert,gpt2]
                                                 [--batches 1,8] [--runs 20] [--threads 2]
-                                                [--json results.json]
+                                                [--precision fp32|bf16] [--json results.json]
 
 For each model and batch size: the ONNX export (Debian's torch, as the tests
 use), a cold `flowc submit` (fresh cache and daemon: wall time and the
@@ -68,22 +68,29 @@ def median_p90(fn, runs, warmup=3):
 
 
 def daemon_peak_rss_mib(flowc):
-    status = json.loads(subprocess.run(flowc + ["status", "--json"], capture_output=True,
-                                       text=True).stdout)
+    # A daemon still streaming the last artifact can miss one status call.
+    for _ in range(5):
+        status = json.loads(subprocess.run(flowc + ["status", "--json"], capture_output=True,
+                                           text=True).stdout or "{}")
+        if "pid" in status:
+            break
+        time.sleep(0.5)
+    else:
+        return float("nan")
     for line in pathlib.Path(f"/proc/{status['pid']}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
 
-def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads):
+def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads, precision):
     flowc = [str(BIN / "flowc"), "--cache-dir", str(work / "cache")]
     artifact = work / "model.fca"
     subprocess.run(flowc + ["daemon", "start"], check=True, capture_output=True)
     try:
         start = time.perf_counter()
-        subprocess.run(flowc + ["submit", onnx_path, "-o", artifact, "-O", "3"], check=True,
-                       capture_output=True)
+        subprocess.run(flowc + ["submit", onnx_path, "-o", artifact, "-O", "3", "--precision",
+                                precision], check=True, capture_output=True)
         compile_s = time.perf_counter() - start
         rss = daemon_peak_rss_mib(flowc)
     finally:
@@ -97,6 +104,18 @@ def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads):
     result = json.loads(out)
     output = np.load(result["outputs"][0]["file"])
     return compile_s, rss, (result["median_ms"], result["p90_ms"]), output
+
+
+class FirstOutput(torch.nn.Module):
+    """A transformer's last hidden state alone: what the ONNX export
+    returns, and a plain tensor, which tracing needs."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, *inputs):
+        return self.net(*inputs)[0]
 
 
 def torch_model(model, batch):
@@ -113,6 +132,7 @@ def torch_model(model, batch):
             net = transformers.GPT2Model(transformers.GPT2Config(use_cache=False,
                                                                  torchscript=True))
             example = (torch.randint(0, 50257, (batch, SEQ)),)
+        net = FirstOutput(net)
     else:
         import torchvision
         net = getattr(torchvision.models, model)(weights=None)
@@ -145,12 +165,12 @@ def bench(model, batch, args, root):
     work = root / f"{model}-b{batch}"
     work.mkdir()
     compile_s, rss, ours, output = flowc_figures(onnx_path, inputs, names, work, args.runs,
-                                                 args.threads)
+                                                 args.threads, args.precision)
     reference = session.run(None, feeds)[0]
     error = float(np.max(np.abs(output - reference)) / max(np.max(np.abs(reference)), 1e-30))
     onnxruntime = median_p90(lambda: session.run(None, feeds), args.runs)
     eager, scripted = torch_figures(model, batch, args.runs)
-    row = {"model": model, "batch": batch, "threads": args.threads,
+    row = {"model": model, "batch": batch, "threads": args.threads, "precision": args.precision,
            "flowc_ms": ours[0], "flowc_p90_ms": ours[1], "onnxruntime_ms": onnxruntime[0],
            "torch_eager_ms": eager[0], "torchscript_ms": scripted[0],
            "compile_s": compile_s, "compile_peak_rss_mib": rss, "max_rel_error": error}
@@ -168,12 +188,14 @@ def main():
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                        help="flowc's precision (the peers stay fp32)")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--keep", help="work directory to keep (exports are reused)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, onnxruntime {ort.__version__}, "
-          f"{args.threads} threads, median of {args.runs} runs; ratio = peer / flowc")
+    print(f"torch {torch.__version__}, onnxruntime {ort.__version__}, {args.threads} threads, "
+          f"flowc {args.precision}, median of {args.runs} runs; ratio = peer / flowc")
     rows = []
     with tempfile.TemporaryDirectory(prefix="flowc-model-bench-") as tmp:
         root = pathlib.Path(args.keep or tmp)

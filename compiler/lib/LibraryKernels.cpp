@@ -110,6 +110,54 @@ std::optional<float> splatConstant(Value value) {
   return attr.getSplatValue<float>();
 }
 
+/// A multiplier of ~`expected`: a splat constant, or the reciprocal of one
+/// (ONNX's Div by a constant imports as a product with its reciprocal).
+bool isScale(Value value, float expected) {
+  if (auto reciprocal =
+          value ? value.getDefiningOp<mlir::tosa::ReciprocalOp>() : nullptr) {
+    std::optional<float> divisor = splatConstant(reciprocal.getInput1());
+    return divisor && std::abs(1.0f / *divisor - expected) <= 1e-6f * std::abs(expected);
+  }
+  std::optional<float> scale = splatConstant(value);
+  return scale && std::abs(*scale - expected) <= 1e-6f * std::abs(expected);
+}
+
+/// GELU as exported from PyTorch: (x * (erf(x * 1/sqrt(2)) + 1)) * 0.5,
+/// with `value` as x feeding exactly the scaling and the product.
+bool matchGeluErf(Value value, llvm::SmallVector<Operation *> &ops) {
+  llvm::SmallVector<Operation *> users(value.getUsers());
+  if (users.size() != 2 || !value.hasNUses(2))
+    return false;
+  for (int order = 0; order < 2; ++order) {
+    Operation *scale = users[order], *product = users[1 - order];
+    if (!isScale(otherFactor(scale, value), static_cast<float>(M_SQRT1_2)) ||
+        !scale->getResult(0).hasOneUse())
+      continue;
+    auto erf = mlir::dyn_cast<mlir::tosa::ErfOp>(soleUser(scale->getResult(0)));
+    if (!erf || !erf.getOutput().hasOneUse())
+      continue;
+    auto add = mlir::dyn_cast<mlir::tosa::AddOp>(soleUser(erf.getOutput()));
+    if (!add || !add.getOutput().hasOneUse() ||
+        splatConstant(otherAddend(add, erf.getOutput())) != 1.0f)
+      continue;
+    if (soleUser(add.getOutput()) != product ||
+        otherFactor(product, value) != add.getOutput() ||
+        !product->getResult(0).hasOneUse())
+      continue;
+    Operation *half = soleUser(product->getResult(0));
+    if (!isScale(otherFactor(half, product->getResult(0)), 0.5f))
+      continue;
+    ops = {scale, erf, add, product, half};
+    // A reciprocal of a constant divisor is part of the kernel's formula.
+    for (Operation *op : {scale, half})
+      if (auto reciprocal = otherFactor(op, op == scale ? value : product->getResult(0))
+                                .getDefiningOp<mlir::tosa::ReciprocalOp>())
+        ops.insert(ops.begin(), reciprocal); // ops.back() stays the result
+    return true;
+  }
+  return false;
+}
+
 /// x * g(x) where x (`value`) feeds exactly the gate g and the product:
 /// Swish's g = sigmoid(x), HardSwish's g = clamp(x * 1/6 + 1/2, 0, 1), as
 /// the importer writes them. Returns the activation and fills `ops` with
@@ -182,8 +230,10 @@ Epilogue absorbEpilogue(Candidate &candidate, int64_t biasChannels) {
     }
   }
   llvm::SmallVector<Operation *> gated;
-  if (Activation activation = matchGatedActivation(candidate.result, gated);
-      activation != Activation::None) {
+  Activation activation = matchGatedActivation(candidate.result, gated);
+  if (activation == Activation::None && matchGeluErf(candidate.result, gated))
+    activation = Activation::GeluErf;
+  if (activation != Activation::None) {
     epilogue.activation = activation;
     for (Operation *op : gated)
       absorb(op);

@@ -303,6 +303,20 @@ Expected<Value> Importer::weightArgument(const Node &node, const TensorData &ten
     return nodeUnsupported(node, "tensor '" + tensor.info.name + "' has dtype " +
                                      dtypeName(tensor.info.dtype) +
                                      "; supported: float32, int64, int32, bool");
+  // Small-constant folding: a float scalar (GELU's sqrt(2), LayerNorm's
+  // epsilon, a 0.5) is part of the graph's arithmetic, not a weight a
+  // fine-tune changes; as an IR constant it folds and lets passes see the
+  // formula it belongs to.
+  if (tensor.info.dtype == DType::F32 && tensor.info.elementCount() == 1 &&
+      tensor.bytes.size() == sizeof(float)) {
+    float value;
+    std::memcpy(&value, tensor.bytes.data(), sizeof value);
+    auto type = mlir::RankedTensorType::get(tensor.info.shape, element);
+    Value constant = mlir::tosa::ConstOp::create(
+        builder_, loc_, type, mlir::DenseElementsAttr::get(type, value));
+    values_[tensor.info.name] = constant;
+    return constant;
+  }
   Value arg =
       entry_->addArgument(mlir::RankedTensorType::get(tensor.info.shape, element), loc_);
   weights_.push_back(

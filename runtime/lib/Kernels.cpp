@@ -102,6 +102,9 @@ dnnl::post_ops postOps(bool residual, int64_t activation, int64_t alphaBits,
   case Activation::HardSwish:
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f);
     break;
+  case Activation::GeluErf:
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    break;
   }
   return ops;
 }
@@ -324,17 +327,32 @@ struct MatMulSite : Site {
 std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, const int64_t *p) {
   using namespace matmul;
   int64_t batch = p[kBatch], m = p[kM], n = p[kN], k = p[kK];
-  Dims aDims = {batch, m, k}, bDims = {batch, k, n}, cDims = {batch, m, n};
-  Dims aStrides = stridesInOrder(aDims, {0, 1, 2});
-  Dims bStrides = p[kTransposedB] ? stridesInOrder(bDims, {0, 2, 1})
-                                  : stridesInOrder(bDims, {0, 1, 2});
+  // One product is described in 2-D: the library's 2-D kernels are faster
+  // than its batched ones at batch 1.
+  Dims aDims = {m, k}, bDims = {k, n}, cDims = {m, n}, biasDims = {1, n};
+  if (batch > 1) {
+    aDims.insert(aDims.begin(), batch);
+    bDims.insert(bDims.begin(), batch);
+    cDims.insert(cDims.begin(), batch);
+    biasDims.insert(biasDims.begin(), 1);
+  }
+  Dims aStrides = stridesInOrder(aDims, batch > 1 ? std::initializer_list<int>{0, 1, 2}
+                                                  : std::initializer_list<int>{0, 1});
+  Dims bStrides = stridesInOrder(
+      bDims, batch > 1 ? (p[kTransposedB] ? std::initializer_list<int>{0, 2, 1}
+                                          : std::initializer_list<int>{0, 1, 2})
+                       : (p[kTransposedB] ? std::initializer_list<int>{1, 0}
+                                          : std::initializer_list<int>{0, 1}));
   memory::desc aDesc = denseDesc(aDims, aStrides);
   memory::desc bDesc = denseDesc(bDims, bStrides);
   memory::data_type type = computeType(p[kBf16]);
-  memory::desc cDesc = denseDesc(cDims, stridesInOrder(cDims, {0, 1, 2}));
+  memory::desc cDesc = denseDesc(cDims, batch > 1 ? stridesInOrder(cDims, {0, 1, 2})
+                                                  : stridesInOrder(cDims, {0, 1}));
   memory::desc biasDesc;
   if (p[kHasBias])
-    biasDesc = denseDesc({1, 1, n}, {n, n, 1});
+    biasDesc = denseDesc(
+        biasDims, stridesInOrder(biasDims, batch > 1 ? std::initializer_list<int>{0, 1, 2}
+                                                     : std::initializer_list<int>{0, 1}));
   // Constant B may be repacked once into whatever the library prefers.
   memory::desc wantedB = p[kConstantB]
                              ? memory::desc(bDims, type, memory::format_tag::any)

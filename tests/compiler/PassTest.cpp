@@ -191,6 +191,46 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<6x8xf32> {flowc.weight = "w"},
   EXPECT_EQ(count<mlir::tosa::MatMulOp>(main(*module)), 0);
 }
 
+TEST_F(PassTest, ErfGeluAfterMatMulBecomesOnePostOp) {
+  // BERT's feed-forward: x W + b, then PyTorch's erf GELU.
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"},
+                %b: tensor<1x1x6xf32> {flowc.weight = "b"}) -> tensor<1x4x6xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %sqrt2 = "tosa.const"() <{values = dense<1.41421354> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %one = "tosa.const"() <{values = dense<1.0> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %half = "tosa.const"() <{values = dense<0.5> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %y = tosa.matmul %x, %w, %zp, %zp : (tensor<1x4x8xf32>, tensor<1x8x6xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x4x6xf32>
+  %h = tosa.add %b, %y : (tensor<1x1x6xf32>, tensor<1x4x6xf32>) -> tensor<1x4x6xf32>
+  %r = tosa.reciprocal %sqrt2 : (tensor<1x1x1xf32>) -> tensor<1x1x1xf32>
+  %s = tosa.mul %h, %r, %shift : (tensor<1x4x6xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  %e = tosa.erf %s : (tensor<1x4x6xf32>) -> tensor<1x4x6xf32>
+  %a = tosa.add %e, %one : (tensor<1x4x6xf32>, tensor<1x1x1xf32>) -> tensor<1x4x6xf32>
+  %p = tosa.mul %h, %a, %shift : (tensor<1x4x6xf32>, tensor<1x4x6xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  %g = tosa.mul %p, %half, %shift : (tensor<1x4x6xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  return %g : tensor<1x4x6xf32>
+}
+)mlir";
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].params[matmul::kHasBias], 1);
+  EXPECT_EQ(kernels[0].params[matmul::kActivation],
+            int64_t(runtime::Activation::GeluErf));
+  EXPECT_EQ(count<mlir::tosa::ErfOp>(main(*module)), 0);
+  EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
+  // With a different constant (not sqrt(2)) it is not GELU: left alone.
+  std::string other = ir;
+  other.replace(other.find("1.41421354"), 10, "1.50000000");
+  auto unchanged = run(other, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(unchanged);
+  EXPECT_EQ(collectLibraryKernels(*unchanged)[0].params[matmul::kActivation],
+            int64_t(runtime::Activation::None));
+  EXPECT_EQ(count<mlir::tosa::ErfOp>(main(*unchanged)), 1);
+}
+
 TEST_F(PassTest, MatMulOfTwoActivationsIsNotConstant) {
   constexpr const char *ir = R"mlir(
 func.func @main(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>) -> tensor<2x4x4xf32> {

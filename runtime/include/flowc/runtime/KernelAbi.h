@@ -61,6 +61,8 @@ enum class Activation : int64_t {
   Swish = 4,
   /// x * clamp(x / 6 + 1/2, 0, 1).
   HardSwish = 5,
+  /// x * (1 + erf(x / sqrt(2))) / 2.
+  GeluErf = 6,
 };
 
 /// Activation bounds travel as the bit pattern of a float.
