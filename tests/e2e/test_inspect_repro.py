@@ -89,7 +89,7 @@ def test_repro_of_the_cnn_compiles_runs_and_is_deterministic(flowc, cnn, tmp_pat
     assert summary["bytes"] == sum(p.stat().st_size for p in repro.iterdir())
     manifest = json.loads((repro / "repro.json").read_text())
     assert manifest["format"] == "flowc.repro.v1"
-    assert manifest["compile_options"] == {"target": "cpu", "opt_level": 1}
+    assert manifest["compile_options"] == {"target": "cpu", "opt_level": 1, "precision": "fp32"}
     assert manifest["toolchain"]["build_id"].startswith("flowc-")
     assert manifest["toolchain"]["llvm"] and manifest["toolchain"]["host_target"]
     assert manifest["source"]["model"] == str(cnn)
