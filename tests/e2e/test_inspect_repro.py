@@ -108,7 +108,7 @@ def test_repro_of_the_cnn_compiles_runs_and_is_deterministic(flowc, cnn, tmp_pat
     first = flowc.submit(repro, tmp_path / "a.fca")
     assert first["cache"] == "miss"
     artifact = json.loads(flowc.run("inspect", tmp_path / "a.fca", "--json").stdout)
-    assert artifact["options"] == "target=cpu;opt=1"
+    assert artifact["options"] == "target=cpu;opt=1;precision=fp32"
     image = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
     probs = flowc.execute(tmp_path / "a.fca", {"image": image})["probs"]
     assert probs.shape == (1, 10)
