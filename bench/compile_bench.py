@@ -8,8 +8,7 @@ from the same run. Prints figures; asserts nothing.
   (code reused, re-linked), all as wall time of `flowc submit`, and the
   daemon's peak RSS; peer: onnxruntime InferenceSession creation.
 - run latency (median, p90) of the artifact through the runtime; peer:
-  onnxruntime with one intra-op thread (flowc's runtime is single-threaded
-  today) and with its default.
+  onnxruntime with one intra-op thread and with its default.
 """
 import argparse
 import json
