@@ -233,6 +233,11 @@ Epilogue absorbEpilogue(Candidate &candidate, int64_t biasChannels) {
   Activation activation = matchGatedActivation(candidate.result, gated);
   if (activation == Activation::None && matchGeluErf(candidate.result, gated))
     activation = Activation::GeluErf;
+  // The library writes the activation in place: a constant that broadcasts
+  // the result to a larger shape is not an activation of it.
+  if (activation != Activation::None &&
+      shapeOf(gated.back()->getResult(0)) != shapeOf(candidate.result))
+    activation = Activation::None;
   if (activation != Activation::None) {
     epilogue.activation = activation;
     for (Operation *op : gated)
