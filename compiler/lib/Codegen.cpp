@@ -66,6 +66,7 @@
 #include "llvm/TargetParser/SubtargetFeature.h"
 
 #include <algorithm>
+#include <cassert>
 #include <mutex>
 #include <optional>
 
@@ -103,6 +104,9 @@ void registerCodegenDialects(mlir::DialectRegistry &registry) {
 
 /// Whether an optional pass runs: -O1 and up, unless disabled.
 bool enabled(const CompileOptions &options, const std::string &pass) {
+  // Only listed passes can be switched off (validate() checks requests).
+  assert(std::find(kOptionalPasses.begin(), kOptionalPasses.end(), pass) !=
+         kOptionalPasses.end());
   return options.optLevel >= 1 &&
          std::find(options.disabledPasses.begin(), options.disabledPasses.end(), pass) ==
              options.disabledPasses.end();

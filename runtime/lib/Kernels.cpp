@@ -9,6 +9,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <limits>
+#include <numeric>
 #include <unordered_map>
 #include <vector>
 
@@ -19,9 +20,8 @@ namespace {
 using dnnl::memory;
 using Dims = memory::dims;
 
-/// A site's primitive and the memories it binds each call. Constant
-/// weights are repacked into the primitive's preferred layout once; the
-/// source pointer is remembered so a different buffer is repacked again.
+/// One call site's state: its primitive and the memories it binds each
+/// call, made on the site's first call.
 struct Site {
   virtual ~Site() = default;
 };
@@ -56,7 +56,7 @@ memory::data_type computeType(int64_t bf16) {
 }
 
 /// Row-major strides of `dims` visited in `order` (outermost first).
-Dims stridesInOrder(const Dims &dims, std::initializer_list<int> order) {
+Dims stridesInOrder(const Dims &dims, const std::vector<int> &order) {
   Dims strides(dims.size(), 1);
   int64_t step = 1;
   for (auto it = std::rbegin(order); it != std::rend(order); ++it) {
@@ -109,35 +109,8 @@ dnnl::post_ops postOps(bool residual, int64_t activation, int64_t alphaBits,
   return ops;
 }
 
-/// Weights in the primitive's layout, repacked when the source changes.
-struct PackedWeights {
-  memory user, packed;
-  const void *source = nullptr;
-  bool needsReorder = false;
-
-  void init(const memory::desc &userDesc, const memory::desc &wanted,
-            const dnnl::engine &engine) {
-    user = memory(userDesc, engine, DNNL_MEMORY_NONE);
-    needsReorder = userDesc != wanted;
-    if (needsReorder)
-      packed = memory(wanted, engine);
-  }
-
-  /// The memory to execute with; repacks unless `constant` and unchanged.
-  memory bind(void *data, bool constant, dnnl::stream &stream) {
-    user.set_data_handle(data);
-    if (!needsReorder)
-      return user;
-    if (!constant || data != source) {
-      dnnl::reorder(user, packed).execute(stream, user, packed);
-      source = data;
-    }
-    return packed;
-  }
-};
-
-/// An activation in the graph's layout, passed through a buffer in the
-/// primitive's preferred layout when the two differ.
+/// A buffer in the graph's layout, passed through one in the primitive's
+/// preferred layout when the two differ (reorders made once).
 struct ActivationPort {
   memory user, packed;
   dnnl::reorder toPacked, toUser;
@@ -171,6 +144,24 @@ struct ActivationPort {
   }
 };
 
+/// Weights in the primitive's layout. Constant ones are repacked once; the
+/// source pointer is remembered so a different buffer is repacked again.
+struct PackedWeights {
+  ActivationPort port;
+  const void *source = nullptr;
+
+  void init(const memory::desc &userDesc, const memory::desc &wanted,
+            const dnnl::engine &engine) {
+    port.init(userDesc, wanted, engine, false);
+  }
+
+  memory bind(void *data, bool constant, dnnl::stream &stream) {
+    bool repack = !constant || data != source;
+    source = data;
+    return port.bind(data, repack, stream);
+  }
+};
+
 /// Copies the residual into the destination: the sum post-op adds onto it.
 void seedResidual(const void *residual, void *destination, size_t bytes) {
   if (residual != destination)
@@ -186,13 +177,12 @@ struct ConvVariant {
 };
 
 /// A convolution site tunes itself: on its first call each candidate
-/// layout runs and is timed, and the fastest stays (the others' packed
-/// weights are freed).
+/// layout runs and is timed, and the fastest stays alone (the others'
+/// packed weights are freed).
 struct ConvSite : Site {
   std::vector<ConvVariant> candidates;
   memory bias;
   size_t destinationBytes = 0;
-  bool tuned = false;
 };
 
 memory::desc anyLayout(const memory::desc &desc,
@@ -304,15 +294,13 @@ void tuneConv(KernelContext &context, ConvSite &site, const int64_t *p, void **b
   ConvVariant chosen = std::move(site.candidates[best]);
   site.candidates.clear();
   site.candidates.push_back(std::move(chosen));
-  site.tuned = true;
 }
 
 void runConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
-  if (!site.tuned && site.candidates.size() > 1) {
+  if (site.candidates.size() > 1) {
     tuneConv(context, site, p, buffers);
     return;
   }
-  site.tuned = true;
   runConvVariant(context, site, site.candidates.front(), p, buffers);
 }
 
@@ -329,30 +317,27 @@ std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, const int64_t *
   int64_t batch = p[kBatch], m = p[kM], n = p[kN], k = p[kK];
   // One product is described in 2-D: the library's 2-D kernels are faster
   // than its batched ones at batch 1.
-  Dims aDims = {m, k}, bDims = {k, n}, cDims = {m, n}, biasDims = {1, n};
-  if (batch > 1) {
-    aDims.insert(aDims.begin(), batch);
-    bDims.insert(bDims.begin(), batch);
-    cDims.insert(cDims.begin(), batch);
-    biasDims.insert(biasDims.begin(), 1);
-  }
-  Dims aStrides = stridesInOrder(aDims, batch > 1 ? std::initializer_list<int>{0, 1, 2}
-                                                  : std::initializer_list<int>{0, 1});
-  Dims bStrides = stridesInOrder(
-      bDims, batch > 1 ? (p[kTransposedB] ? std::initializer_list<int>{0, 2, 1}
-                                          : std::initializer_list<int>{0, 1, 2})
-                       : (p[kTransposedB] ? std::initializer_list<int>{1, 0}
-                                          : std::initializer_list<int>{0, 1}));
+  auto matrices = [&](int64_t count, int64_t rows, int64_t columns) {
+    Dims dims = batch > 1 ? Dims{count} : Dims{};
+    dims.push_back(rows);
+    dims.push_back(columns);
+    return dims;
+  };
+  Dims aDims = matrices(batch, m, k), bDims = matrices(batch, k, n),
+       cDims = matrices(batch, m, n), biasDims = matrices(1, 1, n);
+  std::vector<int> order(aDims.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<int> transposed = order;
+  std::swap(transposed.end()[-1], transposed.end()[-2]);
+  Dims aStrides = stridesInOrder(aDims, order);
+  Dims bStrides = stridesInOrder(bDims, p[kTransposedB] ? transposed : order);
   memory::desc aDesc = denseDesc(aDims, aStrides);
   memory::desc bDesc = denseDesc(bDims, bStrides);
   memory::data_type type = computeType(p[kBf16]);
-  memory::desc cDesc = denseDesc(cDims, batch > 1 ? stridesInOrder(cDims, {0, 1, 2})
-                                                  : stridesInOrder(cDims, {0, 1}));
+  memory::desc cDesc = denseDesc(cDims, stridesInOrder(cDims, order));
   memory::desc biasDesc;
   if (p[kHasBias])
-    biasDesc = denseDesc(
-        biasDims, stridesInOrder(biasDims, batch > 1 ? std::initializer_list<int>{0, 1, 2}
-                                                     : std::initializer_list<int>{0, 1}));
+    biasDesc = denseDesc(biasDims, stridesInOrder(biasDims, order));
   // Constant B may be repacked once into whatever the library prefers.
   memory::desc wantedB = p[kConstantB]
                              ? memory::desc(bDims, type, memory::format_tag::any)

@@ -71,10 +71,13 @@ def test_bad_pass_names_and_precisions_are_refused(flowc, cnn):
     result = flowc.run("submit", path, "-O", "0", "--precision", "bf16", check=False)
     assert result.returncode == 3 and "needs library kernels" in result.stderr
     result = flowc.run("submit", path, "--precision", "fp16", check=False)
-    assert result.returncode == 2
+    assert result.returncode == 2 and "fp16 not in {fp32,bf16}" in result.stderr
+    result = flowc.run("repro", path, "-o", path.with_name("r"), "--precision", "fp16",
+                       check=False)
+    assert result.returncode == 2 and "fp16 not in {fp32,bf16}" in result.stderr
     flowc.submit(path)
     result = flowc.run("run", path.with_suffix(".fca"), "--threads", "0", check=False)
-    assert result.returncode == 2
+    assert result.returncode == 2 and "--threads: Value 0 not in range" in result.stderr
 
 
 def test_bf16_stays_close_to_fp32_on_a_real_network(flowc, real_models):
