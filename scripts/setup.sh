@@ -24,6 +24,7 @@ DEBIAN_PACKAGES=(
   libgtest-dev=1.12.1-0.2
   libgmock-dev=1.12.1-0.2
   libdnnl-dev=2.6.3-1
+  libomp5-14=1:14.0.6-12
   cmake=3.25.1-1
   ninja-build=1.11.1-2~deb12u1
   ccache=4.8+really4.7.5-1

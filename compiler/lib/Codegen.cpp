@@ -8,6 +8,7 @@
 
 #include "LibraryKernels.h"
 #include "MemoryPlan.h"
+#include "ParallelLoops.h"
 
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
@@ -35,6 +36,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/OpenMP/OpenMPDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/BufferDeallocationOpInterfaceImpl.h"
 #include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
@@ -49,6 +51,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
@@ -83,12 +86,12 @@ void initializeLlvmOnce() {
 }
 
 void registerCodegenDialects(mlir::DialectRegistry &registry) {
-  registry.insert<mlir::affine::AffineDialect, mlir::arith::ArithDialect,
-                  mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
-                  mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
-                  mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
-                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
-                  mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
+  registry.insert<
+      mlir::affine::AffineDialect, mlir::arith::ArithDialect,
+      mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
+      mlir::func::FuncDialect, mlir::linalg::LinalgDialect, mlir::LLVM::LLVMDialect,
+      mlir::math::MathDialect, mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect,
+      mlir::scf::SCFDialect, mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
   mlir::arith::registerBufferizableOpInterfaceExternalModels(registry);
   mlir::arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
   mlir::bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
@@ -100,6 +103,7 @@ void registerCodegenDialects(mlir::DialectRegistry &registry) {
   mlir::tensor::registerBufferizableOpInterfaceExternalModels(registry);
   mlir::registerBuiltinDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);
+  mlir::registerOpenMPDialectTranslation(registry);
 }
 
 /// Whether an optional pass runs: -O1 and up, unless disabled.
@@ -205,7 +209,19 @@ void buildLowerToLlvmPipeline(mlir::PassManager &pm, const CompileOptions &optio
   // Frees every temporary the graph allocates, on every path.
   mlir::bufferization::BufferDeallocationPipelineOptions dealloc;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, dealloc);
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
+  bool parallel = enabled(options, "flowc-parallelize-loops");
+  if (parallel) {
+    // Large loop nests run on the runtime's threads, as OpenMP worksharing
+    // loops (the same OpenMP runtime as the library kernels).
+    pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToParallelLoopsPass());
+    pm.addPass(createParallelizeLoopsPass());
+    pm.addPass(mlir::createConvertSCFToOpenMPPass());
+    // Drops the alloca scopes the conversion wraps loop bodies in (they hold
+    // no allocas here), which must not span the blocks scf-to-cf makes.
+    pm.addPass(mlir::createCanonicalizerPass());
+  } else {
+    pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
+  }
   pm.addPass(mlir::createLowerAffinePass());
   pm.addPass(mlir::createSCFToControlFlowPass());
   pm.addPass(mlir::memref::createExpandStridedMetadataPass());
@@ -219,6 +235,10 @@ void buildLowerToLlvmPipeline(mlir::PassManager &pm, const CompileOptions &optio
   mlir::ConvertFuncToLLVMPassOptions funcToLlvm;
   funcToLlvm.useBarePtrCallConv = true;
   pm.addPass(mlir::createConvertFuncToLLVMPass(funcToLlvm));
+  // After func-to-llvm: this pass converts functions too, without bare
+  // pointers.
+  if (parallel)
+    pm.addPass(mlir::createConvertOpenMPToLLVMPass());
   pm.addPass(mlir::createConvertIndexToLLVMPass());
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
 }
@@ -559,9 +579,12 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
 
   std::string objectPath = workDir + "/graph.o", libraryPath = workDir + "/graph.so";
   FLOWC_RETURN_IF_ERROR(writeFileAtomically(objectPath, object));
-  FLOWC_RETURN_IF_ERROR(
-      runProgram({"cc", "-shared", "-o", libraryPath, objectPath, "-lm"})
-          .withContext("link"));
+  std::vector<std::string> link = {"cc", "-shared", "-o", libraryPath, objectPath, "-lm"};
+  // Parallel loops call LLVM's OpenMP runtime (libomp), which the runtime
+  // also loads for the library kernels: one thread pool for both.
+  if (enabled(options, "flowc-parallelize-loops"))
+    link.push_back("-l:" + std::string(runtime::kOpenMpLibrary));
+  FLOWC_RETURN_IF_ERROR(runProgram(link).withContext("link"));
   return readFileToString(libraryPath);
 }
 

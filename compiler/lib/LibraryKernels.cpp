@@ -517,9 +517,10 @@ struct OutlineLibraryKernelsPass
         candidate = matchMatMul(mlir::cast<mlir::tosa::MatMulOp>(root));
       if (!candidate || !closedOverConstants(*candidate))
         continue;
-      candidate->params[candidate->kind == KernelKind::Conv2d ? runtime::conv::kBf16
-                                                              : runtime::matmul::kBf16] =
-          bf16;
+      int64_t bf16Param = candidate->kind == KernelKind::Conv2d
+                              ? int64_t{runtime::conv::kBf16}
+                              : int64_t{runtime::matmul::kBf16};
+      candidate->params[bf16Param] = bf16;
       outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++));
     }
   }

@@ -1,14 +1,17 @@
 // The compiler's own MLIR passes on hand-written IR: library-kernel
 // outlining (what is absorbed, what is left alone) and static memory
-// planning (offsets, liveness, the rewritten IR).
+// planning (offsets, liveness, the rewritten IR), and the choice of loop
+// nests that run in parallel.
 #include "LibraryKernels.h"
 #include "MemoryPlan.h"
+#include "ParallelLoops.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -32,7 +35,8 @@ protected:
   PassTest() {
     registry_.insert<mlir::arith::ArithDialect, mlir::bufferization::BufferizationDialect,
                      mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
-                     mlir::memref::MemRefDialect, mlir::tosa::TosaDialect>();
+                     mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
+                     mlir::tosa::TosaDialect>();
     context_.appendDialectRegistry(registry_);
     context_.loadAllAvailableDialects();
   }
@@ -346,6 +350,133 @@ func.func @main(%x: memref<?xf32>, %n: index) {
   EXPECT_EQ(count<mlir::memref::AllocOp>(main(*module)), 1);
   EXPECT_EQ(plannedArenaBytes(*module), 0u);
   EXPECT_EQ(main(*module).getNumArguments(), 2u);
+}
+
+// What linalg-to-parallel-loops makes of an elementwise op on 1x128x768
+// (large), one on 4x8 (small), and a softmax-like row reduction.
+constexpr const char *kLoopNests = R"mlir(
+func.func @main(%a: memref<1x128x768xf32>, %b: memref<4x8xf32>, %r: memref<64x512xf32>,
+                %out: memref<64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %c64 = arith.constant 64 : index
+  %c128 = arith.constant 128 : index
+  %c512 = arith.constant 512 : index
+  %c768 = arith.constant 768 : index
+  scf.parallel (%i, %j, %k) = (%c0, %c0, %c0) to (%c1, %c128, %c768) step (%c1, %c1, %c1) {
+    %v = memref.load %a[%i, %j, %k] : memref<1x128x768xf32>
+    %w = arith.addf %v, %v : f32
+    memref.store %w, %a[%i, %j, %k] : memref<1x128x768xf32>
+    scf.reduce
+  }
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c4, %c8) step (%c1, %c1) {
+    %v = memref.load %b[%i, %j] : memref<4x8xf32>
+    %w = arith.mulf %v, %v : f32
+    memref.store %w, %b[%i, %j] : memref<4x8xf32>
+    scf.reduce
+  }
+  scf.parallel (%i) = (%c0) to (%c64) step (%c1) {
+    scf.for %k = %c0 to %c512 step %c1 {
+      %v = memref.load %r[%i, %k] : memref<64x512xf32>
+      %acc = memref.load %out[%i] : memref<64xf32>
+      %s = arith.addf %v, %acc : f32
+      memref.store %s, %out[%i] : memref<64xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+)mlir";
+
+TEST_F(PassTest, LargeNestsKeepOuterDimensionsParallelSmallOnesRunSequentially) {
+  auto module = run(kLoopNests, createParallelizeLoopsPass());
+  ASSERT_TRUE(module);
+  llvm::SmallVector<mlir::scf::ParallelOp> parallel;
+  main(*module).walk([&](mlir::scf::ParallelOp loop) { parallel.push_back(loop); });
+  // The elementwise nest: (1, 128) in parallel around a sequential loop over
+  // 768 (the vectorized one); the row reduction as it was; the 4x8 nest
+  // sequential.
+  ASSERT_EQ(parallel.size(), 2u);
+  EXPECT_EQ(parallel[0].getNumLoops(), 2u);
+  auto inner = mlir::dyn_cast<mlir::scf::ForOp>(&parallel[0].getBody()->front());
+  ASSERT_TRUE(inner);
+  EXPECT_EQ(inner.getUpperBound().getDefiningOp<mlir::arith::ConstantIndexOp>().value(),
+            768);
+  EXPECT_EQ(parallel[1].getNumLoops(), 1u);
+  EXPECT_EQ(count<mlir::scf::ForOp>(parallel[1]), 1);
+  // 1 (elementwise inner) + 2 (the small nest) + 1 (reduction).
+  EXPECT_EQ(count<mlir::scf::ForOp>(*module), 4);
+  // The work is all still there.
+  EXPECT_EQ(count<mlir::arith::MulFOp>(*module), 1);
+  EXPECT_EQ(count<mlir::arith::AddFOp>(*module), 2);
+  // No marker left behind.
+  main(*module).walk([](mlir::scf::ParallelOp loop) {
+    EXPECT_TRUE(loop->getDiscardableAttrDictionary().empty());
+  });
+}
+
+// A nest inside a parallel nest, and a parallel nest in a kernel body.
+constexpr const char *kNestedAndKernel = R"mlir(
+func.func private @kernel(%a: memref<256x256xf32>) attributes {flowc.kernel = 0 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c256 = arith.constant 256 : index
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c256, %c256) step (%c1, %c1) {
+    %v = memref.load %a[%i, %j] : memref<256x256xf32>
+    memref.store %v, %a[%j, %i] : memref<256x256xf32>
+    scf.reduce
+  }
+  return
+}
+func.func @main(%a: memref<256x256xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c256 = arith.constant 256 : index
+  scf.parallel (%i) = (%c0) to (%c256) step (%c1) {
+    scf.parallel (%j) = (%c0) to (%c256) step (%c1) {
+      %v = memref.load %a[%i, %j] : memref<256x256xf32>
+      %w = arith.negf %v : f32
+      memref.store %w, %a[%i, %j] : memref<256x256xf32>
+      scf.reduce
+    }
+    scf.reduce
+  }
+  call @kernel(%a) : (memref<256x256xf32>) -> ()
+  return
+}
+)mlir";
+
+TEST_F(PassTest, NestedNestsAndKernelBodiesRunSequentially) {
+  auto module = run(kNestedAndKernel, createParallelizeLoopsPass());
+  ASSERT_TRUE(module);
+  EXPECT_EQ(count<mlir::scf::ParallelOp>(main(*module)), 1);
+  EXPECT_EQ(count<mlir::scf::ForOp>(main(*module)), 1);
+  auto kernel = module->lookupSymbol<mlir::func::FuncOp>("kernel");
+  EXPECT_EQ(count<mlir::scf::ParallelOp>(kernel), 0);
+  EXPECT_EQ(count<mlir::scf::ForOp>(kernel), 2);
+}
+
+// Bounds only known at run time: no way to tell the work, so one thread.
+TEST_F(PassTest, DynamicBoundsRunSequentially) {
+  auto module = run(R"mlir(
+func.func @main(%a: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %a, %c0 : memref<?xf32>
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    %v = memref.load %a[%i] : memref<?xf32>
+    memref.store %v, %a[%i] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
+)mlir",
+                    createParallelizeLoopsPass());
+  ASSERT_TRUE(module);
+  EXPECT_EQ(count<mlir::scf::ParallelOp>(*module), 0);
+  EXPECT_EQ(count<mlir::scf::ForOp>(*module), 1);
 }
 
 } // namespace

@@ -1,7 +1,10 @@
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tensor.h"
 
 #include "../common/TestUtil.h"
+
+#include <dlfcn.h>
 
 #include <fstream>
 
@@ -89,6 +92,29 @@ TEST(ArtifactTest, UnfinishedWriterLeavesNoFile) {
     ASSERT_TRUE((*writer)->addSection(SectionKind::Code, "x"));
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// oneDNN (built against GCC's libgomp) and generated parallel loops (LLVM's
+// __kmpc_* ABI) must share one OpenMP runtime: two thread pools on the same
+// cores spin against each other. Programs linking the runtime load libomp
+// first, so oneDNN's GOMP_* calls bind to it. (Creating a session links
+// the runtime's session code into this test, as into every such program.)
+TEST(OpenMpTest, LibraryKernelsAndGeneratedLoopsShareOneRuntime) {
+  TempDir dir;
+  std::string path = dir.file("garbage-code.fca");
+  ASSERT_TRUE(writeSmallArtifact(path));
+  auto artifact = Artifact::open(path);
+  ASSERT_TRUE(artifact);
+  EXPECT_THAT(Session::create(std::move(*artifact)),
+              StatusIs(StatusCode::Unavailable, "garbage-code.fca"));
+  void *gomp = dlsym(RTLD_DEFAULT, "GOMP_parallel");
+  void *kmpc = dlsym(RTLD_DEFAULT, "__kmpc_fork_call");
+  ASSERT_NE(gomp, nullptr);
+  ASSERT_NE(kmpc, nullptr) << "libomp is not loaded";
+  Dl_info gompInfo{}, kmpcInfo{};
+  ASSERT_NE(dladdr(gomp, &gompInfo), 0);
+  ASSERT_NE(dladdr(kmpc, &kmpcInfo), 0);
+  EXPECT_STREQ(gompInfo.dli_fname, kmpcInfo.dli_fname);
 }
 
 TEST(NpyTest, RoundTrips) {

@@ -103,7 +103,7 @@ inline constexpr const char *kEntrySymbol = "flowc_entry";
 inline const std::vector<std::string> kOptionalPasses = {
     "tosa-reduce-transposes", "flowc-outline-library-kernels",
     "linalg-fuse-elementwise-ops", "flowc-plan-activation-memory",
-    "flowc-approximate-math"};
+    "flowc-approximate-math", "flowc-parallelize-loops"};
 
 /// Lowers graph IR bytecode (TOSA -> linalg -> loops -> LLVM) and links a
 /// shared object for the host CPU in `workDir`. Returns its bytes. With

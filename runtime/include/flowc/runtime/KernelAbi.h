@@ -23,6 +23,12 @@ namespace flowc::runtime {
 inline constexpr const char *kArenaBytesSymbol = "flowc_arena_bytes";
 inline constexpr uint64_t kArenaAlignment = 64;
 
+/// Generated parallel loops call LLVM's OpenMP runtime (libomp's __kmpc_*
+/// entry points); code objects link this soname. The runtime loads it ahead
+/// of GCC's libgomp so that oneDNN's GOMP_* calls land in the same thread
+/// pool instead of a second one competing for the cores.
+inline constexpr const char *kOpenMpLibrary = "libomp.so.5";
+
 /// Symbols every code object with library kernels defines.
 inline constexpr const char *kKernelTableSymbol = "flowc_kernel_table";
 inline constexpr const char *kKernelContextSymbol = "flowc_kernel_context";

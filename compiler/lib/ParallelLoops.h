@@ -1,0 +1,30 @@
+// Multithreaded generated code: which loop nests of the graph run on the
+// runtime's threads.
+//
+// After linalg lowers to scf.parallel / scf.for, each outermost parallel
+// nest of @main that does enough work keeps its leading dimensions
+// parallel and runs its innermost dimension as a sequential loop (so LLVM
+// still vectorizes it); everything else becomes sequential loops. MLIR's
+// `convert-scf-to-openmp` then turns the remaining scf.parallel ops into
+// OpenMP worksharing loops, which run on the same OpenMP runtime as the
+// library kernels (see runtime/lib/Session.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace mlir {
+class Pass;
+} // namespace mlir
+
+namespace flowc::compiler {
+
+/// Loop nests with fewer iterations than this (counting nested loops) stay
+/// on one thread: a fork-join costs about as much as this many cheap
+/// iterations.
+inline constexpr int64_t kMinParallelIterations = 1 << 14;
+
+/// `flowc-parallelize-loops`: see the file comment.
+std::unique_ptr<mlir::Pass> createParallelizeLoopsPass();
+
+} // namespace flowc::compiler
