@@ -99,6 +99,14 @@ Expected<nlohmann::json> describeArtifact(const std::string &path) {
   for (const auto &spec : plan.outputs)
     json["outputs"].push_back(specJson(spec));
   json["weights"] = plan.weights.size();
+  uint64_t derived = 0, derivedBytes = 0;
+  for (const runtime::WeightSpec &weight : plan.weights)
+    if (weight.tensor.name.rfind(runtime::kDerivedWeightPrefix, 0) == 0) {
+      ++derived;
+      derivedBytes += weight.size;
+    }
+  json["derived_weights"] = derived;
+  json["derived_weight_bytes"] = derivedBytes;
   json["code_bytes"] = artifact->section(runtime::SectionKind::Code).size();
   json["ir_bytes"] = artifact->section(runtime::SectionKind::GraphIr).size();
   // The memory plan and kernel table live in the code: loading it (no run)
@@ -196,6 +204,10 @@ void printHuman(const nlohmann::json &json) {
   std::cout << "parameters: " << json.value("parameters", 0) << " ("
             << json.value("parameter_bytes", 0) << " bytes in " << json["weights"].dump()
             << " weights)\n";
+  if (json.value("derived_weights", 0) > 0)
+    std::cout << "derived weights: " << json["derived_weights"].dump() << " ("
+              << humanBytes(json["derived_weight_bytes"])
+              << ", computed from the model's weights at link time)\n";
   if (json.contains("arena_bytes"))
     std::cout << "activation arena: " << humanBytes(json["arena_bytes"])
               << " (peak activation memory of the static plan), library kernels: "

@@ -1,6 +1,7 @@
 // flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
 #include "Commands.h"
 
+#include "flowc/compiler/Compiler.h"
 #include "flowc/support/MappedFile.h"
 
 #include <cstdio>
@@ -190,11 +191,11 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("--precision", options->precision,
                   "Library-kernel arithmetic: fp32 (default) or bf16 (fp32 accumulation)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  cmd->add_option(
-      "--disable-pass", options->disabledPasses,
-      "Leave out an optional pass (debugging; repeatable): tosa-reduce-transposes, "
-      "flowc-outline-library-kernels, linalg-fuse-elementwise-ops, "
-      "flowc-plan-activation-memory, flowc-approximate-math");
+  std::string passes;
+  for (const std::string &pass : flowc::compiler::kOptionalPasses)
+    passes += (passes.empty() ? "" : ", ") + pass;
+  cmd->add_option("--disable-pass", options->disabledPasses,
+                  "Leave out an optional pass (debugging; repeatable): " + passes);
   cmd->add_option("--print-ir-after", options->printIrAfter,
                   "Print the IR after each pass of this name (or 'all') on stderr; "
                   "compiles even on a cache hit");

@@ -3,6 +3,7 @@
 
     /usr/bin/python3 examples/export_torchvision.py OUT_DIR [--models resnet18,...]
                                                     [--opset 13] [--batch 1] [--seed 0]
+                                                    [--keep-batchnorm]
 
 Runs on Debian's python3-torch / python3-torchvision (installed by
 scripts/setup.sh). For each model writes OUT_DIR/<model>.onnx and
@@ -13,6 +14,10 @@ head gives all-zero logits; ConvNeXt's 1e-6 layer scales mute every block),
 so parameters that are constant get seeded noise, and BatchNorm statistics
 are re-estimated on seeded random batches before export: activations then
 stay normalized through the network, and the outputs depend on the input.
+
+torch's exporter folds BatchNorm into the convolutions before it writes the
+file; --keep-batchnorm writes BatchNormalization nodes instead (as other
+exporters and training checkpoints do), which flowc folds itself.
 """
 import argparse
 import pathlib
@@ -60,6 +65,8 @@ def main():
     parser.add_argument("--opset", type=int, default=13)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep-batchnorm", action="store_true",
+                        help="write BatchNormalization nodes (torch folds them otherwise)")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(2)
@@ -70,7 +77,11 @@ def main():
         path = args.out_dir / f"{name}.onnx"
         torch.onnx.export(model, x, str(path), opset_version=args.opset,
                           input_names=["input"], output_names=["logits"],
-                          do_constant_folding=True)
+                          do_constant_folding=True,
+                          # PRESERVE exports the eval-mode model as it is,
+                          # skipping the exporter's Conv+BatchNorm fusion.
+                          training=(torch.onnx.TrainingMode.PRESERVE if args.keep_batchnorm
+                                    else torch.onnx.TrainingMode.EVAL))
         np.save(args.out_dir / f"{name}_input.npy", x.numpy())
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {args.opset})")
 

@@ -6,6 +6,7 @@
 #include "flowc/compiler/Compiler.h"
 #include "flowc/compiler/GraphIr.h"
 
+#include "DerivedWeights.h"
 #include "LibraryKernels.h"
 #include "MemoryPlan.h"
 #include "ParallelLoops.h"
@@ -124,6 +125,12 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
   pm.addPass(mlir::createCSEPass());
   // -O0 keeps every op in generated code: the reference the library
   // kernels are checked against.
+  if (enabled(options, "flowc-derive-weights")) {
+    // BatchNorm into convolutions; arithmetic on weights alone leaves the
+    // code, computed once by whoever binds the weights.
+    pm.addPass(createDeriveWeightsPass());
+    pm.addPass(mlir::createCanonicalizerPass());
+  }
   if (enabled(options, "tosa-reduce-transposes")) {
     // Layout: transposes move through elementwise ops and cancel, so
     // activations stay NHWC between convolutions.
@@ -533,7 +540,8 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
 Expected<std::string> compileToSharedObject(const std::string &irBytecode,
                                             const CompileOptions &options,
                                             const std::string &workDir,
-                                            std::string *printedIr) {
+                                            std::string *printedIr,
+                                            CodeWeights *weights) {
   FLOWC_RETURN_IF_ERROR(options.validate());
   mlir::DialectRegistry registry;
   registerCodegenDialects(registry);
@@ -550,6 +558,8 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
     printer->attach(bufferize);
   if (mlir::failed(bufferize.run(*module)))
     return internalError("lowering to buffers failed: " + diagnostics.text);
+  if (weights)
+    *weights = collectCodeWeights(*module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   uint64_t arenaBytes = plannedArenaBytes(*module);
   mlir::PassManager lower(&context);

@@ -410,6 +410,57 @@ std::optional<Candidate> matchMatMul(mlir::tosa::MatMulOp matmul) {
   return candidate;
 }
 
+/// A max or average pooling with the NCHW<->NHWC transposes around it.
+template <typename PoolOp> std::optional<Candidate> matchPool(PoolOp pool) {
+  namespace p = runtime::pool;
+  if (!isF32Tensor(pool.getInput()) || !isF32Tensor(pool.getOutput()))
+    return std::nullopt;
+  Candidate candidate{KernelKind::Pool2d, {}, {}, {}, std::vector<int64_t>(p::kCount, 0)};
+  std::vector<int64_t> &params = candidate.params;
+  llvm::ArrayRef<int64_t> input = shapeOf(pool.getInput()); // NHWC
+  llvm::ArrayRef<int64_t> output = shapeOf(pool.getOutput());
+  Value source = pool.getInput();
+  params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
+  if (auto transpose = transposeBy(source, {0, 2, 3, 1})) {
+    source = transpose.getInput1();
+    params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
+    candidate.ops.push_back(transpose);
+  }
+  params[p::kBatch] = input[0];
+  params[p::kInHeight] = input[1];
+  params[p::kInWidth] = input[2];
+  params[p::kChannels] = input[3];
+  params[p::kOutHeight] = output[1];
+  params[p::kOutWidth] = output[2];
+  llvm::ArrayRef<int64_t> kernel = pool.getKernelAttr().asArrayRef();
+  llvm::ArrayRef<int64_t> stride = pool.getStrideAttr().asArrayRef();
+  llvm::ArrayRef<int64_t> pad = pool.getPadAttr().asArrayRef(); // t, b, l, r
+  params[p::kKernelHeight] = kernel[0];
+  params[p::kKernelWidth] = kernel[1];
+  params[p::kStrideH] = stride[0];
+  params[p::kStrideW] = stride[1];
+  params[p::kPadTop] = pad[0];
+  params[p::kPadBottom] = pad[1];
+  params[p::kPadLeft] = pad[2];
+  params[p::kPadRight] = pad[3];
+  params[p::kAlgorithm] =
+      static_cast<int64_t>(std::is_same_v<PoolOp, mlir::tosa::MaxPool2dOp>
+                               ? runtime::PoolAlgorithm::Max
+                               : runtime::PoolAlgorithm::AverageExcludingPadding);
+  candidate.ops.push_back(pool);
+  candidate.result = pool.getOutput();
+  params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
+  if (auto back =
+          mlir::dyn_cast_or_null<mlir::tosa::TransposeOp>(soleUser(candidate.result));
+      back && back.getPermsAttr().asArrayRef() == llvm::ArrayRef<int32_t>{0, 3, 1, 2}) {
+    params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
+    candidate.ops.push_back(back);
+    candidate.result = back.getOutput();
+  }
+  candidate.inputs = {source};
+  return candidate;
+}
+
 /// Operands the kernel body needs besides its inputs must be constants it
 /// can clone (zero points, shapes); anything else means the match is wrong.
 bool closedOverConstants(const Candidate &candidate) {
@@ -486,7 +537,8 @@ struct OutlineLibraryKernelsPass
 
   llvm::StringRef getArgument() const override { return "flowc-outline-library-kernels"; }
   llvm::StringRef getDescription() const override {
-    return "Outline convolutions and matrix products with their epilogues into "
+    return "Outline convolutions, matrix products (with their epilogues) and pooling "
+           "into "
            "library kernel functions";
   }
   void getDependentDialects(mlir::DialectRegistry &registry) const override {
@@ -503,7 +555,8 @@ struct OutlineLibraryKernelsPass
     llvm::SmallVector<Operation *> roots;
     main.walk([&](Operation *op) {
       if (mlir::isa<mlir::tosa::Conv2DOp, mlir::tosa::DepthwiseConv2DOp,
-                    mlir::tosa::MatMulOp>(op))
+                    mlir::tosa::MatMulOp, mlir::tosa::MaxPool2dOp,
+                    mlir::tosa::AvgPool2dOp>(op))
         roots.push_back(op);
     });
     int site = 0;
@@ -513,14 +566,19 @@ struct OutlineLibraryKernelsPass
         candidate = matchConv(conv);
       else if (auto depthwise = mlir::dyn_cast<mlir::tosa::DepthwiseConv2DOp>(root))
         candidate = matchConv(depthwise);
+      else if (auto maxPool = mlir::dyn_cast<mlir::tosa::MaxPool2dOp>(root))
+        candidate = matchPool(maxPool);
+      else if (auto avgPool = mlir::dyn_cast<mlir::tosa::AvgPool2dOp>(root))
+        candidate = matchPool(avgPool);
       else
         candidate = matchMatMul(mlir::cast<mlir::tosa::MatMulOp>(root));
       if (!candidate || !closedOverConstants(*candidate))
         continue;
-      int64_t bf16Param = candidate->kind == KernelKind::Conv2d
-                              ? int64_t{runtime::conv::kBf16}
-                              : int64_t{runtime::matmul::kBf16};
-      candidate->params[bf16Param] = bf16;
+      // Pooling compares and averages in the buffers' type.
+      if (candidate->kind == KernelKind::Conv2d)
+        candidate->params[runtime::conv::kBf16] = bf16;
+      else if (candidate->kind == KernelKind::MatMul)
+        candidate->params[runtime::matmul::kBf16] = bf16;
       outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++));
     }
   }
@@ -608,9 +666,9 @@ std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module) {
       return;
     LibraryKernel kernel;
     kernel.function = function.getSymName().str();
-    kernel.kind = kind.getValue() == runtime::kernelKindName(KernelKind::Conv2d)
-                      ? KernelKind::Conv2d
-                      : KernelKind::MatMul;
+    for (int64_t index = 0; index < runtime::kKernelKindCount; ++index)
+      if (kind.getValue() == runtime::kernelKindName(static_cast<KernelKind>(index)))
+        kernel.kind = static_cast<KernelKind>(index);
     kernel.params.assign(params.asArrayRef().begin(), params.asArrayRef().end());
     // Inputs, then one output once results became out-parameters.
     kernel.bufferCount = function.getNumArguments() + function.getNumResults();

@@ -6,7 +6,8 @@
 //     convolution or matrix product, with the layout changes it can absorb
 //     (NCHW<->NHWC transposes, transposed weights) and its epilogue
 //     (bias, residual add, activation), into a private function tagged
-//     `flowc.kernel`. The body keeps the exact TOSA semantics, so the
+//     `flowc.kernel`; so does each max / average pooling with its
+//     transposes. The body keeps the exact TOSA semantics, so the
 //     function bufferizes like any other and fixes the kernel's buffer ABI.
 //  2. On the LLVM module, `bindLibraryKernels` replaces each tagged
 //     function's body with a thunk into the runtime's kernel table and

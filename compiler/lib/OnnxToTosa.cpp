@@ -856,9 +856,12 @@ Status Importer::importBatchNormalization(const Node &node) {
   Value inverse = build<mlir::tosa::RsqrtOp>(
       channel,
       {build<mlir::tosa::AddOp>(channel, {variance, scalar(epsilon, xs.size())})});
-  Value centered = build<mlir::tosa::SubOp>(xs, {x, mean});
-  Value y = mul(centered, mul(scale, inverse));
-  return define(node, build<mlir::tosa::AddOp>(xs, {y, bias}));
+  // x * s + t, s = scale / sqrt(variance + epsilon), t = bias - mean * s:
+  // s and t depend on weights only (derived weights; a convolution before
+  // absorbs both, see compiler/lib/DerivedWeights.cpp).
+  Value factor = mul(scale, inverse);
+  Value shift = build<mlir::tosa::SubOp>(channel, {bias, mul(mean, factor)});
+  return define(node, build<mlir::tosa::AddOp>(xs, {mul(x, factor), shift}));
 }
 
 Status Importer::importClip(const Node &node) {

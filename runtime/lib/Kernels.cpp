@@ -378,6 +378,43 @@ void runMatMul(KernelContext &context, MatMulSite &site, const int64_t *p,
   site.primitive.execute(context.stream, args);
 }
 
+/// Pooling reads and writes the graph's buffers in place, whichever plain
+/// layout they have: no reorders.
+struct PoolSite : Site {
+  dnnl::pooling_forward primitive;
+  memory source, destination;
+};
+
+std::unique_ptr<PoolSite> createPool(KernelContext &context, const int64_t *p) {
+  using namespace pool;
+  Dims sourceDims = {p[kBatch], p[kChannels], p[kInHeight], p[kInWidth]};
+  Dims destinationDims = {p[kBatch], p[kChannels], p[kOutHeight], p[kOutWidth]};
+  memory::desc sourceDesc =
+      denseDesc(sourceDims, activationStrides(sourceDims, p[kSourceLayout]));
+  memory::desc destinationDesc = denseDesc(
+      destinationDims, activationStrides(destinationDims, p[kDestinationLayout]));
+  auto algorithm = static_cast<PoolAlgorithm>(p[kAlgorithm]) == PoolAlgorithm::Max
+                       ? dnnl::algorithm::pooling_max
+                       : dnnl::algorithm::pooling_avg_exclude_padding;
+  dnnl::pooling_forward::desc desc(
+      dnnl::prop_kind::forward_inference, algorithm, sourceDesc, destinationDesc,
+      {p[kStrideH], p[kStrideW]}, {p[kKernelHeight], p[kKernelWidth]},
+      {p[kPadTop], p[kPadLeft]}, {p[kPadBottom], p[kPadRight]});
+  auto site = std::make_unique<PoolSite>();
+  site->primitive =
+      dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(desc, context.engine));
+  site->source = memory(sourceDesc, context.engine, DNNL_MEMORY_NONE);
+  site->destination = memory(destinationDesc, context.engine, DNNL_MEMORY_NONE);
+  return site;
+}
+
+void runPool(KernelContext &context, PoolSite &site, const int64_t *, void **buffers) {
+  site.source.set_data_handle(buffers[0]);
+  site.destination.set_data_handle(buffers[1]);
+  site.primitive.execute(context.stream,
+                         {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
+}
+
 template <typename SiteType, typename Create, typename Run>
 void dispatch(void *opaque, int64_t index, const int64_t *params, void **buffers,
               const char *what, Create create, Run run) {
@@ -403,12 +440,18 @@ void matmulKernel(void *context, int64_t site, const int64_t *params, void **buf
   dispatch<MatMulSite>(context, site, params, buffers, "matmul", createMatMul, runMatMul);
 }
 
+void poolKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
+  dispatch<PoolSite>(context, site, params, buffers, "pool2d", createPool, runPool);
+}
+
 KernelFunction kernelFor(KernelKind kind) {
   switch (kind) {
   case KernelKind::Conv2d:
     return convKernel;
   case KernelKind::MatMul:
     return matmulKernel;
+  case KernelKind::Pool2d:
+    return poolKernel;
   }
   return nullptr;
 }

@@ -8,6 +8,7 @@
 #include "flowc/runtime/Session.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace flowc::compiler {
 namespace {
@@ -23,29 +24,51 @@ Expected<ImportedGraph> importBytes(const std::string &bytes, const std::string 
 /// Compiles `graph`, packs its weights into an artifact in `dir`, and runs it.
 Expected<std::vector<runtime::Tensor>>
 compileAndRun(const ImportedGraph &graph,
-              const std::map<std::string, runtime::Tensor> &inputs, const TempDir &dir) {
-  FLOWC_ASSIGN_OR_RETURN(std::string code,
-                         compileToSharedObject(graph.irBytecode, {}, dir.path()));
+              const std::map<std::string, runtime::Tensor> &inputs, const TempDir &dir,
+              const CompileOptions &options = {}) {
+  CodeWeights weights;
+  FLOWC_ASSIGN_OR_RETURN(
+      std::string code,
+      compileToSharedObject(graph.irBytecode, options, dir.path(), nullptr, &weights));
   runtime::Plan plan;
   plan.entry = kEntrySymbol;
   for (const auto &input : graph.inputs)
     plan.inputs.push_back({input.name, "float32", input.shape});
   for (const auto &output : graph.outputs)
     plan.outputs.push_back({output.name, "float32", output.shape});
+  // What the code binds: graph weights by key, derived ones evaluated.
+  auto graphWeight = [&](const std::string &key) -> const WeightRef * {
+    for (const WeightRef &weight : graph.weights)
+      if (weight.key == key)
+        return &weight;
+    return nullptr;
+  };
+  std::vector<std::string> derivedBytes;
+  derivedBytes.reserve(weights.keys.size());
   std::vector<std::string_view> pieces;
-  for (const auto &weight : graph.weights)
-    pieces.push_back(weight.bytes);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const std::string &key : weights.keys) {
+    if (const DerivedWeight *derived = weights.findDerived(key)) {
+      std::vector<std::string_view> inputs;
+      for (const std::string &input : derived->inputs)
+        inputs.push_back(graphWeight(input)->bytes);
+      FLOWC_ASSIGN_OR_RETURN(std::string bytes, evaluateDerivedWeight(*derived, inputs));
+      derivedBytes.push_back(std::move(bytes));
+      pieces.push_back(derivedBytes.back());
+      shapes.push_back(derived->info.shape);
+    } else {
+      pieces.push_back(graphWeight(key)->bytes);
+      shapes.push_back(graphWeight(key)->info.shape);
+    }
+  }
   std::string path = dir.file("model.fca");
   FLOWC_ASSIGN_OR_RETURN(auto writer, runtime::ArtifactWriter::create(path));
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Metadata, "{}"));
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, code));
   FLOWC_ASSIGN_OR_RETURN(auto offsets, writer->addWeights(pieces));
-  for (size_t i = 0; i < graph.weights.size(); ++i)
+  for (size_t i = 0; i < pieces.size(); ++i)
     plan.weights.push_back(
-        {{graph.weights[i].key, "float32", graph.weights[i].info.shape},
-         "",
-         offsets[i],
-         graph.weights[i].bytes.size()});
+        {{weights.keys[i], "float32", shapes[i]}, "", offsets[i], pieces[i].size()});
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::Plan, plan.toJson().dump()));
   FLOWC_RETURN_IF_ERROR(writer->finish());
@@ -226,6 +249,133 @@ TEST(CodegenTest, StridedConvPoolAndSoftmaxMatchReference) {
   std::vector<float> y = (*outputs)[0].floats();
   for (size_t i = 0; i < 4; ++i)
     EXPECT_NEAR(y[i], std::exp(pooled[i] - max) / sum, 1e-6) << i;
+}
+
+// Conv (1x1, 2 -> 3 channels, bias) -> BatchNormalization -> Relu, and a
+// BatchNormalization of the input on its own.
+GraphSpec convBatchNormSpec() {
+  GraphSpec spec;
+  spec.initializers = {
+      floatTensor("w", {3, 2, 1, 1}, {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f}),
+      floatTensor("b", {3}, {0.1f, -0.2f, 0.3f}),
+      floatTensor("s", {3}, {1.5f, -0.5f, 2.0f}),
+      floatTensor("bb", {3}, {0.25f, 1.0f, -0.5f}),
+      floatTensor("m", {3}, {0.2f, -0.4f, 1.0f}),
+      floatTensor("v", {3}, {0.5f, 2.0f, 0.1f}),
+      floatTensor("s2", {2}, {2.0f, 0.5f}),
+      floatTensor("b2", {2}, {-1.0f, 1.0f}),
+      floatTensor("m2", {2}, {0.5f, -0.5f}),
+      floatTensor("v2", {2}, {4.0f, 0.25f})};
+  spec.nodes = {node("Conv", {"x", "w", "b"}, {"c"}, "conv"),
+                node("BatchNormalization", {"c", "s", "bb", "m", "v"}, {"n"}, "bn"),
+                node("Relu", {"n"}, {"y"}, "relu"),
+                node("BatchNormalization", {"x", "s2", "b2", "m2", "v2"}, {"z"}, "bn2")};
+  spec.inputs = {valueInfo("x", {1, 2, 3, 3})};
+  spec.outputs = {valueInfo("y", {1, 3, 3, 3}), valueInfo("z", {1, 2, 3, 3})};
+  return spec;
+}
+
+TEST(CodegenTest, BatchNormFoldsIntoDerivedWeightsAndMatchesTheReference) {
+  std::string bytes = model(convBatchNormSpec());
+  auto graph = importBytes(bytes, "convbn.onnx");
+  ASSERT_TRUE(graph) << graph.status().toString();
+  std::vector<float> xs(18);
+  for (int i = 0; i < 18; ++i)
+    xs[i] = static_cast<float>(i % 5) - 1.5f;
+  runtime::Tensor x = runtime::Tensor::fromFloats({1, 2, 3, 3}, xs);
+  const float w[3][2] = {{0.5f, -1.0f}, {2.0f, 0.25f}, {-0.75f, 1.5f}};
+  const float b[3] = {0.1f, -0.2f, 0.3f}, s[3] = {1.5f, -0.5f, 2.0f},
+              bb[3] = {0.25f, 1.0f, -0.5f}, m[3] = {0.2f, -0.4f, 1.0f},
+              v[3] = {0.5f, 2.0f, 0.1f};
+  const float s2[2] = {2.0f, 0.5f}, b2[2] = {-1.0f, 1.0f}, m2[2] = {0.5f, -0.5f},
+              v2[2] = {4.0f, 0.25f};
+  // -O0 computes BatchNorm in generated code; -O2 folds it.
+  for (int level : {0, 2}) {
+    SCOPED_TRACE("-O" + std::to_string(level));
+    CompileOptions options;
+    options.optLevel = level;
+    TempDir dir;
+    auto outputs = compileAndRun(*graph, {{"x", x}}, dir, options);
+    ASSERT_TRUE(outputs) << outputs.status().toString();
+    std::vector<float> y = (*outputs)[0].floats(), z = (*outputs)[1].floats();
+    for (int o = 0; o < 3; ++o)
+      for (int p = 0; p < 9; ++p) {
+        float conv = w[o][0] * xs[p] + w[o][1] * xs[9 + p] + b[o];
+        float norm = (conv - m[o]) / std::sqrt(v[o] + 1e-5f) * s[o] + bb[o];
+        EXPECT_NEAR(y[o * 9 + p], std::max(norm, 0.0f), 1e-5) << o << "," << p;
+      }
+    for (int c = 0; c < 2; ++c)
+      for (int p = 0; p < 9; ++p)
+        EXPECT_NEAR(z[c * 9 + p],
+                    (xs[c * 9 + p] - m2[c]) / std::sqrt(v2[c] + 1e-5f) * s2[c] + b2[c],
+                    1e-5);
+  }
+}
+
+TEST(CodegenTest, FoldedCodeBindsDerivedWeightsInsteadOfBatchNormParameters) {
+  std::string bytes = model(convBatchNormSpec());
+  auto graph = importBytes(bytes, "convbn.onnx");
+  ASSERT_TRUE(graph);
+  TempDir dir;
+  CodeWeights weights;
+  ASSERT_TRUE(
+      compileToSharedObject(graph->irBytecode, {}, dir.path(), nullptr, &weights));
+  // Conv weights and bias (BatchNorm folded in), then the standalone
+  // BatchNorm's scale and shift: no source weight is bound any more.
+  ASSERT_EQ(weights.derived.size(), 4u);
+  ASSERT_EQ(weights.keys.size(), 4u);
+  for (const std::string &key : weights.keys)
+    EXPECT_NE(weights.findDerived(key), nullptr) << key;
+  EXPECT_EQ(weights.derived[0].info.shape, (std::vector<int64_t>{3, 1, 1, 2}));
+  EXPECT_EQ(weights.derived[0].inputs, (std::vector<std::string>{"w", "s", "v"}));
+  // The recipe holds the computation, never weight values.
+  for (const WeightRef &weight : graph->weights)
+    EXPECT_EQ(weights.derived[0].recipe.find(weight.bytes), std::string::npos);
+  // The switch turns it off: every graph weight bound as is.
+  CompileOptions options;
+  options.disabledPasses = {"flowc-derive-weights"};
+  ASSERT_TRUE(
+      compileToSharedObject(graph->irBytecode, options, dir.path(), nullptr, &weights));
+  EXPECT_TRUE(weights.derived.empty());
+  EXPECT_EQ(weights.keys.size(), graph->weights.size());
+}
+
+TEST(DerivedWeightTest, EvaluatesARecipeAndRejectsBadInputs) {
+  DerivedWeight weight;
+  weight.key = "flowc.derived/0";
+  weight.inputs = {"a", "b"};
+  weight.recipe = R"mlir(
+func.func @derive(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>) -> tensor<3x2xf32> {
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %p = tosa.mul %a, %b, %shift : (tensor<2x3xf32>, tensor<1x3xf32>, tensor<1xi8>) -> tensor<2x3xf32>
+  %r = tosa.rsqrt %b : (tensor<1x3xf32>) -> tensor<1x3xf32>
+  %s = tosa.sub %p, %r : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<2x3xf32>
+  %t = tosa.transpose %s {perms = array<i32: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  return %t : tensor<3x2xf32>
+}
+)mlir";
+  std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {4, 1, 0.25f};
+  auto bytesOf = [](const std::vector<float> &values) {
+    return std::string_view(reinterpret_cast<const char *>(values.data()),
+                            values.size() * sizeof(float));
+  };
+  auto result = evaluateDerivedWeight(weight, {bytesOf(a), bytesOf(b)});
+  ASSERT_TRUE(result) << result.status().toString();
+  ASSERT_EQ(result->size(), 6 * sizeof(float));
+  std::vector<float> out(6);
+  std::memcpy(out.data(), result->data(), result->size());
+  // out[j][i] = a[i][j] * b[j] - 1 / sqrt(b[j])
+  std::vector<float> expected = {4 - 0.5f, 16 - 0.5f, 2 - 1, 5 - 1, 0.75f - 2, 1.5f - 2};
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_FLOAT_EQ(out[i], expected[i]) << i;
+
+  EXPECT_THAT(evaluateDerivedWeight(weight, {bytesOf(a)}),
+              StatusIs(StatusCode::InvalidArgument, "takes 2 weights, got 1"));
+  EXPECT_THAT(evaluateDerivedWeight(weight, {bytesOf(b), bytesOf(b)}),
+              StatusIs(StatusCode::InvalidArgument, "source weight 'a' has 12 bytes"));
+  weight.recipe = "func.func @derive(";
+  EXPECT_THAT(evaluateDerivedWeight(weight, {bytesOf(a), bytesOf(b)}),
+              StatusIs(StatusCode::InvalidArgument, "does not parse"));
 }
 
 TEST(CodegenTest, RejectsUnknownTarget) {

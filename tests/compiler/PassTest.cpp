@@ -2,6 +2,7 @@
 // outlining (what is absorbed, what is left alone) and static memory
 // planning (offsets, liveness, the rewritten IR), and the choice of loop
 // nests that run in parallel.
+#include "DerivedWeights.h"
 #include "LibraryKernels.h"
 #include "MemoryPlan.h"
 #include "ParallelLoops.h"
@@ -29,6 +30,7 @@ namespace {
 
 namespace conv = runtime::conv;
 namespace matmul = runtime::matmul;
+namespace pool = runtime::pool;
 
 class PassTest : public ::testing::Test {
 protected:
@@ -265,6 +267,123 @@ func.func @main(%a: tensor<1x4x8xf16>, %b: tensor<1x8x2xf16>) -> tensor<1x4x2xf1
   ASSERT_TRUE(module);
   EXPECT_TRUE(collectLibraryKernels(*module).empty());
   EXPECT_EQ(count<mlir::tosa::MatMulOp>(main(*module)), 1);
+}
+
+// ResNet's stem pooling as the importer writes it (NCHW around an NHWC op),
+// then an average pooling of an NHWC activation.
+constexpr const char *kPools = R"mlir(
+func.func @main(%x: tensor<1x4x8x8xf32>) -> (tensor<1x4x4x4xf32>, tensor<1x2x2x4xf32>) {
+  %xt = tosa.transpose %x {perms = array<i32: 0, 2, 3, 1>} : (tensor<1x4x8x8xf32>) -> tensor<1x8x8x4xf32>
+  %m = tosa.max_pool2d %xt {kernel = array<i64: 3, 3>, pad = array<i64: 1, 0, 1, 0>, stride = array<i64: 2, 2>} : (tensor<1x8x8x4xf32>) -> tensor<1x4x4x4xf32>
+  %mt = tosa.transpose %m {perms = array<i32: 0, 3, 1, 2>} : (tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %a = tosa.avg_pool2d %m, %zp, %zp {acc_type = f32, kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x4x4x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x4xf32>
+  return %mt, %a : tensor<1x4x4x4xf32>, tensor<1x2x2x4xf32>
+}
+)mlir";
+
+TEST_F(PassTest, PoolingBecomesAKernelWithItsLayoutChanges) {
+  auto module = run(kPools, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 2u);
+  const std::vector<int64_t> &max = kernels[0].params;
+  EXPECT_EQ(kernels[0].kind, runtime::KernelKind::Pool2d);
+  EXPECT_EQ(kernels[0].bufferCount, 2u);
+  EXPECT_EQ(max[pool::kAlgorithm], int64_t(runtime::PoolAlgorithm::Max));
+  EXPECT_EQ(max[pool::kSourceLayout], int64_t(runtime::ActivationLayout::Nchw));
+  // The max pooling's result also feeds the average pooling, so its
+  // transpose back stays in the graph.
+  EXPECT_EQ(max[pool::kDestinationLayout], int64_t(runtime::ActivationLayout::Nhwc));
+  EXPECT_EQ(max[pool::kChannels], 4);
+  EXPECT_EQ(max[pool::kInHeight], 8);
+  EXPECT_EQ(max[pool::kOutWidth], 4);
+  EXPECT_EQ(max[pool::kKernelHeight], 3);
+  EXPECT_EQ(max[pool::kStrideW], 2);
+  EXPECT_EQ(max[pool::kPadTop], 1);
+  EXPECT_EQ(max[pool::kPadBottom], 0);
+  EXPECT_EQ(max[pool::kPadLeft], 1);
+  EXPECT_EQ(max[pool::kPadRight], 0);
+  const std::vector<int64_t> &average = kernels[1].params;
+  EXPECT_EQ(average[pool::kAlgorithm],
+            int64_t(runtime::PoolAlgorithm::AverageExcludingPadding));
+  EXPECT_EQ(average[pool::kSourceLayout], int64_t(runtime::ActivationLayout::Nhwc));
+  EXPECT_EQ(average[pool::kKernelWidth], 2);
+  mlir::func::FuncOp graph = main(*module);
+  EXPECT_EQ(count<mlir::tosa::MaxPool2dOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::AvgPool2dOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::TransposeOp>(graph), 1);
+}
+
+TEST_F(PassTest, NonFloat32PoolingStaysInGeneratedCode) {
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: tensor<1x4x4x2xf16>) -> tensor<1x2x2x2xf16> {
+  %m = tosa.max_pool2d %x {kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x4x4x2xf16>) -> tensor<1x2x2x2xf16>
+  return %m : tensor<1x2x2x2xf16>
+}
+)mlir";
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  EXPECT_TRUE(collectLibraryKernels(*module).empty());
+  EXPECT_EQ(count<mlir::tosa::MaxPool2dOp>(main(*module)), 1);
+}
+
+// A convolution whose result is also returned before its per-channel
+// affine: the affine cannot fold, but its factors still become derived
+// weights; the convolution's transposed weight alone does not (kernels read
+// it in place).
+constexpr const char *kConvAffineTwice = R"mlir(
+func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xf32> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"},
+                %s: tensor<1x1x1x4xf32> {flowc.weight = "s"},
+                %unused: tensor<4xf32> {flowc.weight = "unused"})
+    -> (tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>) {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %two = "tosa.const"() <{values = dense<2.0> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %wt = tosa.transpose %w {perms = array<i32: 0, 2, 3, 1>} : (tensor<4x8x3x3xf32>) -> tensor<4x3x3x8xf32>
+  %c = tosa.conv2d %x, %wt, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x3x3x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  %f = tosa.mul %s, %two, %shift : (tensor<1x1x1x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x1x1x4xf32>
+  %y = tosa.mul %c, %f, %shift : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>, tensor<1xi8>) -> tensor<1x6x6x4xf32>
+  %z = tosa.add %y, %f : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>) -> tensor<1x6x6x4xf32>
+  return %c, %z : tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>
+}
+)mlir";
+
+TEST_F(PassTest, AffineOfASharedConvResultStaysButItsFactorIsDerived) {
+  auto module = run(kConvAffineTwice, createDeriveWeightsPass());
+  ASSERT_TRUE(module);
+  CodeWeights weights = collectCodeWeights(*module);
+  // w and b as they were, one derived weight (s * 2, read twice); `s` and
+  // the unused weight are no longer bound.
+  EXPECT_EQ(weights.keys, (std::vector<std::string>{"w", "b", "flowc.derived/0"}));
+  ASSERT_EQ(weights.derived.size(), 1u);
+  EXPECT_EQ(weights.derived[0].inputs, (std::vector<std::string>{"s"}));
+  EXPECT_EQ(weights.derived[0].info.shape, (std::vector<int64_t>{1, 1, 1, 4}));
+  mlir::func::FuncOp graph = main(*module);
+  EXPECT_EQ(count<mlir::tosa::Conv2DOp>(graph), 1);
+  EXPECT_EQ(count<mlir::tosa::MulOp>(graph), 1);
+  EXPECT_EQ(count<mlir::tosa::AddOp>(graph), 1);
+  EXPECT_EQ(count<mlir::tosa::TransposeOp>(graph), 1);
+}
+
+TEST_F(PassTest, AffineAfterAnNhwcConvFoldsIntoItsWeights) {
+  std::string ir = kConvAffineTwice;
+  // The convolution's result now feeds only the affine.
+  ir.replace(ir.find("return %c, %z"), 13, "return %z, %z");
+  auto module = run(ir, createDeriveWeightsPass());
+  ASSERT_TRUE(module);
+  CodeWeights weights = collectCodeWeights(*module);
+  EXPECT_EQ(weights.keys,
+            (std::vector<std::string>{"flowc.derived/0", "flowc.derived/1"}));
+  ASSERT_EQ(weights.derived.size(), 2u);
+  EXPECT_EQ(weights.derived[0].info.shape, (std::vector<int64_t>{4, 3, 3, 8}));
+  EXPECT_EQ(weights.derived[1].info.shape, (std::vector<int64_t>{4}));
+  mlir::func::FuncOp graph = main(*module);
+  EXPECT_EQ(count<mlir::tosa::Conv2DOp>(graph), 1);
+  EXPECT_EQ(count<mlir::tosa::MulOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::AddOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::TransposeOp>(graph), 0);
 }
 
 TEST(ArenaTest, BuffersAliveTogetherNeverShareBytes) {

@@ -90,12 +90,12 @@ EXPORT_OPSETS = (13, 17)
 
 
 def export_models(out: pathlib.Path, opset: int, torchvision=(), transformers=(),
-                  batch=1, seq=128):
+                  batch=1, seq=128, keep_batchnorm=False):
     """Exports the named models with seeded random weights into `out`."""
     if torchvision:
         subprocess.run(["/usr/bin/python3", str(ROOT / "examples" / "export_torchvision.py"),
                         str(out), "--models", ",".join(torchvision), "--opset", str(opset),
-                        "--batch", str(batch)],
+                        "--batch", str(batch)] + (["--keep-batchnorm"] if keep_batchnorm else []),
                        check=True, capture_output=True, text=True, timeout=1800)
     if transformers:
         subprocess.run([str(ROOT / ".venv-export" / "bin" / "python"),

@@ -3,6 +3,8 @@ random weights, BatchNorm statistics re-estimated so outputs depend on the
 input), compiled at -O3 through the daemon (library kernels, fusion, the
 activation arena), run with `flowc run` and compared with onnxruntime, at
 batch 1 and batch 2."""
+import json
+
 import numpy as np
 import pytest
 
@@ -54,3 +56,37 @@ def test_reference_path_matches_library_kernels(flowc, real_models):
     flowc.submit(path, directory / "squeeze_o3.fca", "-O", "3")
     reference = flowc.execute(directory / "squeeze_o0.fca", x)["logits"]
     assert_close(flowc.execute(directory / "squeeze_o3.fca", x)["logits"], reference)
+
+
+@pytest.fixture(scope="module")
+def with_batchnorm(tmp_path_factory):
+    return export_models(tmp_path_factory.mktemp("batchnorm"), 13, ["resnet18"],
+                         keep_batchnorm=True)
+
+
+def test_batchnorm_folds_into_derived_weights(flowc, with_batchnorm):
+    """A ResNet-18 file with its 20 BatchNormalization nodes: at -O2 each
+    folds into its convolution as derived weights (computed once, cached by
+    recipe and source digests); the result matches onnxruntime and -O0."""
+    path = with_batchnorm / "resnet18.onnx"
+    x = {"input": np.load(with_batchnorm / "resnet18_input.npy")}
+
+    def submit(out, *options):
+        result = flowc.run("submit", path, "-o", out, "--progress", *options)
+        return [line for line in result.stderr.splitlines() if "derive:" in line]
+
+    first = submit(with_batchnorm / "o2.fca", "-O", "2")
+    assert len(first) == 1 and "(40 computed, 0 cached)" in first[0], first
+    # Another option set compiles new code but reuses every derived weight.
+    again = submit(with_batchnorm / "o3.fca", "-O", "3")
+    assert len(again) == 1 and "(0 computed, 40 cached)" in again[0], again
+    # Without the pass the model's own weights are bound.
+    assert submit(with_batchnorm / "plain.fca", "-O", "2", "--disable-pass",
+                  "flowc-derive-weights") == []
+    reference = onnxruntime_outputs(path, x)["logits"]
+    for name in ("o2", "o3", "plain"):
+        assert_close(flowc.execute(with_batchnorm / f"{name}.fca", x)["logits"], reference)
+    info = json.loads(flowc.run("inspect", with_batchnorm / "o2.fca", "--json").stdout)
+    # 20 folded weights and biases; the BatchNorm parameters are gone, the
+    # classifier's weight and bias stay.
+    assert info["derived_weights"] == 40 and info["weights"] == 42, info

@@ -50,6 +50,50 @@ private:
   std::string path_;
 };
 
+json codeWeightsJson(const compiler::CodeWeights &weights) {
+  json derived = json::array();
+  for (const compiler::DerivedWeight &weight : weights.derived)
+    derived.push_back({{"key", weight.key},
+                       {"recipe", weight.recipe},
+                       {"inputs", weight.inputs},
+                       {"shape", weight.info.shape}});
+  return {
+      {"format", "flowc.code-weights.v1"}, {"keys", weights.keys}, {"derived", derived}};
+}
+
+/// The weight list cached next to a code object; nullopt if unreadable
+/// (the code is then compiled again).
+std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes) {
+  json parsed = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object() || parsed.value("format", "") != "flowc.code-weights.v1")
+    return std::nullopt;
+  try {
+    compiler::CodeWeights weights;
+    weights.keys = parsed.at("keys").get<std::vector<std::string>>();
+    for (const json &entry : parsed.at("derived")) {
+      compiler::DerivedWeight weight;
+      weight.key = entry.at("key").get<std::string>();
+      weight.recipe = entry.at("recipe").get<std::string>();
+      weight.inputs = entry.at("inputs").get<std::vector<std::string>>();
+      weight.info = {weight.key, compiler::DType::F32,
+                     entry.at("shape").get<std::vector<int64_t>>()};
+      weights.derived.push_back(std::move(weight));
+    }
+    return weights;
+  } catch (const json::exception &) {
+    return std::nullopt;
+  }
+}
+
+/// Index of the graph weight named `key`.
+std::optional<size_t> weightIndex(const compiler::ImportedGraph &graph,
+                                  const std::string &key) {
+  for (size_t i = 0; i < graph.weights.size(); ++i)
+    if (graph.weights[i].key == key)
+      return i;
+  return std::nullopt;
+}
+
 std::vector<std::string_view> weightViews(const compiler::ImportedGraph &graph) {
   std::vector<std::string_view> views;
   for (const compiler::WeightRef &weight : graph.weights)
@@ -205,12 +249,12 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(Digest manifest, cache_.put(ingested.manifest));
   pins.add(manifest);
 
-  FLOWC_ASSIGN_OR_RETURN(
-      Digest code, codeFor(ingested, request.options, progress, result.codeCacheHit));
-  pins.add(code);
+  FLOWC_ASSIGN_OR_RETURN(CompiledCode code, codeFor(ingested, request.options, progress,
+                                                    result.codeCacheHit));
+  pins.add(code.object);
   progress("link", "artifact");
   FLOWC_ASSIGN_OR_RETURN(result.artifactDigest,
-                         linkArtifact(ingested, request.options, code));
+                         linkArtifact(ingested, request.options, code, pins, progress));
   pins.add(result.artifactDigest);
   FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Artifact, key,
                                             result.artifactDigest, {manifest}));
@@ -222,9 +266,10 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   return result;
 }
 
-Expected<Digest> CompileExecutor::codeFor(const IngestedModel &ingested,
-                                          const compiler::CompileOptions &options,
-                                          const ProgressFn &progress, bool &hit) {
+Expected<CompileExecutor::CompiledCode>
+CompileExecutor::codeFor(const IngestedModel &ingested,
+                         const compiler::CompileOptions &options,
+                         const ProgressFn &progress, bool &hit) {
   // Weight metadata, never contents: a fine-tune that keeps every shape
   // reuses the code and only re-links.
   std::string key = "flowc.code.v1\n" + buildId_ + "\n" +
@@ -234,32 +279,89 @@ Expected<Digest> CompileExecutor::codeFor(const IngestedModel &ingested,
     key += weight.key + ":" + compiler::dtypeName(weight.info.dtype) + ":" +
            json(weight.info.shape).dump() + "\n";
   Digest codeKey = cache::digestOf(key);
+  Digest weightsKey = cache::digestOf(key + "weights\n");
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Code, codeKey));
-  if (cached && options.printIrAfter.empty()) {
-    hit = true;
-    progress("codegen", "code cache hit " + cached->toString());
-    return *cached;
+  FLOWC_ASSIGN_OR_RETURN(auto cachedWeights,
+                         cache_.lookupAction(cache::ActionKind::Code, weightsKey));
+  if (cached && cachedWeights && options.printIrAfter.empty()) {
+    auto blob = cache_.get(*cachedWeights);
+    std::optional<compiler::CodeWeights> weights;
+    if (blob)
+      weights = parseCodeWeights(blob->bytes());
+    if (weights) {
+      hit = true;
+      progress("codegen", "code cache hit " + cached->toString());
+      return CompiledCode{*cached, std::move(*weights)};
+    }
   }
   hit = false;
   progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
   FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_.tmpDir()));
   std::string printedIr;
-  FLOWC_ASSIGN_OR_RETURN(std::string object, compiler::compileToSharedObject(
-                                                 ingested.graph.irBytecode, options,
-                                                 scratch.path(), &printedIr));
+  CompiledCode compiled;
+  FLOWC_ASSIGN_OR_RETURN(std::string object,
+                         compiler::compileToSharedObject(ingested.graph.irBytecode,
+                                                         options, scratch.path(),
+                                                         &printedIr, &compiled.weights));
   // The IR goes back as progress events of at most 1 MiB each.
   constexpr size_t kIrChunk = 1 << 20;
   for (size_t offset = 0; offset < printedIr.size(); offset += kIrChunk)
     progress("ir", printedIr.substr(offset, kIrChunk));
-  FLOWC_ASSIGN_OR_RETURN(Digest code, cache_.put(object));
-  FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Code, codeKey, code));
-  return code;
+  FLOWC_ASSIGN_OR_RETURN(compiled.object, cache_.put(object));
+  FLOWC_ASSIGN_OR_RETURN(Digest weights,
+                         cache_.put(codeWeightsJson(compiled.weights).dump()));
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::Code, codeKey, compiled.object));
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::Code, weightsKey, weights));
+  return compiled;
+}
+
+Expected<cache::BlobHandle>
+CompileExecutor::derivedWeight(const IngestedModel &ingested,
+                               const compiler::DerivedWeight &weight,
+                               cache::PinGuard &pins, int &computed) {
+  // The recipe and the sources' contents decide the result (and the build
+  // that evaluates it): a fine-tune recomputes, another option set reuses.
+  std::string key = "flowc.derived.v1\n" + buildId_ + "\n" + weight.recipe + "\n";
+  std::vector<cache::BlobHandle> sources;
+  std::vector<std::string_view> views;
+  for (const std::string &input : weight.inputs) {
+    std::optional<size_t> index = weightIndex(ingested.graph, input);
+    if (!index)
+      return internalError("derived weight '" + weight.key + "' reads weight '" + input +
+                           "', which the model does not have");
+    key += ingested.weightDigests[*index].toString() + "\n";
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob,
+                           cache_.get(ingested.weightDigests[*index]));
+    views.push_back(blob.bytes());
+    sources.push_back(std::move(blob));
+  }
+  Digest actionKey = cache::digestOf(key);
+  FLOWC_ASSIGN_OR_RETURN(
+      auto cached, cache_.lookupAction(cache::ActionKind::DerivedWeight, actionKey));
+  if (cached) {
+    if (auto blob = cache_.get(*cached)) {
+      pins.add(*cached);
+      return std::move(*blob);
+    }
+  }
+  FLOWC_ASSIGN_OR_RETURN(std::string bytes,
+                         compiler::evaluateDerivedWeight(weight, views));
+  FLOWC_ASSIGN_OR_RETURN(Digest digest, cache_.put(bytes));
+  pins.add(digest);
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::DerivedWeight, actionKey, digest));
+  ++computed;
+  return cache_.get(digest);
 }
 
 Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
                                                const compiler::CompileOptions &options,
-                                               const Digest &code) {
+                                               const CompiledCode &code,
+                                               cache::PinGuard &pins,
+                                               const ProgressFn &progress) {
   const compiler::ImportedGraph &graph = ingested.graph;
   runtime::Plan plan;
   plan.entry = compiler::kEntrySymbol;
@@ -268,21 +370,46 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
   for (const auto &output : graph.outputs)
     plan.outputs.push_back(tensorSpec(output));
 
-  // Weights are copied from their CAS blobs (one mapping each, no heap copy).
+  // Weights are copied from their CAS blobs (one mapping each, no heap
+  // copy), in the order the code binds them.
   std::vector<cache::BlobHandle> blobs;
   std::vector<std::string_view> pieces;
-  for (size_t i = 0; i < graph.weights.size(); ++i) {
-    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(ingested.weightDigests[i]));
+  std::vector<runtime::WeightSpec> specs;
+  int computed = 0;
+  for (const std::string &key : code.weights.keys) {
+    runtime::WeightSpec spec;
+    auto source = [&]() -> Expected<cache::BlobHandle> {
+      if (const compiler::DerivedWeight *derived = code.weights.findDerived(key)) {
+        spec.tensor = tensorSpec(derived->info);
+        return derivedWeight(ingested, *derived, pins, computed);
+      }
+      std::optional<size_t> index = weightIndex(graph, key);
+      if (!index)
+        return internalError("the code binds weight '" + key +
+                             "', which the model does not have");
+      spec.tensor = tensorSpec(graph.weights[*index].info);
+      return cache_.get(ingested.weightDigests[*index]);
+    };
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, source());
+    spec.tensor.name = key;
+    spec.digest = blob.digest().toString();
+    spec.size = blob.bytes().size();
     pieces.push_back(blob.bytes());
+    specs.push_back(std::move(spec));
     blobs.push_back(std::move(blob));
   }
-  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle codeBlob, cache_.get(code));
+  if (!code.weights.derived.empty())
+    progress("derive",
+             std::to_string(code.weights.derived.size()) + " derived weights (" +
+                 std::to_string(computed) + " computed, " +
+                 std::to_string(code.weights.derived.size() - computed) + " cached)");
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle codeBlob, cache_.get(code.object));
 
   json metadata = {{"format", "flowc.artifact.v1"},
                    {"model", ingested.model.path},
                    {"model_digest", ingested.modelDigest.toString()},
                    {"ir_digest", ingested.irDigest.toString()},
-                   {"code_digest", code.toString()},
+                   {"code_digest", code.object.toString()},
                    {"compiler", buildId_},
                    {"target", options.target},
                    {"target_description", compiler::hostTargetDescription()},
@@ -301,10 +428,10 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
       writer->addSection(runtime::SectionKind::GraphIr, graph.irBytecode));
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, codeBlob.bytes()));
   FLOWC_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer->addWeights(pieces));
-  for (size_t i = 0; i < graph.weights.size(); ++i)
-    plan.weights.push_back(runtime::WeightSpec{
-        tensorSpec(graph.weights[i].info), ingested.weightDigests[i].toString(),
-        offsets[i], graph.weights[i].bytes.size()});
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].offset = offsets[i];
+    plan.weights.push_back(std::move(specs[i]));
+  }
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::Plan, plan.toJson().dump(2)));
   FLOWC_RETURN_IF_ERROR(writer->finish());

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flowc::compiler {
@@ -99,21 +100,58 @@ Expected<ImportedGraph> importOnnx(const OnnxModel &model);
 /// dense row-major buffers.
 inline constexpr const char *kEntrySymbol = "flowc_entry";
 
+/// A weight the code reads that is computed from the model's weights (a
+/// BatchNorm folded into its convolution, a BatchNorm's scale and shift):
+/// `recipe` is the MLIR text of a module whose `@derive` takes the source
+/// weights named by `inputs` and returns it. Code never holds its values;
+/// whoever binds the code evaluates it (evaluateDerivedWeight), once per
+/// distinct input contents.
+struct DerivedWeight {
+  std::string key;
+  std::string recipe;
+  std::vector<std::string> inputs;
+  TensorInfo info;
+};
+
+/// The weights compiled code binds, in argument order after its inputs:
+/// keys of the graph's weights (those the code still reads) and of derived
+/// weights.
+struct CodeWeights {
+  std::vector<std::string> keys;
+  std::vector<DerivedWeight> derived;
+
+  const DerivedWeight *findDerived(const std::string &key) const {
+    for (const DerivedWeight &weight : derived)
+      if (weight.key == key)
+        return &weight;
+    return nullptr;
+  }
+};
+
+/// The bytes of a derived weight from its source weights' bytes (dense
+/// float32, in `weight.inputs` order). InvalidArgument when the recipe or
+/// the inputs do not fit.
+Expected<std::string> evaluateDerivedWeight(const DerivedWeight &weight,
+                                            const std::vector<std::string_view> &inputs);
+
 /// The passes -O1..-O3 add, each of which `disabledPasses` can leave out.
 inline const std::vector<std::string> kOptionalPasses = {
-    "tosa-reduce-transposes", "flowc-outline-library-kernels",
-    "linalg-fuse-elementwise-ops", "flowc-plan-activation-memory",
-    "flowc-approximate-math", "flowc-parallelize-loops"};
+    "flowc-derive-weights",          "tosa-reduce-transposes",
+    "flowc-outline-library-kernels", "linalg-fuse-elementwise-ops",
+    "flowc-plan-activation-memory",  "flowc-approximate-math",
+    "flowc-parallelize-loops"};
 
 /// Lowers graph IR bytecode (TOSA -> linalg -> loops -> LLVM) and links a
 /// shared object for the host CPU in `workDir`. Returns its bytes. With
 /// `options.printIrAfter`, the IR after each matching pass goes to
-/// `printedIr` (InvalidArgument if no pass has that name).
+/// `printedIr` (InvalidArgument if no pass has that name). `weights`, when
+/// given, receives what the code binds after its inputs.
 /// Thread-safe: each call owns its MLIR and LLVM contexts.
 Expected<std::string> compileToSharedObject(const std::string &irBytecode,
                                             const CompileOptions &options,
                                             const std::string &workDir,
-                                            std::string *printedIr = nullptr);
+                                            std::string *printedIr = nullptr,
+                                            CodeWeights *weights = nullptr);
 
 /// Target description hashed into cache keys (CPU name and features).
 std::string hostTargetDescription();

@@ -36,6 +36,10 @@ struct TensorSpec {
   uint64_t byteSize() const;
 };
 
+/// Key prefix of derived weights (computed from the model's weights at link
+/// time, e.g. BatchNorm folded into a convolution).
+inline constexpr const char *kDerivedWeightPrefix = "flowc.derived/";
+
 struct WeightSpec {
   TensorSpec tensor; ///< tensor.name is the weight's resource key.
   std::string digest;

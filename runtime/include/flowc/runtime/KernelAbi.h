@@ -43,8 +43,10 @@ enum class KernelKind : int64_t {
   Conv2d = 0,
   /// Buffers: A, B, [bias], [residual], destination.
   MatMul = 1,
+  /// Buffers: source, destination.
+  Pool2d = 2,
 };
-inline constexpr int64_t kKernelKindCount = 2;
+inline constexpr int64_t kKernelKindCount = 3;
 
 inline const char *kernelKindName(KernelKind kind) {
   switch (kind) {
@@ -52,6 +54,8 @@ inline const char *kernelKindName(KernelKind kind) {
     return "conv2d";
   case KernelKind::MatMul:
     return "matmul";
+  case KernelKind::Pool2d:
+    return "pool2d";
   }
   return "unknown";
 }
@@ -144,5 +148,31 @@ enum Param : int {
   kCount
 };
 } // namespace matmul
+
+/// TOSA's pooling: padding never enters a window's maximum or average.
+enum class PoolAlgorithm : int64_t { Max = 0, AverageExcludingPadding = 1 };
+
+namespace pool {
+enum Param : int {
+  kBatch,
+  kChannels,
+  kInHeight,
+  kInWidth,
+  kOutHeight,
+  kOutWidth,
+  kKernelHeight,
+  kKernelWidth,
+  kStrideH,
+  kStrideW,
+  kPadTop,
+  kPadLeft,
+  kPadBottom,
+  kPadRight,
+  kAlgorithm,
+  kSourceLayout,
+  kDestinationLayout,
+  kCount
+};
+} // namespace pool
 
 } // namespace flowc::runtime

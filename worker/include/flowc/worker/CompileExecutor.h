@@ -79,12 +79,24 @@ private:
   /// Memoizes a model file's digest; never a reproducer directory's.
   Status recordMemo(const cache::FileIdentity &file, const compiler::InputShapes &shapes,
                     const cache::Digest &modelDigest);
-  Expected<cache::Digest> codeFor(const IngestedModel &ingested,
-                                  const compiler::CompileOptions &options,
-                                  const ProgressFn &progress, bool &hit);
+  /// The code object and the weights it binds, both cached under the code
+  /// key (the weight list is a second blob).
+  struct CompiledCode {
+    cache::Digest object;
+    compiler::CodeWeights weights;
+  };
+  Expected<CompiledCode> codeFor(const IngestedModel &ingested,
+                                 const compiler::CompileOptions &options,
+                                 const ProgressFn &progress, bool &hit);
+  /// A derived weight's blob: cached by (recipe, source digests), computed
+  /// from the source blobs on a miss. Pinned by `pins`.
+  Expected<cache::BlobHandle> derivedWeight(const IngestedModel &ingested,
+                                            const compiler::DerivedWeight &weight,
+                                            cache::PinGuard &pins, int &computed);
   Expected<cache::Digest> linkArtifact(const IngestedModel &ingested,
                                        const compiler::CompileOptions &options,
-                                       const cache::Digest &code);
+                                       const CompiledCode &code, cache::PinGuard &pins,
+                                       const ProgressFn &progress);
 
   cache::Cache &cache_;
   std::string buildId_;

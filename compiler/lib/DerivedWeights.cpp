@@ -1,0 +1,543 @@
+#include "DerivedWeights.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/Dialect/Tosa/Utils/ConversionUtils.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/Pass.h"
+
+#include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+namespace flowc::compiler {
+
+namespace {
+
+using mlir::Operation;
+using mlir::Value;
+
+mlir::RankedTensorType staticF32Tensor(mlir::Type type) {
+  auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(type);
+  return tensor && tensor.hasStaticShape() && tensor.getElementType().isF32() ? tensor
+                                                                              : nullptr;
+}
+
+/// Ops a recipe may hold: what evaluateDerivedWeight implements.
+bool isRecipeOp(Operation *op) {
+  return mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp, mlir::tosa::ReshapeOp,
+                   mlir::tosa::TransposeOp, mlir::tosa::AddOp, mlir::tosa::SubOp,
+                   mlir::tosa::MulOp, mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp,
+                   mlir::tosa::NegateOp>(op);
+}
+
+/// Ops that compute (the rest only move or name values).
+bool isArithmetic(Operation *op) {
+  return mlir::isa<mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
+                   mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp>(
+      op);
+}
+
+/// Which values of @main depend on weights and constants only.
+class WeightOnly {
+public:
+  explicit WeightOnly(mlir::func::FuncOp main) : main_(main) {}
+
+  bool operator()(Value value) {
+    if (auto it = memo_.find(value); it != memo_.end())
+      return it->second;
+    bool result = classify(value);
+    memo_[value] = result;
+    return result;
+  }
+
+  /// A weight-only op: every result weight-only.
+  bool op(Operation *op) {
+    return isRecipeOp(op) &&
+           llvm::all_of(op->getResults(), [&](Value result) { return (*this)(result); });
+  }
+
+  bool isWeightArgument(Value value) {
+    auto arg = mlir::dyn_cast<mlir::BlockArgument>(value);
+    return arg && arg.getOwner()->getParentOp() == main_ &&
+           main_.getArgAttr(arg.getArgNumber(), "flowc.weight");
+  }
+
+private:
+  bool classify(Value value) {
+    if (mlir::isa<mlir::BlockArgument>(value))
+      return isWeightArgument(value) && staticF32Tensor(value.getType());
+    Operation *producer = value.getDefiningOp();
+    if (mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp>(producer))
+      return true;
+    if (!isRecipeOp(producer) || !staticF32Tensor(value.getType()))
+      return false;
+    return llvm::all_of(producer->getOperands(),
+                        [&](Value operand) { return (*this)(operand); });
+  }
+
+  mlir::func::FuncOp main_;
+  llvm::DenseMap<Value, bool> memo_;
+};
+
+/// Whether computing `value` takes arithmetic (not just reshapes of one weight).
+bool computes(Value value) {
+  Operation *producer = value.getDefiningOp();
+  if (!producer)
+    return false;
+  if (isArithmetic(producer))
+    return true;
+  return llvm::any_of(producer->getOperands(), computes);
+}
+
+mlir::tosa::ConstOp zeroShift(mlir::ImplicitLocOpBuilder &builder) {
+  auto type = mlir::RankedTensorType::get({1}, builder.getI8Type());
+  return mlir::tosa::ConstOp::create(builder, type,
+                                     mlir::DenseElementsAttr::get(type, int8_t{0}));
+}
+
+Value reshape(mlir::ImplicitLocOpBuilder &builder, Value value,
+              llvm::ArrayRef<int64_t> shape) {
+  auto type = mlir::RankedTensorType::get(shape, builder.getF32Type());
+  return mlir::tosa::ReshapeOp::create(builder, type, value,
+                                       mlir::tosa::getTosaConstShape(builder, shape));
+}
+
+Value multiply(mlir::ImplicitLocOpBuilder &builder, Value a, Value b,
+               mlir::RankedTensorType type) {
+  return mlir::tosa::MulOp::create(builder, type, a, b, zeroShift(builder));
+}
+
+/// `y * s + t` after a convolution -> the convolution with weights `w * s`
+/// and bias `b * s + t`. `y` is the convolution's NHWC result or its NCHW
+/// transpose; s and t are per output channel and computed from weights.
+bool foldAffineIntoConv(mlir::tosa::AddOp add, WeightOnly &weightOnly) {
+  Value scaled = add.getInput1(), shift = add.getInput2();
+  if (!scaled.getDefiningOp<mlir::tosa::MulOp>())
+    std::swap(scaled, shift);
+  auto mul = scaled.getDefiningOp<mlir::tosa::MulOp>();
+  if (!mul || !mul->hasOneUse() || !weightOnly(shift))
+    return false;
+  Value y = mul.getInput1(), scale = mul.getInput2();
+  if (weightOnly(y))
+    std::swap(y, scale);
+  if (!weightOnly(scale) || weightOnly(y) || !y.hasOneUse())
+    return false;
+  bool nchw = false;
+  if (auto transpose = y.getDefiningOp<mlir::tosa::TransposeOp>()) {
+    if (transpose.getPermsAttr().asArrayRef() != llvm::ArrayRef<int32_t>{0, 3, 1, 2} ||
+        !transpose.getInput1().hasOneUse())
+      return false;
+    nchw = true;
+    y = transpose.getInput1();
+  }
+  Operation *conv = y.getDefiningOp();
+  if (!mlir::isa_and_nonnull<mlir::tosa::Conv2DOp, mlir::tosa::DepthwiseConv2DOp>(conv))
+    return false;
+  Value weights = conv->getOperand(1), bias = conv->getOperand(2);
+  auto output = staticF32Tensor(y.getType());
+  auto weightType = staticF32Tensor(weights.getType());
+  if (!output || !weightType || !staticF32Tensor(bias.getType()) ||
+      !weightOnly(weights) || !weightOnly(bias))
+    return false;
+  int64_t channels = output.getShape()[3];
+  llvm::SmallVector<int64_t> perChannel =
+      nchw ? llvm::SmallVector<int64_t>{1, channels, 1, 1}
+           : llvm::SmallVector<int64_t>{1, 1, 1, channels};
+  auto scaleType = staticF32Tensor(scale.getType());
+  auto shiftType = staticF32Tensor(shift.getType());
+  if (!scaleType || !shiftType || scaleType.getShape() != llvm::ArrayRef(perChannel) ||
+      shiftType.getShape() != llvm::ArrayRef(perChannel) ||
+      mlir::cast<mlir::RankedTensorType>(bias.getType()).getShape() !=
+          llvm::ArrayRef<int64_t>{channels})
+    return false;
+
+  // The new weights are built where s and t are both defined (before the
+  // add), and the convolution moves down to them: its other operands are
+  // defined earlier still, and its only user (the multiply) goes away.
+  mlir::ImplicitLocOpBuilder builder(add.getLoc(), add);
+  // conv2d weights are [O, KH, KW, I]; depthwise [KH, KW, C, M] with output
+  // channel c * M + m.
+  llvm::ArrayRef<int64_t> weightShape = weightType.getShape();
+  llvm::SmallVector<int64_t> weightScaleShape =
+      mlir::isa<mlir::tosa::Conv2DOp>(conv)
+          ? llvm::SmallVector<int64_t>{channels, 1, 1, 1}
+          : llvm::SmallVector<int64_t>{1, 1, weightShape[2], weightShape[3]};
+  Value newWeights =
+      multiply(builder, weights, reshape(builder, scale, weightScaleShape), weightType);
+  auto biasType = mlir::cast<mlir::RankedTensorType>(bias.getType());
+  Value newBias = mlir::tosa::AddOp::create(
+      builder, biasType,
+      multiply(builder, bias, reshape(builder, scale, {channels}), biasType),
+      reshape(builder, shift, {channels}));
+  conv->setOperand(1, newWeights);
+  conv->setOperand(2, newBias);
+  Value result = mul.getInput1() == scale ? mul.getInput2() : mul.getInput1();
+  conv->moveBefore(add);
+  if (result != conv->getResult(0))
+    result.getDefiningOp()->moveBefore(add);
+  add.getOutput().replaceAllUsesWith(result);
+  add.erase();
+  mul.erase();
+  return true;
+}
+
+/// The recipe of `value`: a module whose @derive takes `sources` (weight
+/// arguments, in first-use order) and returns it.
+std::string recipeText(Value value, llvm::SetVector<Value> &sources) {
+  llvm::SetVector<Operation *> ops;
+  std::function<void(Value)> visit = [&](Value v) {
+    Operation *producer = v.getDefiningOp();
+    if (!producer) {
+      sources.insert(v);
+      return;
+    }
+    if (ops.contains(producer))
+      return;
+    for (Value operand : producer->getOperands())
+      visit(operand);
+    ops.insert(producer);
+  };
+  visit(value);
+
+  mlir::MLIRContext *context = value.getContext();
+  mlir::OpBuilder builder(context);
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(value.getLoc());
+  builder.setInsertionPointToStart(module->getBody());
+  llvm::SmallVector<mlir::Type> argTypes;
+  for (Value source : sources)
+    argTypes.push_back(source.getType());
+  auto function =
+      mlir::func::FuncOp::create(builder, value.getLoc(), "derive",
+                                 builder.getFunctionType(argTypes, {value.getType()}));
+  mlir::Block *body = function.addEntryBlock();
+  builder.setInsertionPointToStart(body);
+  mlir::IRMapping mapping;
+  for (auto [source, arg] : llvm::zip(sources, body->getArguments()))
+    mapping.map(source, arg);
+  for (Operation *op : ops)
+    builder.clone(*op, mapping);
+  mlir::func::ReturnOp::create(builder, value.getLoc(), mapping.lookup(value));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  return text;
+}
+
+struct DeriveWeightsPass
+    : mlir::PassWrapper<DeriveWeightsPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DeriveWeightsPass)
+  llvm::StringRef getArgument() const override { return "flowc-derive-weights"; }
+  llvm::StringRef getDescription() const override {
+    return "Fold per-channel affines into convolutions; bind values computed from "
+           "weights only as derived weights";
+  }
+
+  void runOnOperation() override {
+    auto main = getOperation().lookupSymbol<mlir::func::FuncOp>("main");
+    if (!main || main.isExternal())
+      return;
+    foldAffines(main);
+    deriveWeights(main);
+    dropDeadWeights(main);
+  }
+
+  void foldAffines(mlir::func::FuncOp main) {
+    llvm::SmallVector<mlir::tosa::AddOp> adds;
+    main.walk([&](mlir::tosa::AddOp add) { adds.push_back(add); });
+    for (mlir::tosa::AddOp add : adds) {
+      // A fresh classification each time: folding adds weight-only ops.
+      WeightOnly weightOnly(main);
+      foldAffineIntoConv(add, weightOnly);
+    }
+  }
+
+  void deriveWeights(mlir::func::FuncOp main) {
+    WeightOnly weightOnly(main);
+    // Weight-only values read by the rest of the graph, in graph order.
+    llvm::SetVector<Value> roots;
+    main.walk([&](Operation *op) {
+      if (op == main || weightOnly.op(op))
+        return;
+      for (Value operand : op->getOperands())
+        if (weightOnly(operand) && computes(operand))
+          roots.insert(operand);
+    });
+    mlir::Builder builder(main.getContext());
+    for (Value root : roots) {
+      llvm::SetVector<Value> sources;
+      std::string recipe = recipeText(root, sources);
+      llvm::SmallVector<mlir::Attribute> inputs;
+      for (Value source : sources) {
+        unsigned index = mlir::cast<mlir::BlockArgument>(source).getArgNumber();
+        inputs.push_back(main.getArgAttr(index, "flowc.weight"));
+      }
+      std::string key = runtime::kDerivedWeightPrefix + std::to_string(derivedCount++);
+      llvm::SmallVector<mlir::NamedAttribute> attrs = {
+          builder.getNamedAttr("flowc.weight", builder.getStringAttr(key)),
+          builder.getNamedAttr(kRecipeAttr, builder.getStringAttr(recipe)),
+          builder.getNamedAttr(kRecipeInputsAttr, builder.getArrayAttr(inputs))};
+      unsigned index = main.getNumArguments();
+      if (mlir::failed(main.insertArgument(
+              index, root.getType(), builder.getDictionaryAttr(attrs), root.getLoc())))
+        return signalPassFailure();
+      Value argument = main.getArgument(index);
+      root.replaceUsesWithIf(
+          argument, [&](mlir::OpOperand &use) { return !weightOnly.op(use.getOwner()); });
+    }
+  }
+
+  /// Weight-only ops and weight arguments nothing reads any more.
+  void dropDeadWeights(mlir::func::FuncOp main) {
+    // Users come after their operands: in reverse order, a chain of dead
+    // ops goes in one sweep.
+    llvm::SmallVector<Operation *> ops;
+    main.walk([&](Operation *op) {
+      if (isRecipeOp(op))
+        ops.push_back(op);
+    });
+    for (Operation *op : llvm::reverse(ops))
+      if (op->use_empty())
+        op->erase();
+    WeightOnly weightOnly(main);
+    llvm::BitVector dead(main.getNumArguments());
+    for (mlir::BlockArgument arg : main.getArguments())
+      if (weightOnly.isWeightArgument(arg) && arg.use_empty())
+        dead.set(arg.getArgNumber());
+    if (mlir::failed(main.eraseArguments(dead)))
+      signalPassFailure();
+  }
+
+  int derivedCount = 0;
+};
+
+/// A dense float32 array with its shape.
+struct Array {
+  llvm::SmallVector<int64_t> shape;
+  std::vector<float> data;
+};
+
+int64_t elementCount(llvm::ArrayRef<int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t dim : shape)
+    count *= dim;
+  return count;
+}
+
+/// Row-major strides of `shape`, 0 where a dimension of 1 broadcasts to `out`.
+llvm::SmallVector<int64_t> broadcastStrides(llvm::ArrayRef<int64_t> shape,
+                                            llvm::ArrayRef<int64_t> out) {
+  llvm::SmallVector<int64_t> strides(shape.size(), 0);
+  int64_t step = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = shape[i] == out[i] ? step : 0;
+    step *= shape[i];
+  }
+  return strides;
+}
+
+/// Calls `visit(outIndex, a, b)` over `out` with the offsets of two
+/// broadcast operands.
+template <typename Visit>
+void forEachBroadcast(llvm::ArrayRef<int64_t> out, llvm::ArrayRef<int64_t> aStrides,
+                      llvm::ArrayRef<int64_t> bStrides, Visit visit) {
+  llvm::SmallVector<int64_t> index(out.size(), 0);
+  int64_t a = 0, b = 0, total = elementCount(out);
+  for (int64_t i = 0; i < total; ++i) {
+    visit(i, a, b);
+    for (size_t d = out.size(); d-- > 0;) {
+      a += aStrides[d];
+      b += bStrides[d];
+      if (++index[d] < out[d])
+        break;
+      a -= aStrides[d] * out[d];
+      b -= bStrides[d] * out[d];
+      index[d] = 0;
+    }
+  }
+}
+
+Expected<Array> binary(Operation *op, const Array &a, const Array &b,
+                       const std::function<float(float, float)> &f) {
+  auto type = staticF32Tensor(op->getResult(0).getType());
+  if (a.shape.size() != b.shape.size() ||
+      static_cast<int64_t>(a.shape.size()) != type.getRank())
+    return invalidArgument("derived weight recipe: rank mismatch at " +
+                           op->getName().getStringRef().str());
+  Array out{llvm::SmallVector<int64_t>(type.getShape()), {}};
+  for (size_t d = 0; d < out.shape.size(); ++d)
+    if ((a.shape[d] != out.shape[d] && a.shape[d] != 1) ||
+        (b.shape[d] != out.shape[d] && b.shape[d] != 1))
+      return invalidArgument("derived weight recipe: operands do not broadcast at " +
+                             op->getName().getStringRef().str());
+  out.data.resize(elementCount(out.shape));
+  forEachBroadcast(out.shape, broadcastStrides(a.shape, out.shape),
+                   broadcastStrides(b.shape, out.shape),
+                   [&](int64_t i, int64_t ai, int64_t bi) {
+                     out.data[i] = f(a.data[ai], b.data[bi]);
+                   });
+  return out;
+}
+
+Array unary(const Array &a, const std::function<float(float)> &f) {
+  Array out{a.shape, std::vector<float>(a.data.size())};
+  for (size_t i = 0; i < a.data.size(); ++i)
+    out.data[i] = f(a.data[i]);
+  return out;
+}
+
+Array transpose(const Array &a, llvm::ArrayRef<int32_t> perms) {
+  Array out;
+  for (int32_t p : perms)
+    out.shape.push_back(a.shape[p]);
+  llvm::SmallVector<int64_t> inStrides(a.shape.size(), 1), strides(perms.size());
+  for (size_t d = a.shape.size(); d-- > 1;)
+    inStrides[d - 1] = inStrides[d] * a.shape[d];
+  for (size_t d = 0; d < perms.size(); ++d)
+    strides[d] = inStrides[perms[d]];
+  out.data.resize(a.data.size());
+  llvm::SmallVector<int64_t> zero(perms.size(), 0);
+  forEachBroadcast(out.shape, strides, zero,
+                   [&](int64_t i, int64_t from, int64_t) { out.data[i] = a.data[from]; });
+  return out;
+}
+
+Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
+  auto operand = [&](unsigned i) -> Expected<const Array *> {
+    auto it = values.find(op->getOperand(i));
+    if (it == values.end())
+      return invalidArgument("derived weight recipe: operand " + std::to_string(i) +
+                             " of " + op->getName().getStringRef().str() +
+                             " is not a float32 value");
+    return &it->second;
+  };
+  if (auto constant = mlir::dyn_cast<mlir::tosa::ConstOp>(op)) {
+    auto type = staticF32Tensor(constant.getType());
+    auto elements = mlir::dyn_cast<mlir::DenseElementsAttr>(constant.getValues());
+    if (!elements)
+      return invalidArgument("derived weight recipe: a constant is not dense data");
+    Array out{llvm::SmallVector<int64_t>(type.getShape()), {}};
+    for (float value : elements.getValues<float>())
+      out.data.push_back(value);
+    return out;
+  }
+  FLOWC_ASSIGN_OR_RETURN(const Array *a, operand(0));
+  if (mlir::isa<mlir::tosa::ReshapeOp>(op)) {
+    auto type = staticF32Tensor(op->getResult(0).getType());
+    return Array{llvm::SmallVector<int64_t>(type.getShape()), a->data};
+  }
+  if (auto t = mlir::dyn_cast<mlir::tosa::TransposeOp>(op))
+    return transpose(*a, t.getPermsAttr().asArrayRef());
+  if (mlir::isa<mlir::tosa::RsqrtOp>(op))
+    return unary(*a, [](float x) { return 1.0f / std::sqrt(x); });
+  if (mlir::isa<mlir::tosa::ReciprocalOp>(op))
+    return unary(*a, [](float x) { return 1.0f / x; });
+  if (mlir::isa<mlir::tosa::NegateOp>(op))
+    return unary(*a, [](float x) { return -x; });
+  FLOWC_ASSIGN_OR_RETURN(const Array *b, operand(1));
+  if (mlir::isa<mlir::tosa::AddOp>(op))
+    return binary(op, *a, *b, [](float x, float y) { return x + y; });
+  if (mlir::isa<mlir::tosa::SubOp>(op))
+    return binary(op, *a, *b, [](float x, float y) { return x - y; });
+  if (mlir::isa<mlir::tosa::MulOp>(op))
+    return binary(op, *a, *b, [](float x, float y) { return x * y; });
+  return invalidArgument("derived weight recipe: unsupported op " +
+                         op->getName().getStringRef().str());
+}
+
+} // namespace
+
+std::unique_ptr<mlir::Pass> createDeriveWeightsPass() {
+  return std::make_unique<DeriveWeightsPass>();
+}
+
+CodeWeights collectCodeWeights(mlir::ModuleOp module) {
+  CodeWeights weights;
+  auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
+  if (!main)
+    return weights;
+  for (unsigned i = 0; i < main.getNumArguments(); ++i) {
+    auto key = main.getArgAttrOfType<mlir::StringAttr>(i, "flowc.weight");
+    if (!key)
+      continue;
+    weights.keys.push_back(key.str());
+    auto recipe = main.getArgAttrOfType<mlir::StringAttr>(i, kRecipeAttr);
+    auto inputs = main.getArgAttrOfType<mlir::ArrayAttr>(i, kRecipeInputsAttr);
+    if (!recipe || !inputs)
+      continue;
+    DerivedWeight derived;
+    derived.key = key.str();
+    derived.recipe = recipe.str();
+    for (mlir::Attribute input : inputs)
+      derived.inputs.push_back(mlir::cast<mlir::StringAttr>(input).str());
+    auto type = mlir::cast<mlir::ShapedType>(main.getArgument(i).getType());
+    derived.info = {key.str(), DType::F32,
+                    std::vector<int64_t>(type.getShape().begin(), type.getShape().end())};
+    weights.derived.push_back(std::move(derived));
+  }
+  return weights;
+}
+
+Expected<std::string> evaluateDerivedWeight(const DerivedWeight &weight,
+                                            const std::vector<std::string_view> &inputs) {
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::func::FuncDialect, mlir::tosa::TosaDialect>();
+  mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
+  context.allowUnregisteredDialects(false);
+  // The recipe comes from our own compiler; still, a damaged one must fail
+  // with a message, not crash.
+  mlir::ScopedDiagnosticHandler quiet(&context,
+                                      [](mlir::Diagnostic &) { return mlir::success(); });
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(weight.recipe, &context);
+  auto derive = module ? module->lookupSymbol<mlir::func::FuncOp>("derive") : nullptr;
+  if (!derive || derive.isExternal())
+    return invalidArgument("derived weight '" + weight.key +
+                           "': the recipe does not parse or has no @derive");
+  if (derive.getNumArguments() != inputs.size() ||
+      derive.getNumArguments() != weight.inputs.size())
+    return invalidArgument("derived weight '" + weight.key + "' takes " +
+                           std::to_string(derive.getNumArguments()) + " weights, got " +
+                           std::to_string(inputs.size()));
+  llvm::DenseMap<Value, Array> values;
+  for (unsigned i = 0; i < inputs.size(); ++i) {
+    auto type = staticF32Tensor(derive.getArgument(i).getType());
+    if (!type || inputs[i].size() != static_cast<size_t>(type.getNumElements()) * 4)
+      return invalidArgument(
+          "derived weight '" + weight.key + "': source weight '" + weight.inputs[i] +
+          "' has " + std::to_string(inputs[i].size()) +
+          " bytes, the recipe expects a float32 tensor of " +
+          std::to_string(type ? type.getNumElements() : 0) + " elements");
+    Array array{llvm::SmallVector<int64_t>(type.getShape()),
+                std::vector<float>(type.getNumElements())};
+    std::memcpy(array.data.data(), inputs[i].data(), inputs[i].size());
+    values[derive.getArgument(i)] = std::move(array);
+  }
+  for (Operation &op : derive.getBody().front()) {
+    if (auto ret = mlir::dyn_cast<mlir::func::ReturnOp>(op)) {
+      auto it = values.find(ret.getOperand(0));
+      if (it == values.end())
+        break;
+      const std::vector<float> &data = it->second.data;
+      return std::string(reinterpret_cast<const char *>(data.data()),
+                         data.size() * sizeof(float));
+    }
+    // Shape operands and the multiply's shift are not float data.
+    if (mlir::isa<mlir::tosa::ConstShapeOp>(op) ||
+        (mlir::isa<mlir::tosa::ConstOp>(op) &&
+         !staticF32Tensor(op.getResult(0).getType())))
+      continue;
+    FLOWC_ASSIGN_OR_RETURN(Array result, evaluate(&op, values));
+    values[op.getResult(0)] = std::move(result);
+  }
+  return invalidArgument("derived weight '" + weight.key +
+                         "': the recipe returns no float32 value");
+}
+
+} // namespace flowc::compiler
