@@ -3,7 +3,7 @@
 (frozen), same run, same thread count. Prints figures; asserts nothing.
 
     bench/setup-peers.sh        # once: .venv-bench with PyPI torch and onnxruntime
-    .venv-bench/bin/python bench/model_bench.py [--models resnet50,mobilenet_v3_small,bert,gpt2]
+    .venv-bench/bin/python bench/model_bench.py [--models resnet50,mobilenet_v3_small,bert,gpt2,resnet50_bn]
                                                 [--batches 1,8] [--runs 20] [--threads 2]
                                                 [--precision fp32|bf16] [--json results.json]
 
@@ -12,7 +12,9 @@ use), a cold `flowc submit` (fresh cache and daemon: wall time and the
 daemon's peak RSS), `flowc run --bench` (median and p90 of --runs timed runs
 after warm-up), onnxruntime on the same file, and the same architecture in
 PyPI's torch (eager under inference_mode, and traced + frozen TorchScript)
-with its own random weights: latency does not depend on weight values. The
+with its own random weights: latency does not depend on weight values.
+`resnet50_bn` is ResNet-50 exported with its BatchNormalization nodes kept:
+the submit's derived-weight line (BatchNorm folded at link) is printed. The
 flowc output is checked against onnxruntime's (max relative error).
 Ratios are peer / flowc: above 1 means flowc is faster.
 """
@@ -36,21 +38,31 @@ TRANSFORMERS = {"bert", "gpt2"}
 SEQ = 128
 
 
+def architecture(model):
+    """`resnet50_bn` is ResNet-50 exported with its BatchNormalization nodes
+    (flowc folds them into derived weights); the peers run the same net."""
+    return model.removesuffix("_bn")
+
+
 def export(model, batch, out_dir):
     """The ONNX file and its input .npy files, exported once per batch size."""
+    out_dir = out_dir / model
     out_dir.mkdir(parents=True, exist_ok=True)
-    onnx_path = out_dir / f"{model}.onnx"
+    base = architecture(model)
+    onnx_path = out_dir / f"{base}.onnx"
     if not onnx_path.exists():
-        if model in TRANSFORMERS:
+        if base in TRANSFORMERS:
             cmd = [EXPORT_PYTHON, ROOT / "examples" / "export_transformers.py", out_dir,
-                   "--models", model, "--batch", str(batch), "--seq", str(SEQ)]
+                   "--models", base, "--batch", str(batch), "--seq", str(SEQ)]
         else:
             cmd = ["/usr/bin/python3", ROOT / "examples" / "export_torchvision.py", out_dir,
-                   "--models", model, "--batch", str(batch)]
+                   "--models", base, "--batch", str(batch)]
+            if model != base:
+                cmd.append("--keep-batchnorm")
         subprocess.run(cmd, check=True, capture_output=True)
     inputs = {}
-    for npy in sorted(out_dir.glob(f"{model}_*.npy")):
-        name = npy.stem[len(model) + 1:]
+    for npy in sorted(out_dir.glob(f"{base}_*.npy")):
+        name = npy.stem[len(base) + 1:]
         inputs["input" if name == "input" else name] = npy
     return onnx_path, inputs
 
@@ -89,9 +101,13 @@ def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads, precision
     subprocess.run(flowc + ["daemon", "start"], check=True, capture_output=True)
     try:
         start = time.perf_counter()
-        subprocess.run(flowc + ["submit", onnx_path, "-o", artifact, "-O", "3", "--precision",
-                                precision], check=True, capture_output=True)
+        submitted = subprocess.run(flowc + ["submit", onnx_path, "-o", artifact, "-O", "3",
+                                            "--precision", precision, "--progress"],
+                                   check=True, capture_output=True, text=True)
         compile_s = time.perf_counter() - start
+        # "[1.576s] derive: 106 derived weights (106 computed, 0 cached)"
+        derive = next((line.split("] ", 1)[1] for line in submitted.stderr.splitlines()
+                       if "derive:" in line), "")
         rss = daemon_peak_rss_mib(flowc)
     finally:
         subprocess.run(flowc + ["daemon", "stop"], capture_output=True)
@@ -103,7 +119,7 @@ def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads, precision
                          check=True, capture_output=True, text=True).stdout
     result = json.loads(out)
     output = np.load(result["outputs"][0]["file"])
-    return compile_s, rss, (result["median_ms"], result["p90_ms"]), output
+    return compile_s, rss, (result["median_ms"], result["p90_ms"]), output, derive
 
 
 class FirstOutput(torch.nn.Module):
@@ -121,6 +137,7 @@ class FirstOutput(torch.nn.Module):
 def torch_model(model, batch):
     """The same architecture in PyPI's torch, and example inputs."""
     torch.manual_seed(0)
+    model = architecture(model)
     if model in TRANSFORMERS:
         import transformers
         if model == "bert":
@@ -164,8 +181,9 @@ def bench(model, batch, args, root):
     feeds = {names[name]: np.load(path) for name, path in inputs.items()}
     work = root / f"{model}-b{batch}"
     work.mkdir()
-    compile_s, rss, ours, output = flowc_figures(onnx_path, inputs, names, work, args.runs,
-                                                 args.threads, args.precision)
+    compile_s, rss, ours, output, derive = flowc_figures(onnx_path, inputs, names, work,
+                                                         args.runs, args.threads,
+                                                         args.precision)
     reference = session.run(None, feeds)[0]
     error = float(np.max(np.abs(output - reference)) / max(np.max(np.abs(reference)), 1e-30))
     onnxruntime = median_p90(lambda: session.run(None, feeds), args.runs)
@@ -173,12 +191,14 @@ def bench(model, batch, args, root):
     row = {"model": model, "batch": batch, "threads": args.threads, "precision": args.precision,
            "flowc_ms": ours[0], "flowc_p90_ms": ours[1], "onnxruntime_ms": onnxruntime[0],
            "torch_eager_ms": eager[0], "torchscript_ms": scripted[0],
-           "compile_s": compile_s, "compile_peak_rss_mib": rss, "max_rel_error": error}
+           "compile_s": compile_s, "compile_peak_rss_mib": rss, "max_rel_error": error,
+           "derive": derive}
     print(f"{model:>20} b{batch}  flowc {ours[0]:8.2f} ms (p90 {ours[1]:8.2f})  "
           f"ort {onnxruntime[0]:8.2f} ({onnxruntime[0] / ours[0]:.2f}x)  "
           f"eager {eager[0]:8.2f} ({eager[0] / ours[0]:.2f}x)  "
           f"ts {scripted[0]:8.2f} ({scripted[0] / ours[0]:.2f}x)  "
-          f"compile {compile_s:5.1f} s / {rss:5.0f} MiB  err {error:.1e}", flush=True)
+          f"compile {compile_s:5.1f} s / {rss:5.0f} MiB  err {error:.1e}"
+          + (f"  [{derive}]" if derive else ""), flush=True)
     return row
 
 

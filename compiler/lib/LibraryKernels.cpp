@@ -9,6 +9,8 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/Pass/Pass.h"
 
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Module.h"
 
@@ -158,6 +160,61 @@ bool matchGeluErf(Value value, llvm::SmallVector<Operation *> &ops) {
   return false;
 }
 
+/// GELU's tanh approximation as GPT-2 exports it, with `value` as x:
+/// (x * 0.5) * (1 + tanh(0.7978846 * (x + 0.044715 * (x * x) * x))).
+/// Constants must be plain splats (all of the formula moves into the kernel).
+bool matchGeluTanh(Value value, llvm::SmallVector<Operation *> &ops) {
+  auto isProduct = [](Operation *op, Value a, Value b) {
+    auto mul = mlir::dyn_cast_or_null<mlir::tosa::MulOp>(op);
+    return mul && ((mul.getInput1() == a && mul.getInput2() == b) ||
+                   (mul.getInput1() == b && mul.getInput2() == a));
+  };
+  auto near = [](Value constant, float expected) {
+    std::optional<float> actual = splatConstant(constant);
+    return actual && std::abs(*actual - expected) <= 1e-6f * std::abs(expected);
+  };
+  llvm::SmallPtrSet<Operation *, 4> users(value.getUsers().begin(),
+                                          value.getUsers().end());
+  Operation *square = nullptr;
+  for (Operation *user : users)
+    if (isProduct(user, value, value))
+      square = user;
+  if (users.size() != 4 || !square || !square->getResult(0).hasOneUse())
+    return false;
+  Operation *cube = soleUser(square->getResult(0));
+  if (!users.contains(cube) || !isProduct(cube, square->getResult(0), value) ||
+      !cube->getResult(0).hasOneUse())
+    return false;
+  Operation *cubeScale = soleUser(cube->getResult(0));
+  if (!near(otherFactor(cubeScale, cube->getResult(0)), 0.044715f) ||
+      !cubeScale->getResult(0).hasOneUse())
+    return false;
+  auto inner = mlir::dyn_cast<mlir::tosa::AddOp>(soleUser(cubeScale->getResult(0)));
+  if (!inner || !users.contains(inner) ||
+      otherAddend(inner, cubeScale->getResult(0)) != value ||
+      !inner.getOutput().hasOneUse())
+    return false;
+  Operation *innerScale = soleUser(inner.getOutput());
+  if (!near(otherFactor(innerScale, inner.getOutput()), 0.7978845608f) ||
+      !innerScale->getResult(0).hasOneUse())
+    return false;
+  auto tanh = mlir::dyn_cast<mlir::tosa::TanhOp>(soleUser(innerScale->getResult(0)));
+  if (!tanh || !tanh.getOutput().hasOneUse())
+    return false;
+  auto plusOne = mlir::dyn_cast<mlir::tosa::AddOp>(soleUser(tanh.getOutput()));
+  if (!plusOne || !near(otherAddend(plusOne, tanh.getOutput()), 1.0f) ||
+      !plusOne.getOutput().hasOneUse())
+    return false;
+  Operation *product = soleUser(plusOne.getOutput());
+  Value halfValue = otherFactor(product, plusOne.getOutput());
+  Operation *half = halfValue ? halfValue.getDefiningOp() : nullptr;
+  if (!half || !users.contains(half) || !near(otherFactor(half, value), 0.5f) ||
+      !halfValue.hasOneUse())
+    return false;
+  ops = {square, cube, cubeScale, inner, innerScale, tanh, plusOne, half, product};
+  return true;
+}
+
 /// x * g(x) where x (`value`) feeds exactly the gate g and the product:
 /// Swish's g = sigmoid(x), HardSwish's g = clamp(x * 1/6 + 1/2, 0, 1), as
 /// the importer writes them. Returns the activation and fills `ops` with
@@ -199,6 +256,43 @@ Activation matchGatedActivation(Value value, llvm::SmallVector<Operation *> &ops
   return Activation::None;
 }
 
+/// The activation applied to `value` (and only to it), its ops in order
+/// with the result last; None if there is none. Clip bounds go to
+/// `epilogue`.
+Activation matchActivation(Value value, llvm::SmallVector<Operation *> &ops,
+                           Epilogue &epilogue) {
+  Activation activation = matchGatedActivation(value, ops);
+  if (activation == Activation::None && matchGeluErf(value, ops))
+    activation = Activation::GeluErf;
+  if (activation == Activation::None && matchGeluTanh(value, ops))
+    activation = Activation::GeluTanh;
+  if (activation != Activation::None) {
+    // The library writes the activation in place: a constant that
+    // broadcasts the result to a larger shape is not an activation of it.
+    if (shapeOf(ops.back()->getResult(0)) == shapeOf(value))
+      return activation;
+    ops.clear();
+    return Activation::None;
+  }
+  Operation *next = soleUser(value);
+  if (auto clamp = mlir::dyn_cast_or_null<mlir::tosa::ClampOp>(next)) {
+    auto low = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMinValAttr());
+    auto high = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMaxValAttr());
+    if (!low || !high)
+      return Activation::None;
+    epilogue.alpha = static_cast<float>(low.getValueAsDouble());
+    epilogue.beta = static_cast<float>(high.getValueAsDouble());
+    ops = {clamp};
+    return Activation::Clip;
+  }
+  if (mlir::isa_and_nonnull<mlir::tosa::SigmoidOp, mlir::tosa::TanhOp>(next)) {
+    ops = {next};
+    return mlir::isa<mlir::tosa::SigmoidOp>(next) ? Activation::Sigmoid
+                                                  : Activation::Tanh;
+  }
+  return Activation::None;
+}
+
 /// Absorbs single-use successors of `candidate.result`: a bias add (when
 /// `biasChannels` > 0: an addend of shape [1, ..., 1, biasChannels]), a
 /// residual add of the same shape, then an activation.
@@ -229,38 +323,21 @@ Epilogue absorbEpilogue(Candidate &candidate, int64_t biasChannels) {
       absorb(add);
     }
   }
-  llvm::SmallVector<Operation *> gated;
-  Activation activation = matchGatedActivation(candidate.result, gated);
-  if (activation == Activation::None && matchGeluErf(candidate.result, gated))
-    activation = Activation::GeluErf;
-  // The library writes the activation in place: a constant that broadcasts
-  // the result to a larger shape is not an activation of it.
-  if (activation != Activation::None &&
-      shapeOf(gated.back()->getResult(0)) != shapeOf(candidate.result))
-    activation = Activation::None;
-  if (activation != Activation::None) {
-    epilogue.activation = activation;
-    for (Operation *op : gated)
-      absorb(op);
+  // The activation, also through a reshape of the result (GPT-2's
+  // Conv1D computes on a 2-D view): it is elementwise, so it commutes.
+  llvm::SmallVector<Operation *> ops;
+  Activation activation = matchActivation(candidate.result, ops, epilogue);
+  auto reshape =
+      mlir::dyn_cast_or_null<mlir::tosa::ReshapeOp>(soleUser(candidate.result));
+  if (activation == Activation::None && reshape) {
+    activation = matchActivation(reshape.getOutput(), ops, epilogue);
+    ops.insert(ops.begin(), reshape);
+  }
+  if (activation == Activation::None)
     return epilogue;
-  }
-  Operation *next = soleUser(candidate.result);
-  if (auto clamp = mlir::dyn_cast_or_null<mlir::tosa::ClampOp>(next)) {
-    auto low = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMinValAttr());
-    auto high = mlir::dyn_cast<mlir::FloatAttr>(clamp.getMaxValAttr());
-    if (low && high) {
-      epilogue.activation = Activation::Clip;
-      epilogue.alpha = static_cast<float>(low.getValueAsDouble());
-      epilogue.beta = static_cast<float>(high.getValueAsDouble());
-      absorb(clamp);
-    }
-  } else if (mlir::isa_and_nonnull<mlir::tosa::SigmoidOp>(next)) {
-    epilogue.activation = Activation::Sigmoid;
-    absorb(next);
-  } else if (mlir::isa_and_nonnull<mlir::tosa::TanhOp>(next)) {
-    epilogue.activation = Activation::Tanh;
-    absorb(next);
-  }
+  epilogue.activation = activation;
+  for (Operation *op : ops)
+    absorb(op);
   return epilogue;
 }
 
@@ -461,6 +538,173 @@ template <typename PoolOp> std::optional<Candidate> matchPool(PoolOp pool) {
   return candidate;
 }
 
+/// The importer's softmax along the last axis:
+/// exp(x - max(x)) * reciprocal(sum(exp(x - max(x)))).
+std::optional<Candidate> matchSoftmax(mlir::tosa::ReduceMaxOp max) {
+  namespace p = runtime::softmax;
+  Value x = max.getInput();
+  if (!isF32Tensor(x) || max.getAxis() + 1 != shapeOf(x).size())
+    return std::nullopt;
+  auto sub = mlir::dyn_cast_or_null<mlir::tosa::SubOp>(soleUser(max.getOutput()));
+  if (!sub || sub.getInput1() != x || sub.getInput2() != max.getOutput())
+    return std::nullopt;
+  auto exp = mlir::dyn_cast_or_null<mlir::tosa::ExpOp>(soleUser(sub.getOutput()));
+  if (!exp)
+    return std::nullopt;
+  // The exponentials feed the sum and the final product, nothing else.
+  mlir::tosa::ReduceSumOp sum;
+  mlir::tosa::MulOp mul;
+  for (Operation *user : exp.getOutput().getUsers()) {
+    if (auto reduce = mlir::dyn_cast<mlir::tosa::ReduceSumOp>(user); reduce && !sum)
+      sum = reduce;
+    else if (auto product = mlir::dyn_cast<mlir::tosa::MulOp>(user); product && !mul)
+      mul = product;
+    else
+      return std::nullopt;
+  }
+  if (!sum || !mul || sum.getAxis() != max.getAxis())
+    return std::nullopt;
+  auto reciprocal =
+      mlir::dyn_cast_or_null<mlir::tosa::ReciprocalOp>(soleUser(sum.getOutput()));
+  if (!reciprocal || soleUser(reciprocal.getOutput()) != mul.getOperation() ||
+      shapeOf(mul.getOutput()) != shapeOf(x))
+    return std::nullopt;
+  llvm::ArrayRef<int64_t> shape = shapeOf(x);
+  int64_t channels = shape.back(), rows = 1;
+  for (int64_t dim : shape.drop_back())
+    rows *= dim;
+  Candidate candidate{
+      KernelKind::Softmax, {x}, {}, mul.getOutput(), std::vector<int64_t>(p::kCount, 0)};
+  candidate.ops = {max, sub, exp, sum, reciprocal, mul};
+  candidate.params[p::kRows] = rows;
+  candidate.params[p::kChannels] = channels;
+  return candidate;
+}
+
+/// A mean along the last axis as the importer writes it, sum(x) * 1/N:
+/// the product, or null.
+mlir::tosa::MulOp matchMean(mlir::tosa::ReduceSumOp sum) {
+  llvm::ArrayRef<int64_t> shape = shapeOf(sum.getInput());
+  if (shape.empty() || sum.getAxis() + 1 != shape.size())
+    return {};
+  auto mul = mlir::dyn_cast_or_null<mlir::tosa::MulOp>(soleUser(sum.getOutput()));
+  if (!mul || !isScale(otherFactor(mul, sum.getOutput()), 1.0f / shape.back()))
+    return {};
+  return mul;
+}
+
+/// Layer normalization along the last axis, as the importer writes ONNX's
+/// LayerNormalization and as PyTorch exports it before opset 17:
+/// d = x - mean(x); d * rsqrt(mean(d*d) + eps) (or d * 1/pow(.., 0.5)),
+/// then optionally * gamma and + beta (per-channel weights). Rooted at the
+/// sum of the first mean.
+std::optional<Candidate> matchLayerNorm(mlir::tosa::ReduceSumOp meanSum) {
+  namespace p = runtime::layernorm;
+  Value x = meanSum.getInput();
+  mlir::tosa::MulOp mean = matchMean(meanSum);
+  if (!isF32Tensor(x) || !mean)
+    return std::nullopt;
+  auto centered = mlir::dyn_cast_or_null<mlir::tosa::SubOp>(soleUser(mean.getOutput()));
+  if (!centered || centered.getInput1() != x || centered.getInput2() != mean.getOutput())
+    return std::nullopt;
+  // The centered values feed their square and the normalization only.
+  Value d = centered.getOutput();
+  mlir::tosa::MulOp square, normalize;
+  for (Operation *user : d.getUsers()) {
+    auto mul = mlir::dyn_cast<mlir::tosa::MulOp>(user);
+    if (mul && mul == square) // the square uses d twice
+      continue;
+    if (mul && mul.getInput1() == d && mul.getInput2() == d && !square)
+      square = mul;
+    else if (mul && otherFactor(mul, d) && !normalize)
+      normalize = mul;
+    else
+      return std::nullopt;
+  }
+  if (!square || !normalize)
+    return std::nullopt;
+  auto varianceSum =
+      mlir::dyn_cast_or_null<mlir::tosa::ReduceSumOp>(soleUser(square.getOutput()));
+  mlir::tosa::MulOp variance = varianceSum ? matchMean(varianceSum) : nullptr;
+  if (!variance)
+    return std::nullopt;
+  auto shifted =
+      mlir::dyn_cast_or_null<mlir::tosa::AddOp>(soleUser(variance.getOutput()));
+  std::optional<float> epsilon =
+      shifted ? splatConstant(otherAddend(shifted, variance.getOutput())) : std::nullopt;
+  if (!epsilon)
+    return std::nullopt;
+  llvm::SmallVector<Operation *> ops = {meanSum,     mean,     centered, square,
+                                        varianceSum, variance, shifted};
+  Operation *next = soleUser(shifted.getOutput());
+  Value inverse;
+  if (auto rsqrt = mlir::dyn_cast_or_null<mlir::tosa::RsqrtOp>(next)) {
+    ops.push_back(rsqrt);
+    inverse = rsqrt.getOutput();
+  } else if (auto pow = mlir::dyn_cast_or_null<mlir::tosa::PowOp>(next);
+             pow && pow.getInput1() == shifted.getOutput() &&
+             splatConstant(pow.getInput2()) == 0.5f) {
+    auto reciprocal =
+        mlir::dyn_cast_or_null<mlir::tosa::ReciprocalOp>(soleUser(pow.getOutput()));
+    if (!reciprocal)
+      return std::nullopt;
+    ops.push_back(pow);
+    ops.push_back(reciprocal);
+    inverse = reciprocal.getOutput();
+  }
+  if (!inverse || otherFactor(normalize, d) != inverse || !inverse.hasOneUse() ||
+      shapeOf(normalize.getOutput()) != shapeOf(x))
+    return std::nullopt;
+  ops.push_back(normalize);
+
+  llvm::ArrayRef<int64_t> shape = shapeOf(x);
+  int64_t channels = shape.back(), rows = 1;
+  for (int64_t dim : shape.drop_back())
+    rows *= dim;
+  Candidate candidate{KernelKind::LayerNorm,
+                      {x},
+                      ops,
+                      normalize.getOutput(),
+                      std::vector<int64_t>(p::kCount, 0)};
+  candidate.params[p::kRows] = rows;
+  candidate.params[p::kChannels] = channels;
+  candidate.params[p::kEpsilon] = runtime::floatParam(*epsilon);
+  // The importer's own LayerNormalization restores the input's shape.
+  if (auto reshape =
+          mlir::dyn_cast_or_null<mlir::tosa::ReshapeOp>(soleUser(candidate.result))) {
+    candidate.ops.push_back(reshape);
+    candidate.result = reshape.getOutput();
+  }
+  // gamma and beta: graph weights holding one value per channel.
+  auto perChannel = [&](Value value) {
+    llvm::ArrayRef<int64_t> weight = value ? shapeOf(value) : llvm::ArrayRef<int64_t>();
+    int64_t count = 1;
+    for (int64_t dim : weight)
+      count *= dim;
+    return value && isF32Tensor(value) && !weight.empty() && weight.back() == channels &&
+           count == channels && isConstantOrigin(value);
+  };
+  llvm::SmallVector<int64_t> resultShape(shapeOf(candidate.result));
+  Operation *user = soleUser(candidate.result);
+  if (Value gamma = otherFactor(user, candidate.result);
+      perChannel(gamma) && shapeOf(user->getResult(0)) == llvm::ArrayRef(resultShape)) {
+    candidate.inputs.push_back(gamma);
+    candidate.ops.push_back(user);
+    candidate.result = user->getResult(0);
+    candidate.params[p::kHasScale] = 1;
+  }
+  if (auto add = mlir::dyn_cast_or_null<mlir::tosa::AddOp>(soleUser(candidate.result))) {
+    Value beta = otherAddend(add, candidate.result);
+    if (perChannel(beta) && shapeOf(add.getOutput()) == llvm::ArrayRef(resultShape)) {
+      candidate.inputs.push_back(beta);
+      candidate.ops.push_back(add);
+      candidate.result = add.getOutput();
+      candidate.params[p::kHasShift] = 1;
+    }
+  }
+  return candidate;
+}
+
 /// Operands the kernel body needs besides its inputs must be constants it
 /// can clone (zero points, shapes); anything else means the match is wrong.
 bool closedOverConstants(const Candidate &candidate) {
@@ -479,7 +723,7 @@ bool closedOverConstants(const Candidate &candidate) {
 
 /// Moves the candidate into `@name` and calls it where its result was made.
 void outline(mlir::ModuleOp module, mlir::func::FuncOp main, Candidate &candidate,
-             const std::string &name) {
+             const std::string &name, llvm::DenseSet<Operation *> &erased) {
   llvm::sort(candidate.ops,
              [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
   mlir::MLIRContext *context = module.getContext();
@@ -527,8 +771,10 @@ void outline(mlir::ModuleOp module, mlir::func::FuncOp main, Candidate &candidat
                                          candidate.inputs);
   candidate.result.replaceAllUsesWith(call.getResult(0));
   for (Operation *op : llvm::reverse(candidate.ops))
-    if (op->use_empty())
+    if (op->use_empty()) {
+      erased.insert(op);
       op->erase();
+    }
 }
 
 struct OutlineLibraryKernelsPass
@@ -537,9 +783,8 @@ struct OutlineLibraryKernelsPass
 
   llvm::StringRef getArgument() const override { return "flowc-outline-library-kernels"; }
   llvm::StringRef getDescription() const override {
-    return "Outline convolutions, matrix products (with their epilogues) and pooling "
-           "into "
-           "library kernel functions";
+    return "Outline convolutions, matrix products (with their epilogues), pooling, "
+           "softmax and layer normalization into library kernel functions";
   }
   void getDependentDialects(mlir::DialectRegistry &registry) const override {
     registry.insert<mlir::bufferization::BufferizationDialect>();
@@ -556,11 +801,16 @@ struct OutlineLibraryKernelsPass
     main.walk([&](Operation *op) {
       if (mlir::isa<mlir::tosa::Conv2DOp, mlir::tosa::DepthwiseConv2DOp,
                     mlir::tosa::MatMulOp, mlir::tosa::MaxPool2dOp,
-                    mlir::tosa::AvgPool2dOp>(op))
+                    mlir::tosa::AvgPool2dOp, mlir::tosa::ReduceMaxOp,
+                    mlir::tosa::ReduceSumOp>(op))
         roots.push_back(op);
     });
     int site = 0;
+    // A root can be absorbed by an earlier match (a softmax's sum).
+    llvm::DenseSet<Operation *> erased;
     for (Operation *root : roots) {
+      if (erased.contains(root))
+        continue;
       std::optional<Candidate> candidate;
       if (auto conv = mlir::dyn_cast<mlir::tosa::Conv2DOp>(root))
         candidate = matchConv(conv);
@@ -570,6 +820,10 @@ struct OutlineLibraryKernelsPass
         candidate = matchPool(maxPool);
       else if (auto avgPool = mlir::dyn_cast<mlir::tosa::AvgPool2dOp>(root))
         candidate = matchPool(avgPool);
+      else if (auto max = mlir::dyn_cast<mlir::tosa::ReduceMaxOp>(root))
+        candidate = matchSoftmax(max);
+      else if (auto sum = mlir::dyn_cast<mlir::tosa::ReduceSumOp>(root))
+        candidate = matchLayerNorm(sum);
       else
         candidate = matchMatMul(mlir::cast<mlir::tosa::MatMulOp>(root));
       if (!candidate || !closedOverConstants(*candidate))
@@ -579,7 +833,7 @@ struct OutlineLibraryKernelsPass
         candidate->params[runtime::conv::kBf16] = bf16;
       else if (candidate->kind == KernelKind::MatMul)
         candidate->params[runtime::matmul::kBf16] = bf16;
-      outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++));
+      outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++), erased);
     }
   }
 };

@@ -105,6 +105,9 @@ dnnl::post_ops postOps(bool residual, int64_t activation, int64_t alphaBits,
   case Activation::GeluErf:
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
     break;
+  case Activation::GeluTanh:
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    break;
   }
   return ops;
 }
@@ -415,6 +418,80 @@ void runPool(KernelContext &context, PoolSite &site, const int64_t *, void **buf
                          {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
 }
 
+struct SoftmaxSite : Site {
+  dnnl::softmax_forward primitive;
+  memory source, destination;
+};
+
+std::unique_ptr<SoftmaxSite> createSoftmax(KernelContext &context, const int64_t *p) {
+  using namespace softmax;
+  Dims dims = {p[kRows], p[kChannels]};
+  memory::desc desc = denseDesc(dims, stridesInOrder(dims, {0, 1}));
+  auto site = std::make_unique<SoftmaxSite>();
+  site->primitive = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
+      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, desc, 1),
+      context.engine));
+  site->source = memory(desc, context.engine, DNNL_MEMORY_NONE);
+  site->destination = memory(desc, context.engine, DNNL_MEMORY_NONE);
+  return site;
+}
+
+void runSoftmax(KernelContext &context, SoftmaxSite &site, const int64_t *,
+                void **buffers) {
+  site.source.set_data_handle(buffers[0]);
+  site.destination.set_data_handle(buffers[1]);
+  site.primitive.execute(context.stream,
+                         {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
+}
+
+struct LayerNormSite : Site {
+  dnnl::layer_normalization_forward primitive;
+  memory source, destination, scale, shift;
+};
+
+std::unique_ptr<LayerNormSite> createLayerNorm(KernelContext &context, const int64_t *p) {
+  using namespace layernorm;
+  Dims dims = {p[kRows], p[kChannels]};
+  memory::desc desc = denseDesc(dims, stridesInOrder(dims, {0, 1}));
+  memory::desc channelDesc = denseDesc({p[kChannels]}, {1});
+  auto flags = dnnl::normalization_flags::none;
+  if (p[kHasScale])
+    flags |= dnnl::normalization_flags::use_scale;
+  if (p[kHasShift])
+    flags |= dnnl::normalization_flags::use_shift;
+  auto site = std::make_unique<LayerNormSite>();
+  site->primitive =
+      dnnl::layer_normalization_forward(dnnl::layer_normalization_forward::primitive_desc(
+          dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference,
+                                                  desc, paramFloat(p[kEpsilon]), flags),
+          context.engine));
+  site->source = memory(desc, context.engine, DNNL_MEMORY_NONE);
+  site->destination = memory(desc, context.engine, DNNL_MEMORY_NONE);
+  site->scale = memory(channelDesc, context.engine, DNNL_MEMORY_NONE);
+  site->shift = memory(channelDesc, context.engine, DNNL_MEMORY_NONE);
+  return site;
+}
+
+void runLayerNorm(KernelContext &context, LayerNormSite &site, const int64_t *p,
+                  void **buffers) {
+  using namespace layernorm;
+  int next = 1;
+  std::unordered_map<int, memory> args;
+  if (p[kHasScale]) {
+    site.scale.set_data_handle(buffers[next++]);
+    args[DNNL_ARG_SCALE] = site.scale;
+  }
+  if (p[kHasShift]) {
+    site.shift.set_data_handle(buffers[next++]);
+    args[DNNL_ARG_SHIFT] = site.shift;
+  }
+  site.source.set_data_handle(buffers[0]);
+  site.destination.set_data_handle(buffers[next]);
+  args[DNNL_ARG_SRC] = site.source;
+  args[DNNL_ARG_DST] = site.destination;
+  site.primitive.execute(context.stream, args);
+}
+
 template <typename SiteType, typename Create, typename Run>
 void dispatch(void *opaque, int64_t index, const int64_t *params, void **buffers,
               const char *what, Create create, Run run) {
@@ -444,6 +521,16 @@ void poolKernel(void *context, int64_t site, const int64_t *params, void **buffe
   dispatch<PoolSite>(context, site, params, buffers, "pool2d", createPool, runPool);
 }
 
+void softmaxKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
+  dispatch<SoftmaxSite>(context, site, params, buffers, "softmax", createSoftmax,
+                        runSoftmax);
+}
+
+void layerNormKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
+  dispatch<LayerNormSite>(context, site, params, buffers, "layernorm", createLayerNorm,
+                          runLayerNorm);
+}
+
 KernelFunction kernelFor(KernelKind kind) {
   switch (kind) {
   case KernelKind::Conv2d:
@@ -452,6 +539,10 @@ KernelFunction kernelFor(KernelKind kind) {
     return matmulKernel;
   case KernelKind::Pool2d:
     return poolKernel;
+  case KernelKind::Softmax:
+    return softmaxKernel;
+  case KernelKind::LayerNorm:
+    return layerNormKernel;
   }
   return nullptr;
 }

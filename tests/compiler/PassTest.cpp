@@ -237,6 +237,51 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"
   EXPECT_EQ(count<mlir::tosa::ErfOp>(main(*unchanged)), 1);
 }
 
+TEST_F(PassTest, TanhGeluAfterMatMulBecomesOnePostOp) {
+  // GPT-2's feed-forward: x W + b, then the tanh approximation of GELU
+  // (Pow by 3 imported as products).
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"},
+                %b: tensor<1x1x6xf32> {flowc.weight = "b"}) -> tensor<1x4x6xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %c = "tosa.const"() <{values = dense<0.0447149985> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %k = "tosa.const"() <{values = dense<0.797884583> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %one = "tosa.const"() <{values = dense<1.0> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %half = "tosa.const"() <{values = dense<0.5> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %y = tosa.matmul %x, %w, %zp, %zp : (tensor<1x4x8xf32>, tensor<1x8x6xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x4x6xf32>
+  %h = tosa.add %y, %b : (tensor<1x4x6xf32>, tensor<1x1x6xf32>) -> tensor<1x4x6xf32>
+  %hh = tosa.mul %h, %half, %shift : (tensor<1x4x6xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  %sq = tosa.mul %h, %h, %shift : (tensor<1x4x6xf32>, tensor<1x4x6xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  %cube = tosa.mul %sq, %h, %shift : (tensor<1x4x6xf32>, tensor<1x4x6xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  %q = tosa.mul %c, %cube, %shift : (tensor<1x1x1xf32>, tensor<1x4x6xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  %r = tosa.add %h, %q : (tensor<1x4x6xf32>, tensor<1x4x6xf32>) -> tensor<1x4x6xf32>
+  %s = tosa.mul %k, %r, %shift : (tensor<1x1x1xf32>, tensor<1x4x6xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  %t = tosa.tanh %s : (tensor<1x4x6xf32>) -> tensor<1x4x6xf32>
+  %u = tosa.add %one, %t : (tensor<1x1x1xf32>, tensor<1x4x6xf32>) -> tensor<1x4x6xf32>
+  %g = tosa.mul %hh, %u, %shift : (tensor<1x4x6xf32>, tensor<1x4x6xf32>, tensor<1xi8>) -> tensor<1x4x6xf32>
+  return %g : tensor<1x4x6xf32>
+}
+)mlir";
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].params[matmul::kHasBias], 1);
+  EXPECT_EQ(kernels[0].params[matmul::kActivation],
+            int64_t(runtime::Activation::GeluTanh));
+  EXPECT_EQ(count<mlir::tosa::TanhOp>(main(*module)), 0);
+  EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
+  // A cube coefficient other than GELU's: left alone.
+  std::string other = ir;
+  other.replace(other.find("0.0447149985"), 12, "0.0500000000");
+  auto unchanged = run(other, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(unchanged);
+  EXPECT_EQ(collectLibraryKernels(*unchanged)[0].params[matmul::kActivation],
+            int64_t(runtime::Activation::None));
+  EXPECT_EQ(count<mlir::tosa::TanhOp>(main(*unchanged)), 1);
+}
+
 TEST_F(PassTest, MatMulOfTwoActivationsIsNotConstant) {
   constexpr const char *ir = R"mlir(
 func.func @main(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>) -> tensor<2x4x4xf32> {
@@ -384,6 +429,116 @@ TEST_F(PassTest, AffineAfterAnNhwcConvFoldsIntoItsWeights) {
   EXPECT_EQ(count<mlir::tosa::MulOp>(graph), 0);
   EXPECT_EQ(count<mlir::tosa::AddOp>(graph), 0);
   EXPECT_EQ(count<mlir::tosa::TransposeOp>(graph), 0);
+}
+
+// The importer's softmax over the last axis of attention scores.
+constexpr const char *kSoftmax = R"mlir(
+func.func @main(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %max = tosa.reduce_max %x {axis = 2 : i32} : (tensor<2x4x8xf32>) -> tensor<2x4x1xf32>
+  %d = tosa.sub %x, %max : (tensor<2x4x8xf32>, tensor<2x4x1xf32>) -> tensor<2x4x8xf32>
+  %e = tosa.exp %d : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %sum = tosa.reduce_sum %e {axis = 2 : i32} : (tensor<2x4x8xf32>) -> tensor<2x4x1xf32>
+  %inv = tosa.reciprocal %sum : (tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+  %y = tosa.mul %e, %inv, %shift : (tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<1xi8>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+)mlir";
+
+TEST_F(PassTest, SoftmaxOverTheLastAxisBecomesOneKernel) {
+  auto module = run(kSoftmax, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].kind, runtime::KernelKind::Softmax);
+  EXPECT_EQ(kernels[0].bufferCount, 2u);
+  EXPECT_EQ(kernels[0].params[runtime::softmax::kRows], 8);
+  EXPECT_EQ(kernels[0].params[runtime::softmax::kChannels], 8);
+  mlir::func::FuncOp graph = main(*module);
+  EXPECT_EQ(count<mlir::tosa::ExpOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::ReduceMaxOp>(graph), 0);
+}
+
+TEST_F(PassTest, SoftmaxNearMissesStayInGeneratedCode) {
+  // The exponentials also leave the pattern: not a softmax any more.
+  std::string ir = kSoftmax;
+  ir.replace(ir.find("return %y : tensor<2x4x8xf32>"), 29,
+             "%z = tosa.add %y, %e : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> "
+             "tensor<2x4x8xf32>\n  return %z : tensor<2x4x8xf32>");
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  EXPECT_TRUE(collectLibraryKernels(*module).empty());
+  // Normalized along another axis than the last.
+  auto replaceAll = [](std::string text, const std::string &from, const std::string &to) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at))
+      text.replace(at, from.size(), to);
+    return text;
+  };
+  ir = replaceAll(replaceAll(kSoftmax, "axis = 2", "axis = 1"), "tensor<2x4x1xf32>",
+                  "tensor<2x1x8xf32>");
+  module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  EXPECT_TRUE(collectLibraryKernels(*module).empty());
+}
+
+// LayerNorm over 8 channels as PyTorch exports it before opset 17
+// (ReduceMean, Sub, Pow 2, ReduceMean, Add, Sqrt, Div, Mul, Add), imported.
+constexpr const char *kTorchLayerNorm = R"mlir(
+func.func @main(%x: tensor<1x4x8xf32>, %g: tensor<1x1x8xf32> {flowc.weight = "g"},
+                %b: tensor<1x1x8xf32> {flowc.weight = "b"}) -> tensor<1x4x8xf32> {
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %n = "tosa.const"() <{values = dense<0.125> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %eps = "tosa.const"() <{values = dense<1.0e-05> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %half = "tosa.const"() <{values = dense<0.5> : tensor<1x1x1xf32>}> : () -> tensor<1x1x1xf32>
+  %s1 = tosa.reduce_sum %x {axis = 2 : i32} : (tensor<1x4x8xf32>) -> tensor<1x4x1xf32>
+  %m = tosa.mul %s1, %n, %shift : (tensor<1x4x1xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x1xf32>
+  %d = tosa.sub %x, %m : (tensor<1x4x8xf32>, tensor<1x4x1xf32>) -> tensor<1x4x8xf32>
+  %sq = tosa.mul %d, %d, %shift : (tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<1xi8>) -> tensor<1x4x8xf32>
+  %s2 = tosa.reduce_sum %sq {axis = 2 : i32} : (tensor<1x4x8xf32>) -> tensor<1x4x1xf32>
+  %v = tosa.mul %s2, %n, %shift : (tensor<1x4x1xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x1xf32>
+  %ve = tosa.add %v, %eps : (tensor<1x4x1xf32>, tensor<1x1x1xf32>) -> tensor<1x4x1xf32>
+  %std = tosa.pow %ve, %half : (tensor<1x4x1xf32>, tensor<1x1x1xf32>) -> tensor<1x4x1xf32>
+  %r = tosa.reciprocal %std : (tensor<1x4x1xf32>) -> tensor<1x4x1xf32>
+  %y = tosa.mul %d, %r, %shift : (tensor<1x4x8xf32>, tensor<1x4x1xf32>, tensor<1xi8>) -> tensor<1x4x8xf32>
+  %yg = tosa.mul %y, %g, %shift : (tensor<1x4x8xf32>, tensor<1x1x8xf32>, tensor<1xi8>) -> tensor<1x4x8xf32>
+  %yb = tosa.add %yg, %b : (tensor<1x4x8xf32>, tensor<1x1x8xf32>) -> tensor<1x4x8xf32>
+  return %yb : tensor<1x4x8xf32>
+}
+)mlir";
+
+TEST_F(PassTest, PyTorchLayerNormBecomesOneKernelWithScaleAndShift) {
+  auto module = run(kTorchLayerNorm, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  namespace ln = runtime::layernorm;
+  EXPECT_EQ(kernels[0].kind, runtime::KernelKind::LayerNorm);
+  EXPECT_EQ(kernels[0].bufferCount, 4u); // x, gamma, beta, output
+  EXPECT_EQ(kernels[0].params[ln::kRows], 4);
+  EXPECT_EQ(kernels[0].params[ln::kChannels], 8);
+  EXPECT_EQ(kernels[0].params[ln::kHasScale], 1);
+  EXPECT_EQ(kernels[0].params[ln::kHasShift], 1);
+  EXPECT_FLOAT_EQ(runtime::paramFloat(kernels[0].params[ln::kEpsilon]), 1e-5f);
+  mlir::func::FuncOp graph = main(*module);
+  EXPECT_EQ(count<mlir::tosa::ReduceSumOp>(graph), 0);
+  EXPECT_EQ(count<mlir::tosa::MulOp>(graph), 0);
+}
+
+TEST_F(PassTest, LayerNormNearMissesStayInGeneratedCode) {
+  // A "mean" that divides by the wrong count is not a mean.
+  std::string ir = kTorchLayerNorm;
+  ir.replace(ir.find("dense<0.125>"), 12, "dense<0.25>");
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  EXPECT_TRUE(collectLibraryKernels(*module).empty());
+  // The centered values read elsewhere too.
+  ir = kTorchLayerNorm;
+  ir.replace(ir.find("return %yb : tensor<1x4x8xf32>"), 30,
+             "%z = tosa.add %yb, %d : (tensor<1x4x8xf32>, tensor<1x4x8xf32>) -> "
+             "tensor<1x4x8xf32>\n  return %z : tensor<1x4x8xf32>");
+  module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  EXPECT_TRUE(collectLibraryKernels(*module).empty());
 }
 
 TEST(ArenaTest, BuffersAliveTogetherNeverShareBytes) {

@@ -45,8 +45,12 @@ enum class KernelKind : int64_t {
   MatMul = 1,
   /// Buffers: source, destination.
   Pool2d = 2,
+  /// Buffers: source, destination.
+  Softmax = 3,
+  /// Buffers: source, [scale], [shift], destination.
+  LayerNorm = 4,
 };
-inline constexpr int64_t kKernelKindCount = 3;
+inline constexpr int64_t kKernelKindCount = 5;
 
 inline const char *kernelKindName(KernelKind kind) {
   switch (kind) {
@@ -56,6 +60,10 @@ inline const char *kernelKindName(KernelKind kind) {
     return "matmul";
   case KernelKind::Pool2d:
     return "pool2d";
+  case KernelKind::Softmax:
+    return "softmax";
+  case KernelKind::LayerNorm:
+    return "layernorm";
   }
   return "unknown";
 }
@@ -73,6 +81,8 @@ enum class Activation : int64_t {
   HardSwish = 5,
   /// x * (1 + erf(x / sqrt(2))) / 2.
   GeluErf = 6,
+  /// x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).
+  GeluTanh = 7,
 };
 
 /// Activation bounds travel as the bit pattern of a float.
@@ -174,5 +184,17 @@ enum Param : int {
   kCount
 };
 } // namespace pool
+
+namespace softmax {
+/// exp(x - max) / sum(exp(x - max)) along the last axis of a dense
+/// [rows, channels] buffer.
+enum Param : int { kRows, kChannels, kCount };
+} // namespace softmax
+
+namespace layernorm {
+/// (x - mean) / sqrt(variance + epsilon) (* scale[c]) (+ shift[c]) along the
+/// last axis of a dense [rows, channels] buffer.
+enum Param : int { kRows, kChannels, kEpsilon, kHasScale, kHasShift, kCount };
+} // namespace layernorm
 
 } // namespace flowc::runtime
