@@ -82,6 +82,29 @@ struct Candidate {
   std::vector<int64_t> params;
 };
 
+/// The layout in which a kernel reads `source`, an NHWC operand of TOSA's:
+/// NCHW when `source` is the importer's NCHW -> NHWC transpose, which the
+/// candidate then absorbs (`source` becomes the transpose's input).
+int64_t absorbSourceLayout(Candidate &candidate, Value &source) {
+  auto transpose = transposeBy(source, {0, 2, 3, 1});
+  if (!transpose)
+    return static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
+  source = transpose.getInput1();
+  candidate.ops.push_back(transpose);
+  return static_cast<int64_t>(runtime::ActivationLayout::Nchw);
+}
+
+/// The layout in which a kernel writes its NHWC result: NCHW when the
+/// result's only user transposes it back, which the candidate then absorbs.
+int64_t absorbDestinationLayout(Candidate &candidate) {
+  auto back = mlir::dyn_cast_or_null<mlir::tosa::TransposeOp>(soleUser(candidate.result));
+  if (!back || back.getPermsAttr().asArrayRef() != llvm::ArrayRef<int32_t>{0, 3, 1, 2})
+    return static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
+  candidate.ops.push_back(back);
+  candidate.result = back.getOutput();
+  return static_cast<int64_t>(runtime::ActivationLayout::Nchw);
+}
+
 /// The other operand of a binary `add` whose one operand is `value`.
 Value otherAddend(mlir::tosa::AddOp add, Value value) {
   if (add.getInput1() == value && add.getInput2() != value)
@@ -361,12 +384,7 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
   llvm::ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
 
   Value source = conv.getInput();
-  params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
-  if (auto transpose = transposeBy(source, {0, 2, 3, 1})) {
-    source = transpose.getInput1();
-    params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
-    candidate.ops.push_back(transpose);
-  }
+  params[p::kSourceLayout] = absorbSourceLayout(candidate, source);
   Value weights = conv.getWeight();
   if constexpr (depthwise) {
     // [KH, KW, C, M]; the importer's transpose(reshape(w)) of ONNX's
@@ -419,14 +437,7 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
 
   candidate.ops.push_back(conv);
   candidate.result = conv.getOutput();
-  params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
-  if (auto back =
-          mlir::dyn_cast_or_null<mlir::tosa::TransposeOp>(soleUser(candidate.result));
-      back && back.getPermsAttr().asArrayRef() == llvm::ArrayRef<int32_t>{0, 3, 1, 2}) {
-    params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
-    candidate.ops.push_back(back);
-    candidate.result = back.getOutput();
-  }
+  params[p::kDestinationLayout] = absorbDestinationLayout(candidate);
   candidate.inputs = {source, weights, conv.getBias()};
   Epilogue epilogue = absorbEpilogue(candidate, /*biasChannels=*/0);
   appendEpilogueInputs(candidate, epilogue);
@@ -497,12 +508,7 @@ template <typename PoolOp> std::optional<Candidate> matchPool(PoolOp pool) {
   llvm::ArrayRef<int64_t> input = shapeOf(pool.getInput()); // NHWC
   llvm::ArrayRef<int64_t> output = shapeOf(pool.getOutput());
   Value source = pool.getInput();
-  params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
-  if (auto transpose = transposeBy(source, {0, 2, 3, 1})) {
-    source = transpose.getInput1();
-    params[p::kSourceLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
-    candidate.ops.push_back(transpose);
-  }
+  params[p::kSourceLayout] = absorbSourceLayout(candidate, source);
   params[p::kBatch] = input[0];
   params[p::kInHeight] = input[1];
   params[p::kInWidth] = input[2];
@@ -526,14 +532,7 @@ template <typename PoolOp> std::optional<Candidate> matchPool(PoolOp pool) {
                                : runtime::PoolAlgorithm::AverageExcludingPadding);
   candidate.ops.push_back(pool);
   candidate.result = pool.getOutput();
-  params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nhwc);
-  if (auto back =
-          mlir::dyn_cast_or_null<mlir::tosa::TransposeOp>(soleUser(candidate.result));
-      back && back.getPermsAttr().asArrayRef() == llvm::ArrayRef<int32_t>{0, 3, 1, 2}) {
-    params[p::kDestinationLayout] = static_cast<int64_t>(runtime::ActivationLayout::Nchw);
-    candidate.ops.push_back(back);
-    candidate.result = back.getOutput();
-  }
+  params[p::kDestinationLayout] = absorbDestinationLayout(candidate);
   candidate.inputs = {source};
   return candidate;
 }

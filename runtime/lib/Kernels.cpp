@@ -381,14 +381,23 @@ void runMatMul(KernelContext &context, MatMulSite &site, const int64_t *p,
   site.primitive.execute(context.stream, args);
 }
 
-/// Pooling reads and writes the graph's buffers in place, whichever plain
-/// layout they have: no reorders.
-struct PoolSite : Site {
-  dnnl::pooling_forward primitive;
+/// Pooling and softmax read and write the graph's buffers in place,
+/// whichever plain layout they have: no reorders.
+struct SourceToDestinationSite : Site {
+  dnnl::primitive primitive;
   memory source, destination;
 };
 
-std::unique_ptr<PoolSite> createPool(KernelContext &context, const int64_t *p) {
+void runSourceToDestination(KernelContext &context, SourceToDestinationSite &site,
+                            const int64_t *, void **buffers) {
+  site.source.set_data_handle(buffers[0]);
+  site.destination.set_data_handle(buffers[1]);
+  site.primitive.execute(context.stream,
+                         {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
+}
+
+std::unique_ptr<SourceToDestinationSite> createPool(KernelContext &context,
+                                                    const int64_t *p) {
   using namespace pool;
   Dims sourceDims = {p[kBatch], p[kChannels], p[kInHeight], p[kInWidth]};
   Dims destinationDims = {p[kBatch], p[kChannels], p[kOutHeight], p[kOutWidth]};
@@ -403,7 +412,7 @@ std::unique_ptr<PoolSite> createPool(KernelContext &context, const int64_t *p) {
       dnnl::prop_kind::forward_inference, algorithm, sourceDesc, destinationDesc,
       {p[kStrideH], p[kStrideW]}, {p[kKernelHeight], p[kKernelWidth]},
       {p[kPadTop], p[kPadLeft]}, {p[kPadBottom], p[kPadRight]});
-  auto site = std::make_unique<PoolSite>();
+  auto site = std::make_unique<SourceToDestinationSite>();
   site->primitive =
       dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(desc, context.engine));
   site->source = memory(sourceDesc, context.engine, DNNL_MEMORY_NONE);
@@ -411,37 +420,18 @@ std::unique_ptr<PoolSite> createPool(KernelContext &context, const int64_t *p) {
   return site;
 }
 
-void runPool(KernelContext &context, PoolSite &site, const int64_t *, void **buffers) {
-  site.source.set_data_handle(buffers[0]);
-  site.destination.set_data_handle(buffers[1]);
-  site.primitive.execute(context.stream,
-                         {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
-}
-
-struct SoftmaxSite : Site {
-  dnnl::softmax_forward primitive;
-  memory source, destination;
-};
-
-std::unique_ptr<SoftmaxSite> createSoftmax(KernelContext &context, const int64_t *p) {
+std::unique_ptr<SourceToDestinationSite> createSoftmax(KernelContext &context,
+                                                       const int64_t *p) {
   using namespace softmax;
   Dims dims = {p[kRows], p[kChannels]};
   memory::desc desc = denseDesc(dims, stridesInOrder(dims, {0, 1}));
-  auto site = std::make_unique<SoftmaxSite>();
+  auto site = std::make_unique<SourceToDestinationSite>();
   site->primitive = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
       dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, desc, 1),
       context.engine));
   site->source = memory(desc, context.engine, DNNL_MEMORY_NONE);
   site->destination = memory(desc, context.engine, DNNL_MEMORY_NONE);
   return site;
-}
-
-void runSoftmax(KernelContext &context, SoftmaxSite &site, const int64_t *,
-                void **buffers) {
-  site.source.set_data_handle(buffers[0]);
-  site.destination.set_data_handle(buffers[1]);
-  site.primitive.execute(context.stream,
-                         {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
 }
 
 struct LayerNormSite : Site {
@@ -518,12 +508,13 @@ void matmulKernel(void *context, int64_t site, const int64_t *params, void **buf
 }
 
 void poolKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<PoolSite>(context, site, params, buffers, "pool2d", createPool, runPool);
+  dispatch<SourceToDestinationSite>(context, site, params, buffers, "pool2d", createPool,
+                                    runSourceToDestination);
 }
 
 void softmaxKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<SoftmaxSite>(context, site, params, buffers, "softmax", createSoftmax,
-                        runSoftmax);
+  dispatch<SourceToDestinationSite>(context, site, params, buffers, "softmax",
+                                    createSoftmax, runSourceToDestination);
 }
 
 void layerNormKernel(void *context, int64_t site, const int64_t *params, void **buffers) {

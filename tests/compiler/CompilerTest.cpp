@@ -37,11 +37,8 @@ compileAndRun(const ImportedGraph &graph,
   for (const auto &output : graph.outputs)
     plan.outputs.push_back({output.name, "float32", output.shape});
   // What the code binds: graph weights by key, derived ones evaluated.
-  auto graphWeight = [&](const std::string &key) -> const WeightRef * {
-    for (const WeightRef &weight : graph.weights)
-      if (weight.key == key)
-        return &weight;
-    return nullptr;
+  auto graphWeight = [&](const std::string &key) -> const WeightRef & {
+    return graph.weights.at(graph.weightIndex(key).value());
   };
   std::vector<std::string> derivedBytes;
   derivedBytes.reserve(weights.keys.size());
@@ -51,14 +48,14 @@ compileAndRun(const ImportedGraph &graph,
     if (const DerivedWeight *derived = weights.findDerived(key)) {
       std::vector<std::string_view> inputs;
       for (const std::string &input : derived->inputs)
-        inputs.push_back(graphWeight(input)->bytes);
+        inputs.push_back(graphWeight(input).bytes);
       FLOWC_ASSIGN_OR_RETURN(std::string bytes, evaluateDerivedWeight(*derived, inputs));
       derivedBytes.push_back(std::move(bytes));
       pieces.push_back(derivedBytes.back());
       shapes.push_back(derived->info.shape);
     } else {
-      pieces.push_back(graphWeight(key)->bytes);
-      shapes.push_back(graphWeight(key)->info.shape);
+      pieces.push_back(graphWeight(key).bytes);
+      shapes.push_back(graphWeight(key).info.shape);
     }
   }
   std::string path = dir.file("model.fca");

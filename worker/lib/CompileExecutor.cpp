@@ -85,15 +85,6 @@ std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes) {
   }
 }
 
-/// Index of the graph weight named `key`.
-std::optional<size_t> weightIndex(const compiler::ImportedGraph &graph,
-                                  const std::string &key) {
-  for (size_t i = 0; i < graph.weights.size(); ++i)
-    if (graph.weights[i].key == key)
-      return i;
-  return std::nullopt;
-}
-
 std::vector<std::string_view> weightViews(const compiler::ImportedGraph &graph) {
   std::vector<std::string_view> views;
   for (const compiler::WeightRef &weight : graph.weights)
@@ -325,18 +316,14 @@ CompileExecutor::derivedWeight(const IngestedModel &ingested,
   // The recipe and the sources' contents decide the result (and the build
   // that evaluates it): a fine-tune recomputes, another option set reuses.
   std::string key = "flowc.derived.v1\n" + buildId_ + "\n" + weight.recipe + "\n";
-  std::vector<cache::BlobHandle> sources;
-  std::vector<std::string_view> views;
+  std::vector<Digest> sourceDigests;
   for (const std::string &input : weight.inputs) {
-    std::optional<size_t> index = weightIndex(ingested.graph, input);
+    std::optional<size_t> index = ingested.graph.weightIndex(input);
     if (!index)
       return internalError("derived weight '" + weight.key + "' reads weight '" + input +
                            "', which the model does not have");
-    key += ingested.weightDigests[*index].toString() + "\n";
-    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob,
-                           cache_.get(ingested.weightDigests[*index]));
-    views.push_back(blob.bytes());
-    sources.push_back(std::move(blob));
+    sourceDigests.push_back(ingested.weightDigests[*index]);
+    key += sourceDigests.back().toString() + "\n";
   }
   Digest actionKey = cache::digestOf(key);
   FLOWC_ASSIGN_OR_RETURN(
@@ -346,6 +333,14 @@ CompileExecutor::derivedWeight(const IngestedModel &ingested,
       pins.add(*cached);
       return std::move(*blob);
     }
+  }
+  // A miss: only now are the sources mapped.
+  std::vector<cache::BlobHandle> sources;
+  std::vector<std::string_view> views;
+  for (const Digest &digest : sourceDigests) {
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(digest));
+    views.push_back(blob.bytes());
+    sources.push_back(std::move(blob));
   }
   FLOWC_ASSIGN_OR_RETURN(std::string bytes,
                          compiler::evaluateDerivedWeight(weight, views));
@@ -383,7 +378,7 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
         spec.tensor = tensorSpec(derived->info);
         return derivedWeight(ingested, *derived, pins, computed);
       }
-      std::optional<size_t> index = weightIndex(graph, key);
+      std::optional<size_t> index = graph.weightIndex(key);
       if (!index)
         return internalError("the code binds weight '" + key +
                              "', which the model does not have");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,13 @@ struct ImportedGraph {
     for (const WeightRef &weight : weights)
       count += static_cast<uint64_t>(weight.info.elementCount());
     return count;
+  }
+  /// Index in `weights` of the weight named `key`.
+  std::optional<size_t> weightIndex(const std::string &key) const {
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (weights[i].key == key)
+        return i;
+    return std::nullopt;
   }
   uint64_t parameterBytes() const {
     uint64_t bytes = 0;
