@@ -1,8 +1,10 @@
-// Graph IR -> native code. The lowering pipeline runs in two stages around
-// one small rewrite, each stage commented with why it runs where it does;
-// LLVM then optimizes for the host CPU and the system linker makes a shared
-// object. Weights stay function arguments throughout, so the object carries
-// no weight data.
+// Graph IR -> native code. The lowering pipeline runs in three stages, each
+// commented with why it runs where it does; between the second and the
+// third, the loop nests are cut into kernel modules that are lowered,
+// compiled (on threads) and cached each on its own. LLVM optimizes for the
+// host CPU and the system linker joins the objects into a shared object.
+// Weights stay function arguments throughout, so no object carries weight
+// data.
 #include "flowc/compiler/Compiler.h"
 #include "flowc/compiler/GraphIr.h"
 
@@ -10,6 +12,7 @@
 #include "LibraryKernels.h"
 #include "MemoryPlan.h"
 #include "ParallelLoops.h"
+#include "Partition.h"
 
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
@@ -65,6 +68,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ThreadPool.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
@@ -208,14 +212,23 @@ struct ApproximateMathPass
   }
 };
 
-/// Stage 2: buffers -> LLVM dialect.
-void buildLowerToLlvmPipeline(mlir::PassManager &pm, const CompileOptions &options) {
+/// Stage 2: loop nests on buffers, ready to be cut into kernels.
+void buildPrepareLoopsPipeline(mlir::PassManager &pm, const CompileOptions &options) {
   pm.addPass(std::make_unique<CopiesToLinalgPass>());
   if (enabled(options, "flowc-approximate-math"))
     pm.addPass(std::make_unique<ApproximateMathPass>());
   // Frees every temporary the graph allocates, on every path.
   mlir::bufferization::BufferDeallocationPipelineOptions dealloc;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  // Each loop nest becomes a kernel of its own, lowered and cached on its
+  // own (the kernel cache); identical nests share one.
+  if (enabled(options, "flowc-partition-kernels"))
+    pm.addPass(createPartitionKernelsPass());
+}
+
+/// Stage 3: buffers -> LLVM dialect, run on @main's module and on each
+/// kernel's.
+void buildLowerToLlvmPipeline(mlir::PassManager &pm, const CompileOptions &options) {
   bool parallel = enabled(options, "flowc-parallelize-loops");
   if (parallel) {
     // Large loop nests run on the runtime's threads, as OpenMP worksharing
@@ -336,6 +349,91 @@ Expected<std::string> emitObject(llvm::Module &module, llvm::TargetMachine &mach
   return std::string(buffer.begin(), buffer.end());
 }
 
+/// Collects MLIR diagnostics into a string for error messages.
+struct DiagnosticCollector {
+  explicit DiagnosticCollector(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &diag) {
+          text += diag.str() + "\n";
+          return mlir::success();
+        }) {}
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+/// One object file of the shared object: @main's module or a kernel's.
+struct ObjectUnit {
+  std::string name;
+  /// Each unit has its own LLVM context, so units compile on threads.
+  std::unique_ptr<llvm::LLVMContext> context;
+  std::unique_ptr<llvm::Module> module;
+  /// Set when compiled, or when taken from the kernel cache.
+  std::string object;
+  /// The kernel cache key of a kernel compiled here.
+  std::string kernelKey;
+};
+
+Expected<ObjectUnit> translateUnit(mlir::ModuleOp module, std::string name,
+                                   const DiagnosticCollector &diagnostics) {
+  ObjectUnit unit;
+  unit.name = std::move(name);
+  unit.context = std::make_unique<llvm::LLVMContext>();
+  unit.module = mlir::translateModuleToLLVMIR(module, *unit.context, unit.name);
+  if (!unit.module)
+    return internalError("translation of " + unit.name +
+                         " to LLVM IR failed: " + diagnostics.text);
+  return unit;
+}
+
+Status compileUnit(ObjectUnit &unit, int optLevel) {
+  FLOWC_ASSIGN_OR_RETURN(auto machine, createHostTargetMachine(optLevel));
+  unit.module->setDataLayout(machine->createDataLayout());
+  unit.module->setTargetTriple(machine->getTargetTriple());
+  optimizeModule(*unit.module, *machine, optLevel);
+  FLOWC_ASSIGN_OR_RETURN(unit.object, emitObject(*unit.module, *machine));
+  unit.module.reset();
+  return Status::ok();
+}
+
+/// LLVM's optimization and code generation, the bulk of a compile, for
+/// every unit without an object yet, on as many threads as there are cores.
+Status compileUnits(std::vector<ObjectUnit> &units, int optLevel) {
+  std::vector<ObjectUnit *> pending;
+  for (ObjectUnit &unit : units)
+    if (unit.module)
+      pending.push_back(&unit);
+  std::vector<Status> statuses(pending.size(), Status::ok());
+  if (pending.size() == 1) {
+    statuses[0] = compileUnit(*pending[0], optLevel);
+  } else if (!pending.empty()) {
+    llvm::DefaultThreadPool pool(llvm::hardware_concurrency());
+    for (size_t i = 0; i < pending.size(); ++i)
+      pool.async([&, i] { statuses[i] = compileUnit(*pending[i], optLevel); });
+    pool.wait();
+  }
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (!statuses[i].isOk())
+      return statuses[i].withContext(pending[i]->name);
+  return Status::ok();
+}
+
+/// What a kernel's object depends on besides its IR: the target and the
+/// options of the lowering it goes through (stage 3 and LLVM).
+std::string kernelKey(const CompileOptions &options, const KernelModule &kernel) {
+  return "flowc.loop-kernel.v1\n" + hostTargetDescription() +
+         "\nopt=" + std::to_string(options.optLevel) +
+         (enabled(options, "flowc-parallelize-loops") ? ";parallel" : "") + "\n" +
+         kernel.text;
+}
+
+/// Kernels are linked into the same shared object as @main: no need to
+/// export them, and calls to them need no PLT.
+void hideSymbol(llvm::Module &module, const std::string &symbol) {
+  if (llvm::Function *function = module.getFunction(symbol)) {
+    function->setVisibility(llvm::GlobalValue::HiddenVisibility);
+    function->setDSOLocal(true);
+  }
+}
+
 Expected<mlir::OwningOpRef<mlir::ModuleOp>> parseGraph(mlir::MLIRContext &context,
                                                        const std::string &irBytecode) {
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(irBytecode, "graph.mlirbc");
@@ -383,17 +481,6 @@ struct IrPrinter {
   llvm::raw_string_ostream stream;
   std::vector<std::string> seen;
   bool matched = false;
-};
-
-/// Collects MLIR diagnostics into a string for error messages.
-struct DiagnosticCollector {
-  explicit DiagnosticCollector(mlir::MLIRContext &context)
-      : handler(&context, [this](mlir::Diagnostic &diag) {
-          text += diag.str() + "\n";
-          return mlir::success();
-        }) {}
-  std::string text;
-  mlir::ScopedDiagnosticHandler handler;
 };
 
 } // namespace
@@ -540,56 +627,96 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
 Expected<std::string> compileToSharedObject(const std::string &irBytecode,
                                             const CompileOptions &options,
                                             const std::string &workDir,
-                                            std::string *printedIr,
-                                            CodeWeights *weights) {
+                                            CompileReport *report,
+                                            KernelObjectCache *kernelCache) {
   FLOWC_RETURN_IF_ERROR(options.validate());
+  CompileReport ownReport;
+  if (!report)
+    report = &ownReport;
   mlir::DialectRegistry registry;
   registerCodegenDialects(registry);
   mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
   DiagnosticCollector diagnostics(context);
   FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
 
-  mlir::PassManager bufferize(&context);
-  buildBufferizePipeline(bufferize, options);
   std::optional<IrPrinter> printer;
   if (!options.printIrAfter.empty())
     printer.emplace(options.printIrAfter);
+  mlir::PassManager bufferize(&context);
+  buildBufferizePipeline(bufferize, options);
   if (printer)
     printer->attach(bufferize);
   if (mlir::failed(bufferize.run(*module)))
     return internalError("lowering to buffers failed: " + diagnostics.text);
-  if (weights)
-    *weights = collectCodeWeights(*module);
-  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  report->weights = collectCodeWeights(*module);
+  std::vector<LibraryKernel> libraryKernels = collectLibraryKernels(*module);
   uint64_t arenaBytes = plannedArenaBytes(*module);
+  mlir::PassManager prepare(&context);
+  buildPrepareLoopsPipeline(prepare, options);
+  if (printer)
+    printer->attach(prepare);
+  if (mlir::failed(prepare.run(*module)))
+    return internalError("preparing loop nests failed: " + diagnostics.text);
+  std::vector<KernelModule> kernels = splitKernelModules(*module);
+  dropLibraryKernelBodies(*module);
+
   mlir::PassManager lower(&context);
   buildLowerToLlvmPipeline(lower, options);
   if (printer)
     printer->attach(lower);
   if (mlir::failed(lower.run(*module)))
     return internalError("lowering to LLVM failed: " + diagnostics.text);
+  std::vector<ObjectUnit> units;
+  FLOWC_ASSIGN_OR_RETURN(ObjectUnit graph, translateUnit(*module, "graph", diagnostics));
+  FLOWC_RETURN_IF_ERROR(addEntryPoint(*graph.module));
+  defineArenaSize(*graph.module, arenaBytes);
+  FLOWC_RETURN_IF_ERROR(bindLibraryKernels(*graph.module, libraryKernels));
+  for (const KernelModule &kernel : kernels)
+    hideSymbol(*graph.module, kernel.symbol);
+  units.push_back(std::move(graph));
 
-  llvm::LLVMContext llvmContext;
-  auto llvmModule = mlir::translateModuleToLLVMIR(*module, llvmContext, "flowc_graph");
-  if (!llvmModule)
-    return internalError("translation to LLVM IR failed: " + diagnostics.text);
-  FLOWC_RETURN_IF_ERROR(addEntryPoint(*llvmModule));
-  defineArenaSize(*llvmModule, arenaBytes);
-  FLOWC_RETURN_IF_ERROR(bindLibraryKernels(*llvmModule, kernels));
-  FLOWC_ASSIGN_OR_RETURN(auto machine, createHostTargetMachine(options.optLevel));
-  llvmModule->setDataLayout(machine->createDataLayout());
-  llvmModule->setTargetTriple(machine->getTargetTriple());
-  optimizeModule(*llvmModule, *machine, options.optLevel);
-  FLOWC_ASSIGN_OR_RETURN(std::string object, emitObject(*llvmModule, *machine));
+  // Printing the IR shows every kernel's lowering, so none comes from the
+  // cache then.
+  KernelObjectCache *cache = printer ? nullptr : kernelCache;
+  report->loopKernels = static_cast<int>(kernels.size());
+  for (KernelModule &kernel : kernels) {
+    report->loopKernelCalls += kernel.callSites;
+    std::string key = kernelKey(options, kernel);
+    if (cache) {
+      if (std::optional<std::string> object = cache->lookup(key)) {
+        units.push_back(
+            ObjectUnit{kernel.symbol, nullptr, nullptr, std::move(*object), ""});
+        ++report->cachedLoopKernels;
+        continue;
+      }
+    }
+    if (mlir::failed(lower.run(*kernel.module)))
+      return internalError("lowering kernel " + kernel.symbol +
+                           " to LLVM failed: " + diagnostics.text);
+    FLOWC_ASSIGN_OR_RETURN(ObjectUnit unit,
+                           translateUnit(*kernel.module, kernel.symbol, diagnostics));
+    hideSymbol(*unit.module, kernel.symbol);
+    unit.kernelKey = std::move(key);
+    units.push_back(std::move(unit));
+  }
+  FLOWC_RETURN_IF_ERROR(compileUnits(units, options.optLevel));
   if (printer) {
     FLOWC_RETURN_IF_ERROR(printer->finish());
-    if (printedIr)
-      *printedIr = std::move(printer->text);
+    report->printedIr = std::move(printer->text);
   }
+  if (cache)
+    for (const ObjectUnit &unit : units)
+      if (!unit.kernelKey.empty())
+        cache->store(unit.kernelKey, unit.object);
 
-  std::string objectPath = workDir + "/graph.o", libraryPath = workDir + "/graph.so";
-  FLOWC_RETURN_IF_ERROR(writeFileAtomically(objectPath, object));
-  std::vector<std::string> link = {"cc", "-shared", "-o", libraryPath, objectPath, "-lm"};
+  std::string libraryPath = workDir + "/graph.so";
+  std::vector<std::string> link = {"cc", "-shared", "-o", libraryPath};
+  for (const ObjectUnit &unit : units) {
+    std::string objectPath = workDir + "/" + unit.name + ".o";
+    FLOWC_RETURN_IF_ERROR(writeFileAtomically(objectPath, unit.object));
+    link.push_back(objectPath);
+  }
+  link.push_back("-lm");
   // Parallel loops call LLVM's OpenMP runtime (libomp), which the runtime
   // also loads for the library kernels: one thread pool for both.
   if (enabled(options, "flowc-parallelize-loops"))

@@ -930,6 +930,12 @@ std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module) {
   return kernels;
 }
 
+void dropLibraryKernelBodies(mlir::ModuleOp module) {
+  for (auto function : module.getOps<mlir::func::FuncOp>())
+    if (function->hasAttr(kKernelKindAttr) && !function.isExternal())
+      function.eraseBody();
+}
+
 Status bindLibraryKernels(llvm::Module &module,
                           const std::vector<LibraryKernel> &kernels) {
   if (kernels.empty())

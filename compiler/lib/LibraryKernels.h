@@ -9,8 +9,9 @@
 //     `flowc.kernel`; so does each max / average pooling with its
 //     transposes. The body keeps the exact TOSA semantics, so the
 //     function bufferizes like any other and fixes the kernel's buffer ABI.
-//  2. On the LLVM module, `bindLibraryKernels` replaces each tagged
-//     function's body with a thunk into the runtime's kernel table and
+//  2. Before the lowering to LLVM, `dropLibraryKernelBodies` leaves
+//     declarations; on the LLVM module, `bindLibraryKernels` gives each
+//     tagged function a body that is a thunk into the runtime's kernel table and
 //     defines the table symbols.
 #pragma once
 
@@ -50,6 +51,11 @@ std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(bool bf16 = false);
 /// The kernels tagged in `module` (after outlining, at any later stage that
 /// still has func.func ops).
 std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module);
+
+/// Makes each kernel function a declaration: once bufferized, its body has
+/// fixed the kernel's buffer ABI, and bindLibraryKernels replaces it anyway,
+/// so lowering it to LLVM would be wasted work.
+void dropLibraryKernelBodies(mlir::ModuleOp module);
 
 /// Gives each kernel function a body that calls the runtime kernel and
 /// defines the symbols KernelAbi.h names. Internal if a function's

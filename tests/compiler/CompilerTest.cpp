@@ -25,11 +25,15 @@ Expected<ImportedGraph> importBytes(const std::string &bytes, const std::string 
 Expected<std::vector<runtime::Tensor>>
 compileAndRun(const ImportedGraph &graph,
               const std::map<std::string, runtime::Tensor> &inputs, const TempDir &dir,
-              const CompileOptions &options = {}) {
-  CodeWeights weights;
+              const CompileOptions &options = {},
+              KernelObjectCache *kernelCache = nullptr, CompileReport *report = nullptr) {
+  CompileReport ownReport;
+  if (!report)
+    report = &ownReport;
   FLOWC_ASSIGN_OR_RETURN(
       std::string code,
-      compileToSharedObject(graph.irBytecode, options, dir.path(), nullptr, &weights));
+      compileToSharedObject(graph.irBytecode, options, dir.path(), report, kernelCache));
+  const CodeWeights &weights = report->weights;
   runtime::Plan plan;
   plan.entry = kEntrySymbol;
   for (const auto &input : graph.inputs)
@@ -314,9 +318,9 @@ TEST(CodegenTest, FoldedCodeBindsDerivedWeightsInsteadOfBatchNormParameters) {
   auto graph = importBytes(bytes, "convbn.onnx");
   ASSERT_TRUE(graph);
   TempDir dir;
-  CodeWeights weights;
-  ASSERT_TRUE(
-      compileToSharedObject(graph->irBytecode, {}, dir.path(), nullptr, &weights));
+  CompileReport report;
+  const CodeWeights &weights = report.weights;
+  ASSERT_TRUE(compileToSharedObject(graph->irBytecode, {}, dir.path(), &report));
   // Conv weights and bias (BatchNorm folded in), then the standalone
   // BatchNorm's scale and shift: no source weight is bound any more.
   ASSERT_EQ(weights.derived.size(), 4u);
@@ -331,10 +335,131 @@ TEST(CodegenTest, FoldedCodeBindsDerivedWeightsInsteadOfBatchNormParameters) {
   // The switch turns it off: every graph weight bound as is.
   CompileOptions options;
   options.disabledPasses = {"flowc-derive-weights"};
-  ASSERT_TRUE(
-      compileToSharedObject(graph->irBytecode, options, dir.path(), nullptr, &weights));
+  ASSERT_TRUE(compileToSharedObject(graph->irBytecode, options, dir.path(), &report));
   EXPECT_TRUE(weights.derived.empty());
   EXPECT_EQ(weights.keys.size(), graph->weights.size());
+}
+
+/// An in-memory kernel cache that counts what it is asked.
+class MemoryKernelCache final : public KernelObjectCache {
+public:
+  std::optional<std::string> lookup(const std::string &key) override {
+    auto found = objects.find(key);
+    if (found == objects.end())
+      return std::nullopt;
+    return found->second;
+  }
+  void store(const std::string &key, const std::string &object) override {
+    objects[key] = object;
+  }
+  std::map<std::string, std::string> objects;
+};
+
+// Twice "center each row, then Relu", then `last` (Sigmoid or Tanh): the
+// two centering blocks are identical loop nests.
+std::string centeringModel(const std::string &last) {
+  GraphSpec spec;
+  spec.nodes = {node("ReduceMean", {"x"}, {"m1"}, "mean1", {intsAttribute("axes", {1})}),
+                node("Sub", {"x", "m1"}, {"c1"}, "sub1"),
+                node("Relu", {"c1"}, {"r1"}, "relu1"),
+                node("ReduceMean", {"r1"}, {"m2"}, "mean2", {intsAttribute("axes", {1})}),
+                node("Sub", {"r1", "m2"}, {"c2"}, "sub2"),
+                node("Relu", {"c2"}, {"r2"}, "relu2"),
+                node(last, {"r2"}, {"y"}, "last")};
+  spec.inputs = {valueInfo("x", {8, 4096})};
+  spec.outputs = {valueInfo("y", {8, 4096})};
+  return model(spec);
+}
+
+std::vector<float> centeringReference(const std::vector<float> &x, bool sigmoid) {
+  auto centerRelu = [](std::vector<float> v) {
+    for (size_t row = 0; row < 8; ++row) {
+      double mean = 0;
+      for (size_t i = 0; i < 4096; ++i)
+        mean += v[row * 4096 + i];
+      mean /= 4096;
+      for (size_t i = 0; i < 4096; ++i)
+        v[row * 4096 + i] = std::max(0.0f, v[row * 4096 + i] - static_cast<float>(mean));
+    }
+    return v;
+  };
+  std::vector<float> y = centerRelu(centerRelu(x));
+  for (float &v : y)
+    v = sigmoid ? 1.0f / (1.0f + std::exp(-v)) : std::tanh(v);
+  return y;
+}
+
+TEST(CodegenTest, KernelsAreCompiledOnceAndReusedAcrossCompiles) {
+  std::string sigmoidBytes = centeringModel("Sigmoid"),
+              tanhBytes = centeringModel("Tanh");
+  auto sigmoid = importBytes(sigmoidBytes, "sigmoid.onnx");
+  auto tanh = importBytes(tanhBytes, "tanh.onnx");
+  ASSERT_TRUE(sigmoid && tanh);
+  std::vector<float> xs(8 * 4096);
+  for (size_t i = 0; i < xs.size(); ++i)
+    xs[i] = static_cast<float>((i * 37) % 101) / 25.0f - 2.0f;
+  runtime::Tensor x = runtime::Tensor::fromFloats({8, 4096}, xs);
+  auto expectMatches = [&](const Expected<std::vector<runtime::Tensor>> &outputs,
+                           bool isSigmoid) {
+    ASSERT_TRUE(outputs) << outputs.status().toString();
+    std::vector<float> expected = centeringReference(xs, isSigmoid);
+    std::vector<float> y = (*outputs)[0].floats();
+    ASSERT_EQ(y.size(), expected.size());
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y[i], expected[i], 1e-5) << i;
+  };
+  MemoryKernelCache cache;
+  TempDir dir;
+
+  // Cold: every distinct kernel compiled and stored; the repeated block
+  // calls the same kernels twice.
+  CompileReport cold;
+  expectMatches(compileAndRun(*sigmoid, {{"x", x}}, dir, {}, &cache, &cold), true);
+  EXPECT_GE(cold.loopKernels, 2);
+  EXPECT_GT(cold.loopKernelCalls, cold.loopKernels);
+  EXPECT_EQ(cold.cachedLoopKernels, 0);
+  EXPECT_EQ(cache.objects.size(), static_cast<size_t>(cold.loopKernels));
+
+  // The same graph again: every kernel from the cache.
+  CompileReport warm;
+  expectMatches(compileAndRun(*sigmoid, {{"x", x}}, dir, {}, &cache, &warm), true);
+  EXPECT_EQ(warm.cachedLoopKernels, warm.loopKernels);
+
+  // One op edited: only the kernels holding it are compiled.
+  CompileReport edited;
+  expectMatches(compileAndRun(*tanh, {{"x", x}}, dir, {}, &cache, &edited), false);
+  EXPECT_GT(edited.cachedLoopKernels, 0);
+  EXPECT_LT(edited.cachedLoopKernels, edited.loopKernels);
+  EXPECT_EQ(cache.objects.size(),
+            static_cast<size_t>(cold.loopKernels + edited.loopKernels -
+                                edited.cachedLoopKernels));
+
+  // Another LLVM optimization level is another kernel; without the pass
+  // there is nothing to cache.
+  CompileOptions o1;
+  o1.optLevel = 1;
+  CompileReport other;
+  expectMatches(compileAndRun(*sigmoid, {{"x", x}}, dir, o1, &cache, &other), true);
+  EXPECT_EQ(other.cachedLoopKernels, 0);
+  CompileOptions whole;
+  whole.disabledPasses = {"flowc-partition-kernels"};
+  CompileReport unpartitioned;
+  expectMatches(compileAndRun(*sigmoid, {{"x", x}}, dir, whole, &cache, &unpartitioned),
+                true);
+  EXPECT_EQ(unpartitioned.loopKernels, 0);
+
+  // Printing the IR lowers every kernel, cache or not, and shows each.
+  CompileOptions print;
+  print.printIrAfter = "convert-func-to-llvm";
+  CompileReport printed;
+  ASSERT_TRUE(
+      compileToSharedObject(sigmoid->irBytecode, print, dir.path(), &printed, &cache));
+  EXPECT_EQ(printed.cachedLoopKernels, 0);
+  int dumps = 0;
+  for (size_t at = printed.printedIr.find("IR Dump After"); at != std::string::npos;
+       at = printed.printedIr.find("IR Dump After", at + 1))
+    ++dumps;
+  EXPECT_EQ(dumps, 1 + printed.loopKernels);
 }
 
 TEST(DerivedWeightTest, EvaluatesARecipeAndRejectsBadInputs) {

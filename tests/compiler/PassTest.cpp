@@ -1,11 +1,12 @@
 // The compiler's own MLIR passes on hand-written IR: library-kernel
 // outlining (what is absorbed, what is left alone) and static memory
 // planning (offsets, liveness, the rewritten IR), and the choice of loop
-// nests that run in parallel.
+// nests that run in parallel, and the partitioning into kernels.
 #include "DerivedWeights.h"
 #include "LibraryKernels.h"
 #include "MemoryPlan.h"
 #include "ParallelLoops.h"
+#include "Partition.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -751,6 +752,125 @@ func.func @main(%a: memref<?xf32>) {
   ASSERT_TRUE(module);
   EXPECT_EQ(count<mlir::scf::ParallelOp>(*module), 0);
   EXPECT_EQ(count<mlir::scf::ForOp>(*module), 1);
+}
+
+// Two identical scalings on different buffers, one with another constant, a
+// copy through a strided view, and a fill of a buffer of dynamic size.
+constexpr const char *kLoopNestsToPartition = R"mlir(
+#id = affine_map<(i, j) -> (i, j)>
+func.func @main(%a: memref<64x64xf32>, %b: memref<64x64xf32>, %c: memref<64x64xf32>,
+                %d: memref<?x64xf32>) {
+  %two = arith.constant 2.0 : f32
+  %three = arith.constant 3.0 : f32
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%a : memref<64x64xf32>) outs(%b : memref<64x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %two : f32
+    linalg.yield %m : f32
+  }
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%b : memref<64x64xf32>) outs(%c : memref<64x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %two : f32
+    linalg.yield %m : f32
+  }
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%c : memref<64x64xf32>) outs(%a : memref<64x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %three : f32
+    linalg.yield %m : f32
+  }
+  %half = memref.subview %a[32, 0] [32, 64] [1, 1]
+      : memref<64x64xf32> to memref<32x64xf32, strided<[64, 1], offset: 2048>>
+  %top = memref.subview %b[0, 0] [32, 64] [1, 1]
+      : memref<64x64xf32> to memref<32x64xf32, strided<[64, 1]>>
+  linalg.copy ins(%half : memref<32x64xf32, strided<[64, 1], offset: 2048>>)
+              outs(%top : memref<32x64xf32, strided<[64, 1]>>)
+  linalg.fill ins(%two : f32) outs(%d : memref<?x64xf32>)
+  return
+}
+)mlir";
+
+TEST_F(PassTest, PartitionOutlinesEachNestAndSharesIdenticalOnes) {
+  auto module = run(kLoopNestsToPartition, createPartitionKernelsPass());
+  ASSERT_TRUE(module);
+  llvm::SmallVector<mlir::func::FuncOp> kernels;
+  for (auto function : module->getOps<mlir::func::FuncOp>())
+    if (function->hasAttr(kLoopKernelAttr))
+      kernels.push_back(function);
+  // The two scalings by 2 share one kernel; by 3 and the copy have their own.
+  ASSERT_EQ(kernels.size(), 3u);
+  for (mlir::func::FuncOp kernel : kernels) {
+    EXPECT_TRUE(kernel.getName().starts_with(kLoopKernelPrefix))
+        << kernel.getName().str();
+    EXPECT_TRUE(kernel.isPrivate());
+    EXPECT_EQ(count<mlir::linalg::LinalgOp>(kernel), 1);
+  }
+  llvm::SmallVector<mlir::func::CallOp> calls;
+  main(*module).walk([&](mlir::func::CallOp call) { calls.push_back(call); });
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0].getCallee(), calls[1].getCallee());
+  EXPECT_NE(calls[0].getCallee(), calls[2].getCallee());
+  // Constants travel inside the kernel: 2.0 and 3.0 are in their bodies.
+  auto scaleBy = [&](mlir::func::CallOp call) {
+    auto kernel = module->lookupSymbol<mlir::func::FuncOp>(call.getCallee());
+    mlir::arith::ConstantOp constant;
+    kernel.walk([&](mlir::arith::ConstantOp op) { constant = op; });
+    return constant ? mlir::cast<mlir::FloatAttr>(constant.getValue()).getValueAsDouble()
+                    : 0.0;
+  };
+  EXPECT_EQ(scaleBy(calls[0]), 2.0);
+  EXPECT_EQ(scaleBy(calls[2]), 3.0);
+  // The strided views are passed as they are (their layout is part of the
+  // kernel's type); the dynamically sized fill stays in @main.
+  EXPECT_EQ(calls[3].getNumOperands(), 2u);
+  EXPECT_EQ(count<mlir::linalg::FillOp>(main(*module)), 1);
+  EXPECT_EQ(count<mlir::linalg::GenericOp>(main(*module)), 0);
+  EXPECT_EQ(count<mlir::linalg::CopyOp>(main(*module)), 0);
+
+  // Split: each kernel in a module of its own, a declaration left behind.
+  std::vector<KernelModule> split = splitKernelModules(*module);
+  ASSERT_EQ(split.size(), 3u);
+  int callSites = 0;
+  for (KernelModule &kernel : split) {
+    callSites += kernel.callSites;
+    EXPECT_TRUE(mlir::succeeded(mlir::verify(*kernel.module)));
+    auto definition = kernel.module->lookupSymbol<mlir::func::FuncOp>(kernel.symbol);
+    ASSERT_TRUE(definition);
+    EXPECT_TRUE(definition.isPublic());
+    EXPECT_FALSE(definition->hasAttr(kLoopKernelAttr));
+    EXPECT_NE(kernel.text.find(kernel.symbol), std::string::npos);
+    auto declaration = module->lookupSymbol<mlir::func::FuncOp>(kernel.symbol);
+    ASSERT_TRUE(declaration);
+    EXPECT_TRUE(declaration.isExternal());
+  }
+  EXPECT_EQ(callSites, 4);
+  EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
+}
+
+// The kernel's name depends on its IR only: the same nest in another graph,
+// on other buffers, gets the same name.
+TEST_F(PassTest, PartitionNamesKernelsByTheirIrAlone) {
+  auto module = run(kLoopNestsToPartition, createPartitionKernelsPass());
+  auto other = run(R"mlir(
+#id = affine_map<(i, j) -> (i, j)>
+func.func @main(%x: memref<64x64xf32>, %y: memref<64x64xf32>) {
+  %c = arith.constant 3.0 : f32
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%y : memref<64x64xf32>) outs(%x : memref<64x64xf32>) {
+  ^bb0(%v: f32, %w: f32):
+    %m = arith.mulf %v, %c : f32
+    linalg.yield %m : f32
+  }
+  return
+}
+)mlir",
+                   createPartitionKernelsPass());
+  ASSERT_TRUE(module && other);
+  mlir::func::CallOp call;
+  main(*other).walk([&](mlir::func::CallOp op) { call = op; });
+  ASSERT_TRUE(call);
+  EXPECT_TRUE(module->lookupSymbol<mlir::func::FuncOp>(call.getCallee()));
 }
 
 } // namespace

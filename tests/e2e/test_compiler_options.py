@@ -1,10 +1,12 @@
 """Compile options from the CLI: optimization levels, the pass switches,
---print-ir-after, --precision bf16 and the run's --threads; and the errors
-each gives for bad values."""
+--print-ir-after, --precision bf16 and the run's --threads; the kernel
+cache; and the errors each gives for bad values."""
 import json
+import re
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import make_models
 from conftest import assert_close, onnxruntime_outputs, save
@@ -109,3 +111,44 @@ def test_threads_do_not_change_the_answer(flowc, cnn):
         assert report["threads"] == int(threads) and report["median_ms"] > 0
         outputs.append(np.load(report["outputs"][0]["file"]))
     assert_close(outputs[0], outputs[1], rtol=1e-5)
+
+
+def centering_model(last):
+    """Twice "subtract the row mean, then Relu", then `last`: loop nests
+    only, the two blocks identical."""
+    nodes = []
+    value = "x"
+    for block in ("1", "2"):
+        nodes += [helper.make_node("ReduceMean", [value], ["m" + block], axes=[1]),
+                  helper.make_node("Sub", [value, "m" + block], ["c" + block]),
+                  helper.make_node("Relu", ["c" + block], ["r" + block])]
+        value = "r" + block
+    nodes.append(helper.make_node(last, [value], ["y"]))
+    graph = helper.make_graph(
+        nodes, "centering", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4096])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 4096])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", make_models.OPSET)],
+                             ir_version=make_models.IR_VERSION)
+
+
+def test_an_edited_layer_recompiles_only_its_kernels(flowc, tmp_path):
+    x = {"x": np.random.default_rng(11).standard_normal((8, 4096)).astype(np.float32)}
+
+    def submit(name, last):
+        path = save(centering_model(last), tmp_path / f"{name}.onnx")
+        artifact = path.with_suffix(".fca")
+        result = flowc.run("submit", path, "-o", artifact, "--progress")
+        reports = re.findall(r"kernels: (\d+) loop nests, (\d+) distinct kernels "
+                             r"\((\d+) compiled, (\d+) cached\)", result.stderr)
+        assert len(reports) == 1, result.stderr
+        assert_close(flowc.execute(artifact, x)["y"], onnxruntime_outputs(path, x)["y"])
+        return [int(figure) for figure in reports[0]]
+
+    nests, distinct, compiled, cached = submit("sigmoid", "Sigmoid")
+    # The second block calls the first block's kernels.
+    assert nests > distinct and compiled == distinct and cached == 0
+    # The kernel cache lives in the cache directory, across daemon restarts.
+    flowc.run("daemon", "stop")
+    flowc.run("daemon", "start")
+    _, distinct, compiled, cached = submit("tanh", "Tanh")
+    assert 0 < compiled < distinct and cached == distinct - compiled

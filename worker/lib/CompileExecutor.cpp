@@ -50,6 +50,47 @@ private:
   std::string path_;
 };
 
+/// The kernel cache: objects of partitioned kernels as blobs, found by a
+/// digest of the build and the compiler's kernel key. Every model and option
+/// set whose kernels lower alike shares them. A cache that cannot answer
+/// means a compile, never a failed job.
+class CasKernelCache final : public compiler::KernelObjectCache {
+public:
+  CasKernelCache(cache::Cache &cache, const std::string &buildId)
+      : cache_(cache), buildId_(buildId) {}
+
+  std::optional<std::string> lookup(const std::string &key) override {
+    auto action = cache_.lookupAction(cache::ActionKind::Kernel, actionKey(key));
+    if (!action) {
+      spdlog::warn("kernel cache lookup failed: {}", action.status().toString());
+      return std::nullopt;
+    }
+    if (!*action)
+      return std::nullopt;
+    auto blob = cache_.get(**action);
+    if (!blob)
+      return std::nullopt;
+    return std::string(blob->bytes());
+  }
+
+  void store(const std::string &key, const std::string &object) override {
+    auto digest = cache_.put(object);
+    Status status =
+        digest ? cache_.recordAction(cache::ActionKind::Kernel, actionKey(key), *digest)
+               : digest.status();
+    if (!status.isOk())
+      spdlog::warn("kernel cache store failed: {}", status.toString());
+  }
+
+private:
+  Digest actionKey(const std::string &key) const {
+    return cache::digestOf("flowc.kernel.v1\n" + buildId_ + "\n" + key);
+  }
+
+  cache::Cache &cache_;
+  const std::string &buildId_;
+};
+
 json codeWeightsJson(const compiler::CodeWeights &weights) {
   json derived = json::array();
   for (const compiler::DerivedWeight &weight : weights.derived)
@@ -289,16 +330,23 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
   hit = false;
   progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
   FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_.tmpDir()));
-  std::string printedIr;
-  CompiledCode compiled;
-  FLOWC_ASSIGN_OR_RETURN(std::string object,
-                         compiler::compileToSharedObject(ingested.graph.irBytecode,
-                                                         options, scratch.path(),
-                                                         &printedIr, &compiled.weights));
+  compiler::CompileReport report;
+  CasKernelCache kernelCache(cache_, buildId_);
+  FLOWC_ASSIGN_OR_RETURN(std::string object, compiler::compileToSharedObject(
+                                                 ingested.graph.irBytecode, options,
+                                                 scratch.path(), &report, &kernelCache));
+  if (report.loopKernelCalls > 0)
+    progress("kernels",
+             std::to_string(report.loopKernelCalls) + " loop nests, " +
+                 std::to_string(report.loopKernels) + " distinct kernels (" +
+                 std::to_string(report.loopKernels - report.cachedLoopKernels) +
+                 " compiled, " + std::to_string(report.cachedLoopKernels) + " cached)");
   // The IR goes back as progress events of at most 1 MiB each.
   constexpr size_t kIrChunk = 1 << 20;
-  for (size_t offset = 0; offset < printedIr.size(); offset += kIrChunk)
-    progress("ir", printedIr.substr(offset, kIrChunk));
+  for (size_t offset = 0; offset < report.printedIr.size(); offset += kIrChunk)
+    progress("ir", report.printedIr.substr(offset, kIrChunk));
+  CompiledCode compiled;
+  compiled.weights = std::move(report.weights);
   FLOWC_ASSIGN_OR_RETURN(compiled.object, cache_.put(object));
   FLOWC_ASSIGN_OR_RETURN(Digest weights,
                          cache_.put(codeWeightsJson(compiled.weights).dump()));

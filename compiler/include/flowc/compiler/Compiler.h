@@ -29,7 +29,7 @@ struct CompileOptions {
   /// Optional passes left out, for debugging (names as in kOptionalPasses).
   std::vector<std::string> disabledPasses;
   /// Prints the module after each pass of this name ("all": every pass)
-  /// into compileToSharedObject's `printedIr`. Changes no code, so it is
+  /// into the compile report's `printedIr`. Changes no code, so it is
   /// not part of the canonical options.
   std::string printIrAfter;
 
@@ -147,19 +147,49 @@ inline const std::vector<std::string> kOptionalPasses = {
     "flowc-derive-weights",          "tosa-reduce-transposes",
     "flowc-outline-library-kernels", "linalg-fuse-elementwise-ops",
     "flowc-plan-activation-memory",  "flowc-approximate-math",
-    "flowc-parallelize-loops"};
+    "flowc-partition-kernels",       "flowc-parallelize-loops"};
+
+/// Where the objects of partitioned kernels are kept between compiles (the
+/// worker's kernel cache). A kernel's object depends only on `key`, the
+/// canonical text of its compile (its IR, the target, the lowering
+/// options); whoever implements this adds its own build id. Lookups and
+/// stores are made from the compiling thread.
+class KernelObjectCache {
+public:
+  virtual ~KernelObjectCache() = default;
+  /// The object stored under `key`; nullopt on a miss (also when the cache
+  /// cannot answer: the kernel is then compiled).
+  virtual std::optional<std::string> lookup(const std::string &key) = 0;
+  /// Keeps `object` under `key`; failing to is not the compile's failure.
+  virtual void store(const std::string &key, const std::string &object) = 0;
+};
+
+/// What a compile reports besides the object.
+struct CompileReport {
+  /// What the code binds after its inputs.
+  CodeWeights weights;
+  /// The IR options.printIrAfter asked for.
+  std::string printedIr;
+  /// Loop kernels @main calls, the distinct ones among them (each compiled
+  /// on its own), and the distinct ones taken from the kernel cache.
+  int loopKernelCalls = 0;
+  int loopKernels = 0;
+  int cachedLoopKernels = 0;
+};
 
 /// Lowers graph IR bytecode (TOSA -> linalg -> loops -> LLVM) and links a
 /// shared object for the host CPU in `workDir`. Returns its bytes. With
 /// `options.printIrAfter`, the IR after each matching pass goes to
-/// `printedIr` (InvalidArgument if no pass has that name). `weights`, when
-/// given, receives what the code binds after its inputs.
-/// Thread-safe: each call owns its MLIR and LLVM contexts.
+/// `report->printedIr` (InvalidArgument if no pass has that name), and the
+/// kernel cache is not consulted (every kernel is lowered and printed).
+/// With `kernelCache`, partitioned kernels compiled before are reused and
+/// new ones stored. Thread-safe: each call owns its MLIR and LLVM contexts
+/// (and compiles the kernels it misses on threads of its own).
 Expected<std::string> compileToSharedObject(const std::string &irBytecode,
                                             const CompileOptions &options,
                                             const std::string &workDir,
-                                            std::string *printedIr = nullptr,
-                                            CodeWeights *weights = nullptr);
+                                            CompileReport *report = nullptr,
+                                            KernelObjectCache *kernelCache = nullptr);
 
 /// Target description hashed into cache keys (CPU name and features).
 std::string hostTargetDescription();

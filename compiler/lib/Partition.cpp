@@ -1,0 +1,172 @@
+#include "Partition.h"
+
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/xxhash.h"
+
+#include <map>
+#include <optional>
+
+namespace flowc::compiler {
+
+namespace {
+
+std::string printed(mlir::Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  op->print(os);
+  return text;
+}
+
+bool isConstant(mlir::Value value) {
+  mlir::Operation *producer = value.getDefiningOp();
+  return producer && producer->hasTrait<mlir::OpTrait::ConstantLike>();
+}
+
+/// What a kernel made of `op` receives: buffers become arguments (in order
+/// of first use), constants are cloned into it. Empty when a value is
+/// neither a constant nor a buffer the bare-pointer ABI can pass.
+struct Captures {
+  llvm::SetVector<mlir::Value> arguments;
+  llvm::SetVector<mlir::Value> constants;
+};
+
+std::optional<Captures> capturesOf(mlir::Operation *op) {
+  llvm::SetVector<mlir::Value> used(op->getOperands().begin(), op->getOperands().end());
+  llvm::SetVector<mlir::Value> above;
+  mlir::getUsedValuesDefinedAbove(op->getRegions(), above);
+  used.insert(above.begin(), above.end());
+  Captures captures;
+  for (mlir::Value value : used) {
+    if (isConstant(value)) {
+      captures.constants.insert(value);
+      continue;
+    }
+    auto buffer = mlir::dyn_cast<mlir::MemRefType>(value.getType());
+    if (!buffer || !mlir::LLVMTypeConverter::canConvertToBarePtr(buffer))
+      return std::nullopt;
+    captures.arguments.insert(value);
+  }
+  return captures;
+}
+
+/// A loop nest worth a kernel: a linalg op on buffers (after bufferization
+/// linalg ops have no results).
+bool isLoopNest(mlir::Operation &op) {
+  return mlir::isa<mlir::linalg::LinalgOp>(op) && op.getNumResults() == 0;
+}
+
+/// `kernel` named after a hash of its IR; identical IR, identical name.
+std::string kernelSymbol(mlir::func::FuncOp kernel) {
+  std::string text = printed(kernel);
+  std::string symbol;
+  llvm::raw_string_ostream(symbol)
+      << kLoopKernelPrefix << llvm::format_hex_no_prefix(llvm::xxh3_64bits(text), 16);
+  return symbol;
+}
+
+struct PartitionKernelsPass
+    : mlir::PassWrapper<PartitionKernelsPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PartitionKernelsPass)
+  llvm::StringRef getArgument() const override { return "flowc-partition-kernels"; }
+  llvm::StringRef getDescription() const override {
+    return "Outline each loop nest of @main into a kernel function named by its IR";
+  }
+  void getDependentDialects(mlir::DialectRegistry &registry) const override {
+    registry.insert<mlir::func::FuncDialect>();
+  }
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
+    if (!main || main.isExternal())
+      return;
+    mlir::SymbolTable symbols(module);
+    llvm::SmallVector<mlir::Operation *> nests;
+    for (mlir::Block &block : main.getBody())
+      for (mlir::Operation &op : block)
+        if (isLoopNest(op))
+          nests.push_back(&op);
+    for (mlir::Operation *nest : nests)
+      outline(nest, symbols);
+  }
+
+  void outline(mlir::Operation *nest, mlir::SymbolTable &symbols) {
+    std::optional<Captures> captures = capturesOf(nest);
+    if (!captures)
+      return;
+    mlir::MLIRContext *context = &getContext();
+    llvm::SmallVector<mlir::Type> argumentTypes;
+    for (mlir::Value value : captures->arguments)
+      argumentTypes.push_back(value.getType());
+    // Unknown locations: where a nest came from must not make two identical
+    // kernels differ.
+    mlir::Location unknown = mlir::UnknownLoc::get(context);
+    auto kernel = mlir::func::FuncOp::create(
+        unknown, "kernel", mlir::FunctionType::get(context, argumentTypes, {}));
+    kernel.setPrivate();
+    mlir::Block *entry = kernel.addEntryBlock();
+    auto body = mlir::OpBuilder::atBlockBegin(entry);
+    mlir::IRMapping mapping;
+    for (auto [index, value] : llvm::enumerate(captures->arguments))
+      mapping.map(value, entry->getArgument(index));
+    for (mlir::Value constant : captures->constants)
+      mapping.map(constant, body.clone(*constant.getDefiningOp())->getResult(0));
+    body.clone(*nest, mapping);
+    mlir::func::ReturnOp::create(body, unknown);
+    kernel.walk([&](mlir::Operation *op) { op->setLoc(unknown); });
+
+    std::string symbol = kernelSymbol(kernel);
+    if (symbols.lookup(symbol)) {
+      kernel.erase();
+    } else {
+      kernel.setName(symbol);
+      kernel->setAttr(kLoopKernelAttr, mlir::UnitAttr::get(context));
+      symbols.insert(kernel);
+    }
+    mlir::OpBuilder builder(nest);
+    mlir::func::CallOp::create(builder, nest->getLoc(), symbol, mlir::TypeRange{},
+                               captures->arguments.getArrayRef());
+    nest->erase();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<mlir::Pass> createPartitionKernelsPass() {
+  return std::make_unique<PartitionKernelsPass>();
+}
+
+std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module) {
+  std::map<std::string, int> callSites;
+  module.walk([&](mlir::func::CallOp call) { ++callSites[call.getCallee().str()]; });
+  std::vector<KernelModule> kernels;
+  for (auto function : module.getOps<mlir::func::FuncOp>()) {
+    if (!function->hasAttr(kLoopKernelAttr))
+      continue;
+    KernelModule kernel;
+    kernel.symbol = function.getName().str();
+    kernel.callSites = callSites[kernel.symbol];
+    kernel.module = mlir::ModuleOp::create(function.getLoc());
+    auto definition = function.clone();
+    definition->removeAttr(kLoopKernelAttr);
+    definition.setPublic();
+    kernel.module->push_back(definition);
+    kernel.text = printed(*kernel.module);
+    function->removeAttr(kLoopKernelAttr);
+    function.eraseBody();
+    kernels.push_back(std::move(kernel));
+  }
+  return kernels;
+}
+
+} // namespace flowc::compiler

@@ -1,0 +1,53 @@
+// Partitioning into kernels: each loop nest of @main (one linalg op on
+// buffers, after elementwise fusion and memory planning) becomes a function
+// of its own, named after a hash of its IR. Identical nests (the repeated
+// layers of a transformer) share one function, and each function is lowered,
+// compiled and cached on its own: the kernel cache's unit, so editing one
+// layer recompiles only the kernels that changed.
+//
+// Two steps around the lowering pipeline:
+//  1. `createPartitionKernelsPass` outlines the nests into private functions
+//     tagged `flowc.loop_kernel` and calls them from @main.
+//  2. `splitKernelModules` moves each tagged function into a module of its
+//     own and leaves a declaration behind; Codegen lowers each module
+//     separately and the linker joins the objects.
+#pragma once
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class Pass;
+} // namespace mlir
+
+namespace flowc::compiler {
+
+/// Tags an outlined loop kernel until splitKernelModules moves it out.
+inline constexpr const char *kLoopKernelAttr = "flowc.loop_kernel";
+/// Prefix of loop kernel symbols; a hash of the kernel's IR follows.
+inline constexpr const char *kLoopKernelPrefix = "flowc_loops_";
+
+/// `flowc-partition-kernels`: see the file comment. Ops whose operands the
+/// bare-pointer ABI cannot pass (dynamic shapes or strides) stay in @main.
+std::unique_ptr<mlir::Pass> createPartitionKernelsPass();
+
+/// One partitioned kernel in a module of its own.
+struct KernelModule {
+  std::string symbol;
+  /// The module's MLIR text: what its compiled object depends on, besides
+  /// the target and the lowering options.
+  std::string text;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  /// Calls of it in @main.
+  int callSites = 0;
+};
+
+/// Moves every tagged kernel of `module` into its own module (public, the
+/// tag removed) and leaves a private declaration in its place.
+std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module);
+
+} // namespace flowc::compiler
