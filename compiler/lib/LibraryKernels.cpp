@@ -94,6 +94,39 @@ int64_t absorbSourceLayout(Candidate &candidate, Value &source) {
   return static_cast<int64_t>(runtime::ActivationLayout::Nchw);
 }
 
+/// The importer crops rows and columns off the end of a convolution's NHWC
+/// source that no window reaches (TOSA wants the windows to fit exactly:
+/// ResNet's stride-2 1x1 convolutions read 55 of 56 rows). The kernel reads
+/// the uncropped buffer instead, and the copy goes: `source` becomes the
+/// slice's input when the crop only drops trailing rows / columns with no
+/// padding after them, and the uncropped size gives the same output size.
+void absorbSourceCrop(Candidate &candidate, Value &source, llvm::ArrayRef<int64_t> output,
+                      llvm::ArrayRef<int64_t> kernel, llvm::ArrayRef<int64_t> stride,
+                      llvm::ArrayRef<int64_t> dilation, llvm::ArrayRef<int64_t> pad) {
+  auto slice = source.getDefiningOp<mlir::tosa::SliceOp>();
+  if (!slice || !slice->hasOneUse() || !isF32Tensor(slice.getInput1()))
+    return;
+  auto start = slice.getStart().getDefiningOp<mlir::tosa::ConstShapeOp>();
+  if (!start || !llvm::all_of(start.getValues().getValues<llvm::APInt>(),
+                              [](const llvm::APInt &value) { return value.isZero(); }))
+    return;
+  llvm::ArrayRef<int64_t> full = shapeOf(slice.getInput1());
+  llvm::ArrayRef<int64_t> cropped = shapeOf(source);
+  if (full.size() != 4 || full[0] != cropped[0] || full[3] != cropped[3])
+    return;
+  for (int i = 0; i < 2; ++i) {
+    if (full[1 + i] == cropped[1 + i])
+      continue;
+    // pad is TOSA's [top, bottom, left, right].
+    int64_t span =
+        full[1 + i] - 1 + pad[2 * i] + pad[2 * i + 1] - dilation[i] * (kernel[i] - 1);
+    if (pad[2 * i + 1] != 0 || span < 0 || span / stride[i] + 1 != output[1 + i])
+      return;
+  }
+  candidate.ops.push_back(slice);
+  source = slice.getInput1();
+}
+
 /// The layout in which a kernel writes its NHWC result: NCHW when the
 /// result's only user transposes it back, which the candidate then absorbs.
 int64_t absorbDestinationLayout(Candidate &candidate) {
@@ -383,8 +416,6 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
   llvm::ArrayRef<int64_t> output = shapeOf(conv.getOutput());
   llvm::ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
 
-  Value source = conv.getInput();
-  params[p::kSourceLayout] = absorbSourceLayout(candidate, source);
   Value weights = conv.getWeight();
   if constexpr (depthwise) {
     // [KH, KW, C, M]; the importer's transpose(reshape(w)) of ONNX's
@@ -416,15 +447,15 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
       candidate.ops.push_back(transpose);
     }
   }
+  llvm::ArrayRef<int64_t> stride = conv.getStrideAttr().asArrayRef();
+  llvm::ArrayRef<int64_t> dilation = conv.getDilationAttr().asArrayRef();
+  llvm::ArrayRef<int64_t> pad = conv.getPadAttr().asArrayRef(); // t, b, l, r
   params[p::kBatch] = input[0];
   params[p::kInHeight] = input[1];
   params[p::kInWidth] = input[2];
   params[p::kInChannels] = input[3];
   params[p::kOutHeight] = output[1];
   params[p::kOutWidth] = output[2];
-  llvm::ArrayRef<int64_t> stride = conv.getStrideAttr().asArrayRef();
-  llvm::ArrayRef<int64_t> dilation = conv.getDilationAttr().asArrayRef();
-  llvm::ArrayRef<int64_t> pad = conv.getPadAttr().asArrayRef(); // t, b, l, r
   params[p::kStrideH] = stride[0];
   params[p::kStrideW] = stride[1];
   params[p::kDilationH] = dilation[0];
@@ -434,6 +465,14 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
   params[p::kPadLeft] = pad[2];
   params[p::kPadRight] = pad[3];
   params[p::kConstantWeights] = isConstantOrigin(weights);
+  Value source = conv.getInput();
+  absorbSourceCrop(candidate, source, output,
+                   {params[p::kKernelHeight], params[p::kKernelWidth]}, stride, dilation,
+                   pad);
+  input = shapeOf(source);
+  params[p::kInHeight] = input[1];
+  params[p::kInWidth] = input[2];
+  params[p::kSourceLayout] = absorbSourceLayout(candidate, source);
 
   candidate.ops.push_back(conv);
   candidate.result = conv.getOutput();

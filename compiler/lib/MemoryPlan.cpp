@@ -1,4 +1,5 @@
 #include "MemoryPlan.h"
+#include "LibraryKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -8,7 +9,9 @@
 #include "mlir/Pass/Pass.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
+#include <optional>
 
 namespace flowc::compiler {
 
@@ -85,6 +88,116 @@ int64_t lastUse(mlir::memref::AllocOp alloc, mlir::Block &block,
   return last;
 }
 
+/// The first position at which `alloc`'s buffer is used other than by
+/// reshapes of it.
+int64_t firstUse(mlir::memref::AllocOp alloc, mlir::Block &block,
+                 const llvm::DenseMap<mlir::Operation *, int64_t> &positions) {
+  int64_t first = std::numeric_limits<int64_t>::max();
+  llvm::SmallVector<mlir::Value> pending = {alloc.getResult()};
+  while (!pending.empty()) {
+    mlir::Value value = pending.pop_back_val();
+    for (mlir::Operation *user : value.getUsers()) {
+      if (mlir::isa<mlir::memref::ExpandShapeOp, mlir::memref::CollapseShapeOp>(user)) {
+        pending.push_back(user->getResult(0));
+        continue;
+      }
+      first = std::min(first, positionIn(block, user, positions));
+    }
+  }
+  return first;
+}
+
+/// The allocation whose bytes `value` is, through reshapes (which keep a
+/// dense buffer's bytes in place); null for anything else.
+mlir::memref::AllocOp allocationOf(mlir::Value value) {
+  while (value) {
+    if (auto alloc = value.getDefiningOp<mlir::memref::AllocOp>())
+      return alloc;
+    if (auto expand = value.getDefiningOp<mlir::memref::ExpandShapeOp>())
+      value = expand.getSrc();
+    else if (auto collapse = value.getDefiningOp<mlir::memref::CollapseShapeOp>())
+      value = collapse.getSrc();
+    else
+      return {};
+  }
+  return {};
+}
+
+/// Whether `call` runs a library kernel that adds a residual onto its
+/// output (the residual, then the output, are its last two operands).
+bool addsResidualToOutput(mlir::func::CallOp call, mlir::ModuleOp module) {
+  auto callee = module.lookupSymbol<mlir::func::FuncOp>(call.getCallee());
+  if (!callee || call.getNumOperands() < 2)
+    return false;
+  auto kind = callee->getAttrOfType<mlir::StringAttr>(kKernelKindAttr);
+  auto params = callee->getAttrOfType<mlir::DenseI64ArrayAttr>(kKernelParamsAttr);
+  if (!kind || !params)
+    return false;
+  int residualParam = -1;
+  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::Conv2d))
+    residualParam = runtime::conv::kHasResidual;
+  else if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::MatMul))
+    residualParam = runtime::matmul::kHasResidual;
+  return residualParam >= 0 && residualParam < static_cast<int>(params.size()) &&
+         params[residualParam] != 0;
+}
+
+/// Union-find over planned buffers: members of one group share bytes.
+struct BufferGroups {
+  explicit BufferGroups(size_t count) : parent(count) {
+    std::iota(parent.begin(), parent.end(), 0);
+  }
+  size_t find(size_t index) {
+    while (parent[index] != index)
+      index = parent[index] = parent[parent[index]];
+    return index;
+  }
+  std::vector<size_t> parent;
+};
+
+/// Add-to-output (OneFlow's name): a convolution or product whose residual
+/// dies at the call writes its output over the residual, so the kernel's
+/// `sum` post-op adds onto it in place instead of after a copy. Groups each
+/// such output with its residual's buffer.
+void shareResidualBuffers(mlir::Block &block, mlir::ModuleOp module,
+                          const std::vector<mlir::memref::AllocOp> &allocs,
+                          const std::vector<BufferLifetime> &lifetimes,
+                          const llvm::DenseMap<mlir::Operation *, int64_t> &positions,
+                          BufferGroups &groups) {
+  llvm::DenseMap<mlir::Operation *, size_t> indexOf;
+  for (size_t i = 0; i < allocs.size(); ++i)
+    indexOf[allocs[i]] = i;
+  auto planned = [&](mlir::Value value) -> std::optional<size_t> {
+    mlir::memref::AllocOp alloc = allocationOf(value);
+    auto found = alloc ? indexOf.find(alloc) : indexOf.end();
+    if (found == indexOf.end())
+      return std::nullopt;
+    return found->second;
+  };
+  for (auto call : block.getOps<mlir::func::CallOp>()) {
+    if (!addsResidualToOutput(call, module))
+      continue;
+    unsigned count = call.getNumOperands();
+    std::optional<size_t> residual = planned(call.getOperand(count - 2));
+    std::optional<size_t> output = planned(call.getOperand(count - 1));
+    if (!residual || !output || *residual == *output)
+      continue;
+    int64_t at = positions.lookup(call);
+    // The residual must die here, the output must not be touched before
+    // the kernel writes it, and the kernel must not read the residual's
+    // bytes as anything else (its source).
+    if (lifetimes[*residual].last != at ||
+        lifetimes[*output].bytes != lifetimes[*residual].bytes)
+      continue;
+    bool readElsewhere = false;
+    for (unsigned i = 0; i + 2 < count; ++i)
+      readElsewhere = readElsewhere || planned(call.getOperand(i)) == residual;
+    if (readElsewhere || firstUse(allocs[*output], block, positions) < at)
+      continue;
+    groups.parent[groups.find(*output)] = groups.find(*residual);
+  }
+}
+
 struct PlanActivationMemoryPass
     : mlir::PassWrapper<PlanActivationMemoryPass, mlir::OperationPass<mlir::ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PlanActivationMemoryPass)
@@ -118,8 +231,28 @@ struct PlanActivationMemoryPass
     }
     if (allocs.empty())
       return;
-    std::vector<uint64_t> offsets;
-    uint64_t arenaBytes = assignArenaOffsets(lifetimes, offsets);
+    // Buffers grouped by add-to-output are placed as one, alive from the
+    // first member's allocation to the last member's last use.
+    BufferGroups groups(allocs.size());
+    shareResidualBuffers(block, getOperation(), allocs, lifetimes, positions, groups);
+    std::vector<size_t> slotOf(allocs.size());
+    std::vector<BufferLifetime> slots;
+    llvm::DenseMap<size_t, size_t> slotOfRoot;
+    for (size_t i = 0; i < allocs.size(); ++i) {
+      auto [entry, added] = slotOfRoot.try_emplace(groups.find(i), slots.size());
+      if (added)
+        slots.push_back(lifetimes[i]);
+      BufferLifetime &slot = slots[entry->second];
+      slot.bytes = std::max(slot.bytes, lifetimes[i].bytes);
+      slot.first = std::min(slot.first, lifetimes[i].first);
+      slot.last = std::max(slot.last, lifetimes[i].last);
+      slotOf[i] = entry->second;
+    }
+    std::vector<uint64_t> slotOffsets;
+    uint64_t arenaBytes = assignArenaOffsets(slots, slotOffsets);
+    std::vector<uint64_t> offsets(allocs.size());
+    for (size_t i = 0; i < allocs.size(); ++i)
+      offsets[i] = slotOffsets[slotOf[i]];
 
     mlir::OpBuilder builder(main.getContext());
     auto arenaType = mlir::MemRefType::get({static_cast<int64_t>(arenaBytes)},

@@ -280,13 +280,23 @@ void runConvVariant(KernelContext &context, ConvSite &site, ConvVariant &variant
 /// output from the inputs (the residual is seeded again), so whichever ran
 /// last leaves a correct result.
 void tuneConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
+  // Add-to-output: the residual is the destination, which every run
+  // overwrites; each run starts from a saved copy.
+  std::string residual;
+  if (p[conv::kHasResidual] != 0 && buffers[3] == buffers[4])
+    residual.assign(static_cast<const char *>(buffers[3]), site.destinationBytes);
+  auto run = [&](ConvVariant &variant) {
+    if (!residual.empty())
+      std::memcpy(buffers[4], residual.data(), residual.size());
+    runConvVariant(context, site, variant, p, buffers);
+  };
   size_t best = 0;
   double bestSeconds = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < site.candidates.size(); ++i) {
     // The first run packs weights; the second is the one timed.
-    runConvVariant(context, site, site.candidates[i], p, buffers);
+    run(site.candidates[i]);
     auto start = std::chrono::steady_clock::now();
-    runConvVariant(context, site, site.candidates[i], p, buffers);
+    run(site.candidates[i]);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (seconds < bestSeconds) {

@@ -124,6 +124,56 @@ TEST_F(PassTest, ConvAbsorbsLayoutChangesResidualAndRelu) {
         i, mlir::bufferization::BufferizationDialect::kWritableAttrName));
 }
 
+// The importer's fit to TOSA's exact windows: a stride-2 1x1 convolution
+// reads 5 of 6 rows and columns through a slice.
+constexpr const char *kCroppedConv = R"mlir(
+func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x1x1x8xf32> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"}) -> tensor<1x3x3x4xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %start = tosa.const_shape {values = dense<0> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %size = tosa.const_shape {values = dense<[1, 5, 5, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %xs = tosa.slice %x, %start, %size : (tensor<1x6x6x8xf32>, !tosa.shape<4>, !tosa.shape<4>) -> tensor<1x5x5x8xf32>
+  %c = tosa.conv2d %xs, %w, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x5x5x8xf32>, tensor<4x1x1x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x3x3x4xf32>
+  return %c : tensor<1x3x3x4xf32>
+}
+)mlir";
+
+TEST_F(PassTest, ConvReadsTheUncroppedSource) {
+  auto module = run(kCroppedConv, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].params[conv::kInHeight], 6);
+  EXPECT_EQ(kernels[0].params[conv::kInWidth], 6);
+  EXPECT_EQ(kernels[0].params[conv::kOutHeight], 3);
+  EXPECT_EQ(count<mlir::tosa::SliceOp>(main(*module)), 0);
+  // The kernel body keeps the crop: its semantics are TOSA's.
+  auto function = module->lookupSymbol<mlir::func::FuncOp>(kernels[0].function);
+  EXPECT_EQ(count<mlir::tosa::SliceOp>(function), 1);
+}
+
+TEST_F(PassTest, CropBeforePaddingOrAtTheStartStaysInGeneratedCode) {
+  // A 3x3 window with padding after the cropped rows: the zeros would move.
+  std::string padded = kCroppedConv;
+  padded.replace(padded.find("pad = array<i64: 0, 0, 0, 0>"), 28,
+                 "pad = array<i64: 1, 1, 1, 1>");
+  padded.replace(padded.find("tensor<4x1x1x8xf32> {"), 19, "tensor<4x3x3x8xf32>");
+  padded.replace(padded.find("(tensor<1x5x5x8xf32>, tensor<4x1x1x8xf32>"), 41,
+                 "(tensor<1x5x5x8xf32>, tensor<4x3x3x8xf32>");
+  // A crop that drops the first row and column instead of the last.
+  std::string shifted = kCroppedConv;
+  shifted.replace(shifted.find("dense<0> : tensor<4xindex>"), 26,
+                  "dense<[0, 1, 1, 0]> : tensor<4xindex>");
+  for (const std::string &ir : {padded, shifted}) {
+    auto module = run(ir, createOutlineLibraryKernelsPass());
+    ASSERT_TRUE(module);
+    std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+    ASSERT_EQ(kernels.size(), 1u);
+    EXPECT_EQ(kernels[0].params[conv::kInHeight], 5);
+    EXPECT_EQ(count<mlir::tosa::SliceOp>(main(*module)), 1);
+  }
+}
+
 TEST_F(PassTest, ConvResultUsedTwiceKeepsItsEpilogueOutside) {
   std::string ir = kConvBlock;
   // A second use of the transposed result: the add cannot be absorbed.
@@ -609,6 +659,60 @@ func.func @main(%x: memref<4xf32>, %out: memref<4xf32>) {
   auto arena = mlir::dyn_cast<mlir::MemRefType>(graph.getArgument(2).getType());
   ASSERT_TRUE(arena);
   EXPECT_EQ(arena.getNumElements(), int64_t(2 * runtime::kArenaAlignment));
+}
+
+// A product adding a residual: where the residual dies at the call, the
+// output takes its bytes (add-to-output); not where it is read later, nor
+// where it is also the product's source.
+TEST_F(PassTest, PlanWritesOutputsOverResidualsThatDieThere) {
+  constexpr const char *ir = R"mlir(
+func.func private @mm(memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>,
+                      memref<1x4x4xf32>)
+    attributes {flowc.kernel = "matmul",
+                flowc.kernel_params = array<i64: 1, 4, 4, 4, 0, 1, 0, 1, 0, 0, 0, 0>}
+func.func @main(%x: memref<1x4x4xf32>, %w: memref<1x4x4xf32>, %out: memref<1x4x4xf32>) {
+  %r = memref.alloc() : memref<1x4x4xf32>
+  linalg.copy ins(%x : memref<1x4x4xf32>) outs(%r : memref<1x4x4xf32>)
+  %y = memref.alloc() : memref<1x4x4xf32>
+  call @mm(%x, %w, %r, %y) : (memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>) -> ()
+  %z = memref.alloc() : memref<1x4x4xf32>
+  call @mm(%x, %w, %y, %z) : (memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>) -> ()
+  linalg.copy ins(%y : memref<1x4x4xf32>) outs(%out : memref<1x4x4xf32>)
+  %u = memref.alloc() : memref<1x4x4xf32>
+  call @mm(%z, %w, %z, %u) : (memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>) -> ()
+  linalg.copy ins(%u : memref<1x4x4xf32>) outs(%out : memref<1x4x4xf32>)
+  return
+}
+)mlir";
+  auto module = run(ir, createPlanActivationMemoryPass());
+  ASSERT_TRUE(module);
+  std::vector<int64_t> offsets;
+  main(*module).walk([&](mlir::memref::ViewOp view) {
+    offsets.push_back(
+        view.getByteShift().getDefiningOp<mlir::arith::ConstantIndexOp>().value());
+  });
+  ASSERT_EQ(offsets.size(), 4u); // r, y, z, u
+  EXPECT_EQ(offsets[1], offsets[0]);
+  EXPECT_NE(offsets[2], offsets[1]);
+  EXPECT_NE(offsets[3], offsets[2]);
+  // z dies at u's call, but u may not overwrite its source; u takes r/y's
+  // bytes instead, dead by then.
+  EXPECT_EQ(offsets[3], offsets[0]);
+  EXPECT_EQ(plannedArenaBytes(*module), 2 * runtime::kArenaAlignment);
+
+  // The same graph with the residual flag off: nothing is shared, and r is
+  // dead when z is made, so the plan reuses its bytes the usual way.
+  std::string plain = ir;
+  plain.replace(plain.find("0, 1, 0, 1, 0"), 13, "0, 1, 0, 0, 0");
+  auto unshared = run(plain, createPlanActivationMemoryPass());
+  ASSERT_TRUE(unshared);
+  offsets.clear();
+  main(*unshared).walk([&](mlir::memref::ViewOp view) {
+    offsets.push_back(
+        view.getByteShift().getDefiningOp<mlir::arith::ConstantIndexOp>().value());
+  });
+  ASSERT_EQ(offsets.size(), 4u);
+  EXPECT_NE(offsets[1], offsets[0]);
 }
 
 TEST_F(PassTest, PlanLeavesDynamicAllocationsAlone) {
