@@ -15,7 +15,10 @@ PyPI's torch (eager under inference_mode, and traced + frozen TorchScript)
 with its own random weights: latency does not depend on weight values.
 `resnet50_bn` is ResNet-50 exported with its BatchNormalization nodes kept:
 the submit's derived-weight line (BatchNorm folded at link) is printed. The
-flowc output is checked against onnxruntime's (max relative error).
+flowc output is checked against onnxruntime's (max relative error). "first
+run": time to the first answer in a fresh session (flowc: artifact open,
+session, first run, from `flowc run --json`; onnxruntime: session creation
+and first run).
 Ratios are peer / flowc: above 1 means flowc is faster.
 """
 import argparse
@@ -119,7 +122,8 @@ def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads, precision
                          check=True, capture_output=True, text=True).stdout
     result = json.loads(out)
     output = np.load(result["outputs"][0]["file"])
-    return compile_s, rss, (result["median_ms"], result["p90_ms"]), output, derive
+    latency = (result["median_ms"], result["p90_ms"])
+    return compile_s, rss, latency, result["first_run_ms"], output, derive
 
 
 class FirstOutput(torch.nn.Module):
@@ -181,9 +185,18 @@ def bench(model, batch, args, root):
     feeds = {names[name]: np.load(path) for name, path in inputs.items()}
     work = root / f"{model}-b{batch}"
     work.mkdir()
-    compile_s, rss, ours, output, derive = flowc_figures(onnx_path, inputs, names, work,
+    compile_s, rss, ours, first_run, output, derive = flowc_figures(onnx_path, inputs, names, work,
                                                          args.runs, args.threads,
                                                          args.precision)
+    # Time to the first answer: onnxruntime's session creation (its graph
+    # optimization and weight prepacking) and first run, against flowc's
+    # artifact open, session creation and first run.
+    start = time.perf_counter()
+    fresh = ort.InferenceSession(str(onnx_path), session_options,
+                                 providers=["CPUExecutionProvider"])
+    fresh.run(None, feeds)
+    ort_first_run = (time.perf_counter() - start) * 1000
+    del fresh
     reference = session.run(None, feeds)[0]
     error = float(np.max(np.abs(output - reference)) / max(np.max(np.abs(reference)), 1e-30))
     onnxruntime = median_p90(lambda: session.run(None, feeds), args.runs)
@@ -192,12 +205,14 @@ def bench(model, batch, args, root):
            "flowc_ms": ours[0], "flowc_p90_ms": ours[1], "onnxruntime_ms": onnxruntime[0],
            "torch_eager_ms": eager[0], "torchscript_ms": scripted[0],
            "compile_s": compile_s, "compile_peak_rss_mib": rss, "max_rel_error": error,
+           "flowc_first_run_ms": first_run, "onnxruntime_first_run_ms": ort_first_run,
            "derive": derive}
     print(f"{model:>20} b{batch}  flowc {ours[0]:8.2f} ms (p90 {ours[1]:8.2f})  "
           f"ort {onnxruntime[0]:8.2f} ({onnxruntime[0] / ours[0]:.2f}x)  "
           f"eager {eager[0]:8.2f} ({eager[0] / ours[0]:.2f}x)  "
           f"ts {scripted[0]:8.2f} ({scripted[0] / ours[0]:.2f}x)  "
-          f"compile {compile_s:5.1f} s / {rss:5.0f} MiB  err {error:.1e}"
+          f"compile {compile_s:5.1f} s / {rss:5.0f} MiB  err {error:.1e}  "
+          f"first run {first_run:6.1f} ms (ort {ort_first_run:6.1f})"
           + (f"  [{derive}]" if derive else ""), flush=True)
     return row
 

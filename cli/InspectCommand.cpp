@@ -107,6 +107,11 @@ Expected<nlohmann::json> describeArtifact(const std::string &path) {
     }
   json["derived_weights"] = derived;
   json["derived_weight_bytes"] = derivedBytes;
+  uint64_t packedBytes = 0;
+  for (const runtime::PackedWeightSpec &weight : artifact->plan().packed)
+    packedBytes += weight.size;
+  json["packed_weights"] = artifact->plan().packed.size();
+  json["packed_weight_bytes"] = packedBytes;
   json["code_bytes"] = artifact->section(runtime::SectionKind::Code).size();
   json["ir_bytes"] = artifact->section(runtime::SectionKind::GraphIr).size();
   // The memory plan and kernel table live in the code: loading it (no run)
@@ -208,6 +213,10 @@ void printHuman(const nlohmann::json &json) {
     std::cout << "derived weights: " << json["derived_weights"].dump() << " ("
               << humanBytes(json["derived_weight_bytes"])
               << ", computed from the model's weights at link time)\n";
+  if (json.value("packed_weights", 0) > 0)
+    std::cout << "packed kernel weights: " << json["packed_weights"].dump() << " ("
+              << humanBytes(json["packed_weight_bytes"])
+              << ", in the library kernels' layouts, read in place)\n";
   if (json.contains("arena_bytes"))
     std::cout << "activation arena: " << humanBytes(json["arena_bytes"])
               << " (peak activation memory of the static plan), library kernels: "

@@ -87,6 +87,8 @@ Expected<std::map<std::string, runtime::Tensor>> readInputs(const RunOptions &op
 }
 
 int runRun(const RunOptions &options) {
+  // What a user waits for before the first answer: open, session, run.
+  auto start = std::chrono::steady_clock::now();
   auto artifact = runtime::Artifact::open(options.artifact);
   if (!artifact)
     return reportError(artifact.status());
@@ -100,14 +102,20 @@ int runRun(const RunOptions &options) {
   auto outputs = (*session)->run(*inputs);
   if (!outputs)
     return reportError(outputs.status().withContext("run '" + options.artifact + "'"));
+  double firstRunMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
 
   std::error_code ec;
   std::filesystem::create_directories(options.outputDir, ec);
   if (ec)
     return reportError(
         errnoStatus(ec.value(), "cannot create '" + options.outputDir + "'"));
-  nlohmann::json json = {{"artifact", options.artifact},
-                         {"outputs", nlohmann::json::array()}};
+  nlohmann::json json = {
+      {"artifact", options.artifact},
+      {"outputs", nlohmann::json::array()},
+      {"first_run_ms", firstRunMs},
+      {"packed_weights_in_place", (*session)->prepackedWeightsInUse()}};
   for (size_t i = 0; i < outputs->size(); ++i) {
     const runtime::Tensor &tensor = (*outputs)[i];
     const std::string &name = plan.outputs[i].name;

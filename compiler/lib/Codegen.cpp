@@ -650,6 +650,7 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
     return internalError("lowering to buffers failed: " + diagnostics.text);
   report->weights = collectCodeWeights(*module);
   std::vector<LibraryKernel> libraryKernels = collectLibraryKernels(*module);
+  report->weights.kernelWeights = collectKernelWeights(*module, libraryKernels);
   uint64_t arenaBytes = plannedArenaBytes(*module);
   mlir::PassManager prepare(&context);
   buildPrepareLoopsPipeline(prepare, options);

@@ -2,6 +2,7 @@
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -15,6 +16,7 @@
 #include "llvm/IR/Module.h"
 
 #include <cmath>
+#include <map>
 #include <limits>
 #include <optional>
 
@@ -967,6 +969,43 @@ std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module) {
     kernels.push_back(std::move(kernel));
   });
   return kernels;
+}
+
+std::vector<KernelWeight>
+collectKernelWeights(mlir::ModuleOp module, const std::vector<LibraryKernel> &kernels) {
+  std::vector<KernelWeight> weights;
+  auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
+  if (!main || main.isExternal())
+    return weights;
+  std::map<std::string, mlir::func::CallOp> calls;
+  main.walk([&](mlir::func::CallOp call) { calls[call.getCallee().str()] = call; });
+  for (size_t site = 0; site < kernels.size(); ++site) {
+    const LibraryKernel &kernel = kernels[site];
+    bool constant = (kernel.kind == KernelKind::Conv2d &&
+                     kernel.params[runtime::conv::kConstantWeights] != 0) ||
+                    (kernel.kind == KernelKind::MatMul &&
+                     kernel.params[runtime::matmul::kConstantB] != 0);
+    auto call = calls.find(kernel.function);
+    if (!constant || call == calls.end() || call->second.getNumOperands() < 2)
+      continue;
+    Value value = call->second.getOperand(1);
+    while (mlir::Operation *producer = value.getDefiningOp()) {
+      if (!mlir::isa<mlir::memref::ExpandShapeOp, mlir::memref::CollapseShapeOp>(
+              producer))
+        break;
+      value = producer->getOperand(0);
+    }
+    auto argument = mlir::dyn_cast<mlir::BlockArgument>(value);
+    if (!argument || argument.getOwner()->getParentOp() != main)
+      continue;
+    auto key =
+        main.getArgAttrOfType<mlir::StringAttr>(argument.getArgNumber(), "flowc.weight");
+    if (!key)
+      continue;
+    weights.push_back(KernelWeight{static_cast<int64_t>(site), 1, key.str(),
+                                   static_cast<int64_t>(kernel.kind), kernel.params});
+  }
+  return weights;
 }
 
 void dropLibraryKernelBodies(mlir::ModuleOp module) {

@@ -15,6 +15,7 @@
 //     defines the table symbols.
 #pragma once
 
+#include "flowc/compiler/Compiler.h"
 #include "flowc/runtime/KernelAbi.h"
 #include "flowc/support/Status.h"
 
@@ -51,6 +52,12 @@ std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(bool bf16 = false);
 /// The kernels tagged in `module` (after outlining, at any later stage that
 /// still has func.func ops).
 std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module);
+
+/// The constant weights the kernels read (a convolution's filter, a
+/// product's constant B), each traced through reshapes to the @main weight
+/// argument it is. Call on bufferized IR, with collectLibraryKernels' list.
+std::vector<KernelWeight> collectKernelWeights(mlir::ModuleOp module,
+                                               const std::vector<LibraryKernel> &kernels);
 
 /// Makes each kernel function a declaration: once bufferized, its body has
 /// fixed the kernel's buffer ABI, and bindLibraryKernels replaces it anyway,

@@ -69,6 +69,14 @@ nlohmann::json Plan::toJson() const {
     w["size"] = weight.size;
     json["weights"].push_back(w);
   }
+  json["packed"] = nlohmann::json::array();
+  for (const PackedWeightSpec &weight : packed)
+    json["packed"].push_back({{"site", weight.site},
+                              {"buffer", weight.buffer},
+                              {"layout", weight.layout},
+                              {"digest", weight.digest},
+                              {"offset", weight.offset},
+                              {"size", weight.size}});
   return json;
 }
 
@@ -84,6 +92,12 @@ Expected<Plan> Plan::fromJson(const nlohmann::json &json) {
       plan.weights.push_back(
           WeightSpec{specFromJson(w), w.at("digest").get<std::string>(),
                      w.at("offset").get<uint64_t>(), w.at("size").get<uint64_t>()});
+    // Artifacts linked before packed weights existed have none.
+    for (const auto &w : json.value("packed", nlohmann::json::array()))
+      plan.packed.push_back(PackedWeightSpec{
+          w.at("site").get<int64_t>(), w.at("buffer").get<int64_t>(),
+          w.at("layout").get<std::string>(), w.at("digest").get<std::string>(),
+          w.at("offset").get<uint64_t>(), w.at("size").get<uint64_t>()});
     return plan;
   } catch (const nlohmann::json::exception &e) {
     return dataLoss(std::string("malformed execution plan: ") + e.what());
@@ -232,6 +246,10 @@ Expected<std::shared_ptr<Artifact>> Artifact::open(const std::string &path) {
     if (weight.offset > weightBytes || weight.size > weightBytes - weight.offset ||
         weight.size != weight.tensor.byteSize())
       return bad("weight '" + weight.tensor.name + "' lies outside the weights section");
+  for (const PackedWeightSpec &weight : artifact->plan_.packed)
+    if (weight.offset > weightBytes || weight.size > weightBytes - weight.offset)
+      return bad("packed weight of kernel site " + std::to_string(weight.site) +
+                 " lies outside the weights section");
   if (artifact->section(SectionKind::Code).empty())
     return bad("missing code section");
   return artifact;

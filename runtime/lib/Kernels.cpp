@@ -1,6 +1,8 @@
 #include "Kernels.h"
 
+#include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/KernelAbi.h"
+#include "flowc/runtime/PackedWeights.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <unordered_map>
 #include <vector>
@@ -28,14 +31,30 @@ struct Site {
 
 } // namespace
 
+/// A weight packed at link time, mapped from the artifact.
+struct PrepackedWeight {
+  const void *data = nullptr;
+  size_t size = 0;
+  std::string layout;
+};
+
 class KernelContext {
 public:
   explicit KernelContext(int64_t siteCount)
       : engine(dnnl::engine::kind::cpu, 0), stream(engine), sites(siteCount) {}
 
+  /// The packed weight of buffer `buffer` of `site`, if the artifact has one.
+  const PrepackedWeight *prepacked(int64_t site, int64_t buffer) const {
+    auto found = prepackedWeights.find({site, buffer});
+    return found == prepackedWeights.end() ? nullptr : &found->second;
+  }
+
   dnnl::engine engine;
   dnnl::stream stream;
   std::vector<std::unique_ptr<Site>> sites;
+  std::map<std::pair<int64_t, int64_t>, PrepackedWeight> prepackedWeights;
+  /// Sites' weights read in place from packed artifact weights.
+  int64_t prepackedInUse = 0;
   /// The first failure of a run; kernels cannot throw through generated code.
   Status failure = Status::ok();
 };
@@ -112,6 +131,33 @@ dnnl::post_ops postOps(bool residual, int64_t activation, int64_t alphaBits,
   return ops;
 }
 
+/// A description of `desc`'s layout precise enough that equal descriptions
+/// mean equal bytes for equal contents: what packed artifact weights are
+/// matched by.
+std::string layoutOf(const memory::desc &desc) {
+  const dnnl_memory_desc_t &md = desc.data;
+  std::string text =
+      "dnnl" + std::to_string(dnnl_version()->major) + "." +
+      std::to_string(dnnl_version()->minor) + ";type" + std::to_string(md.data_type) +
+      ";kind" + std::to_string(md.format_kind) + ";offset" + std::to_string(md.offset0) +
+      ";extra" + std::to_string(md.extra.flags);
+  auto list = [&](const char *name, const dnnl_dim_t *values, int count) {
+    text += std::string(";") + name;
+    for (int i = 0; i < count; ++i)
+      text += (i ? "," : "") + std::to_string(values[i]);
+  };
+  list("dims", md.dims, md.ndims);
+  list("padded", md.padded_dims, md.ndims);
+  list("padoffsets", md.padded_offsets, md.ndims);
+  if (md.format_kind == dnnl_blocked) {
+    const dnnl_blocking_desc_t &blocking = md.format_desc.blocking;
+    list("strides", blocking.strides, md.ndims);
+    list("blocks", blocking.inner_blks, blocking.inner_nblks);
+    list("indices", blocking.inner_idxs, blocking.inner_nblks);
+  }
+  return text;
+}
+
 /// A buffer in the graph's layout, passed through one in the primitive's
 /// preferred layout when the two differ (reorders made once).
 struct ActivationPort {
@@ -152,13 +198,26 @@ struct ActivationPort {
 struct PackedWeights {
   ActivationPort port;
   const void *source = nullptr;
+  /// Packed at link time and read in place, when its layout is the one
+  /// wanted here.
+  memory prepacked;
+  bool usesPrepacked = false;
 
   void init(const memory::desc &userDesc, const memory::desc &wanted,
-            const dnnl::engine &engine) {
-    port.init(userDesc, wanted, engine, false);
+            KernelContext &context, const PrepackedWeight *ahead) {
+    if (ahead && ahead->size == wanted.get_size() && ahead->layout == layoutOf(wanted)) {
+      // oneDNN only reads weights: the read-only mapping is never written.
+      prepacked = memory(wanted, context.engine, const_cast<void *>(ahead->data));
+      usesPrepacked = true;
+      ++context.prepackedInUse;
+      return;
+    }
+    port.init(userDesc, wanted, context.engine, false);
   }
 
   memory bind(void *data, bool constant, dnnl::stream &stream) {
+    if (usesPrepacked)
+      return prepacked;
     bool repack = !constant || data != source;
     source = data;
     return port.bind(data, repack, stream);
@@ -210,50 +269,84 @@ memory::desc convWeightsDesc(const int64_t *p) {
                              : stridesInOrder(dims, {0, 1, 2, 3, 4}));
 }
 
-std::unique_ptr<ConvSite> createConv(KernelContext &context, const int64_t *p) {
+/// A convolution's buffers as the graph has them.
+struct ConvBuffers {
+  Dims source, destination;
+  memory::desc sourceDesc, weightsDesc, biasDesc, destinationDesc;
+  memory::data_type type;
+};
+
+ConvBuffers convBuffers(const int64_t *p) {
   using namespace conv;
-  Dims src = {p[kBatch], p[kInChannels], p[kInHeight], p[kInWidth]};
-  Dims dst = {p[kBatch], p[kOutChannels], p[kOutHeight], p[kOutWidth]};
-  memory::desc weightsDesc = convWeightsDesc(p);
-  memory::desc sourceDesc = denseDesc(src, activationStrides(src, p[kSourceLayout]));
-  memory::desc destinationDesc =
-      denseDesc(dst, activationStrides(dst, p[kDestinationLayout]));
-  memory::desc biasDesc = denseDesc({p[kOutChannels]}, {1});
+  ConvBuffers buffers;
+  buffers.source = {p[kBatch], p[kInChannels], p[kInHeight], p[kInWidth]};
+  buffers.destination = {p[kBatch], p[kOutChannels], p[kOutHeight], p[kOutWidth]};
+  buffers.weightsDesc = convWeightsDesc(p);
+  buffers.sourceDesc =
+      denseDesc(buffers.source, activationStrides(buffers.source, p[kSourceLayout]));
+  buffers.destinationDesc = denseDesc(
+      buffers.destination, activationStrides(buffers.destination, p[kDestinationLayout]));
+  buffers.biasDesc = denseDesc({p[kOutChannels]}, {1});
+  buffers.type = computeType(p[kBf16]);
+  return buffers;
+}
+
+dnnl::convolution_forward::primitive_desc
+convPrimitive(const dnnl::engine &engine, const int64_t *p, const ConvBuffers &buffers,
+              const memory::desc &wantedSource, const memory::desc &wantedDestination) {
+  using namespace conv;
   dnnl::primitive_attr attr;
   attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+      wantedSource, anyLayout(buffers.weightsDesc, buffers.type), buffers.biasDesc,
+      wantedDestination, {p[kStrideH], p[kStrideW]},
+      {p[kDilationH] - 1, p[kDilationW] - 1}, {p[kPadTop], p[kPadLeft]},
+      {p[kPadBottom], p[kPadRight]});
+  return dnnl::convolution_forward::primitive_desc(desc, attr, engine);
+}
 
-  memory::data_type type = computeType(p[kBf16]);
+/// The first candidate: the library's preferred (blocked) layouts, with
+/// activation reorders. Its weight layout is the one packed at link time.
+dnnl::convolution_forward::primitive_desc
+preferredConvPrimitive(const dnnl::engine &engine, const int64_t *p,
+                       const ConvBuffers &buffers) {
+  return convPrimitive(engine, p, buffers, anyLayout(buffers.sourceDesc, buffers.type),
+                       anyLayout(buffers.destinationDesc));
+}
+
+std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
+                                     const int64_t *p) {
+  using namespace conv;
+  ConvBuffers buffers = convBuffers(p);
   auto site = std::make_unique<ConvSite>();
-  auto addCandidate = [&](const memory::desc &wantedSource,
-                          const memory::desc &wantedDestination) {
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        wantedSource, anyLayout(weightsDesc, type), biasDesc, wantedDestination,
-        {p[kStrideH], p[kStrideW]}, {p[kDilationH] - 1, p[kDilationW] - 1},
-        {p[kPadTop], p[kPadLeft]}, {p[kPadBottom], p[kPadRight]});
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, context.engine);
+  auto addCandidate = [&](const dnnl::convolution_forward::primitive_desc &pd) {
     for (const ConvVariant &existing : site->candidates)
       if (existing.chosenSource == pd.src_desc() &&
           existing.chosenDestination == pd.dst_desc())
         return;
     ConvVariant &variant = site->candidates.emplace_back();
     variant.primitive = dnnl::convolution_forward(pd);
-    variant.source.init(sourceDesc, pd.src_desc(), context.engine, false);
-    variant.destination.init(destinationDesc, pd.dst_desc(), context.engine, true);
-    variant.weights.init(weightsDesc, pd.weights_desc(), context.engine);
+    variant.source.init(buffers.sourceDesc, pd.src_desc(), context.engine, false);
+    variant.destination.init(buffers.destinationDesc, pd.dst_desc(), context.engine,
+                             true);
+    variant.weights.init(buffers.weightsDesc, pd.weights_desc(), context,
+                         p[kConstantWeights] ? context.prepacked(index, 1) : nullptr);
     variant.chosenSource = pd.src_desc();
     variant.chosenDestination = pd.dst_desc();
   };
-  // The library's preferred (blocked) layouts, with activation reorders;
-  // and NHWC as the graph has it, with none (but the bf16 rounding).
-  addCandidate(anyLayout(sourceDesc, type), anyLayout(destinationDesc));
+  addCandidate(preferredConvPrimitive(context.engine, p, buffers));
+  // And NHWC as the graph has it, with no reorders (but the bf16 rounding).
   bool nhwc = p[kSourceLayout] == static_cast<int64_t>(ActivationLayout::Nhwc) &&
               p[kDestinationLayout] == static_cast<int64_t>(ActivationLayout::Nhwc);
   if (nhwc)
-    addCandidate(denseDesc(src, activationStrides(src, p[kSourceLayout]), type),
-                 destinationDesc);
-  site->bias = memory(biasDesc, context.engine, DNNL_MEMORY_NONE);
-  site->destinationBytes = destinationDesc.get_size();
+    addCandidate(convPrimitive(
+        context.engine, p, buffers,
+        denseDesc(buffers.source, activationStrides(buffers.source, p[kSourceLayout]),
+                  buffers.type),
+        buffers.destinationDesc));
+  site->bias = memory(buffers.biasDesc, context.engine, DNNL_MEMORY_NONE);
+  site->destinationBytes = buffers.destinationDesc.get_size();
   return site;
 }
 
@@ -325,7 +418,13 @@ struct MatMulSite : Site {
   size_t destinationBytes = 0;
 };
 
-std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, const int64_t *p) {
+/// A product's buffers as the graph has them.
+struct MatMulBuffers {
+  memory::desc aDesc, bDesc, biasDesc, cDesc;
+  Dims aDims, aStrides, bDims, bStrides;
+};
+
+MatMulBuffers matmulBuffers(const int64_t *p) {
   using namespace matmul;
   int64_t batch = p[kBatch], m = p[kM], n = p[kN], k = p[kK];
   // One product is described in 2-D: the library's 2-D kernels are faster
@@ -336,38 +435,53 @@ std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, const int64_t *
     dims.push_back(columns);
     return dims;
   };
-  Dims aDims = matrices(batch, m, k), bDims = matrices(batch, k, n),
-       cDims = matrices(batch, m, n), biasDims = matrices(1, 1, n);
-  std::vector<int> order(aDims.size());
+  Dims cDims = matrices(batch, m, n), biasDims = matrices(1, 1, n);
+  MatMulBuffers buffers;
+  buffers.aDims = matrices(batch, m, k);
+  buffers.bDims = matrices(batch, k, n);
+  std::vector<int> order(buffers.aDims.size());
   std::iota(order.begin(), order.end(), 0);
   std::vector<int> transposed = order;
   std::swap(transposed.end()[-1], transposed.end()[-2]);
-  Dims aStrides = stridesInOrder(aDims, order);
-  Dims bStrides = stridesInOrder(bDims, p[kTransposedB] ? transposed : order);
-  memory::desc aDesc = denseDesc(aDims, aStrides);
-  memory::desc bDesc = denseDesc(bDims, bStrides);
-  memory::data_type type = computeType(p[kBf16]);
-  memory::desc cDesc = denseDesc(cDims, stridesInOrder(cDims, order));
-  memory::desc biasDesc;
+  buffers.bStrides = stridesInOrder(buffers.bDims, p[kTransposedB] ? transposed : order);
+  buffers.aStrides = stridesInOrder(buffers.aDims, order);
+  buffers.aDesc = denseDesc(buffers.aDims, buffers.aStrides);
+  buffers.bDesc = denseDesc(buffers.bDims, buffers.bStrides);
+  buffers.cDesc = denseDesc(cDims, stridesInOrder(cDims, order));
   if (p[kHasBias])
-    biasDesc = denseDesc(biasDims, stridesInOrder(biasDims, order));
+    buffers.biasDesc = denseDesc(biasDims, stridesInOrder(biasDims, order));
+  return buffers;
+}
+
+dnnl::matmul::primitive_desc matmulPrimitive(const dnnl::engine &engine, const int64_t *p,
+                                             const MatMulBuffers &buffers) {
+  using namespace matmul;
+  memory::data_type type = computeType(p[kBf16]);
   // Constant B may be repacked once into whatever the library prefers.
   memory::desc wantedB = p[kConstantB]
-                             ? memory::desc(bDims, type, memory::format_tag::any)
-                             : denseDesc(bDims, bStrides, type);
-  memory::desc wantedA = denseDesc(aDims, aStrides, type);
-  dnnl::matmul::desc desc(wantedA, wantedB, biasDesc, cDesc);
+                             ? memory::desc(buffers.bDims, type, memory::format_tag::any)
+                             : denseDesc(buffers.bDims, buffers.bStrides, type);
+  memory::desc wantedA = denseDesc(buffers.aDims, buffers.aStrides, type);
+  dnnl::matmul::desc desc(wantedA, wantedB, buffers.biasDesc, buffers.cDesc);
   dnnl::primitive_attr attr;
   attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
-  dnnl::matmul::primitive_desc pd(desc, attr, context.engine);
+  return dnnl::matmul::primitive_desc(desc, attr, engine);
+}
+
+std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, int64_t index,
+                                         const int64_t *p) {
+  using namespace matmul;
+  MatMulBuffers buffers = matmulBuffers(p);
+  dnnl::matmul::primitive_desc pd = matmulPrimitive(context.engine, p, buffers);
   auto site = std::make_unique<MatMulSite>();
   site->primitive = dnnl::matmul(pd);
-  site->a.init(aDesc, pd.src_desc(), context.engine, false);
-  site->destination = memory(cDesc, context.engine, DNNL_MEMORY_NONE);
+  site->a.init(buffers.aDesc, pd.src_desc(), context.engine, false);
+  site->destination = memory(buffers.cDesc, context.engine, DNNL_MEMORY_NONE);
   if (p[kHasBias])
-    site->bias = memory(biasDesc, context.engine, DNNL_MEMORY_NONE);
-  site->b.init(bDesc, pd.weights_desc(), context.engine);
-  site->destinationBytes = cDesc.get_size();
+    site->bias = memory(buffers.biasDesc, context.engine, DNNL_MEMORY_NONE);
+  site->b.init(buffers.bDesc, pd.weights_desc(), context,
+               p[kConstantB] ? context.prepacked(index, 1) : nullptr);
+  site->destinationBytes = buffers.cDesc.get_size();
   return site;
 }
 
@@ -406,7 +520,7 @@ void runSourceToDestination(KernelContext &context, SourceToDestinationSite &sit
                          {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
 }
 
-std::unique_ptr<SourceToDestinationSite> createPool(KernelContext &context,
+std::unique_ptr<SourceToDestinationSite> createPool(KernelContext &context, int64_t,
                                                     const int64_t *p) {
   using namespace pool;
   Dims sourceDims = {p[kBatch], p[kChannels], p[kInHeight], p[kInWidth]};
@@ -430,7 +544,7 @@ std::unique_ptr<SourceToDestinationSite> createPool(KernelContext &context,
   return site;
 }
 
-std::unique_ptr<SourceToDestinationSite> createSoftmax(KernelContext &context,
+std::unique_ptr<SourceToDestinationSite> createSoftmax(KernelContext &context, int64_t,
                                                        const int64_t *p) {
   using namespace softmax;
   Dims dims = {p[kRows], p[kChannels]};
@@ -449,7 +563,8 @@ struct LayerNormSite : Site {
   memory source, destination, scale, shift;
 };
 
-std::unique_ptr<LayerNormSite> createLayerNorm(KernelContext &context, const int64_t *p) {
+std::unique_ptr<LayerNormSite> createLayerNorm(KernelContext &context, int64_t,
+                                               const int64_t *p) {
   using namespace layernorm;
   Dims dims = {p[kRows], p[kChannels]};
   memory::desc desc = denseDesc(dims, stridesInOrder(dims, {0, 1}));
@@ -501,7 +616,7 @@ void dispatch(void *opaque, int64_t index, const int64_t *params, void **buffers
   try {
     std::unique_ptr<Site> &slot = context.sites.at(index);
     if (!slot)
-      slot = create(context, params);
+      slot = create(context, index, params);
     run(context, static_cast<SiteType &>(*slot), params, buffers);
   } catch (const std::exception &error) {
     context.failure = internalError(std::string(what) + " kernel at site " +
@@ -550,7 +665,55 @@ KernelFunction kernelFor(KernelKind kind) {
 
 } // namespace
 
-Expected<KernelContextPtr> bindKernels(void *library, const std::string &artifactPath) {
+Expected<std::optional<PackedWeight>> packKernelWeight(KernelKind kind,
+                                                       const std::vector<int64_t> &params,
+                                                       int64_t buffer,
+                                                       std::string_view source) {
+  const int64_t *p = params.data();
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    memory::desc user, wanted;
+    if (kind == KernelKind::Conv2d && params.size() == conv::kCount && buffer == 1 &&
+        p[conv::kConstantWeights]) {
+      ConvBuffers buffers = convBuffers(p);
+      user = buffers.weightsDesc;
+      wanted = preferredConvPrimitive(engine, p, buffers).weights_desc();
+    } else if (kind == KernelKind::MatMul && params.size() == matmul::kCount &&
+               buffer == 1 && p[matmul::kConstantB]) {
+      MatMulBuffers buffers = matmulBuffers(p);
+      user = buffers.bDesc;
+      wanted = matmulPrimitive(engine, p, buffers).weights_desc();
+    } else {
+      return std::optional<PackedWeight>();
+    }
+    if (source.size() != user.get_size())
+      return invalidArgument("a " + std::string(kernelKindName(kind)) +
+                             " kernel's buffer " + std::to_string(buffer) + " has " +
+                             std::to_string(user.get_size()) + " bytes, not " +
+                             std::to_string(source.size()));
+    // Read as it is: nothing to pack.
+    if (user == wanted)
+      return std::optional<PackedWeight>();
+    PackedWeight packed{layoutOf(wanted), std::string(wanted.get_size(), '\0')};
+    // A reorder only reads its source.
+    memory from(user, engine, const_cast<char *>(source.data()));
+    memory to(wanted, engine, packed.bytes.data());
+    dnnl::stream stream(engine);
+    dnnl::reorder(from, to).execute(stream, from, to);
+    stream.wait();
+    return std::optional<PackedWeight>(std::move(packed));
+  } catch (const dnnl::error &error) {
+    return internalError("packing a " + std::string(kernelKindName(kind)) +
+                         " kernel's weights failed: " + error.what());
+  }
+}
+
+int64_t prepackedWeightsInUse(const KernelContext &context) {
+  return context.prepackedInUse;
+}
+
+Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact) {
+  const std::string &artifactPath = artifact.path();
   auto *table = static_cast<KernelFunction *>(dlsym(library, kKernelTableSymbol));
   if (!table)
     return KernelContextPtr();
@@ -570,6 +733,10 @@ Expected<KernelContextPtr> bindKernels(void *library, const std::string &artifac
     table[kind] = kernelFor(static_cast<KernelKind>(kind));
   }
   KernelContextPtr state(new KernelContext(*sites));
+  const char *weights = artifact.section(SectionKind::Weights).data();
+  for (const PackedWeightSpec &packed : artifact.plan().packed)
+    state->prepackedWeights[{packed.site, packed.buffer}] =
+        PrepackedWeight{weights + packed.offset, packed.size, packed.layout};
   *context = state.get();
   return state;
 }

@@ -3,6 +3,7 @@
 // session, with constant weights repacked once.
 #pragma once
 
+#include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/Session.h"
 #include "flowc/support/Status.h"
 
@@ -19,7 +20,13 @@ using KernelContextPtr = std::unique_ptr<KernelContext, KernelContextDeleter>;
 /// Fills the kernel table and context slot of a loaded code object. A code
 /// object without library kernels gets no context (nullptr, OK); one that
 /// uses a kernel kind this runtime lacks is Unavailable.
-Expected<KernelContextPtr> bindKernels(void *library, const std::string &artifactPath);
+/// Weights the artifact packed at link time are read in place by the sites
+/// whose kernels want their layout.
+Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact);
+
+/// How many sites read a packed artifact weight in place (so far: sites are
+/// made on their first call).
+int64_t prepackedWeightsInUse(const KernelContext &context);
 
 /// The first kernel failure since the last call (OK if none), and resets it.
 Status takeKernelFailure(KernelContext &context);

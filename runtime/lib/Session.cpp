@@ -64,7 +64,7 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> art
   std::unique_ptr<Session> session(new Session(artifact, library, entry, options));
   // Primitives are created for the thread count they run with.
   session->applyThreads();
-  FLOWC_ASSIGN_OR_RETURN(session->kernels_, bindKernels(library, artifact->path()));
+  FLOWC_ASSIGN_OR_RETURN(session->kernels_, bindKernels(library, *artifact));
   FLOWC_RETURN_IF_ERROR(session->allocateArena());
   return session;
 }
@@ -81,6 +81,10 @@ Status Session::allocateArena() {
                              "-byte activation arena of '" + artifact_->path() + "'");
   arenaBytes_ = *bytes;
   return Status::ok();
+}
+
+int64_t Session::prepackedWeightsInUse() const {
+  return kernels_ ? runtime::prepackedWeightsInUse(*kernels_) : 0;
 }
 
 int64_t Session::libraryKernelSites() const {

@@ -5,10 +5,13 @@
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
 
+#include "flowc/runtime/PackedWeights.h"
 #include "flowc/runtime/Session.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 namespace flowc::compiler {
 namespace {
@@ -21,12 +24,23 @@ Expected<ImportedGraph> importBytes(const std::string &bytes, const std::string 
   return importOnnx(model);
 }
 
+/// Library kernel weights packed into the artifact as the worker does it;
+/// `ForeignLayout` records them under a layout no kernel here wants (as if
+/// packed on another CPU). `inUse`: sites that read them in place.
+enum class Packing { None, Packed, ForeignLayout };
+struct PackedWeights {
+  Packing packing = Packing::None;
+  size_t count = 0;
+  int64_t inUse = 0;
+};
+
 /// Compiles `graph`, packs its weights into an artifact in `dir`, and runs it.
 Expected<std::vector<runtime::Tensor>>
 compileAndRun(const ImportedGraph &graph,
               const std::map<std::string, runtime::Tensor> &inputs, const TempDir &dir,
               const CompileOptions &options = {},
-              KernelObjectCache *kernelCache = nullptr, CompileReport *report = nullptr) {
+              KernelObjectCache *kernelCache = nullptr, CompileReport *report = nullptr,
+              PackedWeights *packed = nullptr) {
   CompileReport ownReport;
   if (!report)
     report = &ownReport;
@@ -62,20 +76,46 @@ compileAndRun(const ImportedGraph &graph,
       shapes.push_back(graphWeight(key).info.shape);
     }
   }
+  size_t boundCount = pieces.size();
+  std::deque<std::string> packedBytes;
+  for (const KernelWeight &weight : weights.kernelWeights) {
+    if (!packed || packed->packing == Packing::None)
+      break;
+    size_t index = std::find(weights.keys.begin(), weights.keys.end(), weight.key) -
+                   weights.keys.begin();
+    FLOWC_ASSIGN_OR_RETURN(
+        auto packing,
+        runtime::packKernelWeight(static_cast<runtime::KernelKind>(weight.kind),
+                                  weight.params, weight.buffer, pieces.at(index)));
+    if (!packing)
+      continue;
+    std::string layout =
+        packed->packing == Packing::Packed ? packing->layout : "another CPU's layout";
+    packedBytes.push_back(std::move(packing->bytes));
+    pieces.push_back(packedBytes.back());
+    plan.packed.push_back(
+        {weight.site, weight.buffer, layout, "", 0, pieces.back().size()});
+    ++packed->count;
+  }
   std::string path = dir.file("model.fca");
   FLOWC_ASSIGN_OR_RETURN(auto writer, runtime::ArtifactWriter::create(path));
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Metadata, "{}"));
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, code));
   FLOWC_ASSIGN_OR_RETURN(auto offsets, writer->addWeights(pieces));
-  for (size_t i = 0; i < pieces.size(); ++i)
+  for (size_t i = 0; i < boundCount; ++i)
     plan.weights.push_back(
         {{weights.keys[i], "float32", shapes[i]}, "", offsets[i], pieces[i].size()});
+  for (size_t i = 0; i < plan.packed.size(); ++i)
+    plan.packed[i].offset = offsets[boundCount + i];
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::Plan, plan.toJson().dump()));
   FLOWC_RETURN_IF_ERROR(writer->finish());
   FLOWC_ASSIGN_OR_RETURN(auto artifact, runtime::Artifact::open(path));
   FLOWC_ASSIGN_OR_RETURN(auto session, runtime::Session::create(artifact));
-  return session->run(inputs);
+  auto outputs = session->run(inputs);
+  if (packed)
+    packed->inUse = session->prepackedWeightsInUse();
+  return outputs;
 }
 
 TEST(ImportTest, WeightsBecomeTaggedArgumentsNotData) {
@@ -460,6 +500,76 @@ TEST(CodegenTest, KernelsAreCompiledOnceAndReusedAcrossCompiles) {
        at = printed.printedIr.find("IR Dump After", at + 1))
     ++dumps;
   EXPECT_EQ(dumps, 1 + printed.loopKernels);
+}
+
+// Conv 16 -> 32 channels, 3x3, padding 1, on 1x16x6x6, then Relu: large
+// enough that the library wants its weights in a blocked layout.
+TEST(CodegenTest, PackedKernelWeightsAreReadInPlaceOrRepackedWhenForeign) {
+  std::vector<float> w(32 * 16 * 9), b(32), xs(16 * 36);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = static_cast<float>((i * 7) % 13) / 13.0f - 0.5f;
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<float>(i % 5) * 0.1f - 0.2f;
+  for (size_t i = 0; i < xs.size(); ++i)
+    xs[i] = static_cast<float>((i * 11) % 17) / 17.0f - 0.4f;
+  GraphSpec spec;
+  spec.initializers = {floatTensor("w", {32, 16, 3, 3}, w), floatTensor("b", {32}, b)};
+  spec.nodes = {
+      node("Conv", {"x", "w", "b"}, {"c"}, "conv", {intsAttribute("pads", {1, 1, 1, 1})}),
+      node("Relu", {"c"}, {"y"}, "relu")};
+  spec.inputs = {valueInfo("x", {1, 16, 6, 6})};
+  spec.outputs = {valueInfo("y", {1, 32, 6, 6})};
+  std::string bytes = model(spec);
+  auto graph = importBytes(bytes, "conv16.onnx");
+  ASSERT_TRUE(graph) << graph.status().toString();
+  std::vector<float> expected(32 * 36);
+  for (int o = 0; o < 32; ++o)
+    for (int y = 0; y < 6; ++y)
+      for (int x = 0; x < 6; ++x) {
+        float acc = b[o];
+        for (int i = 0; i < 16; ++i)
+          for (int ky = 0; ky < 3; ++ky)
+            for (int kx = 0; kx < 3; ++kx) {
+              int iy = y + ky - 1, ix = x + kx - 1;
+              if (iy >= 0 && iy < 6 && ix >= 0 && ix < 6)
+                acc += w[((o * 16 + i) * 3 + ky) * 3 + kx] * xs[(i * 6 + iy) * 6 + ix];
+            }
+        expected[(o * 6 + y) * 6 + x] = std::max(acc, 0.0f);
+      }
+  runtime::Tensor input = runtime::Tensor::fromFloats({1, 16, 6, 6}, xs);
+  KernelWeight filter;
+  for (Packing packing : {Packing::None, Packing::Packed, Packing::ForeignLayout}) {
+    TempDir dir;
+    PackedWeights packed{packing};
+    CompileReport report;
+    auto outputs =
+        compileAndRun(*graph, {{"x", input}}, dir, {}, nullptr, &report, &packed);
+    ASSERT_TRUE(outputs) << outputs.status().toString();
+    std::vector<float> got = (*outputs)[0].floats();
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], expected[i], 1e-4) << i;
+    // The filter is the one constant kernel weight (read through its OIHW
+    // transpose).
+    ASSERT_EQ(report.weights.kernelWeights.size(), 1u);
+    filter = report.weights.kernelWeights[0];
+    EXPECT_EQ(filter.key, "w");
+    EXPECT_EQ(filter.buffer, 1);
+    if (packing == Packing::None)
+      continue;
+    // In place when the layout is the one wanted; repacked otherwise.
+    ASSERT_EQ(packed.count, 1u);
+    EXPECT_EQ(packed.inUse, packing == Packing::Packed ? 1 : 0);
+  }
+  // Bad input to the packer: a filter of the wrong size.
+  EXPECT_THAT(runtime::packKernelWeight(runtime::KernelKind::Conv2d, filter.params, 1,
+                                        std::string(100, '\0')),
+              StatusIs(StatusCode::InvalidArgument, "has 18432 bytes, not 100"));
+  // A buffer that is not a constant weight has nothing to pack.
+  auto source = runtime::packKernelWeight(runtime::KernelKind::Conv2d, filter.params, 0,
+                                          std::string(100, '\0'));
+  ASSERT_TRUE(source);
+  EXPECT_FALSE(source->has_value());
 }
 
 TEST(DerivedWeightTest, EvaluatesARecipeAndRejectsBadInputs) {

@@ -90,3 +90,34 @@ def test_batchnorm_folds_into_derived_weights(flowc, with_batchnorm):
     # 20 folded weights and biases; the BatchNorm parameters are gone, the
     # classifier's weight and bias stay.
     assert info["derived_weights"] == 40 and info["weights"] == 42, info
+
+
+def test_kernel_weights_are_packed_once_and_read_in_place(flowc, real_models, tmp_path):
+    """ResNet-18's filters and classifier go into the artifact in the layouts
+    oneDNN reads here, packed at link and cached (another option set reuses
+    them); every library kernel site then reads its weights in place."""
+    directory = real_models[13]
+    path = directory / "resnet18.onnx"
+    x = np.load(directory / "resnet18_input.npy")
+    np.save(tmp_path / "x.npy", x)
+
+    def submit(out, *options):
+        result = flowc.run("submit", path, "-o", out, "--progress", *options)
+        lines = [line for line in result.stderr.splitlines() if "pack:" in line]
+        assert len(lines) == 1, result.stderr
+        return lines[0]
+
+    first = submit(tmp_path / "o2.fca", "-O", "2")
+    count = int(first.split("pack: ")[1].split()[0])
+    # 20 convolutions and the classifier.
+    assert count == 21 and f"({count} packed, 0 cached)" in first, first
+    again = submit(tmp_path / "o3.fca", "-O", "3")
+    assert f"(0 packed, {count} cached)" in again, again
+    report = json.loads(flowc.run("run", tmp_path / "o3.fca", "--input",
+                                  f"input={tmp_path / 'x.npy'}", "--output-dir",
+                                  tmp_path / "out", "--json").stdout)
+    assert report["packed_weights_in_place"] == count
+    info = json.loads(flowc.run("inspect", tmp_path / "o3.fca", "--json").stdout)
+    assert info["packed_weights"] == count and info["packed_weight_bytes"] > 0, info
+    assert_close(np.load(report["outputs"][0]["file"]),
+                 onnxruntime_outputs(path, {"input": x})["logits"])

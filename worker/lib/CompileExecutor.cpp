@@ -1,8 +1,10 @@
 #include "flowc/worker/CompileExecutor.h"
 
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/PackedWeights.h"
 #include "flowc/worker/Reproducer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -91,6 +93,10 @@ private:
   const std::string &buildId_;
 };
 
+/// Version 2 added the library kernels' constant weights; a version 1 list
+/// is unreadable, so its code is compiled again.
+constexpr const char *kCodeWeightsFormat = "flowc.code-weights.v2";
+
 json codeWeightsJson(const compiler::CodeWeights &weights) {
   json derived = json::array();
   for (const compiler::DerivedWeight &weight : weights.derived)
@@ -98,15 +104,24 @@ json codeWeightsJson(const compiler::CodeWeights &weights) {
                        {"recipe", weight.recipe},
                        {"inputs", weight.inputs},
                        {"shape", weight.info.shape}});
-  return {
-      {"format", "flowc.code-weights.v1"}, {"keys", weights.keys}, {"derived", derived}};
+  json kernelWeights = json::array();
+  for (const compiler::KernelWeight &weight : weights.kernelWeights)
+    kernelWeights.push_back({{"site", weight.site},
+                             {"buffer", weight.buffer},
+                             {"key", weight.key},
+                             {"kind", weight.kind},
+                             {"params", weight.params}});
+  return {{"format", kCodeWeightsFormat},
+          {"keys", weights.keys},
+          {"derived", derived},
+          {"kernel_weights", kernelWeights}};
 }
 
 /// The weight list cached next to a code object; nullopt if unreadable
 /// (the code is then compiled again).
 std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes) {
   json parsed = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_object() || parsed.value("format", "") != "flowc.code-weights.v1")
+  if (!parsed.is_object() || parsed.value("format", "") != kCodeWeightsFormat)
     return std::nullopt;
   try {
     compiler::CodeWeights weights;
@@ -120,6 +135,11 @@ std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes) {
                      entry.at("shape").get<std::vector<int64_t>>()};
       weights.derived.push_back(std::move(weight));
     }
+    for (const json &entry : parsed.at("kernel_weights"))
+      weights.kernelWeights.push_back(compiler::KernelWeight{
+          entry.at("site").get<int64_t>(), entry.at("buffer").get<int64_t>(),
+          entry.at("key").get<std::string>(), entry.at("kind").get<int64_t>(),
+          entry.at("params").get<std::vector<int64_t>>()});
     return weights;
   } catch (const json::exception &) {
     return std::nullopt;
@@ -400,6 +420,54 @@ CompileExecutor::derivedWeight(const IngestedModel &ingested,
   return cache_.get(digest);
 }
 
+Expected<std::optional<CompileExecutor::PackedBlob>>
+CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
+                              const cache::BlobHandle &source, cache::PinGuard &pins,
+                              int &computed) {
+  // The layout depends on the kernel, the CPU and the library build; the
+  // bytes on the source's contents too.
+  std::string key = "flowc.packed.v1\n" + buildId_ + "\n" +
+                    compiler::hostTargetDescription() + "\n" +
+                    json({weight.kind, weight.buffer, weight.params}).dump() + "\n" +
+                    source.digest().toString() + "\n";
+  Digest bytesKey = cache::digestOf(key), layoutKey = cache::digestOf(key + "layout\n");
+  FLOWC_ASSIGN_OR_RETURN(
+      auto cachedLayout,
+      cache_.lookupAction(cache::ActionKind::DerivedWeight, layoutKey));
+  if (cachedLayout) {
+    auto layout = cache_.get(*cachedLayout);
+    // An empty layout records that the kernel reads the weight as it is.
+    if (layout && layout->bytes().empty())
+      return std::optional<PackedBlob>();
+    FLOWC_ASSIGN_OR_RETURN(
+        auto cachedBytes,
+        cache_.lookupAction(cache::ActionKind::DerivedWeight, bytesKey));
+    if (layout && cachedBytes)
+      if (auto blob = cache_.get(*cachedBytes)) {
+        pins.add(*cachedBytes);
+        return std::optional<PackedBlob>(
+            PackedBlob{std::string(layout->bytes()), std::move(*blob)});
+      }
+  }
+  FLOWC_ASSIGN_OR_RETURN(
+      std::optional<runtime::PackedWeight> packed,
+      runtime::packKernelWeight(static_cast<runtime::KernelKind>(weight.kind),
+                                weight.params, weight.buffer, source.bytes()));
+  FLOWC_ASSIGN_OR_RETURN(Digest layout, cache_.put(packed ? packed->layout : ""));
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::DerivedWeight, layoutKey, layout));
+  if (!packed)
+    return std::optional<PackedBlob>();
+  FLOWC_ASSIGN_OR_RETURN(Digest digest, cache_.put(packed->bytes));
+  pins.add(digest);
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::DerivedWeight, bytesKey, digest));
+  ++computed;
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(digest));
+  return std::optional<PackedBlob>(
+      PackedBlob{std::move(packed->layout), std::move(blob)});
+}
+
 Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
                                                const compiler::CompileOptions &options,
                                                const CompiledCode &code,
@@ -446,6 +514,34 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
              std::to_string(code.weights.derived.size()) + " derived weights (" +
                  std::to_string(computed) + " computed, " +
                  std::to_string(code.weights.derived.size() - computed) + " cached)");
+  // The library kernels' constant weights in the layouts their kernels
+  // read on this CPU, after the bound weights: sessions map them in place.
+  std::vector<runtime::PackedWeightSpec> packedSpecs;
+  int packedComputed = 0;
+  for (const compiler::KernelWeight &weight : code.weights.kernelWeights) {
+    auto bound =
+        std::find(code.weights.keys.begin(), code.weights.keys.end(), weight.key);
+    if (bound == code.weights.keys.end())
+      return internalError("kernel site " + std::to_string(weight.site) +
+                           " reads weight '" + weight.key +
+                           "', which the code does not bind");
+    FLOWC_ASSIGN_OR_RETURN(std::optional<PackedBlob> packed,
+                           packedWeight(weight, blobs[bound - code.weights.keys.begin()],
+                                        pins, packedComputed));
+    if (!packed)
+      continue;
+    packedSpecs.push_back({weight.site, weight.buffer, std::move(packed->layout),
+                           packed->blob.digest().toString(), 0,
+                           packed->blob.bytes().size()});
+    pieces.push_back(packed->blob.bytes());
+    blobs.push_back(std::move(packed->blob));
+  }
+  if (!packedSpecs.empty())
+    progress("pack", std::to_string(packedSpecs.size()) +
+                         " kernel weights in the library's layouts (" +
+                         std::to_string(packedComputed) + " packed, " +
+                         std::to_string(packedSpecs.size() - packedComputed) +
+                         " cached)");
   FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle codeBlob, cache_.get(code.object));
 
   json metadata = {{"format", "flowc.artifact.v1"},
@@ -474,6 +570,10 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
   for (size_t i = 0; i < specs.size(); ++i) {
     specs[i].offset = offsets[i];
     plan.weights.push_back(std::move(specs[i]));
+  }
+  for (size_t i = 0; i < packedSpecs.size(); ++i) {
+    packedSpecs[i].offset = offsets[specs.size() + i];
+    plan.packed.push_back(std::move(packedSpecs[i]));
   }
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::Plan, plan.toJson().dump(2)));

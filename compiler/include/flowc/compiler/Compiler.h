@@ -121,12 +121,27 @@ struct DerivedWeight {
   TensorInfo info;
 };
 
+/// A weight a library kernel reads as a constant, which the runtime's
+/// kernel may want in a layout of its own: whoever binds the code can pack
+/// it ahead (runtime::packKernelWeight) instead of every session repacking.
+struct KernelWeight {
+  /// The kernel's call site and which of its buffers.
+  int64_t site = 0;
+  int64_t buffer = 0;
+  /// The weight bound there (graph or derived weight key).
+  std::string key;
+  /// runtime::KernelKind and the kernel's parameters (KernelAbi.h).
+  int64_t kind = 0;
+  std::vector<int64_t> params;
+};
+
 /// The weights compiled code binds, in argument order after its inputs:
 /// keys of the graph's weights (those the code still reads) and of derived
-/// weights.
+/// weights; and which of them library kernels read as constants.
 struct CodeWeights {
   std::vector<std::string> keys;
   std::vector<DerivedWeight> derived;
+  std::vector<KernelWeight> kernelWeights;
 
   const DerivedWeight *findDerived(const std::string &key) const {
     for (const DerivedWeight &weight : derived)

@@ -47,11 +47,26 @@ struct WeightSpec {
   uint64_t size = 0;
 };
 
+/// A constant weight of one library kernel call site already in the layout
+/// the site's kernel reads (oneDNN's blocked layouts), packed at link time:
+/// sessions read it in place from the mapped artifact instead of repacking
+/// their own copy. `layout` describes the layout; a session whose kernel
+/// wants another one (another CPU, another library build) repacks as usual.
+struct PackedWeightSpec {
+  int64_t site = 0;
+  int64_t buffer = 0;
+  std::string layout;
+  std::string digest;
+  uint64_t offset = 0; ///< Within the Weights section.
+  uint64_t size = 0;
+};
+
 struct Plan {
   std::string entry;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::vector<WeightSpec> weights;
+  std::vector<PackedWeightSpec> packed;
 
   nlohmann::json toJson() const;
   static Expected<Plan> fromJson(const nlohmann::json &json);

@@ -39,6 +39,9 @@ public:
   uint64_t arenaBytes() const { return arenaBytes_; }
   /// Library kernel call sites (convolutions, matrix products) in the code.
   int64_t libraryKernelSites() const;
+  /// Library kernel sites made so far (on their first run) that read their
+  /// weights in place from the artifact's packed weights.
+  int64_t prepackedWeightsInUse() const;
 
   /// Runs the graph once. `inputs` maps every plan input name to a tensor of
   /// exactly its shape (InvalidArgument otherwise). Returns outputs in plan

@@ -93,6 +93,17 @@ private:
   Expected<cache::BlobHandle> derivedWeight(const IngestedModel &ingested,
                                             const compiler::DerivedWeight &weight,
                                             cache::PinGuard &pins, int &computed);
+  /// A library kernel's constant weight packed into the layout its kernel
+  /// reads on this CPU: cached by (build, target, kernel, source digest),
+  /// packed from `source` on a miss; nullopt when the kernel reads the
+  /// weight as it is. Pinned by `pins`.
+  struct PackedBlob {
+    std::string layout;
+    cache::BlobHandle blob;
+  };
+  Expected<std::optional<PackedBlob>> packedWeight(const compiler::KernelWeight &weight,
+                                                   const cache::BlobHandle &source,
+                                                   cache::PinGuard &pins, int &computed);
   Expected<cache::Digest> linkArtifact(const IngestedModel &ingested,
                                        const compiler::CompileOptions &options,
                                        const CompiledCode &code, cache::PinGuard &pins,
