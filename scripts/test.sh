@@ -9,4 +9,7 @@ bash scripts/build.sh
 # environment does not point them elsewhere.
 unset FLOWC_CACHE_DIR FLOWC_SOCKET
 (cd build && ctest --output-on-failure -j 2)
-.venv/bin/python -m pytest -q --durations=15 tests/e2e
+# Temp dirs of passed tests go when the run ends (GBs of exported models
+# and artifacts); a failed test's stay for a look.
+.venv/bin/python -m pytest -q --durations=15 -o tmp_path_retention_policy=failed \
+  -o tmp_path_retention_count=1 tests/e2e

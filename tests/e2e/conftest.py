@@ -4,6 +4,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -51,12 +52,26 @@ class Flowc:
         return {o["name"]: np.load(o["file"]) for o in report["outputs"]}
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item, for fixtures' teardown."""
+    report = yield
+    setattr(item, "report_" + report.when, report)
+    return report
+
+
 @pytest.fixture
-def flowc(tmp_path):
+def flowc(tmp_path, request):
     client = Flowc(tmp_path)
     client.run("daemon", "start")
     yield client
     client.run("daemon", "stop", check=False)
+    # A passed test's cache (CAS copies of weights, artifacts: GBs for the
+    # transformers) goes at once, so the suite's disk use does not add up;
+    # a failed one's stays for its log.
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.passed:
+        shutil.rmtree(client.cache_dir, ignore_errors=True)
 
 
 def onnxruntime_outputs(model_path, inputs: dict) -> dict:
