@@ -489,6 +489,45 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
   return candidate;
 }
 
+/// Attention scores, (Q x K^T) * scale + mask: a product whose only user
+/// multiplies it by a splat constant, optionally followed by the add of a
+/// mask that varies at most along the last two dimensions (BERT's padding
+/// mask [1, 1, 1, S]). Both become post-ops of the product (after its bias
+/// and residual, which such a product does not have). Returns whether it
+/// absorbed the scale.
+bool absorbScaleAndMask(Candidate &candidate) {
+  namespace p = runtime::matmul;
+  Operation *user = soleUser(candidate.result);
+  std::optional<float> scale = splatConstant(otherFactor(user, candidate.result));
+  if (!scale || *scale == 0.0f)
+    return false;
+  auto mul = mlir::cast<mlir::tosa::MulOp>(user);
+  candidate.ops.push_back(mul);
+  candidate.result = mul.getOutput();
+  candidate.params[p::kScale] = runtime::floatParam(*scale);
+  auto add = mlir::dyn_cast_or_null<mlir::tosa::AddOp>(soleUser(candidate.result));
+  Value mask = add ? otherAddend(add, candidate.result) : Value();
+  llvm::ArrayRef<int64_t> shape = shapeOf(candidate.result);
+  if (!mask || !isF32Tensor(mask) || shapeOf(mask).size() != shape.size() ||
+      shape.size() < 2 || shapeOf(add.getOutput()) != shape)
+    return true;
+  llvm::ArrayRef<int64_t> maskShape = shapeOf(mask);
+  size_t rank = shape.size();
+  bool broadcastOverBatch =
+      llvm::all_of(maskShape.drop_back(2), [](int64_t d) { return d == 1; });
+  bool rowsFit = maskShape[rank - 2] == 1 || maskShape[rank - 2] == shape[rank - 2];
+  bool columnsFit = maskShape[rank - 1] == 1 || maskShape[rank - 1] == shape[rank - 1];
+  if (!broadcastOverBatch || !rowsFit || !columnsFit)
+    return true;
+  candidate.ops.push_back(add);
+  candidate.result = add.getOutput();
+  candidate.inputs.push_back(mask);
+  candidate.params[p::kHasMask] = 1;
+  candidate.params[p::kMaskRows] = maskShape[rank - 2] != 1;
+  candidate.params[p::kMaskColumns] = maskShape[rank - 1] != 1;
+  return true;
+}
+
 std::optional<Candidate> matchMatMul(mlir::tosa::MatMulOp matmul) {
   namespace p = runtime::matmul;
   if (!isF32Tensor(matmul.getA()) || !isF32Tensor(matmul.getB()) ||
@@ -529,6 +568,8 @@ std::optional<Candidate> matchMatMul(mlir::tosa::MatMulOp matmul) {
     candidate.result = reshape.getOutput();
   }
   candidate.inputs = {matmul.getA(), b};
+  if (absorbScaleAndMask(candidate))
+    return candidate;
   Epilogue epilogue = absorbEpilogue(candidate, /*biasChannels=*/c[2]);
   appendEpilogueInputs(candidate, epilogue);
   params[p::kHasBias] = epilogue.bias != nullptr;

@@ -123,23 +123,28 @@ mlir::memref::AllocOp allocationOf(mlir::Value value) {
   return {};
 }
 
-/// Whether `call` runs a library kernel that adds a residual onto its
-/// output (the residual, then the output, are its last two operands).
-bool addsResidualToOutput(mlir::func::CallOp call, mlir::ModuleOp module) {
+/// The operand of `call` that is the residual its library kernel adds onto
+/// its output (the last operand), if it runs one that does.
+std::optional<unsigned> residualOperand(mlir::func::CallOp call, mlir::ModuleOp module) {
   auto callee = module.lookupSymbol<mlir::func::FuncOp>(call.getCallee());
-  if (!callee || call.getNumOperands() < 2)
-    return false;
+  if (!callee)
+    return std::nullopt;
   auto kind = callee->getAttrOfType<mlir::StringAttr>(kKernelKindAttr);
   auto params = callee->getAttrOfType<mlir::DenseI64ArrayAttr>(kKernelParamsAttr);
   if (!kind || !params)
-    return false;
-  int residualParam = -1;
-  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::Conv2d))
-    residualParam = runtime::conv::kHasResidual;
-  else if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::MatMul))
-    residualParam = runtime::matmul::kHasResidual;
-  return residualParam >= 0 && residualParam < static_cast<int>(params.size()) &&
-         params[residualParam] != 0;
+    return std::nullopt;
+  std::optional<unsigned> index;
+  // Buffers as KernelAbi.h orders them.
+  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::Conv2d) &&
+      params.size() == runtime::conv::kCount && params[runtime::conv::kHasResidual])
+    index = 3;
+  namespace mm = runtime::matmul;
+  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::MatMul) &&
+      params.size() == mm::kCount && params[mm::kHasResidual])
+    index = 2 + (params[mm::kHasBias] != 0);
+  if (!index || *index + 1 >= call.getNumOperands())
+    return std::nullopt;
+  return index;
 }
 
 /// Union-find over planned buffers: members of one group share bytes.
@@ -175,10 +180,11 @@ void shareResidualBuffers(mlir::Block &block, mlir::ModuleOp module,
     return found->second;
   };
   for (auto call : block.getOps<mlir::func::CallOp>()) {
-    if (!addsResidualToOutput(call, module))
+    std::optional<unsigned> residualIndex = residualOperand(call, module);
+    if (!residualIndex)
       continue;
     unsigned count = call.getNumOperands();
-    std::optional<size_t> residual = planned(call.getOperand(count - 2));
+    std::optional<size_t> residual = planned(call.getOperand(*residualIndex));
     std::optional<size_t> output = planned(call.getOperand(count - 1));
     if (!residual || !output || *residual == *output)
       continue;
@@ -190,8 +196,9 @@ void shareResidualBuffers(mlir::Block &block, mlir::ModuleOp module,
         lifetimes[*output].bytes != lifetimes[*residual].bytes)
       continue;
     bool readElsewhere = false;
-    for (unsigned i = 0; i + 2 < count; ++i)
-      readElsewhere = readElsewhere || planned(call.getOperand(i)) == residual;
+    for (unsigned i = 0; i + 1 < count; ++i)
+      readElsewhere = readElsewhere ||
+                      (i != *residualIndex && planned(call.getOperand(i)) == residual);
     if (readElsewhere || firstUse(allocs[*output], block, positions) < at)
       continue;
     groups.parent[groups.find(*output)] = groups.find(*residual);

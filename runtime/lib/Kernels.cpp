@@ -27,6 +27,8 @@ using Dims = memory::dims;
 /// call, made on the site's first call.
 struct Site {
   virtual ~Site() = default;
+  /// Whether the site reads a weight packed at link time in place.
+  virtual bool readsPrepacked() const { return false; }
 };
 
 } // namespace
@@ -53,8 +55,6 @@ public:
   dnnl::stream stream;
   std::vector<std::unique_ptr<Site>> sites;
   std::map<std::pair<int64_t, int64_t>, PrepackedWeight> prepackedWeights;
-  /// Sites' weights read in place from packed artifact weights.
-  int64_t prepackedInUse = 0;
   /// The first failure of a run; kernels cannot throw through generated code.
   Status failure = Status::ok();
 };
@@ -204,15 +204,14 @@ struct PackedWeights {
   bool usesPrepacked = false;
 
   void init(const memory::desc &userDesc, const memory::desc &wanted,
-            KernelContext &context, const PrepackedWeight *ahead) {
+            const dnnl::engine &engine, const PrepackedWeight *ahead) {
     if (ahead && ahead->size == wanted.get_size() && ahead->layout == layoutOf(wanted)) {
       // oneDNN only reads weights: the read-only mapping is never written.
-      prepacked = memory(wanted, context.engine, const_cast<void *>(ahead->data));
+      prepacked = memory(wanted, engine, const_cast<void *>(ahead->data));
       usesPrepacked = true;
-      ++context.prepackedInUse;
       return;
     }
-    port.init(userDesc, wanted, context.engine, false);
+    port.init(userDesc, wanted, engine, false);
   }
 
   memory bind(void *data, bool constant, dnnl::stream &stream) {
@@ -245,6 +244,14 @@ struct ConvSite : Site {
   std::vector<ConvVariant> candidates;
   memory bias;
   size_t destinationBytes = 0;
+
+  /// Once tuned one candidate is left; before, any may.
+  bool readsPrepacked() const override {
+    for (const ConvVariant &variant : candidates)
+      if (variant.weights.usesPrepacked)
+        return true;
+    return false;
+  }
 };
 
 memory::desc anyLayout(const memory::desc &desc,
@@ -330,7 +337,7 @@ std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
     variant.source.init(buffers.sourceDesc, pd.src_desc(), context.engine, false);
     variant.destination.init(buffers.destinationDesc, pd.dst_desc(), context.engine,
                              true);
-    variant.weights.init(buffers.weightsDesc, pd.weights_desc(), context,
+    variant.weights.init(buffers.weightsDesc, pd.weights_desc(), context.engine,
                          p[kConstantWeights] ? context.prepacked(index, 1) : nullptr);
     variant.chosenSource = pd.src_desc();
     variant.chosenDestination = pd.dst_desc();
@@ -412,15 +419,19 @@ void runConv(KernelContext &context, ConvSite &site, const int64_t *p, void **bu
 
 struct MatMulSite : Site {
   dnnl::matmul primitive;
-  memory bias, destination;
+  memory bias, mask, destination;
+  /// The mask's post-op argument (its index in the post-op list).
+  int maskArgument = 0;
   ActivationPort a;
   PackedWeights b;
   size_t destinationBytes = 0;
+
+  bool readsPrepacked() const override { return b.usesPrepacked; }
 };
 
 /// A product's buffers as the graph has them.
 struct MatMulBuffers {
-  memory::desc aDesc, bDesc, biasDesc, cDesc;
+  memory::desc aDesc, bDesc, biasDesc, cDesc, maskDesc;
   Dims aDims, aStrides, bDims, bStrides;
 };
 
@@ -450,7 +461,32 @@ MatMulBuffers matmulBuffers(const int64_t *p) {
   buffers.cDesc = denseDesc(cDims, stridesInOrder(cDims, order));
   if (p[kHasBias])
     buffers.biasDesc = denseDesc(biasDims, stridesInOrder(biasDims, order));
+  if (p[kHasMask]) {
+    Dims maskDims = matrices(1, p[kMaskRows] ? m : 1, p[kMaskColumns] ? n : 1);
+    buffers.maskDesc = denseDesc(maskDims, stridesInOrder(maskDims, order));
+  }
   return buffers;
+}
+
+/// A product's post-ops: the residual's sum, the attention scale and mask,
+/// then the activation.
+dnnl::post_ops matmulPostOps(const int64_t *p, const MatMulBuffers &buffers) {
+  using namespace matmul;
+  dnnl::post_ops ops =
+      postOps(p[kHasResidual] != 0, static_cast<int64_t>(Activation::None), 0, 0);
+  if (p[kScale] != 0)
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, paramFloat(p[kScale]),
+                       0.0f);
+  if (p[kHasMask])
+    ops.append_binary(dnnl::algorithm::binary_add, buffers.maskDesc);
+  dnnl::post_ops activation = postOps(false, p[kActivation], p[kAlpha], p[kBeta]);
+  for (int i = 0; i < activation.len(); ++i) {
+    dnnl::algorithm algorithm;
+    float scale, alpha, beta;
+    activation.get_params_eltwise(i, scale, algorithm, alpha, beta);
+    ops.append_eltwise(scale, algorithm, alpha, beta);
+  }
+  return ops;
 }
 
 dnnl::matmul::primitive_desc matmulPrimitive(const dnnl::engine &engine, const int64_t *p,
@@ -464,7 +500,7 @@ dnnl::matmul::primitive_desc matmulPrimitive(const dnnl::engine &engine, const i
   memory::desc wantedA = denseDesc(buffers.aDims, buffers.aStrides, type);
   dnnl::matmul::desc desc(wantedA, wantedB, buffers.biasDesc, buffers.cDesc);
   dnnl::primitive_attr attr;
-  attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
+  attr.set_post_ops(matmulPostOps(p, buffers));
   return dnnl::matmul::primitive_desc(desc, attr, engine);
 }
 
@@ -479,7 +515,12 @@ std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, int64_t index,
   site->destination = memory(buffers.cDesc, context.engine, DNNL_MEMORY_NONE);
   if (p[kHasBias])
     site->bias = memory(buffers.biasDesc, context.engine, DNNL_MEMORY_NONE);
-  site->b.init(buffers.bDesc, pd.weights_desc(), context,
+  if (p[kHasMask]) {
+    site->mask = memory(buffers.maskDesc, context.engine, DNNL_MEMORY_NONE);
+    int index = (p[kHasResidual] != 0) + (p[kScale] != 0);
+    site->maskArgument = DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1;
+  }
+  site->b.init(buffers.bDesc, pd.weights_desc(), context.engine,
                p[kConstantB] ? context.prepacked(index, 1) : nullptr);
   site->destinationBytes = buffers.cDesc.get_size();
   return site;
@@ -495,6 +536,10 @@ void runMatMul(KernelContext &context, MatMulSite &site, const int64_t *p,
     args[DNNL_ARG_BIAS] = site.bias;
   }
   void *residual = p[kHasResidual] ? buffers[next++] : nullptr;
+  if (p[kHasMask]) {
+    site.mask.set_data_handle(buffers[next++]);
+    args[site.maskArgument] = site.mask;
+  }
   void *out = buffers[next];
   if (residual)
     seedResidual(residual, out, site.destinationBytes);
@@ -709,7 +754,10 @@ Expected<std::optional<PackedWeight>> packKernelWeight(KernelKind kind,
 }
 
 int64_t prepackedWeightsInUse(const KernelContext &context) {
-  return context.prepackedInUse;
+  int64_t count = 0;
+  for (const std::unique_ptr<Site> &site : context.sites)
+    count += site && site->readsPrepacked();
+  return count;
 }
 
 Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact) {

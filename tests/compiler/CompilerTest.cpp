@@ -572,6 +572,54 @@ TEST(CodegenTest, PackedKernelWeightsAreReadInPlaceOrRepackedWhenForeign) {
   EXPECT_FALSE(source->has_value());
 }
 
+// Attention scores as BERT exports them: (Q x K^T) / 2 + mask, with a mask
+// that hides some key positions; the scale and the mask ride on the product.
+TEST(CodegenTest, AttentionScoresWithAMaskMatchTheReference) {
+  GraphSpec spec;
+  spec.initializers = {floatTensor("half", {1, 1, 1, 1}, {0.5f}),
+                       int64Tensor("shape", {1, 2, 8, 8})};
+  spec.nodes = {node("MatMul", {"q", "k"}, {"s"}, "scores"),
+                node("Reshape", {"s", "shape"}, {"r"}, "reshape"),
+                node("Mul", {"r", "half"}, {"m"}, "scale"),
+                node("Add", {"m", "mask"}, {"y"}, "mask")};
+  spec.inputs = {valueInfo("q", {2, 8, 4}), valueInfo("k", {2, 4, 8}),
+                 valueInfo("mask", {1, 1, 1, 8})};
+  spec.outputs = {valueInfo("y", {1, 2, 8, 8})};
+  std::string bytes = model(spec);
+  auto graph = importBytes(bytes, "attention.onnx");
+  ASSERT_TRUE(graph) << graph.status().toString();
+  std::vector<float> q(2 * 8 * 4), k(2 * 4 * 8), mask(8);
+  for (size_t i = 0; i < q.size(); ++i)
+    q[i] = static_cast<float>((i * 5) % 11) / 11.0f - 0.5f;
+  for (size_t i = 0; i < k.size(); ++i)
+    k[i] = static_cast<float>((i * 3) % 7) / 7.0f - 0.3f;
+  for (size_t i = 0; i < mask.size(); ++i)
+    mask[i] = i % 3 == 2 ? -10000.0f : 0.0f;
+  for (int level : {0, 3}) {
+    CompileOptions options;
+    options.optLevel = level;
+    TempDir dir;
+    auto outputs =
+        compileAndRun(*graph,
+                      {{"q", runtime::Tensor::fromFloats({2, 8, 4}, q)},
+                       {"k", runtime::Tensor::fromFloats({2, 4, 8}, k)},
+                       {"mask", runtime::Tensor::fromFloats({1, 1, 1, 8}, mask)}},
+                      dir, options);
+    ASSERT_TRUE(outputs) << outputs.status().toString();
+    std::vector<float> y = (*outputs)[0].floats();
+    ASSERT_EQ(y.size(), 2u * 8 * 8);
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) {
+          float dot = 0;
+          for (int t = 0; t < 4; ++t)
+            dot += q[(b * 8 + i) * 4 + t] * k[(b * 4 + t) * 8 + j];
+          ASSERT_NEAR(y[(b * 8 + i) * 8 + j], dot * 0.5f + mask[j], 1e-4)
+              << "-O" << level << " " << b << "," << i << "," << j;
+        }
+  }
+}
+
 TEST(DerivedWeightTest, EvaluatesARecipeAndRejectsBadInputs) {
   DerivedWeight weight;
   weight.key = "flowc.derived/0";

@@ -333,6 +333,54 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"
   EXPECT_EQ(count<mlir::tosa::TanhOp>(main(*unchanged)), 1);
 }
 
+// BERT's attention scores: (Q x K^T) reshaped to 4-D, scaled by 1/sqrt(d),
+// plus the padding mask [1, 1, 1, S].
+constexpr const char *kAttentionScores = R"mlir(
+func.func @main(%q: tensor<2x8x4xf32>, %k: tensor<2x4x8xf32>, %mask: tensor<1x1x1x8xf32>)
+    -> tensor<1x2x8x8xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %s = tosa.matmul %q, %k, %zp, %zp : (tensor<2x8x4xf32>, tensor<2x4x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x8x8xf32>
+  %shape = tosa.const_shape {values = dense<[1, 2, 8, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %r = tosa.reshape %s, %shape : (tensor<2x8x8xf32>, !tosa.shape<4>) -> tensor<1x2x8x8xf32>
+  %c = "tosa.const"() <{values = dense<0.5> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %m = tosa.mul %r, %c, %shift : (tensor<1x2x8x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x8x8xf32>
+  %a = tosa.add %m, %mask : (tensor<1x2x8x8xf32>, tensor<1x1x1x8xf32>) -> tensor<1x2x8x8xf32>
+  return %a : tensor<1x2x8x8xf32>
+}
+)mlir";
+
+TEST_F(PassTest, AttentionScaleAndMaskBecomePostOpsOfTheProduct) {
+  auto module = run(kAttentionScores, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  const std::vector<int64_t> &p = kernels[0].params;
+  EXPECT_EQ(runtime::paramFloat(p[matmul::kScale]), 0.5f);
+  EXPECT_EQ(p[matmul::kHasMask], 1);
+  EXPECT_EQ(p[matmul::kMaskRows], 0);
+  EXPECT_EQ(p[matmul::kMaskColumns], 1);
+  EXPECT_EQ(p[matmul::kHasBias], 0);
+  EXPECT_EQ(kernels[0].bufferCount, 4u); // Q, K^T, mask, scores
+  EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
+  EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 0);
+}
+
+TEST_F(PassTest, MasksVaryingAlongTheBatchStayInGeneratedCode) {
+  // A per-head mask [1, 2, 1, 8]: not a broadcast over the product's batch.
+  std::string ir = kAttentionScores;
+  for (std::string from = "tensor<1x1x1x8xf32>"; ir.find(from) != std::string::npos;)
+    ir.replace(ir.find(from), from.size(), "tensor<1x2x1x8xf32>");
+  auto module = run(ir, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  // The scale still goes in; the add stays outside.
+  EXPECT_EQ(runtime::paramFloat(kernels[0].params[matmul::kScale]), 0.5f);
+  EXPECT_EQ(kernels[0].params[matmul::kHasMask], 0);
+  EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 1);
+}
+
 TEST_F(PassTest, MatMulOfTwoActivationsIsNotConstant) {
   constexpr const char *ir = R"mlir(
 func.func @main(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>) -> tensor<2x4x4xf32> {
@@ -669,7 +717,7 @@ TEST_F(PassTest, PlanWritesOutputsOverResidualsThatDieThere) {
 func.func private @mm(memref<1x4x4xf32>, memref<1x4x4xf32>, memref<1x4x4xf32>,
                       memref<1x4x4xf32>)
     attributes {flowc.kernel = "matmul",
-                flowc.kernel_params = array<i64: 1, 4, 4, 4, 0, 1, 0, 1, 0, 0, 0, 0>}
+                flowc.kernel_params = array<i64: 1, 4, 4, 4, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0>}
 func.func @main(%x: memref<1x4x4xf32>, %w: memref<1x4x4xf32>, %out: memref<1x4x4xf32>) {
   %r = memref.alloc() : memref<1x4x4xf32>
   linalg.copy ins(%x : memref<1x4x4xf32>) outs(%r : memref<1x4x4xf32>)

@@ -138,7 +138,9 @@ enum Param : int {
 } // namespace conv
 
 namespace matmul {
-/// destination[b] = A[b] x B[b] (+ bias[n]) (+ residual[b]), then activation.
+/// destination[b] = A[b] x B[b] (+ bias[n]) (+ residual[b]), then
+/// (x scale + mask, attention scores), then activation. Buffers: A, B,
+/// [bias], [residual], [mask], destination.
 enum Param : int {
   kBatch,
   kM,
@@ -155,6 +157,13 @@ enum Param : int {
   kBeta,
   /// A and B rounded to bfloat16, fp32 accumulation and output.
   kBf16,
+  /// floatParam of a constant the result is multiplied by; 0: none.
+  kScale,
+  /// An additive mask, broadcast over the batch: its rows vary along M
+  /// (kMaskRows) or not, its columns along N (kMaskColumns) or not.
+  kHasMask,
+  kMaskRows,
+  kMaskColumns,
   kCount
 };
 } // namespace matmul
