@@ -453,6 +453,9 @@ CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
       std::optional<runtime::PackedWeight> packed,
       runtime::packKernelWeight(static_cast<runtime::KernelKind>(weight.kind),
                                 weight.params, weight.buffer, source.bytes()));
+  // The source was read whole: its pages go, so linking a model costs no
+  // resident memory per weight byte (the artifact writer does the same).
+  MappedFile::releasePages(source.bytes());
   FLOWC_ASSIGN_OR_RETURN(Digest layout, cache_.put(packed ? packed->layout : ""));
   FLOWC_RETURN_IF_ERROR(
       cache_.recordAction(cache::ActionKind::DerivedWeight, layoutKey, layout));
