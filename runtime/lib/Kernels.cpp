@@ -517,8 +517,8 @@ std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, int64_t index,
     site->bias = memory(buffers.biasDesc, context.engine, DNNL_MEMORY_NONE);
   if (p[kHasMask]) {
     site->mask = memory(buffers.maskDesc, context.engine, DNNL_MEMORY_NONE);
-    int index = (p[kHasResidual] != 0) + (p[kScale] != 0);
-    site->maskArgument = DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1;
+    int postOp = (p[kHasResidual] != 0) + (p[kScale] != 0);
+    site->maskArgument = DNNL_ARG_ATTR_MULTIPLE_POST_OP(postOp) | DNNL_ARG_SRC_1;
   }
   site->b.init(buffers.bDesc, pd.weights_desc(), context.engine,
                p[kConstantB] ? context.prepacked(index, 1) : nullptr);
