@@ -946,6 +946,9 @@ KernelSymbols defineKernelSymbols(llvm::Module &module,
   new llvm::GlobalVariable(module, i64, true, llvm::GlobalValue::ExternalLinkage,
                            llvm::ConstantInt::get(i64, kernels.size()),
                            runtime::kKernelSitesSymbol);
+  new llvm::GlobalVariable(module, i64, true, llvm::GlobalValue::ExternalLinkage,
+                           llvm::ConstantInt::get(i64, runtime::kKernelAbiVersion),
+                           runtime::kKernelAbiSymbol);
   return {table, context};
 }
 

@@ -772,6 +772,14 @@ Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact) 
     return dataLoss("'" + artifactPath + "': code has a kernel table but not " +
                     kKernelContextSymbol + ", " + kKernelKindsSymbol + " and " +
                     kKernelSitesSymbol);
+  // Code from before the version symbol existed is version 1.
+  auto *abi = static_cast<const int64_t *>(dlsym(library, kKernelAbiSymbol));
+  int64_t version = abi ? *abi : 1;
+  if (version != kKernelAbiVersion)
+    return unavailable("'" + artifactPath + "' was compiled for library kernel ABI " +
+                       std::to_string(version) + ", this runtime has " +
+                       std::to_string(kKernelAbiVersion) +
+                       ": compile the model again with this flowc");
   for (int64_t kind = 0; kind < 63; ++kind) {
     if (!(*kinds & (int64_t{1} << kind)))
       continue;

@@ -2,6 +2,9 @@
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tensor.h"
 
+#include "flowc/support/MappedFile.h"
+#include "flowc/support/Subprocess.h"
+
 #include "../common/TestUtil.h"
 
 #include <dlfcn.h>
@@ -115,6 +118,39 @@ TEST(OpenMpTest, LibraryKernelsAndGeneratedLoopsShareOneRuntime) {
   ASSERT_NE(dladdr(gomp, &gompInfo), 0);
   ASSERT_NE(dladdr(kmpc, &kmpcInfo), 0);
   EXPECT_STREQ(gompInfo.dli_fname, kmpcInfo.dli_fname);
+}
+
+// Code with library kernels compiled against another kernel ABI (or before
+// the ABI had a version) is refused with what to do, not run with its
+// parameters misread.
+TEST(KernelAbiTest, CodeForAnotherKernelAbiIsRefused) {
+  TempDir dir;
+  for (const std::string abi : {"", "const int64_t flowc_kernel_abi = 1;"}) {
+    std::string source =
+        "#include <stdint.h>\n"
+        "void *flowc_kernel_table[8]; void *flowc_kernel_context;\n"
+        "const int64_t flowc_kernel_kinds = 0, flowc_kernel_sites = 0;\n" +
+        abi + "\nvoid flowc_entry(void **args) { (void)args; }\n";
+    std::ofstream(dir.file("code.c")) << source;
+    ASSERT_TRUE(runProgram(
+        {"cc", "-shared", "-fPIC", "-o", dir.file("code.so"), dir.file("code.c")}));
+    auto code = readFileToString(dir.file("code.so"));
+    ASSERT_TRUE(code);
+    std::string path = dir.file("old.fca");
+    auto writer = ArtifactWriter::create(path);
+    ASSERT_TRUE(writer);
+    ASSERT_TRUE((*writer)->addSection(SectionKind::Metadata, "{}"));
+    ASSERT_TRUE((*writer)->addSection(SectionKind::Code, *code));
+    Plan plan;
+    plan.entry = "flowc_entry";
+    ASSERT_TRUE((*writer)->addSection(SectionKind::Plan, plan.toJson().dump()));
+    ASSERT_TRUE((*writer)->finish());
+    auto artifact = Artifact::open(path);
+    ASSERT_TRUE(artifact);
+    EXPECT_THAT(Session::create(*artifact),
+                StatusIs(StatusCode::Unavailable,
+                         "compiled for library kernel ABI 1, this runtime has 2"));
+  }
 }
 
 TEST(NpyTest, RoundTrips) {

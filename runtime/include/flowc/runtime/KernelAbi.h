@@ -34,6 +34,12 @@ inline constexpr const char *kKernelTableSymbol = "flowc_kernel_table";
 inline constexpr const char *kKernelContextSymbol = "flowc_kernel_context";
 inline constexpr const char *kKernelKindsSymbol = "flowc_kernel_kinds";
 inline constexpr const char *kKernelSitesSymbol = "flowc_kernel_sites";
+/// The version of this header's kernel parameters and buffer orders the
+/// code was compiled against; a runtime refuses code of another version
+/// (its parameter arrays would be read wrongly).
+inline constexpr const char *kKernelAbiSymbol = "flowc_kernel_abi";
+/// 2: matrix products gained the attention scale and mask.
+inline constexpr int64_t kKernelAbiVersion = 2;
 
 using KernelFunction = void (*)(void *context, int64_t site, const int64_t *params,
                                 void **buffers);
