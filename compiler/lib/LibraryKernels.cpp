@@ -1,8 +1,8 @@
 #include "LibraryKernels.h"
+#include "MemoryPlan.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -1032,14 +1032,8 @@ collectKernelWeights(mlir::ModuleOp module, const std::vector<LibraryKernel> &ke
     auto call = calls.find(kernel.function);
     if (!constant || call == calls.end() || call->second.getNumOperands() < 2)
       continue;
-    Value value = call->second.getOperand(1);
-    while (mlir::Operation *producer = value.getDefiningOp()) {
-      if (!mlir::isa<mlir::memref::ExpandShapeOp, mlir::memref::CollapseShapeOp>(
-              producer))
-        break;
-      value = producer->getOperand(0);
-    }
-    auto argument = mlir::dyn_cast<mlir::BlockArgument>(value);
+    auto argument = mlir::dyn_cast<mlir::BlockArgument>(
+        bufferBehindReshapes(call->second.getOperand(1)));
     if (!argument || argument.getOwner()->getParentOp() != main)
       continue;
     auto key =

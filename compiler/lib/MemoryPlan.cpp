@@ -107,22 +107,6 @@ int64_t firstUse(mlir::memref::AllocOp alloc, mlir::Block &block,
   return first;
 }
 
-/// The allocation whose bytes `value` is, through reshapes (which keep a
-/// dense buffer's bytes in place); null for anything else.
-mlir::memref::AllocOp allocationOf(mlir::Value value) {
-  while (value) {
-    if (auto alloc = value.getDefiningOp<mlir::memref::AllocOp>())
-      return alloc;
-    if (auto expand = value.getDefiningOp<mlir::memref::ExpandShapeOp>())
-      value = expand.getSrc();
-    else if (auto collapse = value.getDefiningOp<mlir::memref::CollapseShapeOp>())
-      value = collapse.getSrc();
-    else
-      return {};
-  }
-  return {};
-}
-
 /// The operand of `call` that is the residual its library kernel adds onto
 /// its output (the last operand), if it runs one that does.
 std::optional<unsigned> residualOperand(mlir::func::CallOp call, mlir::ModuleOp module) {
@@ -173,7 +157,7 @@ void shareResidualBuffers(mlir::Block &block, mlir::ModuleOp module,
   for (size_t i = 0; i < allocs.size(); ++i)
     indexOf[allocs[i]] = i;
   auto planned = [&](mlir::Value value) -> std::optional<size_t> {
-    mlir::memref::AllocOp alloc = allocationOf(value);
+    auto alloc = bufferBehindReshapes(value).getDefiningOp<mlir::memref::AllocOp>();
     auto found = alloc ? indexOf.find(alloc) : indexOf.end();
     if (found == indexOf.end())
       return std::nullopt;
@@ -288,6 +272,15 @@ struct PlanActivationMemoryPass
 
 std::unique_ptr<mlir::Pass> createPlanActivationMemoryPass() {
   return std::make_unique<PlanActivationMemoryPass>();
+}
+
+mlir::Value bufferBehindReshapes(mlir::Value value) {
+  while (mlir::Operation *producer = value.getDefiningOp()) {
+    if (!mlir::isa<mlir::memref::ExpandShapeOp, mlir::memref::CollapseShapeOp>(producer))
+      break;
+    value = producer->getOperand(0);
+  }
+  return value;
 }
 
 uint64_t plannedArenaBytes(mlir::ModuleOp module) {

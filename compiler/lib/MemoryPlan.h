@@ -6,6 +6,8 @@
 
 #include "flowc/runtime/KernelAbi.h"
 
+#include "mlir/IR/Value.h"
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -29,6 +31,11 @@ struct BufferLifetime {
 /// lowest free offset. Returns the arena size.
 uint64_t assignArenaOffsets(const std::vector<BufferLifetime> &buffers,
                             std::vector<uint64_t> &offsets);
+
+/// The buffer `value` is a reshape of (memref.expand_shape / collapse_shape
+/// keep a dense buffer's bytes in place), through any number of them;
+/// `value` itself when it is no reshape.
+mlir::Value bufferBehindReshapes(mlir::Value value);
 
 /// @main's attribute holding the arena size in bytes.
 inline constexpr const char *kArenaBytesAttr = "flowc.arena_bytes";

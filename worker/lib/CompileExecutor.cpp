@@ -377,6 +377,30 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
   return compiled;
 }
 
+Expected<std::optional<cache::BlobHandle>>
+CompileExecutor::cachedDerivation(const Digest &key, cache::PinGuard &pins) {
+  FLOWC_ASSIGN_OR_RETURN(auto cached,
+                         cache_.lookupAction(cache::ActionKind::DerivedWeight, key));
+  if (!cached)
+    return std::optional<cache::BlobHandle>();
+  // A blob that cannot be read is a miss: the caller derives it again.
+  auto blob = cache_.get(*cached);
+  if (!blob)
+    return std::optional<cache::BlobHandle>();
+  pins.add(*cached);
+  return std::optional<cache::BlobHandle>(std::move(*blob));
+}
+
+Expected<cache::BlobHandle> CompileExecutor::storeDerivation(const Digest &key,
+                                                             std::string_view bytes,
+                                                             cache::PinGuard &pins) {
+  FLOWC_ASSIGN_OR_RETURN(Digest digest, cache_.put(bytes));
+  pins.add(digest);
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::DerivedWeight, key, digest));
+  return cache_.get(digest);
+}
+
 Expected<cache::BlobHandle>
 CompileExecutor::derivedWeight(const IngestedModel &ingested,
                                const compiler::DerivedWeight &weight,
@@ -394,14 +418,9 @@ CompileExecutor::derivedWeight(const IngestedModel &ingested,
     key += sourceDigests.back().toString() + "\n";
   }
   Digest actionKey = cache::digestOf(key);
-  FLOWC_ASSIGN_OR_RETURN(
-      auto cached, cache_.lookupAction(cache::ActionKind::DerivedWeight, actionKey));
-  if (cached) {
-    if (auto blob = cache_.get(*cached)) {
-      pins.add(*cached);
-      return std::move(*blob);
-    }
-  }
+  FLOWC_ASSIGN_OR_RETURN(auto cached, cachedDerivation(actionKey, pins));
+  if (cached)
+    return std::move(*cached);
   // A miss: only now are the sources mapped.
   std::vector<cache::BlobHandle> sources;
   std::vector<std::string_view> views;
@@ -412,12 +431,8 @@ CompileExecutor::derivedWeight(const IngestedModel &ingested,
   }
   FLOWC_ASSIGN_OR_RETURN(std::string bytes,
                          compiler::evaluateDerivedWeight(weight, views));
-  FLOWC_ASSIGN_OR_RETURN(Digest digest, cache_.put(bytes));
-  pins.add(digest);
-  FLOWC_RETURN_IF_ERROR(
-      cache_.recordAction(cache::ActionKind::DerivedWeight, actionKey, digest));
   ++computed;
-  return cache_.get(digest);
+  return storeDerivation(actionKey, bytes, pins);
 }
 
 Expected<std::optional<CompileExecutor::PackedBlob>>
@@ -431,23 +446,15 @@ CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
                     json({weight.kind, weight.buffer, weight.params}).dump() + "\n" +
                     source.digest().toString() + "\n";
   Digest bytesKey = cache::digestOf(key), layoutKey = cache::digestOf(key + "layout\n");
-  FLOWC_ASSIGN_OR_RETURN(
-      auto cachedLayout,
-      cache_.lookupAction(cache::ActionKind::DerivedWeight, layoutKey));
-  if (cachedLayout) {
-    auto layout = cache_.get(*cachedLayout);
+  FLOWC_ASSIGN_OR_RETURN(auto layout, cachedDerivation(layoutKey, pins));
+  if (layout) {
     // An empty layout records that the kernel reads the weight as it is.
-    if (layout && layout->bytes().empty())
+    if (layout->bytes().empty())
       return std::optional<PackedBlob>();
-    FLOWC_ASSIGN_OR_RETURN(
-        auto cachedBytes,
-        cache_.lookupAction(cache::ActionKind::DerivedWeight, bytesKey));
-    if (layout && cachedBytes)
-      if (auto blob = cache_.get(*cachedBytes)) {
-        pins.add(*cachedBytes);
-        return std::optional<PackedBlob>(
-            PackedBlob{std::string(layout->bytes()), std::move(*blob)});
-      }
+    FLOWC_ASSIGN_OR_RETURN(auto bytes, cachedDerivation(bytesKey, pins));
+    if (bytes)
+      return std::optional<PackedBlob>(
+          PackedBlob{std::string(layout->bytes()), std::move(*bytes)});
   }
   FLOWC_ASSIGN_OR_RETURN(
       std::optional<runtime::PackedWeight> packed,
@@ -456,17 +463,13 @@ CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
   // The source was read whole: its pages go, so linking a model costs no
   // resident memory per weight byte (the artifact writer does the same).
   MappedFile::releasePages(source.bytes());
-  FLOWC_ASSIGN_OR_RETURN(Digest layout, cache_.put(packed ? packed->layout : ""));
   FLOWC_RETURN_IF_ERROR(
-      cache_.recordAction(cache::ActionKind::DerivedWeight, layoutKey, layout));
+      storeDerivation(layoutKey, packed ? packed->layout : "", pins).status());
   if (!packed)
     return std::optional<PackedBlob>();
-  FLOWC_ASSIGN_OR_RETURN(Digest digest, cache_.put(packed->bytes));
-  pins.add(digest);
-  FLOWC_RETURN_IF_ERROR(
-      cache_.recordAction(cache::ActionKind::DerivedWeight, bytesKey, digest));
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob,
+                         storeDerivation(bytesKey, packed->bytes, pins));
   ++computed;
-  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(digest));
   return std::optional<PackedBlob>(
       PackedBlob{std::move(packed->layout), std::move(blob)});
 }

@@ -88,6 +88,14 @@ private:
   Expected<CompiledCode> codeFor(const IngestedModel &ingested,
                                  const compiler::CompileOptions &options,
                                  const ProgressFn &progress, bool &hit);
+  /// What the action cache derived under `key` (a `derived` entry), pinned
+  /// by `pins`; nullopt on a miss, also when its blob cannot be read.
+  Expected<std::optional<cache::BlobHandle>> cachedDerivation(const cache::Digest &key,
+                                                              cache::PinGuard &pins);
+  /// Stores `bytes` as what `key` derives; the blob, pinned by `pins`.
+  Expected<cache::BlobHandle> storeDerivation(const cache::Digest &key,
+                                              std::string_view bytes,
+                                              cache::PinGuard &pins);
   /// A derived weight's blob: cached by (recipe, source digests), computed
   /// from the source blobs on a miss. Pinned by `pins`.
   Expected<cache::BlobHandle> derivedWeight(const IngestedModel &ingested,
