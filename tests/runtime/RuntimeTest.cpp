@@ -67,6 +67,28 @@ TEST(ArtifactTest, RejectsBadMagic) {
               StatusIs(StatusCode::InvalidArgument, "bad magic"));
 }
 
+TEST(ArtifactTest, RejectsAPackedWeightOutsideTheWeightsSection) {
+  TempDir dir;
+  std::string path = dir.file("p.fca");
+  auto writer = ArtifactWriter::create(path);
+  ASSERT_TRUE(writer);
+  ASSERT_TRUE((*writer)->addSection(SectionKind::Metadata, "{}"));
+  ASSERT_TRUE((*writer)->addSection(SectionKind::Code, "code bytes"));
+  std::string packed(64, 'p');
+  auto offsets = (*writer)->addWeights({packed});
+  ASSERT_TRUE(offsets);
+  Plan plan;
+  plan.entry = "flowc_entry";
+  // Site 3's packed filter claims more bytes than the section holds.
+  plan.packed = {{3, 1, "layout", "sha256:p", (*offsets)[0], 1 << 20}};
+  ASSERT_TRUE((*writer)->addSection(SectionKind::Plan, plan.toJson().dump()));
+  ASSERT_TRUE((*writer)->finish());
+  EXPECT_THAT(
+      Artifact::open(path),
+      StatusIs(StatusCode::InvalidArgument,
+               "packed weight of kernel site 3 lies outside the weights section"));
+}
+
 TEST(ArtifactTest, RejectsTruncatedFile) {
   TempDir dir;
   std::string path = dir.file("a.fca");
