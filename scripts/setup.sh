@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# Installs everything flowc needs to build and test, pinned, idempotently:
-# Debian packages (MLIR/LLVM 22, gRPC, protobuf, SQLite, spdlog, GoogleTest,
-# OpenSSL, CLI11, ...) and a Python virtual environment in .venv for the
-# example generator and the e2e tests.
+# Installs what flowc needs, pinned, idempotently:
+#   setup.sh demo   build flowc (Debian packages: MLIR/LLVM 22, gRPC, protobuf,
+#                   SQLite, spdlog, GoogleTest, OpenSSL, CLI11, oneDNN, ...)
+#                   and .venv (onnx, numpy, onnxruntime, pytest) for the
+#                   example generator: what README command (1) needs;
+#   setup.sh test   (the default) also Debian's torch and torchvision and
+#                   .venv-export (transformers) for exporting the real models
+#                   of the e2e tests: README command (2).
+# Installs run without recommended packages, so everything the build needs
+# is named here; scripts/check-fresh-machine.sh proves it on a bare root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PROFILE=${1:-test}
+case "$PROFILE" in
+demo | test) ;;
+*)
+  echo "usage: setup.sh [demo|test]" >&2
+  exit 2
+  ;;
+esac
 
 # Exact versions this tree was built and tested with.
 DEBIAN_PACKAGES=(
@@ -24,19 +38,30 @@ DEBIAN_PACKAGES=(
   libgtest-dev=1.12.1-0.2
   libgmock-dev=1.12.1-0.2
   libdnnl-dev=2.6.3-1
+  # dnnl-config.cmake calls find_package(OpenCL); Debian's libdnnl-dev only
+  # recommends these, and we install without recommends.
+  ocl-icd-opencl-dev=2.3.1-1
+  opencl-c-headers=3.0~2023.02.06-1
   libomp5-14=1:14.0.6-12
   cmake=3.25.1-1
   ninja-build=1.11.1-2~deb12u1
   ccache=4.8+really4.7.5-1
+  # The fresh-machine check (scripts/check-fresh-machine.sh).
+  debootstrap=1.0.128+nmu2+deb12u2
   pkg-config=1.8.1-1
   g++
+  git
+  ca-certificates
   python3-venv
-  # Exporting real models for the e2e tests (Debian's CPU-only torch, for
-  # /usr/bin/python3; see examples/export_torchvision.py).
+)
+# Exporting real models for the e2e tests (Debian's CPU-only torch, for
+# /usr/bin/python3; see examples/export_torchvision.py).
+TEST_PACKAGES=(
   python3-torch=1.13.1+dfsg-4
   python3-torchvision=0.14.1-2
   python3-onnx=1.12.0-2+b4
 )
+[[ "$PROFILE" == test ]] && DEBIAN_PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for spec in "${DEBIAN_PACKAGES[@]}"; do
@@ -68,6 +93,10 @@ if ! cmp -s scripts/requirements.txt .venv/.requirements.installed; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
   cp scripts/requirements.txt .venv/.requirements.installed
+fi
+if [[ "$PROFILE" == demo ]]; then
+  echo "setup: dependencies ready (demo)"
+  exit 0
 fi
 # Exporting the transformer models needs Hugging Face transformers next to
 # Debian's torch: a venv over the system Python that sees its packages.

@@ -3,7 +3,7 @@
 # integration suites (ctest) and the end-to-end pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test
 bash scripts/build.sh
 # Tests start their own daemons on temp sockets; make sure a user's
 # environment does not point them elsewhere.
