@@ -3,8 +3,10 @@
 
 #include "flowc/support/ByteSize.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 namespace flowc::cli {
 
@@ -15,7 +17,10 @@ struct CacheOptions {
   unsigned limit = 50;
   std::string maxSize;
   bool repair = false;
+  bool zero = false;
   std::string digest;
+  /// --max-size of gc, parsed before any daemon is asked.
+  std::optional<uint64_t> maxBytes;
 };
 
 std::string humanBytes(uint64_t bytes) {
@@ -47,35 +52,38 @@ void printGc(const char *what, const flowc::v1::CacheGcResponse &r) {
 
 int runStats(DaemonClient &client, const CacheOptions &options) {
   grpc::ClientContext context;
+  flowc::v1::CacheStatsRequest request;
+  request.set_zero(options.zero);
   flowc::v1::CacheStatsResponse r;
-  if (Status s = fromGrpc(client.cache().Stats(&context, {}, &r), "cache stats"); !s)
+  if (Status s = fromGrpc(client.cache().Stats(&context, request, &r), "cache stats"); !s)
     return reportError(s);
   if (options.json) {
-    printJson({{"cache_dir", r.cache_dir()},
-               {"blobs", r.blob_count()},
-               {"bytes", r.blob_bytes()},
-               {"inline_blobs", r.inline_blobs()},
-               {"actions", r.action_count()},
-               {"pinned_blobs", r.pinned_blobs()},
-               {"max_bytes", r.max_bytes()},
-               {"hits", r.hits()},
-               {"misses", r.misses()},
-               {"evictions", r.evictions()},
-               {"evicted_bytes", r.evicted_bytes()},
-               {"dedup_bytes", r.dedup_bytes()},
-               {"stat_memo_entries", r.stat_memo_entries()}});
+    printJson(cacheStatsJson(r));
     return 0;
   }
   std::cout << "cache:        " << r.cache_dir() << "\n"
             << "size:         " << humanBytes(r.blob_bytes()) << " of "
             << humanBytes(r.max_bytes()) << " in " << r.blob_count() << " blobs ("
             << r.inline_blobs() << " inline, " << r.pinned_blobs() << " pinned)\n"
-            << "entries:      " << r.action_count() << " cached results\n"
-            << "hits/misses:  " << r.hits() << " / " << r.misses() << "\n"
-            << "evictions:    " << r.evictions() << " blobs, "
+            << "entries:      " << r.action_count() << " cached results\n";
+  // Artifact first: what a user's submit hits.
+  std::vector<std::string> kinds = {"artifact", "code", "kernel", "derived"};
+  for (const auto &[kind, counts] : r.kinds())
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
+      kinds.push_back(kind);
+  for (const std::string &kind : kinds) {
+    auto found = r.kinds().find(kind);
+    uint64_t hits = found == r.kinds().end() ? 0 : found->second.hits();
+    uint64_t misses = found == r.kinds().end() ? 0 : found->second.misses();
+    std::cout << std::left << std::setw(14) << (kind + ":") << hits << " hits / "
+              << misses << " misses (" << hitRateText(hits, misses) << ")\n";
+  }
+  std::cout << "evictions:    " << r.evictions() << " blobs, "
             << humanBytes(r.evicted_bytes()) << "\n"
             << "dedup saved:  " << humanBytes(r.dedup_bytes()) << "\n"
             << "stat memo:    " << r.stat_memo_entries() << " files" << std::endl;
+  if (options.zero)
+    std::cout << "counters zeroed" << std::endl;
   return 0;
 }
 
@@ -108,12 +116,8 @@ int runList(DaemonClient &client, const CacheOptions &options) {
 
 int runGc(DaemonClient &client, const CacheOptions &options) {
   flowc::v1::CacheGcRequest request;
-  if (!options.maxSize.empty()) {
-    auto bytes = parseByteSize(options.maxSize);
-    if (!bytes)
-      return reportError(bytes.status().withContext("--max-size"));
-    request.set_max_bytes(*bytes);
-  }
+  if (options.maxBytes)
+    request.set_max_bytes(*options.maxBytes);
   grpc::ClientContext context;
   flowc::v1::CacheGcResponse r;
   if (Status s = fromGrpc(client.cache().Gc(&context, request, &r), "cache gc"); !s)
@@ -192,8 +196,11 @@ CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global) {
     s->add_flag("--json", options->json, "Print one JSON value");
     return s;
   };
-  CLI::App *stats =
-      sub("stats", "Sizes, hit/miss counts, evictions, bytes saved by dedup");
+  CLI::App *stats = sub("stats", "Sizes, hits and misses per kind (artifact, code, "
+                                 "kernel, derived), evictions, bytes saved by dedup");
+  stats->add_flag("--zero", options->zero,
+                  "Then set every counter back to zero (the figures printed are from "
+                  "before)");
   CLI::App *ls = sub("ls", "Blobs, most recently used first");
   ls->add_option("--limit", options->limit, "How many to list");
   CLI::App *gc = sub("gc", "Evict least-recently-used unpinned blobs down to a size");
@@ -207,6 +214,14 @@ CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global) {
   unpin->add_option("digest", options->digest, "sha256:<hex>/<size>")->required();
   CLI::App *clear = sub("clear", "Remove every unpinned blob and cached result");
   return [=, &global] {
+    if (!options->maxSize.empty()) {
+      auto bytes = parseByteSize(options->maxSize);
+      if (!bytes) {
+        reportError(bytes.status().withContext("--max-size"));
+        return kExitUsage;
+      }
+      options->maxBytes = *bytes;
+    }
     global.resolve();
     auto client = DaemonClient::connect(global, /*autostart=*/true);
     if (!client)

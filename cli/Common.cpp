@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <grpcpp/grpcpp.h>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
+#include <sys/un.h>
 #include <thread>
 #include <unistd.h>
 
@@ -100,8 +103,27 @@ void DaemonClient::attach(std::shared_ptr<grpc::Channel> channel) {
   cache_ = flowc::v1::Cache::NewStub(channel_);
 }
 
+namespace {
+
+/// The longest unix socket path the kernel takes (sun_path less its NUL).
+constexpr size_t kMaxSocketPath = sizeof(sockaddr_un{}.sun_path) - 1;
+
+/// How long an auto-started daemon waits for work before it exits.
+constexpr const char *kAutostartIdleTimeout = "1h";
+
+} // namespace
+
 Expected<std::unique_ptr<DaemonClient>>
 DaemonClient::connect(const GlobalOptions &options, bool autostart) {
+  // gRPC would otherwise retry a path it cannot bind or connect to until
+  // the deadline, and say nothing useful.
+  if (options.socketPath.size() > kMaxSocketPath)
+    return invalidArgument("socket path '" + options.socketPath + "' is " +
+                           std::to_string(options.socketPath.size()) +
+                           " bytes; unix sockets allow at most " +
+                           std::to_string(kMaxSocketPath) +
+                           " (use a shorter --socket or FLOWC_SOCKET, or a shorter "
+                           "--cache-dir)");
   auto client = std::make_unique<DaemonClient>();
   client->attach(makeChannel(options.socketPath));
   if (client->health(500))
@@ -116,15 +138,23 @@ DaemonClient::connect(const GlobalOptions &options, bool autostart) {
     return errnoStatus(ec.value(),
                        "cannot create cache directory '" + options.cacheDir + "'");
   std::string log = options.cacheDir + "/flowcd.log";
-  FLOWC_RETURN_IF_ERROR(spawnDetached({executableDirectory() + "/flowcd", "--cache-dir",
-                                       options.cacheDir, "--socket", options.socketPath},
-                                      log));
+  FLOWC_RETURN_IF_ERROR(spawnDetached(
+      {executableDirectory() + "/flowcd", "--cache-dir", options.cacheDir, "--socket",
+       options.socketPath, "--log-file", log, "--idle-timeout", kAutostartIdleTimeout},
+      log));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     client->attach(makeChannel(options.socketPath));
-    if (client->health(500))
-      return client;
+    auto health = client->health(500);
+    if (!health)
+      continue;
+    // Said once, where a person is watching; scripts' output stays clean.
+    if (isatty(STDERR_FILENO))
+      std::cerr << "flowc: started flowcd (pid " << health->pid() << ") on "
+                << options.socketPath << "; log " << log << "; it exits after "
+                << kAutostartIdleTimeout << " idle" << std::endl;
+    return client;
   }
   return unavailable("started flowcd but it does not answer on '" + options.socketPath +
                      "'; see " + log);
@@ -185,5 +215,47 @@ int exitCodeFor(StatusCode code) {
 }
 
 void printJson(const nlohmann::json &json) { std::cout << json.dump() << std::endl; }
+
+namespace {
+
+nlohmann::json hitRate(uint64_t hits, uint64_t misses) {
+  if (hits + misses == 0)
+    return nullptr;
+  return static_cast<double>(hits) / static_cast<double>(hits + misses);
+}
+
+} // namespace
+
+std::string hitRateText(uint64_t hits, uint64_t misses) {
+  nlohmann::json rate = hitRate(hits, misses);
+  if (rate.is_null())
+    return "-";
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << rate.get<double>() * 100 << "%";
+  return out.str();
+}
+
+nlohmann::json cacheStatsJson(const flowc::v1::CacheStatsResponse &r) {
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const auto &[kind, counts] : r.kinds())
+    kinds[kind] = {{"hits", counts.hits()},
+                   {"misses", counts.misses()},
+                   {"hit_rate", hitRate(counts.hits(), counts.misses())}};
+  return {{"cache_dir", r.cache_dir()},
+          {"blobs", r.blob_count()},
+          {"bytes", r.blob_bytes()},
+          {"inline_blobs", r.inline_blobs()},
+          {"pinned_blobs", r.pinned_blobs()},
+          {"actions", r.action_count()},
+          {"max_bytes", r.max_bytes()},
+          {"hits", r.hits()},
+          {"misses", r.misses()},
+          {"hit_rate", hitRate(r.hits(), r.misses())},
+          {"kinds", kinds},
+          {"evictions", r.evictions()},
+          {"evicted_bytes", r.evicted_bytes()},
+          {"dedup_bytes", r.dedup_bytes()},
+          {"stat_memo_entries", r.stat_memo_entries()}};
+}
 
 } // namespace flowc::cli

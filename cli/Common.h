@@ -6,6 +6,7 @@
 
 #include "flowc/v1/flowc.grpc.pb.h"
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,6 +19,8 @@ struct GlobalOptions {
   /// Start flowcd when none answers; FLOWC_AUTOSTART=0 turns it off (CI
   /// farms and supervisors that manage the daemon themselves).
   bool autostart = true;
+  /// When the command began, for the end-to-end times it prints.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   /// Applies the environment and defaults where flags left fields empty.
   void resolve();
@@ -90,5 +93,15 @@ Status addInputShapes(const std::vector<std::string> &specs, Request &request) {
 int reportError(const Status &status);
 
 void printJson(const nlohmann::json &json);
+
+/// The cache's figures under the key names that `cache stats --json` and
+/// `status --json` share: blobs, bytes, inline_blobs, pinned_blobs, actions,
+/// max_bytes, hits, misses, hit_rate (null before any lookup), kinds
+/// ({artifact, code, kernel, derived} -> hits, misses, hit_rate),
+/// evictions, evicted_bytes, dedup_bytes, stat_memo_entries, cache_dir.
+nlohmann::json cacheStatsJson(const flowc::v1::CacheStatsResponse &stats);
+
+/// "93.5%" or "-" when nothing was looked up.
+std::string hitRateText(uint64_t hits, uint64_t misses);
 
 } // namespace flowc::cli

@@ -81,8 +81,9 @@ Expected<nlohmann::json> describeModel(const std::string &path,
   return json;
 }
 
-Expected<nlohmann::json> describeArtifact(const std::string &path) {
-  FLOWC_ASSIGN_OR_RETURN(auto artifact, runtime::Artifact::open(path));
+Expected<nlohmann::json> describeArtifact(const std::string &path,
+                                          GlobalOptions &global) {
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, openArtifact(path, global));
   const nlohmann::json &meta = artifact->metadata();
   const runtime::Plan &plan = artifact->plan();
   nlohmann::json json = {
@@ -99,6 +100,14 @@ Expected<nlohmann::json> describeArtifact(const std::string &path) {
   for (const auto &spec : plan.outputs)
     json["outputs"].push_back(specJson(spec));
   json["weights"] = plan.weights.size();
+  // A thin artifact's weights stay in the cache that linked it.
+  json["thin"] = artifact->isThin();
+  uint64_t external = 0;
+  for (const runtime::WeightSpec &weight : plan.weights)
+    external += weight.external ? weight.size : 0;
+  for (const runtime::PackedWeightSpec &weight : plan.packed)
+    external += weight.external ? weight.size : 0;
+  json["external_weight_bytes"] = external;
   uint64_t derived = 0, derivedBytes = 0;
   for (const runtime::WeightSpec &weight : plan.weights)
     if (weight.tensor.name.rfind(runtime::kDerivedWeightPrefix, 0) == 0) {
@@ -217,6 +226,9 @@ void printHuman(const nlohmann::json &json) {
     std::cout << "packed kernel weights: " << json["packed_weights"].dump() << " ("
               << humanBytes(json["packed_weight_bytes"])
               << ", in the library kernels' layouts, read in place)\n";
+  if (json.value("thin", false))
+    std::cout << "thin: " << humanBytes(json["external_weight_bytes"])
+              << " of weights referred to by digest, mapped from the flowc cache\n";
   if (json.contains("arena_bytes"))
     std::cout << "activation arena: " << humanBytes(json["arena_bytes"])
               << " (peak activation memory of the static plan), library kernels: "
@@ -233,7 +245,7 @@ void printHuman(const nlohmann::json &json) {
 
 int runInspect(const InspectOptions &options, GlobalOptions &global) {
   auto json = isArtifact(options.path)
-                  ? describeArtifact(options.path)
+                  ? describeArtifact(options.path, global)
                   : describeModel(options.path, options.inputShapes, global);
   if (!json)
     return reportError(json.status());

@@ -11,6 +11,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 namespace flowc::cli {
 
@@ -19,7 +20,9 @@ namespace {
 struct RunOptions {
   std::string artifact;
   std::vector<std::string> inputs;
-  std::string outputDir = ".";
+  /// Where OUTPUT.npy files go; empty: nothing is written, values are
+  /// printed.
+  std::string outputDir;
   bool json = false;
   size_t printCount = 8;
   /// Timed iterations after warm-up; 0 runs once without timing.
@@ -86,10 +89,63 @@ Expected<std::map<std::string, runtime::Tensor>> readInputs(const RunOptions &op
   return inputs;
 }
 
-int runRun(const RunOptions &options) {
+/// The first `count` values of `tensor`, and "... (N values)" if there are more.
+std::string leadingValues(const runtime::Tensor &tensor, size_t count) {
+  std::ostringstream line;
+  size_t total = static_cast<size_t>(tensor.elementCount());
+  size_t shown = std::min(count, total);
+  for (size_t k = 0; k < shown; ++k)
+    line << std::setprecision(6) << tensor.element(k) << (k + 1 < shown ? " " : "");
+  if (shown < total)
+    line << " ... (" << total << " values)";
+  return line.str();
+}
+
+/// The CAS file of `digest` ("sha256:<64 hex>/<size>") under `cacheDir`;
+/// empty for text that is not a digest (an artifact is untrusted input: its
+/// digests must not name other paths).
+std::string casFile(const std::string &cacheDir, const std::string &digest) {
+  constexpr std::string_view prefix = "sha256:";
+  if (!digest.starts_with(prefix) || digest.size() < prefix.size() + 65 ||
+      digest[prefix.size() + 64] != '/')
+    return "";
+  std::string hex = digest.substr(prefix.size(), 64);
+  if (hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return "";
+  return cacheDir + "/cas/" + hex.substr(0, 2) + "/" + hex.substr(2);
+}
+
+/// Maps a thin artifact's weights from the first of `cacheDirs` that holds
+/// them: the user's cache, then the one that linked the artifact.
+runtime::ExternalWeightSource casWeights(std::vector<std::string> cacheDirs) {
+  return [cacheDirs =
+              std::move(cacheDirs)](const std::string &digest) -> Expected<MappedFile> {
+    std::string looked;
+    for (const std::string &dir : cacheDirs) {
+      std::string file = casFile(dir, digest);
+      if (file.empty())
+        return dataLoss("'" + digest + "' is not a weight digest");
+      if (::access(file.c_str(), R_OK) == 0)
+        return MappedFile::open(file);
+      looked += (looked.empty() ? "" : ", ") + dir;
+    }
+    return notFound("weight " + digest + " is not in the cache (looked in " + looked +
+                    "; evicted? submit the model again, or without --thin)");
+  };
+}
+
+int runRun(const RunOptions &options, GlobalOptions &global) {
   // What a user waits for before the first answer: open, session, run.
   auto start = std::chrono::steady_clock::now();
-  auto artifact = runtime::Artifact::open(options.artifact);
+  // A directory that cannot be made fails before any work.
+  if (!options.outputDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.outputDir, ec);
+    if (ec)
+      return reportError(invalidArgument("cannot create --output-dir '" +
+                                         options.outputDir + "': " + ec.message()));
+  }
+  auto artifact = openArtifact(options.artifact, global);
   if (!artifact)
     return reportError(artifact.status());
   auto session = runtime::Session::create(*artifact, {options.threads});
@@ -106,11 +162,6 @@ int runRun(const RunOptions &options) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
           .count();
 
-  std::error_code ec;
-  std::filesystem::create_directories(options.outputDir, ec);
-  if (ec)
-    return reportError(
-        errnoStatus(ec.value(), "cannot create '" + options.outputDir + "'"));
   nlohmann::json json = {
       {"artifact", options.artifact},
       {"outputs", nlohmann::json::array()},
@@ -119,23 +170,28 @@ int runRun(const RunOptions &options) {
   for (size_t i = 0; i < outputs->size(); ++i) {
     const runtime::Tensor &tensor = (*outputs)[i];
     const std::string &name = plan.outputs[i].name;
-    std::string path = options.outputDir + "/" + fileNameFor(name) + ".npy";
-    if (Status status = runtime::writeNpy(path, tensor); !status)
-      return reportError(status);
+    std::string path;
+    if (!options.outputDir.empty()) {
+      path = options.outputDir + "/" + fileNameFor(name) + ".npy";
+      if (Status status = runtime::writeNpy(path, tensor); !status)
+        return reportError(status);
+    }
     if (options.json) {
-      json["outputs"].push_back(
-          {{"name", name}, {"shape", tensor.shape}, {"file", path}});
+      nlohmann::json output = {{"name", name}, {"shape", tensor.shape}};
+      if (path.empty()) {
+        output["values"] = nlohmann::json::array();
+        for (size_t k = 0;
+             k < std::min<size_t>(options.printCount, tensor.elementCount()); ++k)
+          output["values"].push_back(tensor.element(k));
+      } else {
+        output["file"] = path;
+      }
+      json["outputs"].push_back(std::move(output));
       continue;
     }
-    std::ostringstream line;
-    line << name << " " << shapeString(tensor.shape) << " -> " << path << "\n  ";
-    size_t count = static_cast<size_t>(tensor.elementCount());
-    size_t shown = std::min(options.printCount, count);
-    for (size_t k = 0; k < shown; ++k)
-      line << std::setprecision(6) << tensor.element(k) << (k + 1 < shown ? " " : "");
-    if (shown < count)
-      line << " ... (" << count << " values)";
-    std::cout << line.str() << std::endl;
+    std::cout << name << " " << shapeString(tensor.shape)
+              << (path.empty() ? "" : " -> " + path) << "\n  "
+              << leadingValues(tensor, options.printCount) << std::endl;
   }
   if (options.bench) {
     auto latency = measure(**session, *inputs, options.bench);
@@ -158,14 +214,32 @@ int runRun(const RunOptions &options) {
 
 } // namespace
 
-CommandRunner addRunCommand(CLI::App &app, GlobalOptions &) {
+Expected<std::shared_ptr<runtime::Artifact>> openArtifact(const std::string &path,
+                                                          GlobalOptions &global) {
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, runtime::Artifact::open(path));
+  if (!artifact->isThin())
+    return artifact;
+  global.resolve();
+  std::vector<std::string> dirs = {global.cacheDir};
+  if (auto recorded = artifact->metadata().find("weights_cache");
+      recorded != artifact->metadata().end() && recorded->is_string() &&
+      recorded->get<std::string>() != global.cacheDir)
+    dirs.push_back(recorded->get<std::string>());
+  return runtime::Artifact::open(path, casWeights(std::move(dirs)));
+}
+
+CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
   auto options = std::make_shared<RunOptions>();
   CLI::App *cmd = app.add_subcommand("run", "Run an artifact on the CPU");
   cmd->add_option("artifact", options->artifact, "Artifact (.fca)")->required();
   cmd->add_option("-i,--input", options->inputs,
                   "NAME=FILE.npy (float32, int64, int32 or bool), once per input");
-  cmd->add_option("--output-dir", options->outputDir, "Where OUTPUT_NAME.npy files go");
-  cmd->add_option("--print", options->printCount, "Values printed per output");
+  cmd->add_option("--output-dir", options->outputDir,
+                  "Write OUTPUT_NAME.npy files here (default: write nothing, print the "
+                  "outputs)");
+  cmd->add_option("--print", options->printCount,
+                  "Values printed per output (with --json and no --output-dir: the "
+                  "values listed)");
   cmd->add_option("--bench", options->bench,
                   "Time N runs after 3 warm-up runs; print median and p90 latency")
       ->check(CLI::Range(1u, 1000000u));
@@ -173,7 +247,7 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &) {
                   "Threads for convolutions and matrix products (default: all cores)")
       ->check(CLI::Range(1, 4096));
   cmd->add_flag("--json", options->json, "Print one JSON object");
-  return [options] { return runRun(*options); };
+  return [options, &global] { return runRun(*options, global); };
 }
 
 } // namespace flowc::cli

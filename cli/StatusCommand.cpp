@@ -27,22 +27,24 @@ int runStatus(GlobalOptions &global, bool json) {
   if (Status status = fromGrpc((*client)->admin().Stats(&context, {}, &stats), "stats");
       !status)
     return reportError(status);
-  nlohmann::json out = {{"running", true},
-                        {"socket", global.socketPath},
-                        {"pid", health->pid()},
-                        {"version", health->version()},
-                        {"cache_dir", health->cache_dir()},
-                        {"uptime_seconds", health->uptime_seconds()},
-                        {"workers", health->workers()},
-                        {"blobs", stats.blob_count()},
-                        {"blob_bytes", stats.blob_bytes()},
-                        {"actions", stats.action_count()},
-                        {"jobs_queued", stats.jobs_queued()},
-                        {"jobs_running", stats.jobs_running()},
-                        {"jobs_completed", stats.jobs_completed()},
-                        {"jobs_failed", stats.jobs_failed()},
-                        {"cache_hits", stats.cache_hits()},
-                        {"cache_misses", stats.cache_misses()}};
+  grpc::ClientContext cacheContext;
+  flowc::v1::CacheStatsResponse cache;
+  if (Status status =
+          fromGrpc((*client)->cache().Stats(&cacheContext, {}, &cache), "cache stats");
+      !status)
+    return reportError(status);
+  // The cache's figures under the names `cache stats --json` uses.
+  nlohmann::json out = cacheStatsJson(cache);
+  out.update({{"running", true},
+              {"socket", global.socketPath},
+              {"pid", health->pid()},
+              {"version", health->version()},
+              {"uptime_seconds", health->uptime_seconds()},
+              {"workers", health->workers()},
+              {"jobs_queued", stats.jobs_queued()},
+              {"jobs_running", stats.jobs_running()},
+              {"jobs_completed", stats.jobs_completed()},
+              {"jobs_failed", stats.jobs_failed()}});
   if (json) {
     printJson(out);
     return 0;
@@ -51,12 +53,13 @@ int runStatus(GlobalOptions &global, bool json) {
             << "), " << health->workers() << " workers, up "
             << static_cast<int>(health->uptime_seconds()) << " s\n"
             << "socket: " << global.socketPath << "\ncache: " << health->cache_dir()
-            << ", " << stats.blob_count() << " blobs, " << stats.blob_bytes()
-            << " bytes, " << stats.action_count() << " actions\n"
+            << ", " << cache.blob_count() << " blobs, " << humanBytes(cache.blob_bytes())
+            << ", " << cache.action_count() << " actions; artifact hits " << cache.hits()
+            << " / misses " << cache.misses() << " ("
+            << hitRateText(cache.hits(), cache.misses()) << ")\n"
             << "jobs: " << stats.jobs_running() << " running, " << stats.jobs_queued()
             << " queued, " << stats.jobs_completed() << " done, " << stats.jobs_failed()
-            << " failed; cache " << stats.cache_hits() << " hits / "
-            << stats.cache_misses() << " misses" << std::endl;
+            << " failed" << std::endl;
   return 0;
 }
 

@@ -1,10 +1,12 @@
 // flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
 #include "Commands.h"
+#include "PlaceArtifact.h"
 
 #include "flowc/compiler/Compiler.h"
 #include "flowc/support/MappedFile.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
 #include <iomanip>
@@ -30,6 +32,7 @@ struct SubmitOptions {
   bool batch = false;
   std::vector<std::string> inputShapes;
   bool progress = false;
+  bool thin = false;
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
   bool optLevelGiven = false;
@@ -94,6 +97,44 @@ Status downloadArtifact(DaemonClient &client, const std::string &digest,
   return status;
 }
 
+/// InvalidArgument naming `output` when its directory does not exist or is
+/// not one: checked before anything compiles.
+Status checkOutputPath(const std::string &output) {
+  fs::path parent = fs::absolute(output).parent_path();
+  std::error_code ec;
+  if (fs::is_directory(output, ec))
+    return invalidArgument("-o '" + output + "' is a directory; name the artifact file");
+  if (!fs::is_directory(parent, ec))
+    return invalidArgument(
+        "cannot write -o '" + output + "': '" + parent.string() +
+        (fs::exists(parent, ec) ? "' is not a directory" : "' does not exist"));
+  if (::access(parent.c_str(), W_OK) != 0)
+    return errnoStatus(errno,
+                       "cannot write -o '" + output + "' in '" + parent.string() + "'");
+  return Status::ok();
+}
+
+/// Where the artifact came from: the daemon's cache file (linked, cloned or
+/// copied, or already there), else streamed over the connection.
+Expected<std::string> fetchArtifact(DaemonClient &client,
+                                    const flowc::v1::CompileResult &result,
+                                    const std::string &output) {
+  const std::string &digest = result.artifact_digest();
+  size_t slash = digest.rfind('/');
+  uint64_t size = slash == std::string::npos
+                      ? 0
+                      : std::strtoull(digest.c_str() + slash + 1, nullptr, 10);
+  if (!result.artifact_path().empty() && size > 0) {
+    auto placed = placeLocalArtifact(result.artifact_path(), size, output);
+    if (placed)
+      return std::string(placementName(*placed));
+    if (placed.status().code() != StatusCode::FailedPrecondition)
+      return placed.status();
+  }
+  FLOWC_RETURN_IF_ERROR(downloadArtifact(client, result.artifact_digest(), output));
+  return std::string("streamed");
+}
+
 int runSubmit(SubmitOptions options, GlobalOptions &global) {
   global.resolve();
   auto model = absoluteModelOrReproducer(options.model);
@@ -103,6 +144,8 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
     applyRecordedOptions(*model, options);
   std::string output =
       options.output.empty() ? fs::path(*model).stem().string() + ".fca" : options.output;
+  if (Status writable = checkOutputPath(output); !writable)
+    return reportError(writable);
 
   auto client = DaemonClient::connect(global, /*autostart=*/true);
   if (!client)
@@ -116,6 +159,8 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   for (const std::string &pass : options.disabledPasses)
     request.add_disabled_passes(pass);
   request.set_print_ir_after(options.printIrAfter);
+  request.set_want_local_path(true);
+  request.set_thin(options.thin);
   request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
                                      : flowc::v1::PRIORITY_INTERACTIVE);
   if (Status shapes = addInputShapes(options.inputShapes, request); !shapes)
@@ -145,9 +190,13 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   if (!result)
     return reportError(
         internalError("the daemon sent no result for '" + options.model + "'"));
-  if (Status status = downloadArtifact(**client, result->artifact_digest(), output);
-      !status)
-    return reportError(status);
+  auto transfer = fetchArtifact(**client, *result, output);
+  if (!transfer)
+    return reportError(transfer.status());
+  // What the user waited, from the command's start.
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - global.started)
+          .count();
 
   std::string cache = result->cache_hit() ? "hit" : "miss";
   if (options.json) {
@@ -156,7 +205,12 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
                            {"model_digest", result->model_digest()},
                            {"cache", cache},
                            {"code_cache", result->code_cache_hit() ? "hit" : "miss"},
-                           {"seconds", result->seconds()},
+                           {"seconds", seconds},
+                           {"daemon_seconds", result->seconds()},
+                           {"artifact_transfer", *transfer},
+                           {"kernels_compiled", result->kernels_compiled()},
+                           {"kernels_reused", result->kernels_reused()},
+                           {"thin", options.thin},
                            {"job_id", result->job_id()}};
     json["op_counts"] = nlohmann::json::object();
     for (const auto &[op, count] : result->op_counts())
@@ -169,8 +223,8 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
        << (result->cache_hit()        ? ""
            : result->code_cache_hit() ? " (code reused, weights re-linked)"
                                       : "")
-       << " in " << std::fixed << std::setprecision(3) << result->seconds() << " s -> "
-       << output << " " << result->artifact_digest();
+       << " in " << std::fixed << std::setprecision(3) << seconds << " s (daemon "
+       << result->seconds() << " s) -> " << output << " " << result->artifact_digest();
   std::cout << line.str() << std::endl;
   return 0;
 }
@@ -205,6 +259,9 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
                   "NAME=DIMS (e.g. input_ids=1x128): a static shape for an input with "
                   "symbolic dimensions; repeatable");
   cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
+  cmd->add_flag("--thin", options->thin,
+                "Thin artifact: weights referred to by digest and mapped from this "
+                "cache when it runs (kilobytes for any model; runs where the cache is)");
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;
     options->optLevelGiven = cmd->count("--opt-level") > 0;

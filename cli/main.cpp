@@ -1,7 +1,31 @@
 // flowc: the command-line client. Each subcommand lives in its own file.
 #include "Commands.h"
 
+#include "flowc/runtime/BuildInfo.h"
+#include "flowc/support/Environment.h"
+
+#include <grpc/support/log.h>
+#include <iostream>
 #include <spdlog/spdlog.h>
+
+namespace {
+
+/// gRPC's own log lines (connection failures, retries) would bury the one
+/// error line flowc prints; what went wrong reaches the user through the
+/// RPC's status instead.
+void discardGrpcLog(gpr_log_func_args *) {}
+
+/// Lets global options follow the subcommand (`flowc submit m.onnx
+/// --socket S`): options a subcommand does not know fall through to the
+/// parent, at every depth.
+void letGlobalOptionsFallThrough(CLI::App &app) {
+  for (CLI::App *sub : app.get_subcommands({})) {
+    sub->fallthrough();
+    letGlobalOptionsFallThrough(*sub);
+  }
+}
+
+} // namespace
 
 int main(int argc, char **argv) {
   using namespace flowc::cli;
@@ -23,14 +47,30 @@ int main(int argc, char **argv) {
   add(addStatusCommand);
   add(addDaemonCommand);
   add(addCacheCommand);
+  letGlobalOptionsFallThrough(app);
+  app.set_version_flag(
+      "--version",
+      [] {
+        std::string text = flowc::runtime::versionText("flowc");
+        text.pop_back(); // CLI11 ends the text with its own newline
+        return text;
+      },
+      "Print the version, build id and library versions");
   spdlog::set_level(spdlog::level::warn);
+  gpr_set_log_function(discardGrpcLog);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
-    // CLI11 prints the message; its own codes (105, 106, ...) would hide
-    // that every parse failure is a usage error. --help stays 0.
-    return app.exit(e) == 0 ? 0 : kExitUsage;
+    // --help and --version print and succeed; every other parse failure is
+    // a usage error (CLI11's own codes, 105, 106, ..., would hide that),
+    // said in one line like every other error.
+    if (e.get_exit_code() == 0)
+      return app.exit(e);
+    std::cerr << "flowc: error: " << e.what() << " (see flowc --help)" << std::endl;
+    return kExitUsage;
   }
+  for (const std::string &warning : flowc::unknownEnvironmentWarnings())
+    std::cerr << "flowc: warning: " << warning << std::endl;
   for (auto &[command, runner] : commands)
     if (command->parsed())
       return runner();

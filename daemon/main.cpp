@@ -1,50 +1,117 @@
 // flowcd: the flowc daemon. Runs in the foreground; `flowc` starts it in the
 // background on demand.
+#include "flowc/daemon/Config.h"
 #include "flowc/daemon/Server.h"
-#include "flowc/support/ByteSize.h"
+#include "flowc/runtime/BuildInfo.h"
+#include "flowc/support/Environment.h"
 
 #include <CLI/CLI.hpp>
-#include <cstdlib>
 #include <iostream>
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace {
 
-std::string defaultCacheDir() {
-  if (const char *dir = std::getenv("FLOWC_CACHE_DIR"); dir && *dir)
-    return dir;
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::string(xdg) + "/flowc";
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.cache/flowc";
+constexpr int kExitUsage = 2;
+constexpr size_t kLogFileBytes = 8 << 20;
+constexpr size_t kLogFilesKept = 3;
+
+/// A flag given on the command line, as text.
+struct FlagSlot {
+  std::string value;
+  CLI::Option *option = nullptr;
+  std::optional<std::string> get() const {
+    return option && option->count() ? std::optional<std::string>(value) : std::nullopt;
+  }
+};
+
+/// Logs to stderr, or to `path` rotated at kLogFileBytes; InvalidArgument
+/// if the file cannot be opened.
+flowc::Status setUpLogging(const std::string &path) {
+  try {
+    if (path.empty())
+      spdlog::set_default_logger(spdlog::stderr_logger_mt("flowcd"));
+    else
+      spdlog::set_default_logger(
+          spdlog::rotating_logger_mt("flowcd", path, kLogFileBytes, kLogFilesKept));
+  } catch (const spdlog::spdlog_ex &e) {
+    return flowc::invalidArgument("--log-file '" + path + "': " + e.what());
+  }
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l flowcd %v");
+  spdlog::flush_on(spdlog::level::info);
+  return flowc::Status::ok();
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  CLI::App app{"flowcd: the flowc compile daemon"};
-  flowc::daemon::DaemonOptions options;
-  options.cacheDir = defaultCacheDir();
-  if (const char *socket = std::getenv("FLOWC_SOCKET"))
-    options.socketPath = socket;
-  app.add_option("--cache-dir", options.cacheDir,
-                 "Cache directory (env FLOWC_CACHE_DIR)");
-  app.add_option(
-      "--socket", options.socketPath,
+  CLI::App app{"flowcd: the flowc compile daemon.\n"
+               "Settings: flags > environment (FLOWC_*) > config file > defaults"};
+  FlagSlot cacheDir, socket, listen, workers, maxSize, idleTimeout, logFile, config;
+  cacheDir.option = app.add_option("--cache-dir", cacheDir.value,
+                                   "Cache directory (env FLOWC_CACHE_DIR; default "
+                                   "$XDG_CACHE_HOME/flowc or ~/.cache/flowc)");
+  socket.option = app.add_option(
+      "--socket", socket.value,
       "Unix socket to listen on (env FLOWC_SOCKET; default CACHE_DIR/flowcd.sock)");
-  app.add_option("--listen", options.tcpAddress, "Also listen on TCP host:port");
-  app.add_option("--workers", options.workers,
-                 "Embedded worker threads (default: cores)");
-  CLI11_PARSE(app, argc, argv);
+  listen.option =
+      app.add_option("--listen", listen.value, "Also listen on TCP host:port");
+  workers.option = app.add_option("--workers", workers.value,
+                                  "Embedded worker threads (default 0: one per core)");
+  maxSize.option = app.add_option("--max-size", maxSize.value,
+                                  "Cache size cap, e.g. 20G, 512M (env "
+                                  "FLOWC_CACHE_MAX_SIZE; default 20G): least recently "
+                                  "used blobs go beyond it");
+  idleTimeout.option = app.add_option(
+      "--idle-timeout", idleTimeout.value,
+      "Exit after this long with no request and no job: 90s, 15m, 2h (default 0: never; "
+      "the CLI's auto-start passes 1h)");
+  logFile.option =
+      app.add_option("--log-file", logFile.value,
+                     "Log to this file, rotated at 8 MiB with 3 old files kept "
+                     "(default: stderr)");
+  config.option = app.add_option(
+      "--config", config.value,
+      "Config file of 'key = value' lines with the long flags' names (env FLOWC_CONFIG; "
+      "default CACHE_DIR/flowcd.conf when it exists)");
+  bool version = false;
+  app.add_flag("--version", version, "Print the version, build id and library versions");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    // --help and --version print and succeed; every other parse failure is
+    // a usage error (CLI11's own codes, 105, 106, ..., would hide that),
+    // said in one line like every other error.
+    if (e.get_exit_code() == 0)
+      return app.exit(e);
+    std::cerr << "flowcd: error: " << e.what() << " (see flowcd --help)" << std::endl;
+    return kExitUsage;
+  }
+  if (version) {
+    std::cout << flowc::runtime::versionText("flowcd");
+    return 0;
+  }
 
-  // Logs go to stderr, leaving stdout for nothing but the process itself.
-  spdlog::set_default_logger(spdlog::stderr_logger_mt("flowcd"));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l flowcd %v");
+  auto options = flowc::daemon::resolveDaemonOptions(
+      {cacheDir.get(), socket.get(), listen.get(), workers.get(), maxSize.get(),
+       idleTimeout.get(), logFile.get(), config.get()});
+  if (!options) {
+    std::cerr << "flowcd: error: " << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (flowc::Status logging = setUpLogging(options->logFile); !logging) {
+    std::cerr << "flowcd: error: " << logging.message() << "\n";
+    return kExitUsage;
+  }
+  for (const std::string &warning : flowc::unknownEnvironmentWarnings())
+    spdlog::warn("{}", warning);
   // Before any thread exists, so every thread inherits the mask.
   flowc::daemon::blockShutdownSignals();
-  auto server = flowc::daemon::Server::start(options);
+  auto server = flowc::daemon::Server::start(*options);
   if (!server) {
+    if (!options->logFile.empty())
+      spdlog::error("{}", server.status().message());
     std::cerr << "flowcd: error: " << server.status().message() << "\n";
     return 1;
   }

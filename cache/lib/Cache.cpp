@@ -60,6 +60,9 @@ bool ownerIsGone(const fs::path &entry) {
   return pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH);
 }
 
+/// Mode of blob files: read-only, for the cache's owner only.
+constexpr mode_t kBlobMode = 0400;
+
 /// A temp file in `tmp/` that is removed unless commit() renamed it into place.
 class TempFile {
 public:
@@ -119,6 +122,10 @@ public:
   /// Closes and renames the file to `target`; the caller has made its bytes
   /// durable (a batch sync).
   Status rename(const std::string &target) {
+    // Blobs never change: read-only, also through hard links handed out
+    // for artifacts (the owner's only; other users never read a blob).
+    if (fd_ >= 0 && fchmod(fd_, kBlobMode) != 0)
+      return errnoStatus(errno, "cannot make '" + path_ + "' read-only");
     FLOWC_RETURN_IF_ERROR(close());
     if (::rename(path_.c_str(), target.c_str()) != 0)
       return errnoStatus(errno, "cannot rename '" + path_ + "' to '" + target + "'");
@@ -523,6 +530,8 @@ Expected<Digest> Cache::adoptFile(const std::string &path) {
   }
   std::string target = blobPath(digest);
   FLOWC_RETURN_IF_ERROR(makeDirectory(fs::path(target).parent_path().string()));
+  if (::chmod(path.c_str(), kBlobMode) != 0)
+    return errnoStatus(errno, "cannot make '" + path + "' read-only");
   if (::rename(path.c_str(), target.c_str()) != 0)
     return errnoStatus(errno, "cannot move '" + path + "' into the cache");
   FLOWC_RETURN_IF_ERROR(index_->addBlob(digest, false, {}));
@@ -566,13 +575,38 @@ Expected<BlobHandle> Cache::get(const Digest &digest) {
   return handle;
 }
 
-Expected<std::optional<Digest>> Cache::lookupAction(ActionKind kind, const Digest &key) {
+static std::string whyCorrupt(Cache &cache, const Digest &digest);
+
+Status Cache::checkUnmodified(const Digest &digest) {
+  FLOWC_ASSIGN_OR_RETURN(auto row, index_->findBlob(digest, false));
+  if (!row)
+    return notFound("blob " + digest.toString() + " is not in the cache");
+  if (row->isInline)
+    return Status::ok();
+  struct stat st;
+  if (::stat(blobPath(digest).c_str(), &st) != 0)
+    return notFound("blob " + digest.toString() + " has no file");
+  int64_t modifiedMs = int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1000000;
+  // Written before it was indexed; a later write is someone else's.
+  if (modifiedMs <= row->createdMs + 2000)
+    return Status::ok();
+  std::string why = whyCorrupt(*this, digest);
+  if (why.empty())
+    return Status::ok();
+  FLOWC_RETURN_IF_ERROR(quarantine(digest, "modified after it was stored: " + why));
+  return dataLoss("cached " + digest.toString() + " was modified after it was stored (" +
+                  why + "); quarantined");
+}
+
+Expected<std::optional<Digest>> Cache::lookupAction(ActionKind kind, const Digest &key,
+                                                    CountLookup count) {
   std::string counter = actionKindName(kind);
   FLOWC_ASSIGN_OR_RETURN(auto entry, index_->getAction(kind, key));
   bool usable = entry && contains(entry->first);
   for (size_t i = 0; usable && i < entry->second.size(); ++i)
     usable = contains(entry->second[i]);
-  FLOWC_RETURN_IF_ERROR(index_->bump(counter + (usable ? "_hits" : "_misses"), 1));
+  if (count == CountLookup::Yes)
+    FLOWC_RETURN_IF_ERROR(index_->bump(counter + (usable ? "_hits" : "_misses"), 1));
   if (!usable)
     return std::optional<Digest>();
   FLOWC_RETURN_IF_ERROR(index_->touchBlob(entry->first));
@@ -621,6 +655,10 @@ Status Cache::pin(const Digest &digest) { return index_->setPinned(digest, true)
 Status Cache::unpin(const Digest &digest) { return index_->setPinned(digest, false); }
 
 Expected<GcReport> Cache::collectGarbage(uint64_t targetBytes) {
+  return evictDownTo(targetBytes, CountEvictions::Yes);
+}
+
+Expected<GcReport> Cache::evictDownTo(uint64_t targetBytes, CountEvictions count) {
   GcReport report;
   FLOWC_ASSIGN_OR_RETURN(CacheStats stats, index_->stats());
   uint64_t remaining = stats.blobBytes;
@@ -652,7 +690,7 @@ Expected<GcReport> Cache::collectGarbage(uint64_t targetBytes) {
     if (!progress)
       break;
   }
-  if (report.evictedBlobs) {
+  if (report.evictedBlobs && count == CountEvictions::Yes) {
     FLOWC_RETURN_IF_ERROR(
         index_->bump("evictions", static_cast<int64_t>(report.evictedBlobs)));
     FLOWC_RETURN_IF_ERROR(
@@ -797,10 +835,12 @@ Expected<std::vector<BlobInfo>> Cache::list(size_t limit) {
 
 Expected<GcReport> Cache::clear() {
   FLOWC_ASSIGN_OR_RETURN(uint64_t droppedActions, index_->clearActions());
-  FLOWC_ASSIGN_OR_RETURN(GcReport report, collectGarbage(0));
+  FLOWC_ASSIGN_OR_RETURN(GcReport report, evictDownTo(0, CountEvictions::No));
   report.droppedActions += droppedActions;
   return report;
 }
+
+Status Cache::zeroCounters() { return index_->zeroCounters(); }
 
 Expected<CacheStats> Cache::stats() {
   FLOWC_ASSIGN_OR_RETURN(CacheStats stats, index_->stats());

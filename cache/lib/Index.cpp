@@ -312,6 +312,11 @@ Status Index::putAction(ActionKind kind, const Digest &key, const Digest &result
   return txn.commit();
 }
 
+Status Index::zeroCounters() {
+  std::lock_guard lock(mutex_);
+  return db_->exec("DELETE FROM counters");
+}
+
 Expected<uint64_t> Index::clearActions() {
   std::lock_guard lock(mutex_);
   FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
@@ -417,10 +422,10 @@ Expected<CacheStats> Index::stats() {
       break;
     std::string name = counters.text(0);
     uint64_t value = static_cast<uint64_t>(counters.integer(1));
-    if (name == "artifact_hits")
-      stats.hits = value;
-    else if (name == "artifact_misses")
-      stats.misses = value;
+    if (name.ends_with("_hits"))
+      stats.byKind[name.substr(0, name.size() - 5)].hits = value;
+    else if (name.ends_with("_misses"))
+      stats.byKind[name.substr(0, name.size() - 7)].misses = value;
     else if (name == "evictions")
       stats.evictions = value;
     else if (name == "evicted_bytes")
@@ -428,6 +433,12 @@ Expected<CacheStats> Index::stats() {
     else if (name == "dedup_bytes")
       stats.dedupBytes = value;
   }
+  // Every kind is reported, looked up or not.
+  for (ActionKind kind : {ActionKind::Artifact, ActionKind::Code, ActionKind::Kernel,
+                          ActionKind::DerivedWeight})
+    stats.byKind[actionKindName(kind)];
+  stats.hits = stats.byKind["artifact"].hits;
+  stats.misses = stats.byKind["artifact"].misses;
   return stats;
 }
 

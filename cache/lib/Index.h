@@ -59,6 +59,7 @@ public:
 
   Status bump(std::string_view counter, int64_t delta);
   Expected<CacheStats> stats();
+  Status zeroCounters();
 
 private:
   explicit Index(std::unique_ptr<Database> db) : db_(std::move(db)) {}

@@ -18,11 +18,21 @@ void fillGc(const cache::GcReport &report, flowc::v1::CacheGcResponse *response)
 } // namespace
 
 grpc::Status CacheService::Stats(grpc::ServerContext *,
-                                 const flowc::v1::CacheStatsRequest *,
+                                 const flowc::v1::CacheStatsRequest *request,
                                  flowc::v1::CacheStatsResponse *response) {
   auto stats = context_.cache->stats();
   if (!stats)
     return toGrpcStatus(stats.status());
+  if (request->zero()) {
+    if (Status zeroed = context_.cache->zeroCounters(); !zeroed)
+      return toGrpcStatus(zeroed);
+    spdlog::info("cache counters zeroed");
+  }
+  for (const auto &[kind, counts] : stats->byKind) {
+    flowc::v1::LookupCounts &out = (*response->mutable_kinds())[kind];
+    out.set_hits(counts.hits);
+    out.set_misses(counts.misses);
+  }
   response->set_blob_count(stats->blobCount);
   response->set_blob_bytes(stats->blobBytes);
   response->set_inline_blobs(stats->inlineBlobs);

@@ -104,6 +104,11 @@ inputShapesOf(const google::protobuf::RepeatedPtrField<flowc::v1::InputShape> &f
   return shapes;
 }
 
+/// A client on this machine: it can read the cache's files itself.
+bool isLocalPeer(const grpc::ServerContext &context) {
+  return context.peer().starts_with("unix:");
+}
+
 Status requireAbsolute(const std::string &path) {
   if (path.empty() || path[0] != '/')
     return invalidArgument("model_path must be an absolute path, got '" + path + "'");
@@ -199,6 +204,8 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   compile.options.disabledPasses.assign(request->disabled_passes().begin(),
                                         request->disabled_passes().end());
   compile.options.printIrAfter = request->print_ir_after();
+  compile.kind =
+      request->thin() ? worker::ArtifactKind::Thin : worker::ArtifactKind::Packed;
   if (Status valid = compile.options.validate(); !valid)
     return toGrpcStatus(valid);
 
@@ -262,10 +269,20 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   result->set_code_cache_hit(outcome->codeCacheHit);
   result->set_seconds(outcome->seconds);
   result->set_job_id(jobId);
+  result->set_kernels_compiled(outcome->kernelsCompiled);
+  result->set_kernels_reused(outcome->kernelsReused);
+  if (request->want_local_path() && isLocalPeer(*context))
+    result->set_artifact_path(localArtifactPath(outcome->artifactDigest));
   for (const auto &[op, count] : outcome->opCounts)
     (*result->mutable_op_counts())[op] = count;
   writer->Write(event);
   return grpc::Status::OK;
+}
+
+std::string CompilerService::localArtifactPath(const cache::Digest &digest) const {
+  if (digest.size < context_.cache->options().inlineThreshold)
+    return ""; // inside the index, not a file: streamed
+  return context_.cache->blobPath(digest);
 }
 
 grpc::Status

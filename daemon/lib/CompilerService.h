@@ -26,6 +26,9 @@ public:
                      grpc::ServerWriter<flowc::v1::ReproChunk> *writer) override;
 
 private:
+  /// The artifact's file in the cache; empty for an inline blob.
+  std::string localArtifactPath(const cache::Digest &digest) const;
+
   DaemonContext &context_;
 };
 

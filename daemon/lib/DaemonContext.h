@@ -12,6 +12,26 @@
 
 namespace flowc::daemon {
 
+/// Requests in flight and when the last one ended, for the idle timeout.
+struct Activity {
+  std::atomic<int> inFlight{0};
+  std::atomic<int64_t> lastEndNs{
+      std::chrono::steady_clock::now().time_since_epoch().count()};
+
+  void begin() { ++inFlight; }
+  void end() {
+    lastEndNs = std::chrono::steady_clock::now().time_since_epoch().count();
+    --inFlight;
+  }
+  /// Seconds since the last request ended, 0 while one is in flight.
+  double idleSeconds() const {
+    if (inFlight > 0)
+      return 0;
+    auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    return static_cast<double>(now - lastEndNs) * 1e-9;
+  }
+};
+
 struct DaemonContext {
   DaemonOptions options;
   std::unique_ptr<cache::Cache> cache;
@@ -21,6 +41,7 @@ struct DaemonContext {
   std::atomic<uint64_t> cacheHits{0};
   std::atomic<uint64_t> cacheMisses{0};
   std::atomic<uint64_t> jobsFailed{0};
+  Activity activity;
 };
 
 } // namespace flowc::daemon

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -31,6 +32,55 @@ bool socketIsLive(const std::string &path) {
   bool live = connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof address) == 0;
   close(fd);
   return live;
+}
+
+/// Counts every RPC from its start to its end (an interceptor lives as long
+/// as its call), so that the idle timeout never stops a daemon mid-request.
+class ActivityInterceptor : public grpc::experimental::Interceptor {
+public:
+  explicit ActivityInterceptor(Activity &activity) : activity_(activity) {
+    activity_.begin();
+  }
+  ~ActivityInterceptor() override { activity_.end(); }
+  void Intercept(grpc::experimental::InterceptorBatchMethods *methods) override {
+    methods->Proceed();
+  }
+
+private:
+  Activity &activity_;
+};
+
+class ActivityInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+public:
+  explicit ActivityInterceptorFactory(Activity &activity) : activity_(activity) {}
+  grpc::experimental::Interceptor *
+  CreateServerInterceptor(grpc::experimental::ServerRpcInfo *) override {
+    return new ActivityInterceptor(activity_);
+  }
+
+private:
+  Activity &activity_;
+};
+
+/// Waits for a shutdown signal, or until the daemon has been idle (no
+/// request in flight, no job) for `idleTimeoutSeconds` when that is set.
+/// Returns the signal, or 0 for the idle timeout.
+int waitForShutdown(const sigset_t &signals, unsigned idleTimeoutSeconds,
+                    DaemonContext &context) {
+  while (true) {
+    timespec poll{1, 0};
+    int received = sigtimedwait(&signals, nullptr, &poll);
+    if (received > 0)
+      return received;
+    if (idleTimeoutSeconds == 0)
+      continue;
+    scheduler::JobCounts jobs = context.jobs->counts();
+    if (jobs.queued || jobs.running)
+      continue;
+    if (context.activity.idleSeconds() >= idleTimeoutSeconds)
+      return 0;
+  }
 }
 
 } // namespace
@@ -104,15 +154,21 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
   builder.RegisterService(state->compiler.get());
   builder.RegisterService(state->admin.get());
   builder.RegisterService(state->cacheService.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<ActivityInterceptorFactory>(context.activity));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   state->grpcServer = builder.BuildAndStart();
   if (!state->grpcServer)
     return unavailable(
         "cannot listen on '" + options.socketPath + "'" +
         (options.tcpAddress.empty() ? "" : " and '" + options.tcpAddress + "'"));
-  spdlog::info("flowcd {} listening socket={} tcp={} cache={} workers={} pid={}",
+  spdlog::info("flowcd {} listening socket={} tcp={} cache={} workers={} max_size={} "
+               "idle_timeout_s={} pid={}",
                FLOWC_BUILD_ID, options.socketPath,
                options.tcpAddress.empty() ? "-" : options.tcpAddress, options.cacheDir,
-               context.jobs->workerCount(), getpid());
+               context.jobs->workerCount(), options.cache.maxBytes,
+               options.idleTimeoutSeconds, getpid());
   return std::unique_ptr<Server>(new Server(std::move(state)));
 }
 
@@ -122,10 +178,13 @@ void Server::runUntilShutdown() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGUSR1);
-  int received = 0;
-  while (sigwait(&signals, &received) != 0) {
-  }
-  spdlog::info("shutting down on {}", strsignal(received));
+  int received = waitForShutdown(signals, state_->context.options.idleTimeoutSeconds,
+                                 state_->context);
+  if (received)
+    spdlog::info("shutting down on {}", strsignal(received));
+  else
+    spdlog::info("shutting down after {} s idle",
+                 state_->context.options.idleTimeoutSeconds);
   // Refuse new work, let running compiles finish and streams drain.
   state_->context.jobs->shutdown();
   state_->grpcServer->Shutdown(std::chrono::system_clock::now() +

@@ -1,4 +1,6 @@
 #include "flowc/runtime/Artifact.h"
+
+#include <algorithm>
 #include "flowc/runtime/Tensor.h"
 
 #include "flowc/support/MappedFile.h"
@@ -67,16 +69,19 @@ nlohmann::json Plan::toJson() const {
     w["digest"] = weight.digest;
     w["offset"] = weight.offset;
     w["size"] = weight.size;
+    if (weight.external)
+      w["external"] = true;
     json["weights"].push_back(w);
   }
   json["packed"] = nlohmann::json::array();
-  for (const PackedWeightSpec &weight : packed)
-    json["packed"].push_back({{"site", weight.site},
-                              {"buffer", weight.buffer},
-                              {"layout", weight.layout},
-                              {"digest", weight.digest},
-                              {"offset", weight.offset},
-                              {"size", weight.size}});
+  for (const PackedWeightSpec &weight : packed) {
+    nlohmann::json w = {{"site", weight.site},     {"buffer", weight.buffer},
+                        {"layout", weight.layout}, {"digest", weight.digest},
+                        {"offset", weight.offset}, {"size", weight.size}};
+    if (weight.external)
+      w["external"] = true;
+    json["packed"].push_back(w);
+  }
   return json;
 }
 
@@ -91,13 +96,15 @@ Expected<Plan> Plan::fromJson(const nlohmann::json &json) {
     for (const auto &w : json.at("weights"))
       plan.weights.push_back(
           WeightSpec{specFromJson(w), w.at("digest").get<std::string>(),
-                     w.at("offset").get<uint64_t>(), w.at("size").get<uint64_t>()});
+                     w.at("offset").get<uint64_t>(), w.at("size").get<uint64_t>(),
+                     w.value("external", false)});
     // Artifacts linked before packed weights existed have none.
     for (const auto &w : json.value("packed", nlohmann::json::array()))
       plan.packed.push_back(PackedWeightSpec{
           w.at("site").get<int64_t>(), w.at("buffer").get<int64_t>(),
           w.at("layout").get<std::string>(), w.at("digest").get<std::string>(),
-          w.at("offset").get<uint64_t>(), w.at("size").get<uint64_t>()});
+          w.at("offset").get<uint64_t>(), w.at("size").get<uint64_t>(),
+          w.value("external", false)});
     return plan;
   } catch (const nlohmann::json::exception &e) {
     return dataLoss(std::string("malformed execution plan: ") + e.what());
@@ -194,7 +201,8 @@ Status ArtifactWriter::finish() {
   return Status::ok();
 }
 
-Expected<std::shared_ptr<Artifact>> Artifact::open(const std::string &path) {
+Expected<std::shared_ptr<Artifact>> Artifact::open(const std::string &path,
+                                                   const ExternalWeightSource &external) {
   FLOWC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
   auto bad = [&](const std::string &what) {
     return invalidArgument("'" + path + "' is not a valid flowc artifact: " + what);
@@ -241,18 +249,69 @@ Expected<std::shared_ptr<Artifact>> Artifact::open(const std::string &path) {
   FLOWC_ASSIGN_OR_RETURN(artifact->metadata_, parse(SectionKind::Metadata, "metadata"));
   FLOWC_ASSIGN_OR_RETURN(nlohmann::json planJson, parse(SectionKind::Plan, "plan"));
   FLOWC_ASSIGN_OR_RETURN(artifact->plan_, Plan::fromJson(planJson));
-  uint64_t weightBytes = artifact->section(SectionKind::Weights).size();
-  for (const WeightSpec &weight : artifact->plan_.weights)
-    if (weight.offset > weightBytes || weight.size > weightBytes - weight.offset ||
-        weight.size != weight.tensor.byteSize())
-      return bad("weight '" + weight.tensor.name + "' lies outside the weights section");
-  for (const PackedWeightSpec &weight : artifact->plan_.packed)
-    if (weight.offset > weightBytes || weight.size > weightBytes - weight.offset)
-      return bad("packed weight of kernel site " + std::to_string(weight.site) +
-                 " lies outside the weights section");
+  std::string_view weights = artifact->section(SectionKind::Weights);
+  auto locate = [&](const auto &weight,
+                    const std::string &what) -> Expected<std::string_view> {
+    if (!weight.external) {
+      if (weight.offset > weights.size() || weight.size > weights.size() - weight.offset)
+        return bad(what + " lies outside the weights section");
+      return weights.substr(weight.offset, weight.size);
+    }
+    if (!external)
+      return std::string_view();
+    auto file = external(weight.digest);
+    if (!file)
+      return file.status().withContext(path + ": " + what);
+    if (file->size() != weight.size)
+      return bad(what + " (" + weight.digest + ") is " + std::to_string(file->size()) +
+                 " bytes where the plan says " + std::to_string(weight.size));
+    std::string_view bytes = file->view();
+    artifact->externalFiles_.push_back(file.takeValue());
+    return bytes;
+  };
+  for (const WeightSpec &weight : artifact->plan_.weights) {
+    if (weight.size != weight.tensor.byteSize())
+      return bad("weight '" + weight.tensor.name + "' has " +
+                 std::to_string(weight.size) + " bytes, its shape needs " +
+                 std::to_string(weight.tensor.byteSize()));
+    FLOWC_ASSIGN_OR_RETURN(std::string_view bytes,
+                           locate(weight, "weight '" + weight.tensor.name + "'"));
+    artifact->weightBytes_.push_back(bytes);
+  }
+  for (const PackedWeightSpec &weight : artifact->plan_.packed) {
+    FLOWC_ASSIGN_OR_RETURN(
+        std::string_view bytes,
+        locate(weight, "packed weight of kernel site " + std::to_string(weight.site)));
+    artifact->packedBytes_.push_back(bytes);
+  }
   if (artifact->section(SectionKind::Code).empty())
     return bad("missing code section");
   return artifact;
+}
+
+bool Artifact::isThin() const {
+  return std::any_of(plan_.weights.begin(), plan_.weights.end(),
+                     [](const WeightSpec &w) { return w.external; }) ||
+         std::any_of(plan_.packed.begin(), plan_.packed.end(),
+                     [](const PackedWeightSpec &w) { return w.external; });
+}
+
+Status Artifact::requireWeights() const {
+  for (size_t i = 0; i < plan_.weights.size(); ++i)
+    if (plan_.weights[i].external && weightBytes_[i].empty() && plan_.weights[i].size)
+      return failedPrecondition("'" + path() + "' is a thin artifact: weight '" +
+                                plan_.weights[i].tensor.name + "' (" +
+                                plan_.weights[i].digest +
+                                ") lives in the flowc cache that made it; run it where "
+                                "that cache is (--cache-dir) "
+                                "or submit without --thin for a self-contained artifact");
+  for (size_t i = 0; i < plan_.packed.size(); ++i)
+    if (plan_.packed[i].external && packedBytes_[i].empty() && plan_.packed[i].size)
+      return failedPrecondition("'" + path() + "' is a thin artifact: a packed weight (" +
+                                plan_.packed[i].digest +
+                                ") lives in the flowc cache that "
+                                "made it; run it where that cache is (--cache-dir)");
+  return Status::ok();
 }
 
 std::string_view Artifact::section(SectionKind kind) const {

@@ -789,10 +789,10 @@ Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact) 
     table[kind] = kernelFor(static_cast<KernelKind>(kind));
   }
   KernelContextPtr state(new KernelContext(*sites));
-  const char *weights = artifact.section(SectionKind::Weights).data();
-  for (const PackedWeightSpec &packed : artifact.plan().packed)
-    state->prepackedWeights[{packed.site, packed.buffer}] =
-        PrepackedWeight{weights + packed.offset, packed.size, packed.layout};
+  const std::vector<PackedWeightSpec> &packed = artifact.plan().packed;
+  for (size_t i = 0; i < packed.size(); ++i)
+    state->prepackedWeights[{packed[i].site, packed[i].buffer}] =
+        PrepackedWeight{artifact.packedBytes(i).data(), packed[i].size, packed[i].layout};
   *context = state.get();
   return state;
 }

@@ -53,6 +53,7 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> art
     return invalidArgument("thread count " + std::to_string(options.threads) +
                            " is negative");
   const Plan &plan = artifact->plan();
+  FLOWC_RETURN_IF_ERROR(artifact->requireWeights());
   FLOWC_ASSIGN_OR_RETURN(
       void *library, loadCode(artifact->section(SectionKind::Code), artifact->path()));
   auto entry = reinterpret_cast<void (*)(void **)>(dlsym(library, plan.entry.c_str()));
@@ -123,10 +124,10 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
     if (!known)
       return invalidArgument("the model has no input named '" + name + "'");
   }
-  // Weights are bound in place from the mapped artifact.
-  const char *weights = artifact_->section(SectionKind::Weights).data();
-  for (const WeightSpec &weight : plan.weights)
-    args.push_back(const_cast<char *>(weights + weight.offset));
+  // Weights are bound in place from the mapped artifact (or, for a thin
+  // one, the mapped cache files).
+  for (size_t i = 0; i < plan.weights.size(); ++i)
+    args.push_back(const_cast<char *>(artifact_->weightBytes(i).data()));
   std::vector<Tensor> outputs;
   outputs.reserve(plan.outputs.size());
   for (const TensorSpec &spec : plan.outputs)

@@ -1,6 +1,7 @@
 #include "flowc/worker/CompileExecutor.h"
 
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/BuildInfo.h"
 #include "flowc/runtime/PackedWeights.h"
 #include "flowc/worker/Reproducer.h"
 
@@ -195,10 +196,20 @@ Expected<IngestedModel> ingestModel(const std::string &path,
 }
 
 Digest CompileExecutor::artifactKey(const Digest &modelDigest,
-                                    const compiler::CompileOptions &options) const {
+                                    const compiler::CompileOptions &options,
+                                    ArtifactKind kind) const {
   return cache::digestOf("flowc.artifact.v1\n" + buildId_ + "\n" +
                          compiler::hostTargetDescription() + "\n" + options.canonical() +
-                         "\n" + modelDigest.toString());
+                         "\n" + modelDigest.toString() +
+                         (kind == ArtifactKind::Thin ? "\nthin" : ""));
+}
+
+bool CompileExecutor::servable(const Digest &artifact) {
+  Status unmodified = cache_.checkUnmodified(artifact);
+  if (!unmodified)
+    spdlog::warn("not serving artifact={}: {}", artifact.toString(),
+                 unmodified.message());
+  return unmodified.isOk();
 }
 
 Expected<std::optional<CompileResult>>
@@ -217,10 +228,11 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
   auto manifest = cache_.get(*modelDigest);
   if (!manifest)
     return Result();
-  FLOWC_ASSIGN_OR_RETURN(auto artifact,
-                         cache_.lookupAction(cache::ActionKind::Artifact,
-                                             artifactKey(*modelDigest, options)));
-  if (!artifact)
+  FLOWC_ASSIGN_OR_RETURN(
+      auto artifact,
+      cache_.lookupAction(cache::ActionKind::Artifact,
+                          artifactKey(*modelDigest, options, request.kind)));
+  if (!artifact || !servable(*artifact))
     return Result();
   CompileResult result;
   result.modelDigest = *modelDigest;
@@ -251,6 +263,10 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
         .count();
   };
   FLOWC_RETURN_IF_ERROR(request.options.validate());
+  // Refused before any work: the library kernels it asks for do not exist
+  // on this CPU, and a whole compile would fail only at link.
+  if (request.options.precision == "bf16")
+    FLOWC_RETURN_IF_ERROR(runtime::bf16KernelsSupported());
   // The identity is taken before the file is read, so that a change while
   // reading is detected when the memo is recorded.
   FLOWC_ASSIGN_OR_RETURN(cache::FileIdentity file,
@@ -270,10 +286,10 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   CompileResult result;
   result.modelDigest = ingested.modelDigest;
   result.opCounts = ingested.graph.opCounts;
-  Digest key = artifactKey(ingested.modelDigest, request.options);
+  Digest key = artifactKey(ingested.modelDigest, request.options, request.kind);
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Artifact, key));
-  if (cached && cache_.contains(ingested.modelDigest) && !printsIr) {
+  if (cached && cache_.contains(ingested.modelDigest) && !printsIr && servable(*cached)) {
     FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
@@ -304,12 +320,17 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(CompiledCode code, codeFor(ingested, request.options, progress,
                                                     result.codeCacheHit));
   pins.add(code.object);
+  result.kernelsCompiled = code.kernelsCompiled;
+  result.kernelsReused = code.kernelsReused;
   progress("link", "artifact");
-  FLOWC_ASSIGN_OR_RETURN(result.artifactDigest,
-                         linkArtifact(ingested, request.options, code, pins, progress));
+  FLOWC_ASSIGN_OR_RETURN(LinkedArtifact linked,
+                         linkArtifact(ingested, request, code, pins, progress));
+  result.artifactDigest = linked.digest;
   pins.add(result.artifactDigest);
-  FLOWC_RETURN_IF_ERROR(cache_.recordAction(cache::ActionKind::Artifact, key,
-                                            result.artifactDigest, {manifest}));
+  std::vector<Digest> deps = std::move(linked.externalWeights);
+  deps.push_back(manifest);
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::Artifact, key, result.artifactDigest, deps));
   FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
   // Over the size cap, least-recently-used blobs go; this job's are pinned.
   if (auto gc = cache_.enforceLimit(); !gc)
@@ -334,8 +355,10 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
   Digest weightsKey = cache::digestOf(key + "weights\n");
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Code, codeKey));
+  // The weight list belongs to the same answer: one lookup in the figures.
   FLOWC_ASSIGN_OR_RETURN(auto cachedWeights,
-                         cache_.lookupAction(cache::ActionKind::Code, weightsKey));
+                         cache_.lookupAction(cache::ActionKind::Code, weightsKey,
+                                             cache::Cache::CountLookup::No));
   if (cached && cachedWeights && options.printIrAfter.empty()) {
     auto blob = cache_.get(*cachedWeights);
     std::optional<compiler::CodeWeights> weights;
@@ -367,6 +390,8 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
     progress("ir", report.printedIr.substr(offset, kIrChunk));
   CompiledCode compiled;
   compiled.weights = std::move(report.weights);
+  compiled.kernelsCompiled = report.loopKernels - report.cachedLoopKernels;
+  compiled.kernelsReused = report.cachedLoopKernels;
   FLOWC_ASSIGN_OR_RETURN(compiled.object, cache_.put(object));
   FLOWC_ASSIGN_OR_RETURN(Digest weights,
                          cache_.put(codeWeightsJson(compiled.weights).dump()));
@@ -474,11 +499,11 @@ CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
       PackedBlob{std::move(packed->layout), std::move(blob)});
 }
 
-Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
-                                               const compiler::CompileOptions &options,
-                                               const CompiledCode &code,
-                                               cache::PinGuard &pins,
-                                               const ProgressFn &progress) {
+Expected<CompileExecutor::LinkedArtifact>
+CompileExecutor::linkArtifact(const IngestedModel &ingested,
+                              const CompileRequest &request, const CompiledCode &code,
+                              cache::PinGuard &pins, const ProgressFn &progress) {
+  const compiler::CompileOptions &options = request.options;
   const compiler::ImportedGraph &graph = ingested.graph;
   runtime::Plan plan;
   plan.entry = compiler::kEntrySymbol;
@@ -562,7 +587,11 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
                    {"op_counts", graph.opCounts},
                    {"parameters", graph.parameterCount()},
                    {"parameter_bytes", graph.parameterBytes()},
-                   {"opset", ingested.model.opsetVersion}};
+                   {"opset", ingested.model.opsetVersion},
+                   {"thin", request.kind == ArtifactKind::Thin}};
+  // Where a thin artifact's weights are found when it runs.
+  if (request.kind == ArtifactKind::Thin)
+    metadata["weights_cache"] = cache_.root();
 
   FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_.tmpDir()));
   std::string path = scratch.path() + "/artifact.fca";
@@ -572,19 +601,41 @@ Expected<Digest> CompileExecutor::linkArtifact(const IngestedModel &ingested,
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::GraphIr, graph.irBytecode));
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, codeBlob.bytes()));
-  FLOWC_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer->addWeights(pieces));
-  for (size_t i = 0; i < specs.size(); ++i) {
-    specs[i].offset = offsets[i];
-    plan.weights.push_back(std::move(specs[i]));
+  // A thin artifact refers to every weight that is a file in the cache by
+  // digest; small ones (inside the index, no file to map) travel along.
+  LinkedArtifact linked;
+  std::vector<std::string_view> embedded;
+  // pieces[i] are the bytes of blobs[i]: the bound weights, then the packed.
+  auto place = [&](auto &spec, size_t piece) {
+    if (request.kind == ArtifactKind::Thin &&
+        pieces[piece].size() >= cache_.options().inlineThreshold) {
+      spec.external = true;
+      linked.externalWeights.push_back(blobs[piece].digest());
+      return;
+    }
+    embedded.push_back(pieces[piece]);
+  };
+  for (size_t i = 0; i < specs.size(); ++i)
+    place(specs[i], i);
+  for (size_t i = 0; i < packedSpecs.size(); ++i)
+    place(packedSpecs[i], specs.size() + i);
+  FLOWC_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer->addWeights(embedded));
+  size_t next = 0;
+  for (runtime::WeightSpec &spec : specs) {
+    if (!spec.external)
+      spec.offset = offsets[next++];
+    plan.weights.push_back(std::move(spec));
   }
-  for (size_t i = 0; i < packedSpecs.size(); ++i) {
-    packedSpecs[i].offset = offsets[specs.size() + i];
-    plan.packed.push_back(std::move(packedSpecs[i]));
+  for (runtime::PackedWeightSpec &spec : packedSpecs) {
+    if (!spec.external)
+      spec.offset = offsets[next++];
+    plan.packed.push_back(std::move(spec));
   }
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::Plan, plan.toJson().dump(2)));
   FLOWC_RETURN_IF_ERROR(writer->finish());
-  return cache_.adoptFile(path);
+  FLOWC_ASSIGN_OR_RETURN(linked.digest, cache_.adoptFile(path));
+  return linked;
 }
 
 } // namespace flowc::worker

@@ -12,6 +12,7 @@
 #include "flowc/support/Status.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,12 @@ struct TuningRecord {
   int64_t timeNs = 0;
 };
 
+/// Lookups of one kind of action-cache entry.
+struct LookupCounts {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+};
+
 struct CacheStats {
   uint64_t blobCount = 0;
   uint64_t blobBytes = 0;
@@ -54,8 +61,12 @@ struct CacheStats {
   uint64_t actionCount = 0;
   uint64_t pinnedBlobs = 0;
   uint64_t maxBytes = 0;
+  /// Artifact lookups (whole-model hits), as byKind["artifact"].
   uint64_t hits = 0;
   uint64_t misses = 0;
+  /// Per kind of entry: "artifact", "code", "kernel", "derived".
+  std::map<std::string, LookupCounts> byKind;
+  /// Blobs evicted for the size cap or by gc (not by clear).
   uint64_t evictions = 0;
   uint64_t evictedBytes = 0;
   /// Bytes that writers offered but the store already held.
@@ -183,14 +194,24 @@ public:
   /// The blob's bytes, pinned while the handle lives; NotFound if absent,
   /// DataLoss if its file has the wrong size.
   Expected<BlobHandle> get(const Digest &digest);
+  /// Checks that a large blob's file was not written since it was stored
+  /// (blob files are read-only, but hard links hand them to users, and root
+  /// ignores modes): a file modified later is re-hashed, and quarantined
+  /// with DataLoss if its bytes changed. One stat when it was not. OK for
+  /// inline blobs; NotFound if absent.
+  Status checkUnmodified(const Digest &digest);
   /// A handle that pins blobs for the duration of a job.
   PinGuard pinGuard() { return PinGuard(pins_); }
 
   // Action cache ----------------------------------------------------------
 
+  /// Whether a lookup counts in the hit/miss statistics (a second lookup
+  /// that belongs to the same answer does not).
+  enum class CountLookup { Yes, No };
   /// The result stored for (kind, key), only if the result and every
   /// dependency recorded with it are present. Counts a hit or a miss.
-  Expected<std::optional<Digest>> lookupAction(ActionKind kind, const Digest &key);
+  Expected<std::optional<Digest>> lookupAction(ActionKind kind, const Digest &key,
+                                               CountLookup count = CountLookup::Yes);
   /// Records (kind, key) -> result; `deps` are further blobs the result needs
   /// (evicting any of them drops the entry).
   Status recordAction(ActionKind kind, const Digest &key, const Digest &result,
@@ -234,9 +255,12 @@ public:
   /// orphan files whose name matches their content, quarantines the rest.
   Expected<VerifyReport> reconcile();
   Expected<std::vector<BlobInfo>> list(size_t limit);
-  /// Removes every unpinned blob and every action entry.
+  /// Removes every unpinned blob and every action entry (not counted as
+  /// evictions).
   Expected<GcReport> clear();
   Expected<CacheStats> stats();
+  /// Sets every counter (hits, misses, evictions, dedup) back to zero.
+  Status zeroCounters();
 
   /// The file of a large blob (small blobs have none; the file may not exist).
   std::string blobPath(const Digest &digest) const;
@@ -247,6 +271,8 @@ private:
   Status storeInline(const Digest &digest, std::string_view bytes);
   Status quarantine(const Digest &digest, const std::string &why);
   Status reserve(uint64_t bytes);
+  enum class CountEvictions { Yes, No };
+  Expected<GcReport> evictDownTo(uint64_t targetBytes, CountEvictions count);
 
   std::string root_;
   CacheOptions options_;

@@ -20,6 +20,11 @@ struct DaemonOptions {
   unsigned workers = 0;
   /// Cache size cap and inline threshold.
   cache::CacheOptions cache;
+  /// Exit after this many seconds with no request and no job; 0 = never.
+  /// (The CLI's auto-start passes one; a daemon run by hand has none.)
+  unsigned idleTimeoutSeconds = 0;
+  /// Log to this file, rotated (kLogFileBytes, kLogFiles kept); empty: stderr.
+  std::string logFile;
 
   /// Fills defaults; InvalidArgument naming the bad field.
   Status validate();

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,8 +44,10 @@ inline constexpr const char *kDerivedWeightPrefix = "flowc.derived/";
 struct WeightSpec {
   TensorSpec tensor; ///< tensor.name is the weight's resource key.
   std::string digest;
-  uint64_t offset = 0; ///< Within the Weights section.
+  uint64_t offset = 0; ///< Within the Weights section (unless external).
   uint64_t size = 0;
+  /// Not in the artifact (a thin one): found by digest in a cache.
+  bool external = false;
 };
 
 /// A constant weight of one library kernel call site already in the layout
@@ -57,8 +60,9 @@ struct PackedWeightSpec {
   int64_t buffer = 0;
   std::string layout;
   std::string digest;
-  uint64_t offset = 0; ///< Within the Weights section.
+  uint64_t offset = 0; ///< Within the Weights section (unless external).
   uint64_t size = 0;
+  bool external = false;
 };
 
 struct Plan {
@@ -104,12 +108,31 @@ private:
   bool finished_ = false;
 };
 
+/// Finds an external weight of a thin artifact by digest ("sha256:<hex>/<size>"):
+/// its bytes mapped read-only, or NotFound naming the digest and where it
+/// looked.
+using ExternalWeightSource =
+    std::function<Expected<MappedFile>(const std::string &digest)>;
+
 /// A mapped, validated artifact. Immutable and thread-safe once opened.
 class Artifact {
 public:
   /// Maps and validates `path`: DataLoss/InvalidArgument naming the file and
   /// what is wrong (bad magic, unsupported version, truncated section).
-  static Expected<std::shared_ptr<Artifact>> open(const std::string &path);
+  /// A thin artifact's external weights are mapped through `external`;
+  /// without one they stay unresolved (inspect works, sessions refuse).
+  static Expected<std::shared_ptr<Artifact>>
+  open(const std::string &path, const ExternalWeightSource &external = nullptr);
+
+  /// The bytes of plan().weights[i] / plan().packed[i]; empty for an
+  /// external weight that was not resolved.
+  std::string_view weightBytes(size_t i) const { return weightBytes_[i]; }
+  std::string_view packedBytes(size_t i) const { return packedBytes_[i]; }
+  /// Whether weights live outside the file (a thin artifact).
+  bool isThin() const;
+  /// OK when every weight's bytes are at hand; FailedPrecondition naming
+  /// the first external weight that is not, and how to make it resolvable.
+  Status requireWeights() const;
 
   /// The section's bytes; empty if absent.
   std::string_view section(SectionKind kind) const;
@@ -123,6 +146,9 @@ private:
   std::vector<std::pair<SectionKind, std::string_view>> sections_;
   Plan plan_;
   nlohmann::json metadata_;
+  std::vector<MappedFile> externalFiles_;
+  std::vector<std::string_view> weightBytes_;
+  std::vector<std::string_view> packedBytes_;
 };
 
 } // namespace flowc::runtime

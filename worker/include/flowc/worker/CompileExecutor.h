@@ -13,12 +13,17 @@
 
 namespace flowc::worker {
 
+enum class ArtifactKind { Packed, Thin };
+
 struct CompileRequest {
   /// An ONNX file or a reproducer directory.
   std::string modelPath;
   compiler::CompileOptions options;
   /// Shapes for inputs with symbolic dimensions (ONNX models only).
   compiler::InputShapes inputShapes;
+  /// Link a thin artifact: weights stored as files in this cache are
+  /// referred to by digest instead of copied in (part of the artifact key).
+  ArtifactKind kind = ArtifactKind::Packed;
 };
 
 struct CompileResult {
@@ -28,6 +33,10 @@ struct CompileResult {
   bool cacheHit = false;
   /// Code came from the cache (only weights changed, or an artifact hit).
   bool codeCacheHit = false;
+  /// Partitioned kernels compiled by this request, and reused from the
+  /// kernel cache; both 0 when the code object came from the cache.
+  unsigned kernelsCompiled = 0;
+  unsigned kernelsReused = 0;
   double seconds = 0;
   std::map<std::string, int> opCounts;
 };
@@ -71,7 +80,11 @@ private:
     return "model-digest:" + buildId_ + ":" + compiler::canonicalInputShapes(shapes);
   }
   cache::Digest artifactKey(const cache::Digest &modelDigest,
-                            const compiler::CompileOptions &options) const;
+                            const compiler::CompileOptions &options,
+                            ArtifactKind kind) const;
+  /// Whether a cached artifact's file is as it was stored (it is linked
+  /// into users' directories); a damaged one is quarantined and linked anew.
+  bool servable(const cache::Digest &artifact);
   /// A complete answer without reading the model: its file is unchanged
   /// since it was last ingested and its artifact is still cached.
   Expected<std::optional<CompileResult>> memoizedResult(const cache::FileIdentity &file,
@@ -84,6 +97,10 @@ private:
   struct CompiledCode {
     cache::Digest object;
     compiler::CodeWeights weights;
+    /// Partitioned kernels compiled now and taken from the kernel cache
+    /// (both 0 when the code object itself came from the cache).
+    unsigned kernelsCompiled = 0;
+    unsigned kernelsReused = 0;
   };
   Expected<CompiledCode> codeFor(const IngestedModel &ingested,
                                  const compiler::CompileOptions &options,
@@ -112,10 +129,16 @@ private:
   Expected<std::optional<PackedBlob>> packedWeight(const compiler::KernelWeight &weight,
                                                    const cache::BlobHandle &source,
                                                    cache::PinGuard &pins, int &computed);
-  Expected<cache::Digest> linkArtifact(const IngestedModel &ingested,
-                                       const compiler::CompileOptions &options,
-                                       const CompiledCode &code, cache::PinGuard &pins,
-                                       const ProgressFn &progress);
+  /// The artifact's digest, and the external weights a thin one refers to
+  /// (its cache entry goes when one of them is evicted).
+  struct LinkedArtifact {
+    cache::Digest digest;
+    std::vector<cache::Digest> externalWeights;
+  };
+  Expected<LinkedArtifact> linkArtifact(const IngestedModel &ingested,
+                                        const CompileRequest &request,
+                                        const CompiledCode &code, cache::PinGuard &pins,
+                                        const ProgressFn &progress);
 
   cache::Cache &cache_;
   std::string buildId_;

@@ -1,0 +1,40 @@
+// flowcd's configuration: command-line flags > FLOWC_* environment > config
+// file > defaults, all building one DaemonOptions.
+#pragma once
+
+#include "flowc/daemon/Server.h"
+#include "flowc/support/Status.h"
+
+#include <optional>
+#include <string>
+
+namespace flowc::daemon {
+
+/// What the command line set, as text; unset fields fall through to the
+/// environment, the config file and the defaults.
+struct DaemonFlags {
+  std::optional<std::string> cacheDir;
+  std::optional<std::string> socketPath;
+  std::optional<std::string> tcpAddress;
+  std::optional<std::string> workers;
+  std::optional<std::string> maxSize;
+  std::optional<std::string> idleTimeout;
+  std::optional<std::string> logFile;
+  /// --config FILE (else FLOWC_CONFIG, else CACHE_DIR/flowcd.conf if it exists).
+  std::optional<std::string> configFile;
+};
+
+/// The keys a config file may set (one `key = value` per line, `#`
+/// comments); the same names as the long flags.
+inline constexpr const char *kConfigKeys[] = {
+    "cache-dir", "socket", "listen", "workers", "max-size", "idle-timeout", "log-file"};
+
+/// Resolves the options. InvalidArgument naming the flag, variable or
+/// file:line and the bad value (an unknown config key, a size such as
+/// "20X", a negative timeout); NotFound for a --config file that is missing.
+Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags);
+
+/// "90", "90s", "15m", "2h" -> seconds; InvalidArgument quoting `text`.
+Expected<unsigned> parseDurationSeconds(const std::string &text);
+
+} // namespace flowc::daemon

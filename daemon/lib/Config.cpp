@@ -1,0 +1,190 @@
+#include "flowc/daemon/Config.h"
+
+#include "flowc/support/ByteSize.h"
+#include "flowc/support/MappedFile.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+namespace flowc::daemon {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// One setting with where it came from, for messages.
+struct Setting {
+  std::string value;
+  std::string origin; ///< "--max-size", "FLOWC_CACHE_MAX_SIZE", "flowcd.conf:3".
+};
+
+using Settings = std::map<std::string, Setting>;
+
+std::string trim(std::string_view text) {
+  size_t begin = text.find_first_not_of(" \t\r");
+  if (begin == std::string_view::npos)
+    return "";
+  size_t end = text.find_last_not_of(" \t\r");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+bool isConfigKey(const std::string &key) {
+  return std::any_of(std::begin(kConfigKeys), std::end(kConfigKeys),
+                     [&](const char *known) { return key == known; });
+}
+
+Expected<Settings> parseConfigFile(const std::string &path) {
+  FLOWC_ASSIGN_OR_RETURN(std::string text, readFileToString(path));
+  Settings settings;
+  size_t lineNumber = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string line = trim(std::string_view(text).substr(begin, end - begin));
+    begin = end + 1;
+    ++lineNumber;
+    std::string where = path + ":" + std::to_string(lineNumber);
+    if (line.empty() || line[0] == '#')
+      continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      return invalidArgument(where + ": expected 'key = value', got '" + line + "'");
+    std::string key = trim(line.substr(0, eq));
+    if (!isConfigKey(key)) {
+      std::string known;
+      for (const char *name : kConfigKeys)
+        known += (known.empty() ? "" : ", ") + std::string(name);
+      return invalidArgument(where + ": unknown key '" + key + "' (known: " + known +
+                             ")");
+    }
+    settings[key] = {trim(line.substr(eq + 1)), where};
+  }
+  return settings;
+}
+
+std::string defaultCacheDir() {
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/flowc";
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/flowc";
+}
+
+/// Flag, then environment variable, then config file.
+void layer(Settings &settings, const std::string &key,
+           const std::optional<std::string> &flag, const char *variable) {
+  if (flag) {
+    settings[key] = {*flag, "--" + key};
+    return;
+  }
+  if (variable)
+    if (const char *value = std::getenv(variable); value && *value)
+      settings[key] = {value, variable};
+}
+
+Status bad(const Setting &setting, const Status &why) {
+  return invalidArgument(setting.origin + ": " + why.message());
+}
+
+Status applySettings(const Settings &settings, DaemonOptions &options) {
+  for (const auto &[key, setting] : settings) {
+    const std::string &value = setting.value;
+    if (key == "cache-dir") {
+      options.cacheDir = value;
+    } else if (key == "socket") {
+      options.socketPath = value;
+    } else if (key == "listen") {
+      options.tcpAddress = value;
+    } else if (key == "log-file") {
+      options.logFile = value;
+    } else if (key == "workers") {
+      unsigned workers = 0;
+      auto [end, ec] =
+          std::from_chars(value.data(), value.data() + value.size(), workers);
+      if (ec != std::errc() || end != value.data() + value.size() || workers > 1024)
+        return invalidArgument(setting.origin + ": invalid worker count '" + value +
+                               "' (0 = one per core, at most 1024)");
+      options.workers = workers;
+    } else if (key == "max-size") {
+      auto size = parseByteSize(value);
+      if (!size)
+        return bad(setting, size.status());
+      if (*size < (1u << 20))
+        return invalidArgument(setting.origin + ": cache size cap '" + value +
+                               "' is below the 1 MiB minimum");
+      options.cache.maxBytes = *size;
+    } else if (key == "idle-timeout") {
+      auto seconds = parseDurationSeconds(value);
+      if (!seconds)
+        return bad(setting, seconds.status());
+      options.idleTimeoutSeconds = *seconds;
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<unsigned> parseDurationSeconds(const std::string &text) {
+  auto invalid = [&] {
+    return invalidArgument("invalid duration '" + text +
+                           "' (examples: 0 = never, 90, 90s, 15m, 2h)");
+  };
+  unsigned value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data())
+    return invalid();
+  std::string_view suffix(end, text.data() + text.size() - end);
+  unsigned scale = 1;
+  if (suffix == "m")
+    scale = 60;
+  else if (suffix == "h")
+    scale = 3600;
+  else if (!suffix.empty() && suffix != "s")
+    return invalid();
+  if (value > 100u * 24 * 3600 / scale)
+    return invalid();
+  return value * scale;
+}
+
+Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags) {
+  // The cache directory first: the default config file lives in it.
+  Settings early;
+  layer(early, "cache-dir", flags.cacheDir, "FLOWC_CACHE_DIR");
+  std::optional<std::string> configPath = flags.configFile;
+  if (!configPath)
+    if (const char *value = std::getenv("FLOWC_CONFIG"); value && *value)
+      configPath = value;
+  bool explicitConfig = configPath.has_value();
+  if (!configPath) {
+    std::string dir =
+        early.count("cache-dir") ? early["cache-dir"].value : defaultCacheDir();
+    configPath = dir + "/flowcd.conf";
+  }
+
+  Settings settings;
+  std::error_code ec;
+  if (fs::exists(*configPath, ec)) {
+    FLOWC_ASSIGN_OR_RETURN(settings, parseConfigFile(*configPath));
+  } else if (explicitConfig) {
+    return notFound("config file '" + *configPath + "' does not exist");
+  }
+  layer(settings, "cache-dir", flags.cacheDir, "FLOWC_CACHE_DIR");
+  layer(settings, "socket", flags.socketPath, "FLOWC_SOCKET");
+  layer(settings, "listen", flags.tcpAddress, nullptr);
+  layer(settings, "workers", flags.workers, nullptr);
+  layer(settings, "max-size", flags.maxSize, "FLOWC_CACHE_MAX_SIZE");
+  layer(settings, "idle-timeout", flags.idleTimeout, nullptr);
+  layer(settings, "log-file", flags.logFile, nullptr);
+
+  DaemonOptions options;
+  options.cacheDir = defaultCacheDir();
+  FLOWC_RETURN_IF_ERROR(applySettings(settings, options));
+  FLOWC_RETURN_IF_ERROR(options.cache.validate());
+  return options;
+}
+
+} // namespace flowc::daemon

@@ -1,0 +1,25 @@
+// What this build of flowc is and what it runs on: versions for --version,
+// and the CPU features that decide which library kernels exist here.
+#pragma once
+
+#include "flowc/support/Status.h"
+
+#include <string>
+
+namespace flowc::runtime {
+
+/// Several lines: flowc's version and build id, the MLIR/LLVM, oneDNN and
+/// CUDA versions, and the CPU ISA oneDNN uses on this machine.
+std::string versionText(const std::string &program);
+
+/// The instruction set oneDNN dispatches to on this CPU ("avx2",
+/// "avx512_core_amx", ...).
+std::string cpuIsaName();
+
+/// OK if oneDNN has bfloat16 convolution and matrix-product kernels on this
+/// CPU (AVX-512 or newer); Unimplemented naming the missing instructions
+/// otherwise, so that `--precision bf16` is refused before any compile.
+/// Thread-safe; probes once.
+Status bf16KernelsSupported();
+
+} // namespace flowc::runtime

@@ -1,0 +1,56 @@
+#include "flowc/support/Environment.h"
+
+#include <algorithm>
+
+extern char **environ;
+
+namespace flowc {
+
+const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
+  static const std::vector<EnvironmentVariable> variables = {
+      {"FLOWC_AUTOSTART", true},
+      {"FLOWC_CACHE_DIR", true},
+      {"FLOWC_CACHE_MAX_SIZE", true},
+      {"FLOWC_CONFIG", true},
+      {"FLOWC_SOCKET", true},
+      {"FLOWC_BIN_DIR", false},
+      {"FLOWC_CRASH_KILLS", false},
+      {"FLOWC_JOBS", false},
+      {"FLOWC_ONNX_NODE_FILTER", false},
+      {"FLOWC_ONNX_NODE_JOBS", false},
+  };
+  return variables;
+}
+
+std::vector<std::string> unknownEnvironmentVariables() {
+  const auto &known = knownEnvironmentVariables();
+  std::vector<std::string> unknown;
+  for (char **entry = environ; entry && *entry; ++entry) {
+    std::string_view variable(*entry);
+    std::string_view name = variable.substr(0, variable.find('='));
+    if (!name.starts_with("FLOWC_"))
+      continue;
+    if (std::none_of(known.begin(), known.end(),
+                     [&](const EnvironmentVariable &v) { return v.name == name; }))
+      unknown.emplace_back(name);
+  }
+  std::sort(unknown.begin(), unknown.end());
+  return unknown;
+}
+
+std::vector<std::string> unknownEnvironmentWarnings() {
+  std::vector<std::string> warnings;
+  std::vector<std::string> unknown = unknownEnvironmentVariables();
+  if (unknown.empty())
+    return warnings;
+  std::string readable;
+  for (const EnvironmentVariable &variable : knownEnvironmentVariables())
+    if (variable.readByBinaries)
+      readable += (readable.empty() ? "" : ", ") + std::string(variable.name);
+  for (const std::string &name : unknown)
+    warnings.push_back("ignoring unknown environment variable " + name +
+                       " (flowc reads " + readable + ")");
+  return warnings;
+}
+
+} // namespace flowc
