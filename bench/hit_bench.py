@@ -259,8 +259,8 @@ def bench_flowc(name, model, work, args, flags):
     submit = ["submit", str(model), "-o", str(artifact), *flags]
     row = {"model": name, "flowc_flags": flags}
     wait_until_settled(files_of(model))
-    daemon.start()
     try:
+        daemon.start()
         cold_ms, cold = timed(daemon.base + submit, daemon.env)
         if cold.returncode != 0:
             raise RuntimeError(f"cold submit failed ({cold.returncode}): {cold.stderr.strip()}")
