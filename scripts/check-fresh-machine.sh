@@ -56,9 +56,8 @@ PASS_ENV=(http_proxy https_proxy ftp_proxy no_proxy all_proxy HTTP_PROXY HTTPS_P
   PIP_DEFAULT_TIMEOUT PIP_RETRIES SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE
   CURL_CA_BUNDLE GIT_SSL_CAINFO FLOWC_JOBS)
 
-RUN_DIR="" ROOT="" LOG="" ARCH="" MIRROR="" HOST_CCACHE_DIR=""
+RUN_DIR="" ROOT="" LOG="" ARCH="" MIRROR="" HOST_CCACHE_DIR="" FLAT=""
 BINDS=() CHROOT_ENV=() PHASES=()
-CHROOT_APT_FILE_READY=0
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 fail() { say "FAILED: $*" >&2; }
@@ -198,11 +197,16 @@ unmount_under() {
   [[ -z "$(mounts_under "$1")" ]]
 }
 
+# Removes a root once nothing is mounted below it. Files go first, many
+# unlinks at a time: one at a time, a root's ~50,000 take minutes where each
+# costs a round trip (gVisor's file proxy here).
 remove_tree() {
   if ! unmount_under "$1"; then
     say "not removing $1: still mounted there: $(mounts_under "$1" | tr '\n' ' ')" >&2
     return 1
   fi
+  [[ -e "$1" ]] || return 0
+  find "$1" -xdev ! -type d -print0 | xargs -0 -r -P 16 -n 256 rm -f --
   rm -rf --one-file-system -- "$1"
 }
 
@@ -403,6 +407,7 @@ demo_timings() {
       }
       END { if (!done && t != "") print t }' "$LOG")
     if [[ -z "$t" ]] || ((t < prev)); then continue; fi
+    if [[ "$re" == . ]] && ! demo_passed; then label="then until it failed"; fi
     PHASES+=("  $label|$(((t - prev) * 100000))")
     prev=$t
   done
@@ -412,43 +417,47 @@ demo_timings() {
 
 strip_stamps() { sed -E 's/^\[ *[0-9]+\.[0-9]\] //' "$1"; }
 
+# grab KIND PCRE: "KIND<TAB>MATCH" for each match of PCRE in $FLAT.
+grab() {
+  grep -oP -- "$2" <<<"$FLAT" | sed "s/^/$1\t/" || true
+}
+
 # What the log says is missing, one "KIND<TAB>VALUE" a line.
 missing_items() {
-  local log=$1 flat
-  flat=$(strip_stamps "$log" | tr -s ' \n\t' ' ')
+  local log=$1 x
+  FLAT=$(strip_stamps "$log" | tr -s ' \n\t' ' ')
   {
-    grep -oP 'fatal error: \K[^: ]+(?=: No such file or directory)' <<<"$flat" | sed 's/^/header\t/'
-    grep -oP "fatal error: '\K[^']+(?=' file not found)" <<<"$flat" | sed 's/^/header\t/'
-    grep -oP 'cannot find -l\K[^ :]+' <<<"$flat" | sed 's/^/lib\t/'
-    grep -oP 'cannot find \K/[^ :]+' <<<"$flat" | sed 's/^/path\t/'
-    grep -oP 'error while loading shared libraries: \K[^ :]+' <<<"$flat" | sed 's/^/so\t/'
-    grep -oP '[ :]\K[^ :/]+(?=: command not found)' <<<"$flat" | sed 's/^/cmd\t/'
-    grep -oP 'sh: [0-9]+: \K[^ :/]+(?=: not found)' <<<"$flat" | sed 's/^/cmd\t/'
-    grep -oP "env: ['‘]\K[^'’]+(?=['’]: No such file or directory)" <<<"$flat" | sed 's/^/cmd\t/'
-    grep -oP "No such file or directory: '\K[^'/]+(?=')" <<<"$flat" | sed 's/^/cmd\t/'
-    grep -oP "No such file or directory: '\K/[^']+(?=')" <<<"$flat" | sed 's/^/path\t/'
-    grep -oP "No module named '\K[^'.]+" <<<"$flat" | sed 's/^/pymod\t/'
-    grep -oP "No package '\K[^']+(?=' found)" <<<"$flat" | sed 's/^/pc\t/'
-    grep -oP 'Package \K[^ ,]+(?= was not found in the pkg-config search path)' <<<"$flat" | sed 's/^/pc\t/'
-    grep -oP "Package '\K[^']+(?=', required by '[^']*', not found)" <<<"$flat" | sed 's/^/pc\t/'
-    grep -oP 'you need to install the \K[^ ]+(?= package)' <<<"$flat" | sed 's/^/aptpkg\t/'
-    grep -oP 'unable to find a build program corresponding to "Ninja"' <<<"$flat" | sed 's/.*/cmd\tninja/'
-    grep -oP 'No CMAKE_CXX_COMPILER could be found' <<<"$flat" | sed 's/.*/cmd\tc++/'
-    grep -oP 'No CMAKE_C_COMPILER could be found' <<<"$flat" | sed 's/.*/cmd\tcc/'
-    grep -oP 'references the file "\K/[^"]+(?=" but this file does not exist)' <<<"$flat" | sed 's/^/path\t/'
-    grep -oP 'includes non-existent path "\K/[^"]+' <<<"$flat" | sed 's/^/path\t/'
-    grep -oP "ninja: error: '\K/[^']+(?=', needed by '[^']*', missing and no known rule)" <<<"$flat" |
-      sed 's/^/path\t/'
+    grab header 'fatal error: \K[^: ]+(?=: No such file or directory)'
+    grab header "fatal error: '\K[^']+(?=' file not found)"
+    grab lib 'cannot find -l\K[^ :]+'
+    grab path 'cannot find \K/[^ :]+'
+    grab so 'error while loading shared libraries: \K[^ :]+'
+    grab cmd '[ :]\K[^ :/]+(?=: command not found)'
+    grab cmd 'sh: [0-9]+: \K[^ :/]+(?=: not found)'
+    grab cmd "env: ['‘]\K[^'’]+(?=['’]: No such file or directory)"
+    grab cmd "No such file or directory: '\K[^'/]+(?=')"
+    grab path "No such file or directory: '\K/[^']+(?=')"
+    grab pymod "No module named '\K[^'.]+"
+    grab pc "No package '\K[^']+(?=' found)"
+    grab pc 'Package \K[^ ,]+(?= was not found in the pkg-config search path)'
+    grab pc "Package '\K[^']+(?=', required by '[^']*', not found)"
+    grab aptpkg 'you need to install the \K[^ ]+(?= package)'
+    grab path 'references the file "\K/[^"]+(?=" but this file does not exist)'
+    grab path 'includes non-existent path "\K/[^"]+'
+    grab path "ninja: error: '\K/[^']+(?=', needed by '[^']*', missing and no known rule)"
+    grab cmd 'unable to find a build program corresponding to "\K(?i)ninja(?=")' | sed 's/\t.*/\tninja/'
+    grab cmd 'No CMAKE_CXX_COMPILER could be found' | sed 's/\t.*/\tc++/'
+    grab cmd 'No CMAKE_C_COMPILER could be found' | sed 's/\t.*/\tcc/'
     # find_package(X CONFIG): the file names CMake looked for.
-    grep -oP 'package configuration file provided by "[^"]+" with any of the following names: \K([^ ]+\.cmake ?)+' <<<"$flat" |
-      tr ' ' '\n' | grep . | sed 's/^/cmakecfg\t/'
+    grab cmakecfg 'package configuration file provided by "[^"]+" with any of the following names: \K[^ ]+\.cmake( [^ ]+\.cmake)*'
     # find_package(X) through a find module: the result variables it
     # missed, for the X that were required (not optional finds).
-    local x
-    for x in $(grep -oP 'CMake Error at [^ ]+ \(message\): Could NOT find \K[^ ]+' <<<"$flat"
-      grep -oP 'because dependency \K[^ ]+(?= could not be found)' <<<"$flat"); do
-      grep -oP "Could NOT find \Q$x\E \(missing: \K[^)]+" <<<"$flat" | tr ' ' '\n' | grep . | sed 's/^/cmakevar\t/'
+    for x in $(grab x 'CMake Error at [^ ]+ \(message\): Could NOT find \K[^ ]+' | cut -f2
+      grab x 'because dependency \K[^ ]+(?= could not be found)' | cut -f2); do
+      grab x "Could NOT find \Q$x\E \(missing: \K[^)]+" | cut -f2 | tr ' ' '\n' | sed '/^$/d; s/^/cmakevar\t/'
     done
+    # "The following variables are used in this project, but they are set
+    # to NOTFOUND", one a line.
     strip_stamps "$log" | awk '/variables are used in this project, but they are set to NOTFOUND/ { on = 1; next }
       on && /^ *[A-Za-z0-9_]+( \(ADVANCED\))?$/ { print "cmakevar\t" $1; next } on && /^--/ { on = 0 }'
   } | awk '!seen[$0]++'
@@ -464,36 +473,49 @@ candidates() {
   cmd) printf '%s\n' "/usr/bin/$v" "/bin/$v" "/usr/sbin/$v" "/sbin/$v" "*/bin/$v" ;;
   path | file) printf '%s\n' "$v" ;;
   pc) printf '%s\n' "*/pkgconfig/$v.pc" ;;
-  cmakecfg) printf '%s\n' "*/$v" ;;
+  cmakecfg)
+    # shellcheck disable=SC2086  # "NAME1 NAME2": the file names CMake tried
+    printf '*/%s\n' $v
+    ;;
   pymod) printf '%s\n' "*/python3/dist-packages/$v/__init__.py" "*/python3/dist-packages/$v.py" \
     "*/python3.*/$v/__init__.py" "*/python3.*/$v.py" "*/python3*/$v.cpython-*.so" ;;
   esac
 }
 
-# Debian package owning a host path or glob: "PACKAGE<TAB>PATH".
+# Debian package owning a host path or glob: "PACKAGE<TAB>PATH". A path
+# no package names is tried again through its directory's real path
+# (/lib -> /usr/lib), then as the file a symbolic link (alternatives) ends at.
 host_owner() {
-  local pattern=$1 real
-  if [[ "$pattern" != *'*'* && -e "$pattern" ]]; then
-    real=$(readlink -f "$pattern")
-    [[ "$real" == "$pattern" ]] || pattern="$pattern $real"
+  local p hit
+  local -a tries=("$1")
+  if [[ "$1" != *'*'* && -e "$1" ]]; then
+    tries+=("$(readlink -f "$(dirname "$1")")/$(basename "$1")" "$(readlink -f "$1")")
   fi
-  # shellcheck disable=SC2086  # "PATH REALPATH": either may be owned
-  dpkg -S -- $pattern 2>/dev/null | grep -v '^diversion ' |
-    awk -F': ' '{ split($1, p, ", "); sub(/:.*/, "", p[1]); print length($2) "\t" p[1] "\t" $2 }' |
-    sort -n | head -n 1 | cut -f 2,3
+  for p in "${tries[@]}"; do
+    hit=$(dpkg -S -- "$p" 2>/dev/null | grep -v '^diversion ' |
+      awk -F': ' '{ split($1, p, ", "); sub(/:.*/, "", p[1]); print length($2) "\t" p[1] "\t" $2 }' |
+      sort -n | head -n 1 | cut -f 2,3 || true)
+    if [[ -n "$hit" ]]; then
+      echo "$hit"
+      return
+    fi
+  done
 }
 
 # The same asked of the Debian archive, with apt-file in the (failed) root,
-# for what the host does not have either. Installed on first use.
+# for what the host does not have either. Installed on first use (this is
+# diagnosis: the check has failed already).
 archive_owner() {
-  local pattern=$1 regex
-  regex=$(sed -E 's/[][.+?(){}|^$\\]/\\&/g; s/\*/.*/g' <<<"$pattern")
-  if ((!CHROOT_APT_FILE_READY)); then
+  local pattern=$1 regex c
+  regex=$pattern
+  for c in . + '?' '(' ')' '[' ']' '{' '}' '|' '^' '$'; do regex=${regex//"$c"/\\$c}; done
+  regex=${regex//\*/.*}
+  if [[ ! -e "$RUN_DIR/.apt-file-ready" ]]; then
     say "diagnose: asking the archive with apt-file (a download of its Contents index)"
     IN_CHROOT_TIMEOUT=900 in_chroot / sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       apt-file >/dev/null && apt-file update >/dev/null' </dev/null >>"$RUN_DIR/diagnose.log" 2>&1 ||
       return 1
-    CHROOT_APT_FILE_READY=1
+    touch "$RUN_DIR/.apt-file-ready"
   fi
   IN_CHROOT_TIMEOUT=300 in_chroot / apt-file search -x "^$regex\$" </dev/null 2>>"$RUN_DIR/diagnose.log" |
     awk -F': ' '{ print length($2) "\t" $1 "\t" $2 }' | sort -n | head -n 1 | cut -f 2,3
