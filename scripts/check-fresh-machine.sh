@@ -17,7 +17,7 @@
 #   --refresh-base   debootstrap the base again even if the cached one is fresh
 #   --work-dir DIR   where roots are made ($FLOWC_FRESH_WORK_DIR,
 #                    default /var/tmp/flowc-fresh-machine); the last run's log
-#                    is WORK_DIR/last-run.log
+#                    is WORK_DIR/last-run.log (diagnosis: last-run-*.log)
 #   --cache-dir DIR  kept between runs ($FLOWC_FRESH_CACHE_DIR, default
 #                    /var/cache/flowc-fresh-machine): the pristine base root
 #                    (a tarball, rebuilt after $FLOWC_FRESH_BASE_MAX_AGE_DAYS,
@@ -175,6 +175,8 @@ take_lock() {
     say "waiting for another $PROG run to finish"
     flock "$LOCK_FD"
   fi
+  LOG=$WORK_DIR/last-run.log
+  rm -f "$LOG" "$WORK_DIR"/last-run-*.log
 }
 
 # --- mounts and removal --------------------------------------------------
@@ -225,6 +227,7 @@ cleanup() {
   local rc=$?
   set +e
   trap - EXIT INT TERM
+  if ((rc > 128)); then say "interrupted; the demo's output so far: $LOG" >&2; fi
   if [[ -n "$RUN_DIR" && -d "$RUN_DIR" ]]; then
     if ((KEEP)); then
       touch "$RUN_DIR/.keep"
@@ -371,12 +374,10 @@ DEMO_RC=0
 run_demo() {
   local before after bh bm ah am
   before=$(ccache_counters)
-  LOG=$RUN_DIR/demo.log
-  say "demo: bash scripts/demo.sh (log: $WORK_DIR/last-run.log)"
+  say "demo: bash scripts/demo.sh (log: $LOG)"
   DEMO_RC=0
   in_chroot "$REPO" nice -n "$NICE" bash scripts/demo.sh </dev/null 2>&1 |
     stamp_lines | show_if_verbose "$LOG" || DEMO_RC=$?
-  cp "$LOG" "$WORK_DIR/last-run.log"
   after=$(ccache_counters)
   if [[ -n "$before" && -n "$after" ]]; then
     read -r bh bm <<<"$before"
@@ -513,11 +514,11 @@ archive_owner() {
   if [[ ! -e "$RUN_DIR/.apt-file-ready" ]]; then
     say "diagnose: asking the archive with apt-file (a download of its Contents index)"
     IN_CHROOT_TIMEOUT=900 in_chroot / sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-      apt-file >/dev/null && apt-file update >/dev/null' </dev/null >>"$RUN_DIR/diagnose.log" 2>&1 ||
+      apt-file >/dev/null && apt-file update >/dev/null' </dev/null >>"$WORK_DIR/last-run-apt-file.log" 2>&1 ||
       return 1
     touch "$RUN_DIR/.apt-file-ready"
   fi
-  IN_CHROOT_TIMEOUT=300 in_chroot / apt-file search -x "^$regex\$" </dev/null 2>>"$RUN_DIR/diagnose.log" |
+  IN_CHROOT_TIMEOUT=300 in_chroot / apt-file search -x "^$regex\$" </dev/null 2>>"$WORK_DIR/last-run-apt-file.log" |
     awk -F': ' '{ print length($2) "\t" $1 "\t" $2 }' | sort -n | head -n 1 | cut -f 2,3
 }
 
@@ -531,7 +532,7 @@ cmake_var_candidates() {
   [[ -n "$cache" && -x "$ROOT/usr/bin/cmake" ]] || return 0
   build=${cache%/CMakeCache.txt}
   build=${build#"$ROOT"}
-  in_chroot "$REPO" cmake --debug-find-var="$vars" -S . -B "$build" </dev/null >"$RUN_DIR/diagnose-cmake.log" 2>&1 || true
+  in_chroot "$REPO" cmake --debug-find-var="$vars" -S . -B "$build" </dev/null >"$WORK_DIR/last-run-cmake-debug-find.log" 2>&1 || true
   awk '
     /find_(path|file|library|program) called with/ { match($0, /find_[a-z]+/); kind = substr($0, RSTART + 5, RLENGTH - 5); names = 0 }
     /^ *NAMES: / { names = 1; sub(/^ *NAMES: /, "") }
@@ -540,7 +541,7 @@ cmake_var_candidates() {
     /considered the following locations:/ { loc = 1; next }
     /The item was (not )?found/ { loc = 0 }
     loc && /^ *\// { sub(/^ +/, ""); print "cmake" kind "\t" $0 }
-    END { for (i = 0; i < n; i++) print namelist[i] }' "$RUN_DIR/diagnose-cmake.log"
+    END { for (i = 0; i < n; i++) print namelist[i] }' "$WORK_DIR/last-run-cmake-debug-find.log"
 }
 
 # The package behind one missing item: "PACKAGE<TAB>PATH", or nothing.
@@ -645,7 +646,7 @@ diagnose() {
       report_package "$pkg" "$path"
       found=1
     done < <(resolve_cmake_vars "$vars")
-    ((found)) || unresolved+=("CMake variables $vars (see $RUN_DIR/diagnose-cmake.log)")
+    ((found)) || unresolved+=("CMake variables $vars (see $WORK_DIR/last-run-cmake-debug-find.log)")
   fi
   for line in "${unresolved[@]}"; do
     say "the log says this is missing, and no Debian package provides it here: $line" >&2
@@ -669,12 +670,12 @@ verdict() {
     say "PASSED: 'bash scripts/demo.sh' works on a fresh Debian $SUITE root (second submit: cache hit)"
     return 0
   fi
-  say "last lines of the demo's log ($WORK_DIR/last-run.log):" >&2
+  say "last lines of the demo's log ($LOG):" >&2
   tail -n 40 "$LOG" | sed 's/^/  | /' >&2
   if ((DEMO_RC == 0)); then
     fail "'bash scripts/demo.sh' exited 0 but did not print 'cache hit' on the second submit"
   elif ! diagnose; then
-    fail "'bash scripts/demo.sh' exited with status $DEMO_RC; nothing missing recognised (log: $WORK_DIR/last-run.log)"
+    fail "'bash scripts/demo.sh' exited with status $DEMO_RC; nothing missing recognised (log: $LOG)"
   fi
   return 1
 }
