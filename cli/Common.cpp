@@ -4,12 +4,14 @@
 #include "flowc/support/Subprocess.h"
 
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <grpcpp/grpcpp.h>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <sys/socket.h>
 #include <sys/un.h>
 #include <thread>
 #include <unistd.h>
@@ -108,6 +110,20 @@ namespace {
 /// The longest unix socket path the kernel takes (sun_path less its NUL).
 constexpr size_t kMaxSocketPath = sizeof(sockaddr_un{}.sun_path) - 1;
 
+/// True if a process accepts connections on the unix socket at `path`.
+bool socketAccepts(const std::string &path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size());
+  bool accepts =
+      ::connect(fd, reinterpret_cast<const sockaddr *>(&address), sizeof address) == 0;
+  ::close(fd);
+  return accepts;
+}
+
 /// How long an auto-started daemon waits for work before it exits.
 constexpr const char *kAutostartIdleTimeout = "1h";
 
@@ -126,7 +142,10 @@ DaemonClient::connect(const GlobalOptions &options, bool autostart) {
                            "--cache-dir)");
   auto client = std::make_unique<DaemonClient>();
   client->attach(makeChannel(options.socketPath));
-  if (client->health(500))
+  // A plain connect() says whether a daemon listens, in microseconds; the
+  // channel then connects on its first call. (A health RPC here would add a
+  // round trip to every command, a cache hit's included.)
+  if (socketAccepts(options.socketPath))
     return client;
   if (!autostart || !options.autostart)
     return unavailable("no flowcd is listening on '" + options.socketPath + "'" +

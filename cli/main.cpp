@@ -5,6 +5,8 @@
 #include "flowc/support/Environment.h"
 
 #include <grpc/support/log.h>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <spdlog/spdlog.h>
 
@@ -71,8 +73,17 @@ int main(int argc, char **argv) {
   }
   for (const std::string &warning : flowc::unknownEnvironmentWarnings())
     std::cerr << "flowc: warning: " << warning << std::endl;
-  for (auto &[command, runner] : commands)
-    if (command->parsed())
-      return runner();
+  for (auto &[command, runner] : commands) {
+    if (!command->parsed())
+      continue;
+    int status = runner();
+    // Everything the command owed is written; gRPC's threads and the
+    // libraries' static destructors have nothing left to do but cost a
+    // short command milliseconds at exit.
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    std::_Exit(status);
+  }
   return kExitUsage;
 }

@@ -604,5 +604,83 @@ TEST(PutManyTest, EmptyBatchIsFine) {
   EXPECT_TRUE(digests->empty());
 }
 
+TEST(CacheTest, BlobFilesAreReadOnly) {
+  TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  auto digest = (*cache)->put(std::string(1 << 20, 'r'));
+  ASSERT_TRUE(digest);
+  struct stat st;
+  ASSERT_EQ(::stat((*cache)->blobPath(*digest).c_str(), &st), 0);
+  // Hard links hand these files to users: nobody may write them.
+  EXPECT_EQ(st.st_mode & 0777, 0400u);
+}
+
+TEST(CacheTest, AFileModifiedAfterItWasStoredIsQuarantined) {
+  TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  std::string bytes(1 << 20, 'm');
+  auto digest = (*cache)->put(bytes);
+  ASSERT_TRUE(digest);
+  // Unchanged: one stat says so.
+  EXPECT_TRUE((*cache)->checkUnmodified(*digest));
+  // Written later (as root can, through a hard link), with a later mtime.
+  std::string path = (*cache)->blobPath(*digest);
+  ::chmod(path.c_str(), 0600);
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.write("XXXX", 4);
+  }
+  timespec later[2] = {{0, UTIME_OMIT}, {::time(nullptr) + 10, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), later, 0), 0);
+  EXPECT_THAT((*cache)->checkUnmodified(*digest),
+              StatusIs(StatusCode::DataLoss, "modified after it was stored"));
+  EXPECT_FALSE((*cache)->contains(*digest));
+  // A touched but intact file is still served.
+  auto again = (*cache)->put(bytes);
+  ASSERT_TRUE(again);
+  std::string fresh = (*cache)->blobPath(*again);
+  ASSERT_EQ(::utimensat(AT_FDCWD, fresh.c_str(), later, 0), 0);
+  EXPECT_TRUE((*cache)->checkUnmodified(*again));
+}
+
+TEST(CacheTest, CountsHitsAndMissesPerKindAndZeroesThem) {
+  TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  auto result = (*cache)->put("object");
+  ASSERT_TRUE(result);
+  Digest key = digestOf("kernel key");
+  ASSERT_TRUE((*cache)->recordAction(ActionKind::Kernel, key, *result));
+  ASSERT_TRUE((*cache)->lookupAction(ActionKind::Kernel, key));
+  ASSERT_TRUE((*cache)->lookupAction(ActionKind::Code, key));
+  // A lookup that belongs to the same answer is not counted.
+  ASSERT_TRUE((*cache)->lookupAction(ActionKind::Code, key, Cache::CountLookup::No));
+  auto stats = (*cache)->stats();
+  ASSERT_TRUE(stats);
+  EXPECT_EQ(stats->byKind["kernel"].hits, 1u);
+  EXPECT_EQ(stats->byKind["code"].misses, 1u);
+  EXPECT_EQ(stats->byKind["artifact"].hits + stats->byKind["artifact"].misses, 0u);
+  EXPECT_EQ(stats->byKind.count("derived"), 1u);
+  ASSERT_TRUE((*cache)->zeroCounters());
+  stats = (*cache)->stats();
+  EXPECT_EQ(stats->byKind["kernel"].hits, 0u);
+  EXPECT_EQ(stats->byKind["code"].misses, 0u);
+}
+
+TEST(CacheTest, ClearIsNotCountedAsEvictions) {
+  TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  ASSERT_TRUE((*cache)->put(std::string(1 << 20, 'a')));
+  ASSERT_TRUE((*cache)->clear());
+  EXPECT_EQ((*cache)->stats()->evictions, 0u);
+  EXPECT_EQ((*cache)->stats()->blobCount, 0u);
+  ASSERT_TRUE((*cache)->put(std::string(1 << 20, 'b')));
+  ASSERT_TRUE((*cache)->collectGarbage(0));
+  EXPECT_EQ((*cache)->stats()->evictions, 1u);
+}
+
 } // namespace
 } // namespace flowc::cache

@@ -1,0 +1,160 @@
+#include "flowc/daemon/Config.h"
+#include "flowc/support/Environment.h"
+
+#include "../common/TestUtil.h"
+
+#include <cstdlib>
+#include <fstream>
+
+namespace flowc::daemon {
+namespace {
+
+using flowc::testing::StatusIs;
+using flowc::testing::TempDir;
+
+/// Sets an environment variable for one test and restores it after.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = std::getenv(name))
+      old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+private:
+  const char *name_;
+  std::optional<std::string> old_;
+};
+
+void writeFile(const std::string &path, const std::string &text) {
+  std::ofstream(path) << text;
+}
+
+/// A cache directory of its own and no FLOWC_* settings from the caller.
+struct ConfigTest : ::testing::Test {
+  TempDir dir;
+  ScopedEnv noCacheDir{"FLOWC_CACHE_DIR", nullptr};
+  ScopedEnv noSize{"FLOWC_CACHE_MAX_SIZE", nullptr};
+  ScopedEnv noConfig{"FLOWC_CONFIG", nullptr};
+  ScopedEnv noSocket{"FLOWC_SOCKET", nullptr};
+  DaemonFlags flags() const {
+    DaemonFlags flags;
+    flags.cacheDir = dir.path();
+    return flags;
+  }
+};
+
+TEST_F(ConfigTest, DefaultsWithoutFlagsEnvOrFile) {
+  auto options = resolveDaemonOptions(flags());
+  ASSERT_TRUE(options) << options.status().toString();
+  EXPECT_EQ(options->cacheDir, dir.path());
+  EXPECT_EQ(options->cache.maxBytes, 20ull << 30);
+  EXPECT_EQ(options->idleTimeoutSeconds, 0u);
+  EXPECT_TRUE(options->logFile.empty());
+}
+
+TEST_F(ConfigTest, FlagsBeatEnvironmentBeatsConfigFile) {
+  // The config file in the cache directory sets all three.
+  writeFile(dir.file("flowcd.conf"),
+            "# comment\n\nmax-size = 300M\nidle-timeout = 15m\nworkers = 3\n");
+  auto fromFile = resolveDaemonOptions(flags());
+  ASSERT_TRUE(fromFile) << fromFile.status().toString();
+  EXPECT_EQ(fromFile->cache.maxBytes, 300ull << 20);
+  EXPECT_EQ(fromFile->idleTimeoutSeconds, 900u);
+  EXPECT_EQ(fromFile->workers, 3u);
+  // The environment beats the file.
+  ScopedEnv size("FLOWC_CACHE_MAX_SIZE", "200M");
+  auto fromEnv = resolveDaemonOptions(flags());
+  ASSERT_TRUE(fromEnv);
+  EXPECT_EQ(fromEnv->cache.maxBytes, 200ull << 20);
+  // A flag beats both.
+  DaemonFlags withFlag = flags();
+  withFlag.maxSize = "100M";
+  auto fromFlag = resolveDaemonOptions(withFlag);
+  ASSERT_TRUE(fromFlag);
+  EXPECT_EQ(fromFlag->cache.maxBytes, 100ull << 20);
+  EXPECT_EQ(fromFlag->idleTimeoutSeconds, 900u);
+}
+
+TEST_F(ConfigTest, ExplicitConfigFileAndFlowcConfigVariable) {
+  writeFile(dir.file("other.conf"), "max-size = 2G\n");
+  DaemonFlags explicitFile = flags();
+  explicitFile.configFile = dir.file("other.conf");
+  auto options = resolveDaemonOptions(explicitFile);
+  ASSERT_TRUE(options);
+  EXPECT_EQ(options->cache.maxBytes, 2ull << 30);
+  ScopedEnv config("FLOWC_CONFIG", dir.file("other.conf").c_str());
+  auto fromEnv = resolveDaemonOptions(flags());
+  ASSERT_TRUE(fromEnv);
+  EXPECT_EQ(fromEnv->cache.maxBytes, 2ull << 30);
+}
+
+TEST_F(ConfigTest, BadValuesNameWhereTheyCameFrom) {
+  DaemonFlags garbage = flags();
+  garbage.maxSize = "garbage";
+  EXPECT_THAT(
+      resolveDaemonOptions(garbage),
+      StatusIs(StatusCode::InvalidArgument, "--max-size: invalid size 'garbage'"));
+  DaemonFlags tiny = flags();
+  tiny.maxSize = "10";
+  EXPECT_THAT(resolveDaemonOptions(tiny),
+              StatusIs(StatusCode::InvalidArgument, "below the 1 MiB minimum"));
+  ScopedEnv size("FLOWC_CACHE_MAX_SIZE", "12Q");
+  EXPECT_THAT(
+      resolveDaemonOptions(flags()),
+      StatusIs(StatusCode::InvalidArgument, "FLOWC_CACHE_MAX_SIZE: invalid size"));
+}
+
+TEST_F(ConfigTest, ConfigFileErrorsNameTheLine) {
+  writeFile(dir.file("flowcd.conf"), "max-size = 1G\nmax_size = 1G\n");
+  EXPECT_THAT(
+      resolveDaemonOptions(flags()),
+      StatusIs(StatusCode::InvalidArgument, "flowcd.conf:2: unknown key 'max_size'"));
+  writeFile(dir.file("flowcd.conf"), "max-size 1G\n");
+  EXPECT_THAT(
+      resolveDaemonOptions(flags()),
+      StatusIs(StatusCode::InvalidArgument, "flowcd.conf:1: expected 'key = value'"));
+  writeFile(dir.file("flowcd.conf"), "idle-timeout = soon\n");
+  EXPECT_THAT(resolveDaemonOptions(flags()),
+              StatusIs(StatusCode::InvalidArgument, "flowcd.conf:1: invalid duration"));
+  DaemonFlags missing = flags();
+  missing.configFile = dir.file("missing.conf");
+  EXPECT_THAT(resolveDaemonOptions(missing),
+              StatusIs(StatusCode::NotFound, "missing.conf' does not exist"));
+}
+
+TEST(DurationTest, AcceptsSecondsMinutesHours) {
+  EXPECT_EQ(*parseDurationSeconds("0"), 0u);
+  EXPECT_EQ(*parseDurationSeconds("90"), 90u);
+  EXPECT_EQ(*parseDurationSeconds("90s"), 90u);
+  EXPECT_EQ(*parseDurationSeconds("15m"), 900u);
+  EXPECT_EQ(*parseDurationSeconds("2h"), 7200u);
+  for (const char *bad : {"", "-5", "5x", "h", "1.5h", "99999999h"})
+    EXPECT_THAT(parseDurationSeconds(bad),
+                StatusIs(StatusCode::InvalidArgument, "invalid duration"))
+        << bad;
+}
+
+TEST(EnvironmentTest, UnknownFlowcVariablesAreReported) {
+  ScopedEnv typo("FLOWC_CACHE_DIRS", "/tmp/x");
+  ScopedEnv known("FLOWC_AUTOSTART", "0");
+  ScopedEnv other("NOT_FLOWC_THING", "1");
+  std::vector<std::string> unknown = unknownEnvironmentVariables();
+  EXPECT_EQ(unknown, std::vector<std::string>{"FLOWC_CACHE_DIRS"});
+  std::vector<std::string> warnings = unknownEnvironmentWarnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr("FLOWC_CACHE_DIRS"));
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr("FLOWC_CACHE_MAX_SIZE"));
+}
+
+} // namespace
+} // namespace flowc::daemon
