@@ -4,8 +4,6 @@
 
 #include "Common.h"
 
-#include "flowc/runtime/Artifact.h"
-
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
@@ -28,11 +26,6 @@ CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global);
 /// The absolute path of a model file or of a reproducer directory (which
 /// the daemon validates); NotFound naming `path` otherwise.
 Expected<std::string> absoluteModelOrReproducer(const std::string &path);
-
-/// Opens an artifact; a thin one's weights are mapped from the user's cache
-/// (global options), else from the cache that linked it. RunCommand.cpp.
-Expected<std::shared_ptr<runtime::Artifact>> openArtifact(const std::string &path,
-                                                          GlobalOptions &global);
 
 /// "1.23 GB", "512 B": decimal units, three significant digits.
 std::string humanBytes(uint64_t bytes);

@@ -1,8 +1,8 @@
 // flowc inspect MODEL.onnx|REPRO_DIR|ARTIFACT.fca [--json]
 #include "Commands.h"
+#include "RuntimeModule.h"
 
 #include "flowc/runtime/Artifact.h"
-#include "flowc/runtime/Session.h"
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
@@ -19,10 +19,6 @@ struct InspectOptions {
   bool json = false;
   std::vector<std::string> inputShapes;
 };
-
-nlohmann::json specJson(const runtime::TensorSpec &spec) {
-  return {{"name", spec.name}, {"dtype", spec.dtype}, {"shape", spec.shape}};
-}
 
 nlohmann::json
 tensorsJson(const google::protobuf::RepeatedPtrField<flowc::v1::TensorInfo> &tensors) {
@@ -81,58 +77,10 @@ Expected<nlohmann::json> describeModel(const std::string &path,
   return json;
 }
 
-Expected<nlohmann::json> describeArtifact(const std::string &path,
-                                          GlobalOptions &global) {
-  FLOWC_ASSIGN_OR_RETURN(auto artifact, openArtifact(path, global));
-  const nlohmann::json &meta = artifact->metadata();
-  const runtime::Plan &plan = artifact->plan();
-  nlohmann::json json = {
-      {"kind", "artifact"}, {"path", path}, {"bytes", artifact->fileSize()}};
-  for (const char *key :
-       {"model_digest", "ir_digest", "code_digest", "compiler", "target", "options",
-        "op_counts", "parameters", "parameter_bytes", "opset"})
-    if (meta.contains(key))
-      json[key] = meta[key];
-  json["inputs"] = nlohmann::json::array();
-  json["outputs"] = nlohmann::json::array();
-  for (const auto &spec : plan.inputs)
-    json["inputs"].push_back(specJson(spec));
-  for (const auto &spec : plan.outputs)
-    json["outputs"].push_back(specJson(spec));
-  json["weights"] = plan.weights.size();
-  // A thin artifact's weights stay in the cache that linked it.
-  json["thin"] = artifact->isThin();
-  uint64_t external = 0;
-  for (const runtime::WeightSpec &weight : plan.weights)
-    external += weight.external ? weight.size : 0;
-  for (const runtime::PackedWeightSpec &weight : plan.packed)
-    external += weight.external ? weight.size : 0;
-  json["external_weight_bytes"] = external;
-  uint64_t derived = 0, derivedBytes = 0;
-  for (const runtime::WeightSpec &weight : plan.weights)
-    if (weight.tensor.name.rfind(runtime::kDerivedWeightPrefix, 0) == 0) {
-      ++derived;
-      derivedBytes += weight.size;
-    }
-  json["derived_weights"] = derived;
-  json["derived_weight_bytes"] = derivedBytes;
-  uint64_t packedBytes = 0;
-  for (const runtime::PackedWeightSpec &weight : artifact->plan().packed)
-    packedBytes += weight.size;
-  json["packed_weights"] = artifact->plan().packed.size();
-  json["packed_weight_bytes"] = packedBytes;
-  json["code_bytes"] = artifact->section(runtime::SectionKind::Code).size();
-  json["ir_bytes"] = artifact->section(runtime::SectionKind::GraphIr).size();
-  // The memory plan and kernel table live in the code: loading it (no run)
-  // reads them. Code built for another host is described without them.
-  auto session = runtime::Session::create(std::move(artifact));
-  if (!session) {
-    json["code_error"] = session.status().message();
-    return json;
-  }
-  json["arena_bytes"] = (*session)->arenaBytes();
-  json["library_kernels"] = (*session)->libraryKernelSites();
-  return json;
+Expected<nlohmann::json> describeArtifactThroughModule(const std::string &path,
+                                                       GlobalOptions &global) {
+  FLOWC_ASSIGN_OR_RETURN(const RuntimeModule *module, runtimeModule());
+  return module->describeArtifact(path, global);
 }
 
 bool isArtifact(const std::string &path) {
@@ -245,7 +193,7 @@ void printHuman(const nlohmann::json &json) {
 
 int runInspect(const InspectOptions &options, GlobalOptions &global) {
   auto json = isArtifact(options.path)
-                  ? describeArtifact(options.path, global)
+                  ? describeArtifactThroughModule(options.path, global)
                   : describeModel(options.path, options.inputShapes, global);
   if (!json)
     return reportError(json.status());

@@ -1,7 +1,7 @@
 // flowc: the command-line client. Each subcommand lives in its own file.
 #include "Commands.h"
+#include "RuntimeModule.h"
 
-#include "flowc/runtime/BuildInfo.h"
 #include "flowc/support/Environment.h"
 
 #include <grpc/support/log.h>
@@ -52,8 +52,11 @@ int main(int argc, char **argv) {
   letGlobalOptionsFallThrough(app);
   app.set_version_flag(
       "--version",
-      [] {
-        std::string text = flowc::runtime::versionText("flowc");
+      []() -> std::string {
+        auto module = flowc::cli::runtimeModule();
+        if (!module)
+          return "flowc: error: " + module.status().message();
+        std::string text = (*module)->versionText("flowc");
         text.pop_back(); // CLI11 ends the text with its own newline
         return text;
       },

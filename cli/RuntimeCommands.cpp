@@ -1,0 +1,295 @@
+// libflowc-cli-runtime.so: flowc's commands that need the runtime (see
+// RuntimeModule.h). Its calls into flowc itself (reportError, printJson,
+// GlobalOptions) resolve against the executable, which exports them.
+#include "RuntimeModule.h"
+
+#include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/BuildInfo.h"
+#include "flowc/runtime/Session.h"
+#include "flowc/support/Format.h"
+#include "flowc/support/MappedFile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
+
+namespace flowc::cli {
+
+namespace {
+
+struct Latency {
+  double medianMs = 0;
+  double p90Ms = 0;
+};
+
+/// Median and p90 of `iterations` runs after three warm-up runs.
+Expected<Latency> measure(runtime::Session &session,
+                          const std::map<std::string, runtime::Tensor> &inputs,
+                          unsigned iterations) {
+  for (int i = 0; i < 3; ++i)
+    FLOWC_RETURN_IF_ERROR(session.run(inputs).status());
+  std::vector<double> samples;
+  for (unsigned i = 0; i < iterations; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    FLOWC_RETURN_IF_ERROR(session.run(inputs).status());
+    samples.push_back(std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+  }
+  std::sort(samples.begin(), samples.end());
+  return Latency{samples[samples.size() / 2], samples[(samples.size() * 9) / 10]};
+}
+
+/// Output names such as "/fc/Gemm_output_0" become safe file names.
+std::string fileNameFor(const std::string &name) {
+  std::string out;
+  for (char c : name)
+    out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'
+               ? c
+               : '_';
+  while (!out.empty() && out.front() == '.')
+    out.erase(out.begin());
+  return out.empty() ? "output" : out;
+}
+
+Expected<std::map<std::string, runtime::Tensor>> readInputs(const RunOptions &options,
+                                                            const runtime::Plan &plan) {
+  std::map<std::string, runtime::Tensor> inputs;
+  for (const std::string &spec : options.inputs) {
+    size_t eq = spec.find('=');
+    std::string name, path;
+    if (eq == std::string::npos) {
+      // A bare file names the only input.
+      if (plan.inputs.size() != 1)
+        return invalidArgument("--input '" + spec + "' has no NAME=; the model has " +
+                               std::to_string(plan.inputs.size()) + " inputs");
+      name = plan.inputs[0].name;
+      path = spec;
+    } else {
+      name = spec.substr(0, eq);
+      path = spec.substr(eq + 1);
+    }
+    FLOWC_ASSIGN_OR_RETURN(runtime::Tensor tensor, runtime::readNpy(path));
+    inputs[name] = std::move(tensor);
+  }
+  return inputs;
+}
+
+/// The first `count` values of `tensor`, and "... (N values)" if there are more.
+std::string leadingValues(const runtime::Tensor &tensor, size_t count) {
+  std::ostringstream line;
+  size_t total = static_cast<size_t>(tensor.elementCount());
+  size_t shown = std::min(count, total);
+  for (size_t k = 0; k < shown; ++k)
+    line << std::setprecision(6) << tensor.element(k) << (k + 1 < shown ? " " : "");
+  if (shown < total)
+    line << " ... (" << total << " values)";
+  return line.str();
+}
+
+/// The CAS file of `digest` ("sha256:<64 hex>/<size>") under `cacheDir`;
+/// empty for text that is not a digest (an artifact is untrusted input: its
+/// digests must not name other paths).
+std::string casFile(const std::string &cacheDir, const std::string &digest) {
+  constexpr std::string_view prefix = "sha256:";
+  if (!digest.starts_with(prefix) || digest.size() < prefix.size() + 65 ||
+      digest[prefix.size() + 64] != '/')
+    return "";
+  std::string hex = digest.substr(prefix.size(), 64);
+  if (hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return "";
+  return cacheDir + "/cas/" + hex.substr(0, 2) + "/" + hex.substr(2);
+}
+
+/// Maps a thin artifact's weights from the first of `cacheDirs` that holds
+/// them: the user's cache, then the one that linked the artifact.
+runtime::ExternalWeightSource casWeights(std::vector<std::string> cacheDirs) {
+  return [cacheDirs =
+              std::move(cacheDirs)](const std::string &digest) -> Expected<MappedFile> {
+    std::string looked;
+    for (const std::string &dir : cacheDirs) {
+      std::string file = casFile(dir, digest);
+      if (file.empty())
+        return dataLoss("'" + digest + "' is not a weight digest");
+      if (::access(file.c_str(), R_OK) == 0)
+        return MappedFile::open(file);
+      looked += (looked.empty() ? "" : ", ") + dir;
+    }
+    return notFound("weight " + digest + " is not in the cache (looked in " + looked +
+                    "; evicted? submit the model again, or without --thin)");
+  };
+}
+
+Expected<std::shared_ptr<runtime::Artifact>> openArtifact(const std::string &path,
+                                                          GlobalOptions &global);
+
+int runRun(const RunOptions &options, GlobalOptions &global) {
+  // What a user waits for before the first answer: open, session, run.
+  auto start = std::chrono::steady_clock::now();
+  // A directory that cannot be made fails before any work.
+  if (!options.outputDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.outputDir, ec);
+    if (ec)
+      return reportError(invalidArgument("cannot create --output-dir '" +
+                                         options.outputDir + "': " + ec.message()));
+  }
+  auto artifact = openArtifact(options.artifact, global);
+  if (!artifact)
+    return reportError(artifact.status());
+  auto session = runtime::Session::create(*artifact, {options.threads});
+  if (!session)
+    return reportError(session.status());
+  const runtime::Plan &plan = (*session)->plan();
+  auto inputs = readInputs(options, plan);
+  if (!inputs)
+    return reportError(inputs.status());
+  auto outputs = (*session)->run(*inputs);
+  if (!outputs)
+    return reportError(outputs.status().withContext("run '" + options.artifact + "'"));
+  double firstRunMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
+
+  nlohmann::json json = {
+      {"artifact", options.artifact},
+      {"outputs", nlohmann::json::array()},
+      {"first_run_ms", firstRunMs},
+      {"packed_weights_in_place", (*session)->prepackedWeightsInUse()}};
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const runtime::Tensor &tensor = (*outputs)[i];
+    const std::string &name = plan.outputs[i].name;
+    std::string path;
+    if (!options.outputDir.empty()) {
+      path = options.outputDir + "/" + fileNameFor(name) + ".npy";
+      if (Status status = runtime::writeNpy(path, tensor); !status)
+        return reportError(status);
+    }
+    if (options.json) {
+      nlohmann::json output = {{"name", name}, {"shape", tensor.shape}};
+      if (path.empty()) {
+        output["values"] = nlohmann::json::array();
+        for (size_t k = 0;
+             k < std::min<size_t>(options.printCount, tensor.elementCount()); ++k)
+          output["values"].push_back(tensor.element(k));
+      } else {
+        output["file"] = path;
+      }
+      json["outputs"].push_back(std::move(output));
+      continue;
+    }
+    std::cout << name << " " << shapeString(tensor.shape)
+              << (path.empty() ? "" : " -> " + path) << "\n  "
+              << leadingValues(tensor, options.printCount) << std::endl;
+  }
+  if (options.bench) {
+    auto latency = measure(**session, *inputs, options.bench);
+    if (!latency)
+      return reportError(
+          latency.status().withContext("bench '" + options.artifact + "'"));
+    json["iterations"] = options.bench;
+    json["threads"] = options.threads;
+    json["median_ms"] = latency->medianMs;
+    json["p90_ms"] = latency->p90Ms;
+    if (!options.json)
+      std::cout << "latency over " << options.bench << " runs: median " << std::fixed
+                << std::setprecision(3) << latency->medianMs << " ms, p90 "
+                << latency->p90Ms << " ms" << std::endl;
+  }
+  if (options.json)
+    printJson(json);
+  return 0;
+}
+
+/// Opens an artifact; a thin one's weights are mapped from the user's cache
+/// (global options), else from the cache that linked it.
+Expected<std::shared_ptr<runtime::Artifact>> openArtifact(const std::string &path,
+                                                          GlobalOptions &global) {
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, runtime::Artifact::open(path));
+  if (!artifact->isThin())
+    return artifact;
+  global.resolve();
+  std::vector<std::string> dirs = {global.cacheDir};
+  if (auto recorded = artifact->metadata().find("weights_cache");
+      recorded != artifact->metadata().end() && recorded->is_string() &&
+      recorded->get<std::string>() != global.cacheDir)
+    dirs.push_back(recorded->get<std::string>());
+  return runtime::Artifact::open(path, casWeights(std::move(dirs)));
+}
+
+nlohmann::json specJson(const runtime::TensorSpec &spec) {
+  return {{"name", spec.name}, {"dtype", spec.dtype}, {"shape", spec.shape}};
+}
+
+Expected<nlohmann::json> describeArtifact(const std::string &path,
+                                          GlobalOptions &global) {
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, openArtifact(path, global));
+  const nlohmann::json &meta = artifact->metadata();
+  const runtime::Plan &plan = artifact->plan();
+  nlohmann::json json = {
+      {"kind", "artifact"}, {"path", path}, {"bytes", artifact->fileSize()}};
+  for (const char *key :
+       {"model_digest", "ir_digest", "code_digest", "compiler", "target", "options",
+        "op_counts", "parameters", "parameter_bytes", "opset"})
+    if (meta.contains(key))
+      json[key] = meta[key];
+  json["inputs"] = nlohmann::json::array();
+  json["outputs"] = nlohmann::json::array();
+  for (const auto &spec : plan.inputs)
+    json["inputs"].push_back(specJson(spec));
+  for (const auto &spec : plan.outputs)
+    json["outputs"].push_back(specJson(spec));
+  json["weights"] = plan.weights.size();
+  // A thin artifact's weights stay in the cache that linked it.
+  json["thin"] = artifact->isThin();
+  uint64_t external = 0;
+  for (const runtime::WeightSpec &weight : plan.weights)
+    external += weight.external ? weight.size : 0;
+  for (const runtime::PackedWeightSpec &weight : plan.packed)
+    external += weight.external ? weight.size : 0;
+  json["external_weight_bytes"] = external;
+  uint64_t derived = 0, derivedBytes = 0;
+  for (const runtime::WeightSpec &weight : plan.weights)
+    if (weight.tensor.name.rfind(runtime::kDerivedWeightPrefix, 0) == 0) {
+      ++derived;
+      derivedBytes += weight.size;
+    }
+  json["derived_weights"] = derived;
+  json["derived_weight_bytes"] = derivedBytes;
+  uint64_t packedBytes = 0;
+  for (const runtime::PackedWeightSpec &weight : artifact->plan().packed)
+    packedBytes += weight.size;
+  json["packed_weights"] = artifact->plan().packed.size();
+  json["packed_weight_bytes"] = packedBytes;
+  json["code_bytes"] = artifact->section(runtime::SectionKind::Code).size();
+  json["ir_bytes"] = artifact->section(runtime::SectionKind::GraphIr).size();
+  // The memory plan and kernel table live in the code: loading it (no run)
+  // reads them. Code built for another host is described without them.
+  auto session = runtime::Session::create(std::move(artifact));
+  if (!session) {
+    json["code_error"] = session.status().message();
+    return json;
+  }
+  json["arena_bytes"] = (*session)->arenaBytes();
+  json["library_kernels"] = (*session)->libraryKernelSites();
+  return json;
+}
+
+std::string versionText(const std::string &program) {
+  return runtime::versionText(program);
+}
+
+} // namespace
+
+} // namespace flowc::cli
+
+extern "C" __attribute__((visibility("default"))) const flowc::cli::RuntimeModule *
+flowcCliRuntimeModule() {
+  static const flowc::cli::RuntimeModule module = {
+      flowc::cli::runRun, flowc::cli::describeArtifact, flowc::cli::versionText};
+  return &module;
+}

@@ -1,0 +1,49 @@
+// The commands that need the runtime (and with it oneDNN and OpenMP):
+// running an artifact, describing one, the library versions. They live in a
+// module, libflowc-cli-runtime.so, that flowc loads only for them, so that
+// every other command (a cache hit above all) starts without mapping and
+// relocating those libraries.
+#pragma once
+
+#include "Common.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace flowc::cli {
+
+/// flowc run's options.
+struct RunOptions {
+  std::string artifact;
+  std::vector<std::string> inputs;
+  /// Where OUTPUT.npy files go; empty: nothing is written, values are
+  /// printed.
+  std::string outputDir;
+  bool json = false;
+  size_t printCount = 8;
+  /// Timed iterations after warm-up; 0 runs once without timing.
+  unsigned bench = 0;
+  /// Threads for library kernels; 0: all cores.
+  int threads = 0;
+};
+
+/// What the module offers; its functions may be called from any thread.
+struct RuntimeModule {
+  /// `flowc run`; returns the exit status (errors reported on stderr).
+  int (*run)(const RunOptions &options, GlobalOptions &global);
+  /// `flowc inspect ARTIFACT` as JSON; errors naming the file.
+  Expected<nlohmann::json> (*describeArtifact)(const std::string &path,
+                                               GlobalOptions &global);
+  /// The `--version` text of `program`.
+  std::string (*versionText)(const std::string &program);
+};
+
+/// The symbol the module exports: `const RuntimeModule *flowcCliRuntimeModule()`.
+inline constexpr const char *kRuntimeModuleEntry = "flowcCliRuntimeModule";
+
+/// Loads the module from ../lib beside this executable, once. Unavailable
+/// naming the module's path and the loader's words when it cannot.
+Expected<const RuntimeModule *> runtimeModule();
+
+} // namespace flowc::cli
