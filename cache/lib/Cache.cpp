@@ -520,10 +520,6 @@ Expected<Digest> Cache::adoptFile(const std::string &path) {
   } remover{path};
   FLOWC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
   Digest digest = digestOf(file.view());
-  if (digest.size < options_.inlineThreshold) {
-    FLOWC_RETURN_IF_ERROR(storeInline(digest, file.view()));
-    return digest;
-  }
   if (contains(digest)) {
     FLOWC_RETURN_IF_ERROR(recordDuplicate(*index_, digest));
     return digest;

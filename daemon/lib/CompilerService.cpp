@@ -280,8 +280,8 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
 }
 
 std::string CompilerService::localArtifactPath(const cache::Digest &digest) const {
-  if (digest.size < context_.cache->options().inlineThreshold)
-    return ""; // inside the index, not a file: streamed
+  // Artifacts are adopted as files; one stored inline by an older flowc has
+  // no file, and the client, finding none, streams it.
   return context_.cache->blobPath(digest);
 }
 

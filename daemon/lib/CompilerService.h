@@ -26,7 +26,7 @@ public:
                      grpc::ServerWriter<flowc::v1::ReproChunk> *writer) override;
 
 private:
-  /// The artifact's file in the cache; empty for an inline blob.
+  /// Where the artifact's file is in the cache.
   std::string localArtifactPath(const cache::Digest &digest) const;
 
   DaemonContext &context_;

@@ -213,6 +213,20 @@ TEST(CacheTest, AdoptsAFinishedFile) {
   EXPECT_EQ((*cache)->get(*digest)->bytes(), bytes);
 }
 
+TEST(CacheTest, AnAdoptedFileStaysAFileHoweverSmall) {
+  TempDir dir;
+  auto cache = Cache::open(dir.path());
+  ASSERT_TRUE(cache);
+  std::string path = (*cache)->tmpDir() + "/small-artifact";
+  std::ofstream(path) << "tiny";
+  auto digest = (*cache)->adoptFile(path);
+  ASSERT_TRUE(digest);
+  // Artifacts are handed out as hard links of their file.
+  EXPECT_TRUE(std::filesystem::exists((*cache)->blobPath(*digest)));
+  EXPECT_EQ((*cache)->get(*digest)->bytes(), "tiny");
+  EXPECT_EQ((*cache)->stats()->inlineBlobs, 0u);
+}
+
 TEST(CacheTest, SweepsTempFilesOfCrashedWritersAtOpen) {
   TempDir dir;
   { ASSERT_TRUE(Cache::open(dir.path())); }

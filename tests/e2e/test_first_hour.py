@@ -138,7 +138,7 @@ def one_line(stderr):
 
 @pytest.fixture
 def models(tmp_path):
-    """examples/make_models.py DIR: cnn.onnx (a ~65 KB inline artifact),
+    """examples/make_models.py DIR: cnn.onnx (a ~65 KB artifact),
     mlp.onnx and their inputs."""
     out = tmp_path / "models"
     subprocess.run([str(ROOT / ".venv" / "bin" / "python"),
@@ -606,7 +606,7 @@ def test_submit_reports_kernels_timings_and_transfer(flowc, tmp_path, models):
         assert second["seconds"] >= second["daemon_seconds"] > 0
 
 
-# --- 13. fast hits: unchanged, linked, copied, streamed ---------------------------
+# --- 13. fast hits: unchanged, linked, copied ---------------------------
 
 def test_cache_hits_link_or_copy_the_cached_artifact(flowc, tmp_path, models):
     model, x, expected = big_model(tmp_path / "big.onnx")
@@ -633,9 +633,9 @@ def test_cache_hits_link_or_copy_the_cached_artifact(flowc, tmp_path, models):
             assert (shm / "big.fca").read_bytes() == cached.read_bytes()
         finally:
             shutil.rmtree(shm)
-    # A small artifact (inline in the index) is streamed.
+    # A small artifact is a file in the cache too, and linked as well.
     report = submit_json(flowc, models / "cnn.onnx", tmp_path / "cnn.fca")
-    assert report["artifact_transfer"] == "streamed"
+    assert report["artifact_transfer"] == "linked"
     # The linked artifact runs.
     assert_close(flowc.execute(linked, {"x": x})["y"], expected)
 

@@ -182,7 +182,9 @@ public:
   /// grow with the file), hashing while copying.
   Expected<Digest> putFile(const std::string &path);
   /// Moves a finished file written inside tmpDir() into the store under its
-  /// digest. The file is gone afterwards whether or not this succeeds.
+  /// digest. It stays a file whatever its size (it is written already, and
+  /// artifacts are handed to local clients as hard links of it). The file
+  /// is gone afterwards whether or not this succeeds.
   Expected<Digest> adoptFile(const std::string &path);
   /// Where writers put files that they will adopt (same filesystem, swept
   /// at open).
