@@ -1,18 +1,17 @@
 #include "Common.h"
 
+#include "flowc/support/Environment.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
+#include "flowc/support/UnixSocket.h"
 
 #include <chrono>
-#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <grpcpp/grpcpp.h>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <thread>
 #include <unistd.h>
 
@@ -20,13 +19,8 @@ namespace flowc::cli {
 
 void GlobalOptions::resolve() {
   if (cacheDir.empty()) {
-    if (const char *dir = std::getenv("FLOWC_CACHE_DIR"); dir && *dir)
-      cacheDir = dir;
-    else if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-      cacheDir = std::string(xdg) + "/flowc";
-    else
-      cacheDir = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                 "/.cache/flowc";
+    const char *dir = std::getenv("FLOWC_CACHE_DIR");
+    cacheDir = dir && *dir ? dir : defaultCacheDir();
   }
   std::error_code ec;
   auto absolute = std::filesystem::absolute(cacheDir, ec);
@@ -107,23 +101,6 @@ void DaemonClient::attach(std::shared_ptr<grpc::Channel> channel) {
 
 namespace {
 
-/// The longest unix socket path the kernel takes (sun_path less its NUL).
-constexpr size_t kMaxSocketPath = sizeof(sockaddr_un{}.sun_path) - 1;
-
-/// True if a process accepts connections on the unix socket at `path`.
-bool socketAccepts(const std::string &path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return false;
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.c_str(), path.size());
-  bool accepts =
-      ::connect(fd, reinterpret_cast<const sockaddr *>(&address), sizeof address) == 0;
-  ::close(fd);
-  return accepts;
-}
-
 /// How long an auto-started daemon waits for work before it exits.
 constexpr const char *kAutostartIdleTimeout = "1h";
 
@@ -133,11 +110,11 @@ Expected<std::unique_ptr<DaemonClient>>
 DaemonClient::connect(const GlobalOptions &options, bool autostart) {
   // gRPC would otherwise retry a path it cannot bind or connect to until
   // the deadline, and say nothing useful.
-  if (options.socketPath.size() > kMaxSocketPath)
+  if (options.socketPath.size() > kMaxUnixSocketPath)
     return invalidArgument("socket path '" + options.socketPath + "' is " +
                            std::to_string(options.socketPath.size()) +
                            " bytes; unix sockets allow at most " +
-                           std::to_string(kMaxSocketPath) +
+                           std::to_string(kMaxUnixSocketPath) +
                            " (use a shorter --socket or FLOWC_SOCKET, or a shorter "
                            "--cache-dir)");
   auto client = std::make_unique<DaemonClient>();
@@ -145,7 +122,7 @@ DaemonClient::connect(const GlobalOptions &options, bool autostart) {
   // A plain connect() says whether a daemon listens, in microseconds; the
   // channel then connects on its first call. (A health RPC here would add a
   // round trip to every command, a cache hit's included.)
-  if (socketAccepts(options.socketPath))
+  if (unixSocketAccepts(options.socketPath))
     return client;
   if (!autostart || !options.autostart)
     return unavailable("no flowcd is listening on '" + options.socketPath + "'" +

@@ -1,6 +1,7 @@
 #include "flowc/daemon/Config.h"
 
 #include "flowc/support/ByteSize.h"
+#include "flowc/support/Environment.h"
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
@@ -64,13 +65,6 @@ Expected<Settings> parseConfigFile(const std::string &path) {
     settings[key] = {trim(line.substr(eq + 1)), where};
   }
   return settings;
-}
-
-std::string defaultCacheDir() {
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::string(xdg) + "/flowc";
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.cache/flowc";
 }
 
 /// Flag, then environment variable, then config file.

@@ -5,6 +5,8 @@
 #include "CompilerService.h"
 #include "DaemonContext.h"
 
+#include "flowc/support/UnixSocket.h"
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -12,27 +14,12 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <thread>
 #include <unistd.h>
 
 namespace flowc::daemon {
 
 namespace {
-
-/// True if a process accepts connections on the unix socket at `path`.
-bool socketIsLive(const std::string &path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return false;
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  bool live = connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof address) == 0;
-  close(fd);
-  return live;
-}
 
 /// Counts every RPC from its start to its end (an interceptor lives as long
 /// as its call), so that the idle timeout never stops a daemon mid-request.
@@ -90,9 +77,9 @@ Status DaemonOptions::validate() {
     return invalidArgument("no cache directory (use --cache-dir or FLOWC_CACHE_DIR)");
   if (socketPath.empty())
     socketPath = cacheDir + "/flowcd.sock";
-  if (socketPath.size() >= sizeof(sockaddr_un{}.sun_path))
+  if (socketPath.size() > kMaxUnixSocketPath)
     return invalidArgument("socket path '" + socketPath + "' is longer than " +
-                           std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
+                           std::to_string(kMaxUnixSocketPath) + " bytes");
   if (workers == 0)
     workers = std::max(1u, std::thread::hardware_concurrency());
   return Status::ok();
@@ -135,7 +122,7 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
       std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
   context.jobs = std::make_unique<scheduler::JobQueue>(options.workers);
 
-  if (socketIsLive(options.socketPath))
+  if (unixSocketAccepts(options.socketPath))
     return failedPrecondition("another flowcd is already listening on '" +
                               options.socketPath + "'");
   // A socket file nobody answers on was left by a daemon that died.

@@ -1,6 +1,7 @@
 #include "flowc/support/Environment.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 extern char **environ;
 
@@ -20,6 +21,13 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
       {"FLOWC_ONNX_NODE_JOBS", false},
   };
   return variables;
+}
+
+std::string defaultCacheDir() {
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/flowc";
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/flowc";
 }
 
 std::vector<std::string> unknownEnvironmentVariables() {

@@ -22,6 +22,10 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables();
 /// known, e.g. FLOWC_CACHE_DIRS, sorted. Thread-compatible (reads `environ`).
 std::vector<std::string> unknownEnvironmentVariables();
 
+/// The cache directory when neither a flag nor FLOWC_CACHE_DIR names one:
+/// $XDG_CACHE_HOME/flowc, else ~/.cache/flowc.
+std::string defaultCacheDir();
+
 /// One message per unknown FLOWC_* variable, naming the ones the binaries
 /// read: "ignoring unknown environment variable FLOWC_X (flowc reads ...)".
 std::vector<std::string> unknownEnvironmentWarnings();
