@@ -37,8 +37,11 @@ void GlobalOptions::resolve() {
 Expected<std::string> absoluteModelPath(const std::string &path) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(path, ec);
-  if (ec || !std::filesystem::is_regular_file(absolute, ec))
+  if (ec || !std::filesystem::exists(absolute, ec))
     return notFound("cannot read model '" + path + "': no such file");
+  if (!std::filesystem::is_regular_file(absolute, ec))
+    return invalidArgument("cannot read model '" + path +
+                           "': not a regular file (a FIFO, device or socket)");
   if (::access(absolute.c_str(), R_OK) != 0)
     return errnoStatus(errno, "cannot read model '" + path + "'");
   return absolute.lexically_normal().string();

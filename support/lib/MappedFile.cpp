@@ -109,7 +109,10 @@ void MappedFile::reset() {
 }
 
 Expected<MappedFile> MappedFile::open(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer forever; it is refused below like any file that is not regular
+  // (the flag changes nothing for regular files).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return errnoStatus(errno, "cannot open '" + path + "'");
   struct stat st;

@@ -48,6 +48,15 @@ TEST(DigestTest, RejectsMalformedText) {
         << text;
 }
 
+TEST(MappedFileTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  TempDir dir;
+  std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer ever comes: a blocking open would hang here.
+  EXPECT_THAT(MappedFile::open(fifo),
+              StatusIs(StatusCode::InvalidArgument, "is not a regular file"));
+}
+
 TEST(MappedFileTest, ReleasesPagesOnlyOfItsOwnMappings) {
   TempDir dir;
   std::string bytes(3 * 4096 + 100, '\0');

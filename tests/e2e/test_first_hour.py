@@ -664,3 +664,23 @@ def test_bf16_is_refused_at_once_without_avx512_and_works_with_it(flowc, tmp_pat
                      onnxruntime_outputs(models / "cnn.onnx", x)["probs"], rtol=5e-2)
         report = json.loads(flowc.run("inspect", out, "--json").stdout)
         assert "precision=bf16" in report["options"]
+
+
+# --- 15. FIFOs ------------------------------------------------------------------
+
+def test_a_fifo_is_refused_at_once_wherever_a_file_is_read(tmp_path):
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    cache, socket = tmp_path / "cache", tmp_path / "s.sock"
+    # No writer ever opens the FIFO: each command must answer, not wait.
+    submit = cli("--cache-dir", cache, "--socket", socket, "submit", fifo, timeout=20)
+    assert submit.returncode == 3, submit.stderr
+    assert one_line(submit.stderr).startswith("flowc: error: cannot read model")
+    assert "not a regular file" in submit.stderr
+    run = cli("run", fifo, timeout=20)
+    assert run.returncode == 3, run.stderr
+    assert "is not a regular file" in run.stderr
+    daemon = daemon_cli("--cache-dir", cache, "--socket", socket, "--config", fifo,
+                        timeout=20)
+    assert daemon.returncode == 2, daemon.stderr
+    assert "is not a regular file" in daemon.stderr

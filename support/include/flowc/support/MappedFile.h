@@ -21,8 +21,9 @@ public:
   MappedFile &operator=(MappedFile &&other) noexcept;
   ~MappedFile();
 
-  /// Maps `path` read-only. NotFound if it does not exist; an empty file maps
-  /// to an empty view. Thread-safe to read once constructed.
+  /// Maps `path` read-only. NotFound if it does not exist; InvalidArgument,
+  /// without blocking, for anything but a regular file (a FIFO, a device);
+  /// an empty file maps to an empty view. Thread-safe to read once constructed.
   static Expected<MappedFile> open(const std::string &path);
 
   const uint8_t *data() const { return data_; }
