@@ -17,6 +17,9 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
       {"FLOWC_BIN_DIR", false},
       {"FLOWC_CRASH_KILLS", false},
       {"FLOWC_JOBS", false},
+      {"FLOWC_FRESH_BASE_MAX_AGE_DAYS", false},
+      {"FLOWC_FRESH_CACHE_DIR", false},
+      {"FLOWC_FRESH_WORK_DIR", false},
       {"FLOWC_ONNX_NODE_FILTER", false},
       {"FLOWC_ONNX_NODE_JOBS", false},
   };
