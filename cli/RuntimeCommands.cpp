@@ -3,6 +3,7 @@
 // GlobalOptions) resolve against the executable, which exports them.
 #include "RuntimeModule.h"
 
+#include "flowc/cache/Digest.h"
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/runtime/Session.h"
@@ -91,30 +92,19 @@ std::string leadingValues(const runtime::Tensor &tensor, size_t count) {
   return line.str();
 }
 
-/// The CAS file of `digest` ("sha256:<64 hex>/<size>") under `cacheDir`;
-/// empty for text that is not a digest (an artifact is untrusted input: its
-/// digests must not name other paths).
-std::string casFile(const std::string &cacheDir, const std::string &digest) {
-  constexpr std::string_view prefix = "sha256:";
-  if (!digest.starts_with(prefix) || digest.size() < prefix.size() + 65 ||
-      digest[prefix.size() + 64] != '/')
-    return "";
-  std::string hex = digest.substr(prefix.size(), 64);
-  if (hex.find_first_not_of("0123456789abcdef") != std::string::npos)
-    return "";
-  return cacheDir + "/cas/" + hex.substr(0, 2) + "/" + hex.substr(2);
-}
-
 /// Maps a thin artifact's weights from the first of `cacheDirs` that holds
 /// them: the user's cache, then the one that linked the artifact.
 runtime::ExternalWeightSource casWeights(std::vector<std::string> cacheDirs) {
   return [cacheDirs =
               std::move(cacheDirs)](const std::string &digest) -> Expected<MappedFile> {
+    // The artifact is untrusted input: only a well-formed digest names a
+    // file, and only inside a cache.
+    auto parsed = cache::Digest::parse(digest);
+    if (!parsed)
+      return dataLoss("'" + digest + "' is not a weight digest");
     std::string looked;
     for (const std::string &dir : cacheDirs) {
-      std::string file = casFile(dir, digest);
-      if (file.empty())
-        return dataLoss("'" + digest + "' is not a weight digest");
+      std::string file = cache::blobPathUnder(dir, *parsed);
       if (::access(file.c_str(), R_OK) == 0)
         return MappedFile::open(file);
       looked += (looked.empty() ? "" : ", ") + dir;
@@ -124,8 +114,21 @@ runtime::ExternalWeightSource casWeights(std::vector<std::string> cacheDirs) {
   };
 }
 
+/// Opens an artifact; a thin one's weights are mapped from the user's cache
+/// (global options), else from the cache that linked it.
 Expected<std::shared_ptr<runtime::Artifact>> openArtifact(const std::string &path,
-                                                          GlobalOptions &global);
+                                                          GlobalOptions &global) {
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, runtime::Artifact::open(path));
+  if (!artifact->isThin())
+    return artifact;
+  global.resolve();
+  std::vector<std::string> dirs = {global.cacheDir};
+  if (auto recorded = artifact->metadata().find("weights_cache");
+      recorded != artifact->metadata().end() && recorded->is_string() &&
+      recorded->get<std::string>() != global.cacheDir)
+    dirs.push_back(recorded->get<std::string>());
+  return runtime::Artifact::open(path, casWeights(std::move(dirs)));
+}
 
 int runRun(const RunOptions &options, GlobalOptions &global) {
   // What a user waits for before the first answer: open, session, run.
@@ -203,22 +206,6 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
   if (options.json)
     printJson(json);
   return 0;
-}
-
-/// Opens an artifact; a thin one's weights are mapped from the user's cache
-/// (global options), else from the cache that linked it.
-Expected<std::shared_ptr<runtime::Artifact>> openArtifact(const std::string &path,
-                                                          GlobalOptions &global) {
-  FLOWC_ASSIGN_OR_RETURN(auto artifact, runtime::Artifact::open(path));
-  if (!artifact->isThin())
-    return artifact;
-  global.resolve();
-  std::vector<std::string> dirs = {global.cacheDir};
-  if (auto recorded = artifact->metadata().find("weights_cache");
-      recorded != artifact->metadata().end() && recorded->is_string() &&
-      recorded->get<std::string>() != global.cacheDir)
-    dirs.push_back(recorded->get<std::string>());
-  return runtime::Artifact::open(path, casWeights(std::move(dirs)));
 }
 
 nlohmann::json specJson(const runtime::TensorSpec &spec) {

@@ -279,8 +279,7 @@ Expected<std::unique_ptr<Cache>> Cache::open(const std::string &dir,
 }
 
 std::string Cache::blobPath(const Digest &digest) const {
-  std::string hex = digest.hex();
-  return root_ + "/cas/" + hex.substr(0, 2) + "/" + hex.substr(2);
+  return blobPathUnder(root_, digest);
 }
 
 Status Cache::reserve(uint64_t bytes) {

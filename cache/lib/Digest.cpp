@@ -50,6 +50,11 @@ std::string Digest::toString() const {
   return std::string(kPrefix) + hex() + "/" + std::to_string(size);
 }
 
+std::string blobPathUnder(const std::string &root, const Digest &digest) {
+  std::string hex = digest.hex();
+  return root + "/cas/" + hex.substr(0, 2) + "/" + hex.substr(2);
+}
+
 Expected<Digest> Digest::parse(std::string_view text) {
   auto bad = [&] {
     return invalidArgument("malformed digest '" + std::string(text) +

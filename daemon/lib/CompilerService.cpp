@@ -271,18 +271,14 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   result->set_job_id(jobId);
   result->set_kernels_compiled(outcome->kernelsCompiled);
   result->set_kernels_reused(outcome->kernelsReused);
+  // Artifacts are adopted as files; one stored inline by an older flowc has
+  // none, and the client, finding none, streams it.
   if (request->want_local_path() && isLocalPeer(*context))
-    result->set_artifact_path(localArtifactPath(outcome->artifactDigest));
+    result->set_artifact_path(context_.cache->blobPath(outcome->artifactDigest));
   for (const auto &[op, count] : outcome->opCounts)
     (*result->mutable_op_counts())[op] = count;
   writer->Write(event);
   return grpc::Status::OK;
-}
-
-std::string CompilerService::localArtifactPath(const cache::Digest &digest) const {
-  // Artifacts are adopted as files; one stored inline by an older flowc has
-  // no file, and the client, finding none, streams it.
-  return context_.cache->blobPath(digest);
 }
 
 grpc::Status

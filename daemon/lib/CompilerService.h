@@ -26,9 +26,6 @@ public:
                      grpc::ServerWriter<flowc::v1::ReproChunk> *writer) override;
 
 private:
-  /// Where the artifact's file is in the cache.
-  std::string localArtifactPath(const cache::Digest &digest) const;
-
   DaemonContext &context_;
 };
 

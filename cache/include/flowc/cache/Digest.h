@@ -28,6 +28,12 @@ struct Digest {
   bool operator==(const Digest &other) const = default;
 };
 
+/// Where a large blob's file lies under the cache root `root`:
+/// `ROOT/cas/<first 2 hex>/<other 62 hex>`. The one definition of the CAS
+/// layout, for the cache and for readers that map its files without opening
+/// it (`flowc run` of a thin artifact).
+std::string blobPathUnder(const std::string &root, const Digest &digest);
+
 /// Incremental SHA-256 through OpenSSL's EVP interface (uses SHA-NI where the
 /// CPU has it). Not thread-safe; one hasher per stream.
 class Hasher {
