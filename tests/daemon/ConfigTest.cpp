@@ -108,6 +108,16 @@ TEST_F(ConfigTest, BadValuesNameWhereTheyCameFrom) {
   tiny.maxSize = "10";
   EXPECT_THAT(resolveDaemonOptions(tiny),
               StatusIs(StatusCode::InvalidArgument, "below the 1 MiB minimum"));
+  DaemonFlags workers = flags();
+  workers.workers = "lots";
+  EXPECT_THAT(
+      resolveDaemonOptions(workers),
+      StatusIs(StatusCode::InvalidArgument, "--workers: invalid worker count 'lots'"));
+  DaemonFlags idle = flags();
+  idle.idleTimeout = "soon";
+  EXPECT_THAT(
+      resolveDaemonOptions(idle),
+      StatusIs(StatusCode::InvalidArgument, "--idle-timeout: invalid duration 'soon'"));
   ScopedEnv size("FLOWC_CACHE_MAX_SIZE", "12Q");
   EXPECT_THAT(
       resolveDaemonOptions(flags()),
