@@ -4,6 +4,7 @@
 #include "CacheService.h"
 #include "CompilerService.h"
 #include "DaemonContext.h"
+#include "WorkerProcess.h"
 
 #include "flowc/support/UnixSocket.h"
 
@@ -110,6 +111,7 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
   auto state = std::make_unique<State>();
   DaemonContext &context = state->context;
   context.options = options;
+  FLOWC_ASSIGN_OR_RETURN(context.workerPath, workerExecutable());
   FLOWC_ASSIGN_OR_RETURN(context.cache,
                          cache::Cache::open(options.cacheDir, options.cache));
   // A daemon killed mid-write leaves orphans; make the index and the files
