@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -147,7 +148,16 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
       interceptors;
   interceptors.push_back(std::make_unique<ActivityInterceptorFactory>(context.activity));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  // The socket is its owner's alone (the kernel checks write permission
+  // at connect): a client is then this daemon's user or root, so a model
+  // path it names is one it could read itself. Created under a umask that
+  // leaves no window, and set again in case the file existed.
+  mode_t umaskBefore = ::umask(077);
   state->grpcServer = builder.BuildAndStart();
+  ::umask(umaskBefore);
+  if (state->grpcServer && ::chmod(options.socketPath.c_str(), 0600) != 0)
+    return errnoStatus(errno,
+                       "cannot make the socket '" + options.socketPath + "' private");
   if (!state->grpcServer)
     return unavailable(
         "cannot listen on '" + options.socketPath + "'" +
