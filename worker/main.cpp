@@ -11,6 +11,7 @@
 #include "flowc/worker/WorkerProtocol.h"
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -95,6 +96,12 @@ void installBusErrorHandler() {
 /// Mappings of files are not counted (RLIMIT_DATA covers private writable
 /// memory only), so weights of any size still map.
 void capHeap() {
+  // Should the machine still run out of memory, the kernel's OOM killer
+  // takes a worker (one task lost) before the daemon (every client's).
+  if (FILE *adjust = std::fopen("/proc/self/oom_score_adj", "w")) {
+    std::fputs("500", adjust);
+    std::fclose(adjust);
+  }
   long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || pageSize <= 0)
     return;

@@ -238,3 +238,35 @@ def test_another_user_cannot_have_the_daemon_read_for_it(flowc, tmp_path):
          "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])",
          str(flowc.socket)], capture_output=True, text=True, timeout=60, env=env)
     assert probe.returncode != 0 and "PermissionError" in probe.stderr, probe.stderr
+
+
+def test_fifos_are_refused_at_once_wherever_they_are_read(flowc, tmp_path):
+    """An external data file, an inspected file and a --input that are FIFOs
+    nobody writes: each command answers at once, and two such submits do
+    not stall the daemon's queue."""
+    models = []
+    for name in ("a", "b"):
+        directory = tmp_path / name
+        directory.mkdir()
+        model = big_external_model(directory, megabytes=1)
+        (directory / "big.data").unlink()
+        os.mkfifo(directory / "big.data")
+        models.append(model)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(
+            lambda m: flowc.run("submit", m, "-o", m.with_suffix(".fca"), check=False),
+            models))
+    for result in results:
+        assert result.returncode == 3, result.stderr
+        assert "big.data" in result.stderr and "not a regular file" in result.stderr, \
+            result.stderr
+    fifo = tmp_path / "thing.fca"
+    os.mkfifo(fifo)
+    inspect = flowc.run("inspect", fifo, check=False)
+    assert inspect.returncode == 3 and "not a regular file" in inspect.stderr, inspect.stderr
+    model = save(make_models.make_cnn(np.random.default_rng(0)), tmp_path / "cnn.onnx")
+    flowc.submit(model, tmp_path / "cnn.fca")
+    run = flowc.run("run", tmp_path / "cnn.fca", "--input", f"image={fifo}", check=False)
+    assert run.returncode == 3 and "not a regular file" in run.stderr, run.stderr
+    # The queue still moves.
+    assert flowc.submit(conv_stack(tmp_path / "s.onnx", layers=2), tmp_path / "s.fca")
