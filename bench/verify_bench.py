@@ -11,12 +11,18 @@ nothing.
 Per model, on its own daemon and fresh cache: `flowc submit` (packed) and
 `flowc submit --thin`; then, alternating, --runs fresh `flowc run` processes
 with and without --no-verify on a warm page cache (the file is read once
-first). The figure is `first_run_ms` of `run --json` (open, session, first
-run), median of the runs; verification's cost is the difference of the two
-medians, and its speed the verified bytes (the artifact's sections, plus a
-thin artifact's external weights) over that difference. `sha256sum FILE`
+first). The figures are `open_ms` (open alone: mapping, bounds, digests)
+and `first_run_ms` (open, session, first run) of `run --json`, medians of
+the runs; verification's cost is the difference of the two open medians,
+and its speed the verified bytes (the artifact's sections, plus a thin
+artifact's external weights) over that difference. Hashing faults the
+mapped pages in, which the first run would do otherwise: the first-run
+difference says what a user waits for in all. `sha256sum FILE`
 (coreutils, one core, no SHA-NI) and `openssl dgst -sha256` (one core,
 SHA-NI where the CPU has it) are timed on the packed file, medians of 3.
+CPU seconds (the processes' user + system time) are printed too: unlike
+wall time they do not grow when other work shares the cores, so GB per
+CPU-second compares flowc's hashing with the peers' on a busy machine.
 
 Models: `resnet50` (/usr/bin/python3 examples/export_torchvision.py) and
 `big2g` (8 MatMul + Add layers of 8192 x 8192 float32, 2 GiB of external
@@ -27,6 +33,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import shutil
 import statistics
 import subprocess
@@ -73,18 +80,29 @@ def input_file(daemon, artifact, work):
     return path
 
 
-def first_run_ms(daemon, artifact, x, *flags):
+def children_cpu_s():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timings(daemon, artifact, x, *flags):
+    """(open_ms, first_run_ms, CPU seconds) of one fresh `flowc run`."""
+    before = children_cpu_s()
     result = daemon.run("run", artifact, "--input", x, "--json", "--print", "1", *flags)
-    return json.loads(result.stdout)["first_run_ms"]
+    cpu = children_cpu_s() - before
+    report = json.loads(result.stdout)
+    return report["open_ms"], report["first_run_ms"], cpu
 
 
 def timed_median(cmd, runs=3):
-    samples = []
+    """Median (wall seconds, CPU seconds) of `runs` runs of `cmd`."""
+    walls, cpus = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, before = time.perf_counter(), children_cpu_s()
         subprocess.run(cmd, check=True, capture_output=True)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        walls.append(time.perf_counter() - start)
+        cpus.append(children_cpu_s() - before)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def verified_bytes(daemon, artifact):
@@ -105,18 +123,24 @@ def bench(name, models_dir, work, runs):
             daemon.run("submit", model, "-o", artifact, *flags)
             x = input_file(daemon, artifact, work)
             subprocess.run(["cat", str(artifact)], check=True, stdout=subprocess.DEVNULL)
-            first_run_ms(daemon, artifact, x)
+            timings(daemon, artifact, x)
             verified, unverified = [], []
             for _ in range(runs):
-                verified.append(first_run_ms(daemon, artifact, x))
-                unverified.append(first_run_ms(daemon, artifact, x, "--no-verify"))
+                verified.append(timings(daemon, artifact, x))
+                unverified.append(timings(daemon, artifact, x, "--no-verify"))
             nbytes = verified_bytes(daemon, artifact)
             row = {"model": name, "kind": kind, "bytes": nbytes,
-                   "verify_ms": statistics.median(verified),
-                   "no_verify_ms": statistics.median(unverified)}
+                   "open_ms": statistics.median(t[0] for t in verified),
+                   "open_no_verify_ms": statistics.median(t[0] for t in unverified),
+                   "first_ms": statistics.median(t[1] for t in verified),
+                   "first_no_verify_ms": statistics.median(t[1] for t in unverified),
+                   "cpu_s": statistics.median(t[2] for t in verified),
+                   "cpu_no_verify_s": statistics.median(t[2] for t in unverified)}
             if kind == "packed":
-                row["sha256sum_s"] = timed_median(["sha256sum", str(artifact)])
-                row["openssl_s"] = timed_median(["openssl", "dgst", "-sha256", str(artifact)])
+                row["sha256sum_s"], row["sha256sum_cpu_s"] = timed_median(
+                    ["sha256sum", str(artifact)])
+                row["openssl_s"], row["openssl_cpu_s"] = timed_median(
+                    ["openssl", "dgst", "-sha256", str(artifact)])
             rows.append(row)
     finally:
         daemon.stop()
@@ -135,22 +159,31 @@ def main():
     print(cpu_line())
     print(f"{version_of([str(BIN / 'flowc'), '--version'])}; "
           f"{version_of(['sha256sum', '--version'])}; {version_of(['openssl', 'version'])}")
-    print("first_run_ms (open + session + first run), median of "
-          f"{args.runs} fresh processes, warm page cache")
-    print(f"{'model':<10} {'kind':<7} {'verified MB':>11} {'verify':>10} {'--no-verify':>12} "
-          f"{'cost':>9} {'GB/s':>6} | {'sha256sum':>10} {'openssl':>9}")
+    print(f"medians of {args.runs} fresh `flowc run` processes each, warm page cache; "
+          "open = open_ms, first = first_run_ms (open + session + first run)")
+    print(f"{'model':<9} {'kind':<6} {'MB':>7} {'open':>9} {'open -nv':>9} {'cost':>8} "
+          f"{'GB/s':>6} {'first':>9} {'first -nv':>10} {'GB/cpu-s':>8} | sha256sum, openssl "
+          "dgst (GB/s, GB per CPU-second)")
     try:
         for name in args.models.split(","):
             for row in bench(name, work / "models", work, args.runs):
-                cost = row["verify_ms"] - row["no_verify_ms"]
+                cost = row["open_ms"] - row["open_no_verify_ms"]
                 speed = row["bytes"] / (cost / 1e3) / 1e9 if cost > 0 else float("inf")
+                # CPU seconds do not grow with other load on the machine.
+                cpu = row["cpu_s"] - row["cpu_no_verify_s"]
+                per_cpu = row["bytes"] / cpu / 1e9 if cpu > 0 else float("inf")
                 peer = ""
                 if "sha256sum_s" in row:
-                    peer = (f"{row['sha256sum_s'] * 1e3:8.0f} ms {row['openssl_s'] * 1e3:6.0f} ms"
-                            f"  (cost / sha256sum {cost / 1e3 / row['sha256sum_s']:.2f}x)")
-                print(f"{row['model']:<10} {row['kind']:<7} {row['bytes'] / 1e6:11.1f} "
-                      f"{row['verify_ms']:8.1f}ms {row['no_verify_ms']:10.1f}ms "
-                      f"{cost:7.1f}ms {speed:6.2f} | {peer}", flush=True)
+                    gb = row["bytes"] / 1e9
+                    peer = (f"{row['sha256sum_s'] * 1e3:.0f} ms ({gb / row['sha256sum_s']:.2f}, "
+                            f"{gb / row['sha256sum_cpu_s']:.2f}), "
+                            f"{row['openssl_s'] * 1e3:.0f} ms ({gb / row['openssl_s']:.2f}, "
+                            f"{gb / row['openssl_cpu_s']:.2f}); "
+                            f"cost / sha256sum {cost / 1e3 / row['sha256sum_s']:.2f}x")
+                print(f"{row['model']:<9} {row['kind']:<6} {row['bytes'] / 1e6:7.1f} "
+                      f"{row['open_ms']:7.1f}ms {row['open_no_verify_ms']:7.1f}ms "
+                      f"{cost:6.1f}ms {speed:6.2f} {row['first_ms']:7.1f}ms "
+                      f"{row['first_no_verify_ms']:8.1f}ms {per_cpu:8.2f} | {peer}", flush=True)
     finally:
         if not args.keep:
             for path in work.glob("*-cache"):

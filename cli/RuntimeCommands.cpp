@@ -139,11 +139,16 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
       return reportError(invalidArgument("cannot create --output-dir '" +
                                          options.outputDir + "': " + ec.message()));
   }
+  auto openStart = std::chrono::steady_clock::now();
   auto artifact = openArtifact(options.artifact, global,
                                options.noVerify ? runtime::Verification::BoundsOnly
                                                 : runtime::Verification::Digests);
   if (!artifact)
     return reportError(artifact.status());
+  // Open alone: what verification costs (bench/verify_bench.py).
+  double openMs = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - openStart)
+                      .count();
   auto session = runtime::Session::create(*artifact, {options.threads});
   if (!session)
     return reportError(session.status());
@@ -162,6 +167,7 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
       {"artifact", options.artifact},
       {"outputs", nlohmann::json::array()},
       {"first_run_ms", firstRunMs},
+      {"open_ms", openMs},
       {"packed_weights_in_place", (*session)->prepackedWeightsInUse()}};
   for (size_t i = 0; i < outputs->size(); ++i) {
     const runtime::Tensor &tensor = (*outputs)[i];

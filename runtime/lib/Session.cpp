@@ -22,6 +22,8 @@ namespace {
 constexpr uint16_t kHostMachine = EM_X86_64;
 #elif defined(__aarch64__)
 constexpr uint16_t kHostMachine = EM_AARCH64;
+#else
+#error "the ELF machine of code objects for this host is not known"
 #endif
 
 /// dlopen needs a file: the code section goes to an anonymous memfd, so
