@@ -1,5 +1,5 @@
 // flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
-//           [--threads T] [--json]: options here, the work in the runtime
+//           [--threads T] [--json] [--no-verify]: options here, the work in the runtime
 //           module (RuntimeCommands.cpp).
 #include "Commands.h"
 #include "RuntimeModule.h"
@@ -25,6 +25,9 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
                   "Threads for convolutions and matrix products (default: all cores)")
       ->check(CLI::Range(1, 4096));
   cmd->add_flag("--json", options->json, "Print one JSON object");
+  cmd->add_flag("--no-verify", options->noVerify,
+                "Skip the artifact's digest checks at open (for benchmarks only; "
+                "bounds are still checked)");
   return [options, &global] {
     auto module = runtimeModule();
     if (!module)

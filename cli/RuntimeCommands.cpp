@@ -92,16 +92,22 @@ std::string leadingValues(const runtime::Tensor &tensor, size_t count) {
   return line.str();
 }
 
-/// Maps a thin artifact's weights from the first of `cacheDirs` that holds
-/// them: the user's cache, then the one that linked the artifact.
-runtime::ExternalWeightSource casWeights(std::vector<std::string> cacheDirs) {
-  return [cacheDirs =
-              std::move(cacheDirs)](const std::string &digest) -> Expected<MappedFile> {
+/// Maps a thin artifact's weights from the first cache that holds them: the
+/// user's (global options), then the one that linked the artifact.
+runtime::ExternalWeightSource casWeights(GlobalOptions &global) {
+  return [&global](const std::string &digest,
+                   const nlohmann::json &metadata) -> Expected<MappedFile> {
     // The artifact is untrusted input: only a well-formed digest names a
     // file, and only inside a cache.
     auto parsed = cache::Digest::parse(digest);
     if (!parsed)
       return dataLoss("'" + digest + "' is not a weight digest");
+    global.resolve();
+    std::vector<std::string> cacheDirs = {global.cacheDir};
+    if (auto recorded = metadata.find("weights_cache");
+        recorded != metadata.end() && recorded->is_string() &&
+        recorded->get<std::string>() != global.cacheDir)
+      cacheDirs.push_back(recorded->get<std::string>());
     std::string looked;
     for (const std::string &dir : cacheDirs) {
       std::string file = cache::blobPathUnder(dir, *parsed);
@@ -114,20 +120,12 @@ runtime::ExternalWeightSource casWeights(std::vector<std::string> cacheDirs) {
   };
 }
 
-/// Opens an artifact; a thin one's weights are mapped from the user's cache
-/// (global options), else from the cache that linked it.
-Expected<std::shared_ptr<runtime::Artifact>> openArtifact(const std::string &path,
-                                                          GlobalOptions &global) {
-  FLOWC_ASSIGN_OR_RETURN(auto artifact, runtime::Artifact::open(path));
-  if (!artifact->isThin())
-    return artifact;
-  global.resolve();
-  std::vector<std::string> dirs = {global.cacheDir};
-  if (auto recorded = artifact->metadata().find("weights_cache");
-      recorded != artifact->metadata().end() && recorded->is_string() &&
-      recorded->get<std::string>() != global.cacheDir)
-    dirs.push_back(recorded->get<std::string>());
-  return runtime::Artifact::open(path, casWeights(std::move(dirs)));
+/// Opens an artifact, checked as `verification` says; a thin one's weights
+/// are mapped from a cache (casWeights).
+Expected<std::shared_ptr<runtime::Artifact>>
+openArtifact(const std::string &path, GlobalOptions &global,
+             runtime::Verification verification = runtime::Verification::Digests) {
+  return runtime::Artifact::open(path, {verification, casWeights(global)});
 }
 
 int runRun(const RunOptions &options, GlobalOptions &global) {
@@ -141,9 +139,16 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
       return reportError(invalidArgument("cannot create --output-dir '" +
                                          options.outputDir + "': " + ec.message()));
   }
-  auto artifact = openArtifact(options.artifact, global);
+  auto openStart = std::chrono::steady_clock::now();
+  auto artifact = openArtifact(options.artifact, global,
+                               options.noVerify ? runtime::Verification::BoundsOnly
+                                                : runtime::Verification::Digests);
   if (!artifact)
     return reportError(artifact.status());
+  // Open alone: what verification costs (bench/verify_bench.py).
+  double openMs = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - openStart)
+                      .count();
   auto session = runtime::Session::create(*artifact, {options.threads});
   if (!session)
     return reportError(session.status());
@@ -162,6 +167,7 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
       {"artifact", options.artifact},
       {"outputs", nlohmann::json::array()},
       {"first_run_ms", firstRunMs},
+      {"open_ms", openMs},
       {"packed_weights_in_place", (*session)->prepackedWeightsInUse()}};
   for (size_t i = 0; i < outputs->size(); ++i) {
     const runtime::Tensor &tensor = (*outputs)[i];

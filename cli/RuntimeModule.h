@@ -26,6 +26,8 @@ struct RunOptions {
   unsigned bench = 0;
   /// Threads for library kernels; 0: all cores.
   int threads = 0;
+  /// --no-verify: skip the artifact's digests at open (bounds are checked).
+  bool noVerify = false;
 };
 
 /// What the module offers; its functions may be called from any thread.

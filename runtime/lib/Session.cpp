@@ -4,7 +4,12 @@
 #include "flowc/support/Format.h"
 
 #include <cerrno>
+#include <cstddef>
+#include <cstring>
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <new>
 #include <omp.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,23 +18,59 @@ namespace flowc::runtime {
 
 namespace {
 
+#if defined(__x86_64__)
+constexpr uint16_t kHostMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr uint16_t kHostMachine = EM_AARCH64;
+#else
+#error "the ELF machine of code objects for this host is not known"
+#endif
+
 /// dlopen needs a file: the code section goes to an anonymous memfd, so
-/// nothing is left on disk and concurrent sessions never collide.
-Expected<void *> loadCode(std::string_view code, const std::string &artifactPath) {
-  int fd = memfd_create("flowc-code", MFD_CLOEXEC);
+/// nothing is left on disk and concurrent sessions never collide. The memfd
+/// is sealed before it is checked, and checked before dlopen: the bytes
+/// loaded are the bytes that matched the table, even if the artifact file
+/// changed after it was opened.
+Expected<void *> loadCode(const Artifact &artifact) {
+  std::string_view code = artifact.section(SectionKind::Code);
+  const std::string &artifactPath = artifact.path();
+  uint16_t machine = 0;
+  std::memcpy(&machine, code.data() + offsetof(Elf64_Ehdr, e_machine), sizeof machine);
+  if (machine != kHostMachine)
+    return unavailable("the code of '" + artifactPath + "' is for ELF machine " +
+                       std::to_string(machine) + ", not this host's (" +
+                       std::to_string(kHostMachine) + ")");
+  int fd = memfd_create("flowc-code", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return errnoStatus(errno, "memfd_create for '" + artifactPath + "'");
+  auto fail = [&](Status status) {
+    close(fd);
+    return status;
+  };
   size_t done = 0;
   while (done < code.size()) {
     ssize_t n = ::write(fd, code.data() + done, code.size() - done);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return errnoStatus(err, "writing code of '" + artifactPath + "'");
-    }
+    if (n < 0)
+      return fail(errnoStatus(errno, "writing code of '" + artifactPath + "'"));
     done += static_cast<size_t>(n);
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) !=
+      0)
+    return fail(errnoStatus(errno, "sealing the code of '" + artifactPath + "'"));
+  if (artifact.verification() == Verification::Digests) {
+    void *sealed = mmap(nullptr, code.size(), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (sealed == MAP_FAILED)
+      return fail(errnoStatus(errno, "mapping the code of '" + artifactPath + "'"));
+    Sha256 actual =
+        sectionDigests({{static_cast<const char *>(sealed), code.size()}}, 1)[0];
+    munmap(sealed, code.size());
+    if (actual != artifact.sectionDigest(SectionKind::Code))
+      return fail(dataLoss("'" + artifactPath + "': code section is damaged: sha256 " +
+                           sha256Hex(actual) + " does not match the artifact's table (" +
+                           sha256Hex(artifact.sectionDigest(SectionKind::Code)) +
+                           "); the file changed after it was opened"));
   }
   std::string procPath = "/proc/self/fd/" + std::to_string(fd);
   void *library = dlopen(procPath.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -54,8 +95,7 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> art
                            " is negative");
   const Plan &plan = artifact->plan();
   FLOWC_RETURN_IF_ERROR(artifact->requireWeights());
-  FLOWC_ASSIGN_OR_RETURN(
-      void *library, loadCode(artifact->section(SectionKind::Code), artifact->path()));
+  FLOWC_ASSIGN_OR_RETURN(void *library, loadCode(*artifact));
   auto entry = reinterpret_cast<void (*)(void **)>(dlsym(library, plan.entry.c_str()));
   if (!entry) {
     dlclose(library);
@@ -129,9 +169,18 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
   for (size_t i = 0; i < plan.weights.size(); ++i)
     args.push_back(const_cast<char *>(artifact_->weightBytes(i).data()));
   std::vector<Tensor> outputs;
-  outputs.reserve(plan.outputs.size());
-  for (const TensorSpec &spec : plan.outputs)
-    outputs.push_back(Tensor::zeros(spec.dtype, spec.shape));
+  // The plan's shapes passed validation, but may still not fit in memory.
+  try {
+    outputs.reserve(plan.outputs.size());
+    for (const TensorSpec &spec : plan.outputs)
+      outputs.push_back(Tensor::zeros(spec.dtype, spec.shape));
+  } catch (const std::bad_alloc &) {
+    return resourceExhausted("cannot allocate the outputs of '" + artifact_->path() +
+                             "'");
+  } catch (const std::length_error &) {
+    return resourceExhausted("the outputs of '" + artifact_->path() +
+                             "' exceed what can be allocated");
+  }
   for (Tensor &output : outputs)
     args.push_back(output.data());
   if (arena_)

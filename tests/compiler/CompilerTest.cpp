@@ -7,6 +7,7 @@
 
 #include "flowc/runtime/PackedWeights.h"
 #include "flowc/runtime/Session.h"
+#include "flowc/support/Sha256.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,6 +78,10 @@ compileAndRun(const ImportedGraph &graph,
     }
   }
   size_t boundCount = pieces.size();
+  // Artifacts name every weight by its digest (checked at open).
+  auto pieceDigest = [](std::string_view bytes) {
+    return "sha256:" + sha256Hex(sha256Of(bytes)) + "/" + std::to_string(bytes.size());
+  };
   std::deque<std::string> packedBytes;
   for (const KernelWeight &weight : weights.kernelWeights) {
     if (!packed || packed->packing == Packing::None)
@@ -93,8 +98,8 @@ compileAndRun(const ImportedGraph &graph,
         packed->packing == Packing::Packed ? packing->layout : "another CPU's layout";
     packedBytes.push_back(std::move(packing->bytes));
     pieces.push_back(packedBytes.back());
-    plan.packed.push_back(
-        {weight.site, weight.buffer, layout, "", 0, pieces.back().size()});
+    plan.packed.push_back({weight.site, weight.buffer, layout, pieceDigest(pieces.back()),
+                           0, pieces.back().size()});
     ++packed->count;
   }
   std::string path = dir.file("model.fca");
@@ -103,8 +108,10 @@ compileAndRun(const ImportedGraph &graph,
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, code));
   FLOWC_ASSIGN_OR_RETURN(auto offsets, writer->addWeights(pieces));
   for (size_t i = 0; i < boundCount; ++i)
-    plan.weights.push_back(
-        {{weights.keys[i], "float32", shapes[i]}, "", offsets[i], pieces[i].size()});
+    plan.weights.push_back({{weights.keys[i], "float32", shapes[i]},
+                            pieceDigest(pieces[i]),
+                            offsets[i],
+                            pieces[i].size()});
   for (size_t i = 0; i < plan.packed.size(); ++i)
     plan.packed[i].offset = offsets[boundCount + i];
   FLOWC_RETURN_IF_ERROR(

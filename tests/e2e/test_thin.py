@@ -93,5 +93,12 @@ def test_a_hostile_digest_in_a_thin_plan_names_no_path(flowc, tmp_path):
     (tmp_path / "hostile.fca").write_bytes(bytes(data))
     result, _ = run_outputs(flowc, tmp_path / "hostile.fca", x, "--cache-dir",
                             str(flowc.cache_dir))
+    # The plan's digest finds the edit; without digests, the plan's bounds
+    # refuse the malformed weight digest before any file is looked up.
     assert result.returncode == 3, result.stderr
-    assert "is not a weight digest" in result.stderr
+    assert "plan section is damaged: sha256 " in result.stderr
+    result = flowc.run("run", tmp_path / "hostile.fca",
+                       "--input", flowc.tmp / "x.npy", "--no-verify", check=False)
+    assert result.returncode == 3, result.stderr
+    assert "plan section: weight " in result.stderr
+    assert "not sha256:<hex>/" in result.stderr

@@ -198,10 +198,19 @@ Expected<IngestedModel> ingestModel(const std::string &path,
   return ingested;
 }
 
+namespace {
+/// "flowc.artifact.v2": the artifact format these keys and metadata name.
+std::string artifactFormat() {
+  return "flowc.artifact.v" + std::to_string(runtime::kArtifactVersion);
+}
+} // namespace
+
 Digest CompileExecutor::artifactKey(const Digest &modelDigest,
                                     const compiler::CompileOptions &options,
                                     ArtifactKind kind) const {
-  return cache::digestOf("flowc.artifact.v1\n" + buildId_ + "\n" +
+  // The format version is part of the key: a runtime that reads only the
+  // new format must never be served a cached artifact of the old one.
+  return cache::digestOf(artifactFormat() + "\n" + buildId_ + "\n" +
                          compiler::hostTargetDescription() + "\n" + options.canonical() +
                          "\n" + modelDigest.toString() +
                          (kind == ArtifactKind::Thin ? "\nthin" : ""));
@@ -593,7 +602,7 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
                          " cached)");
   FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle codeBlob, cache_.get(code.object));
 
-  json metadata = {{"format", "flowc.artifact.v1"},
+  json metadata = {{"format", artifactFormat()},
                    {"model", ingested.model.path},
                    {"model_digest", ingested.modelDigest.toString()},
                    {"ir_digest", ingested.irDigest.toString()},

@@ -3,11 +3,11 @@
 // collision resistance (as the Bazel remote-cache ecosystem does).
 #pragma once
 
+#include "flowc/support/Sha256.h"
 #include "flowc/support/Status.h"
 
 #include <array>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,23 +34,20 @@ struct Digest {
 /// it (`flowc run` of a thin artifact).
 std::string blobPathUnder(const std::string &root, const Digest &digest);
 
-/// Incremental SHA-256 through OpenSSL's EVP interface (uses SHA-NI where the
-/// CPU has it). Not thread-safe; one hasher per stream.
+/// Incremental digest: SHA-256 (flowc/support/Sha256.h) and the byte count.
+/// Not thread-safe; one hasher per stream.
 class Hasher {
 public:
-  Hasher();
-  ~Hasher();
-  Hasher(const Hasher &) = delete;
-  Hasher &operator=(const Hasher &) = delete;
-
-  void update(const void *data, size_t size);
+  void update(const void *data, size_t size) {
+    hasher_.update(data, size);
+    size_ += size;
+  }
   void update(std::string_view bytes) { update(bytes.data(), bytes.size()); }
   /// Finishes the stream; the hasher must not be used afterwards.
-  Digest finish();
+  Digest finish() { return Digest{hasher_.finish(), size_}; }
 
 private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  Sha256Hasher hasher_;
   uint64_t size_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/Sha256.h"
 #include "flowc/support/Status.h"
 
 #include <nlohmann/json.hpp>
@@ -19,8 +20,15 @@
 namespace flowc::runtime {
 
 inline constexpr char kArtifactMagic[8] = {'F', 'L', 'O', 'W', 'C', 'F', 'C', 'A'};
-inline constexpr uint32_t kArtifactVersion = 1;
+/// 2: the header and every section carry SHA-256 digests (docs/artifact.md).
+inline constexpr uint32_t kArtifactVersion = 2;
 inline constexpr uint64_t kPageSize = 4096;
+/// Sections are digested in chunks of this many bytes, and the chunks'
+/// digests digested again (sectionDigests), so that a large section is
+/// verified on every core. Part of the format.
+inline constexpr uint64_t kDigestChunkBytes = 8 << 20;
+/// More sections than kinds is a damaged table, whatever its count says.
+inline constexpr uint32_t kMaxSections = 16;
 
 enum class SectionKind : uint32_t {
   Metadata = 1, ///< JSON: model digest, compiler build, options, op counts.
@@ -30,11 +38,25 @@ enum class SectionKind : uint32_t {
   Weights = 5,  ///< Packed weights, each page-aligned.
 };
 
+/// "metadata", "graph IR", "code", "plan", "weights": how messages name it.
+const char *sectionName(SectionKind kind);
+
+/// The digest of each section as the format defines it: SHA-256 over the
+/// SHA-256 of each kDigestChunkBytes chunk, hashed on up to `threads`
+/// threads (0: one per core). Thread-safe.
+std::vector<Sha256> sectionDigests(const std::vector<std::string_view> &sections,
+                                   unsigned threads = 0,
+                                   HashedPages pages = HashedPages::Keep);
+
 struct TensorSpec {
   std::string name;
   std::string dtype; ///< "float32"
   std::vector<int64_t> shape;
+  /// Bytes of a tensor of this spec; only meaningful once validate() passed.
   uint64_t byteSize() const;
+  /// OK when the dtype is known, every dimension non-negative and the byte
+  /// size fits in 62 bits; DataLoss naming `what` and the fault otherwise.
+  Status validate(const std::string &what) const;
 };
 
 /// Key prefix of derived weights (computed from the model's weights at link
@@ -87,7 +109,8 @@ public:
   /// Adds the Weights section from pieces, each starting on a page boundary;
   /// returns each piece's offset within the section.
   Expected<std::vector<uint64_t>> addWeights(const std::vector<std::string_view> &pieces);
-  /// Writes the table and header, fsyncs and renames into place.
+  /// Digests every section (in parallel, from the written file), writes the
+  /// table and the header with their digests, fsyncs and renames into place.
   Status finish();
 
 private:
@@ -110,19 +133,41 @@ private:
 
 /// Finds an external weight of a thin artifact by digest ("sha256:<hex>/<size>"):
 /// its bytes mapped read-only, or NotFound naming the digest and where it
-/// looked.
-using ExternalWeightSource =
-    std::function<Expected<MappedFile>(const std::string &digest)>;
+/// looked. `metadata` is the artifact's (its "weights_cache" says which
+/// cache linked it).
+using ExternalWeightSource = std::function<Expected<MappedFile>(
+    const std::string &digest, const nlohmann::json &metadata)>;
+
+/// Whether Artifact::open checks the digests. The bounds of the header, the
+/// table, the code object and the plan are checked either way.
+enum class Verification {
+  /// Every section and external weight against its SHA-256 (the default).
+  Digests,
+  /// No digests: for benchmarks of open only (`flowc run --no-verify`); a
+  /// damaged byte inside a section's bounds then goes unnoticed.
+  BoundsOnly,
+};
+
+struct OpenOptions {
+  Verification verification = Verification::Digests;
+  /// Maps a thin artifact's external weights; without one they stay
+  /// unresolved (inspect works, sessions refuse).
+  ExternalWeightSource external;
+  /// Threads that hash; 0: one per core.
+  unsigned threads = 0;
+};
 
 /// A mapped, validated artifact. Immutable and thread-safe once opened.
 class Artifact {
 public:
-  /// Maps and validates `path`: DataLoss/InvalidArgument naming the file and
-  /// what is wrong (bad magic, unsupported version, truncated section).
-  /// A thin artifact's external weights are mapped through `external`;
-  /// without one they stay unresolved (inspect works, sessions refuse).
-  static Expected<std::shared_ptr<Artifact>>
-  open(const std::string &path, const ExternalWeightSource &external = nullptr);
+  /// Maps and validates `path`. InvalidArgument for a file that is no
+  /// artifact (bad magic, shorter than the header), FailedPrecondition for
+  /// another format version (rebuild it), DataLoss naming the file and the
+  /// section for a damaged one: a digest that does not match, a header,
+  /// table, code object or plan out of bounds, a truncated or extended file.
+  /// NotFound / DataLoss from `options.external` for an external weight.
+  static Expected<std::shared_ptr<Artifact>> open(const std::string &path,
+                                                  const OpenOptions &options = {});
 
   /// The bytes of plan().weights[i] / plan().packed[i]; empty for an
   /// external weight that was not resolved.
@@ -136,14 +181,24 @@ public:
 
   /// The section's bytes; empty if absent.
   std::string_view section(SectionKind kind) const;
+  /// The section's digest as the table records it (all zeros if absent).
+  const Sha256 &sectionDigest(SectionKind kind) const;
+  /// How open() checked the file.
+  Verification verification() const { return verification_; }
   const Plan &plan() const { return plan_; }
   const nlohmann::json &metadata() const { return metadata_; }
   const std::string &path() const { return file_.path(); }
   uint64_t fileSize() const { return file_.size(); }
 
 private:
+  struct Section {
+    SectionKind kind;
+    std::string_view bytes;
+    Sha256 digest;
+  };
   MappedFile file_;
-  std::vector<std::pair<SectionKind, std::string_view>> sections_;
+  Verification verification_ = Verification::Digests;
+  std::vector<Section> sections_;
   Plan plan_;
   nlohmann::json metadata_;
   std::vector<MappedFile> externalFiles_;
