@@ -76,7 +76,9 @@
 #include <algorithm>
 #include <cassert>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <stdexcept>
 
 namespace flowc::compiler {
 
@@ -121,6 +123,34 @@ bool enabled(const CompileOptions &options, const std::string &pass) {
              options.disabledPasses.end();
 }
 
+/// A value @main returns more than once (two graph outputs of one tensor,
+/// or two that CSE merged) gets a copy per extra result: each output has a
+/// buffer of its own, and buffer-results-to-out-params (which crashes on a
+/// repeated result) sees distinct values.
+struct DistinctResultsPass
+    : mlir::PassWrapper<DistinctResultsPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DistinctResultsPass)
+  llvm::StringRef getArgument() const override { return "flowc-distinct-results"; }
+  llvm::StringRef getDescription() const override {
+    return "Copy results that @main returns more than once";
+  }
+  void runOnOperation() override {
+    getOperation().walk([](mlir::func::ReturnOp ret) {
+      llvm::SmallPtrSet<mlir::Value, 8> seen;
+      mlir::OpBuilder builder(ret);
+      for (mlir::OpOperand &result : ret->getOpOperands()) {
+        auto type = mlir::dyn_cast<mlir::RankedTensorType>(result.get().getType());
+        if (!type || seen.insert(result.get()).second)
+          continue;
+        mlir::Value init = mlir::tensor::EmptyOp::create(
+            builder, ret.getLoc(), type.getShape(), type.getElementType());
+        result.set(mlir::linalg::CopyOp::create(builder, ret.getLoc(), result.get(), init)
+                       ->getResult(0));
+      }
+    });
+  }
+};
+
 /// Stage 1: graph -> buffers with the public ABI fixed.
 void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options) {
   // Graph-level cleanups first, while ops still carry graph semantics:
@@ -153,6 +183,8 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
   // Chains of elementwise ops become one loop nest: one pass over memory.
   if (enabled(options, "linalg-fuse-elementwise-ops"))
     pm.addPass(mlir::createLinalgElementwiseOpFusionPass());
+  // Last on tensors: one buffer per result from here on.
+  pm.addPass(std::make_unique<DistinctResultsPass>());
   // Identity layouts at the boundary: the runtime passes dense row-major
   // buffers as bare pointers.
   mlir::bufferization::OneShotBufferizePassOptions bufferize;
@@ -624,11 +656,11 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
   return signature;
 }
 
-Expected<std::string> compileToSharedObject(const std::string &irBytecode,
-                                            const CompileOptions &options,
-                                            const std::string &workDir,
-                                            CompileReport *report,
-                                            KernelObjectCache *kernelCache) {
+static Expected<std::string> compileUnguarded(const std::string &irBytecode,
+                                              const CompileOptions &options,
+                                              const std::string &workDir,
+                                              CompileReport *report,
+                                              KernelObjectCache *kernelCache) {
   FLOWC_RETURN_IF_ERROR(options.validate());
   CompileReport ownReport;
   if (!report)
@@ -724,6 +756,21 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
     link.push_back("-l:" + std::string(runtime::kOpenMpLibrary));
   FLOWC_RETURN_IF_ERROR(runProgram(link).withContext("link"));
   return readFileToString(libraryPath);
+}
+
+Expected<std::string> compileToSharedObject(const std::string &irBytecode,
+                                            const CompileOptions &options,
+                                            const std::string &workDir,
+                                            CompileReport *report,
+                                            KernelObjectCache *kernelCache) {
+  // MLIR and LLVM allocate as the IR asks; running out of memory fails this
+  // compile, not the process serving others.
+  try {
+    return compileUnguarded(irBytecode, options, workDir, report, kernelCache);
+  } catch (const std::bad_alloc &) {
+  } catch (const std::length_error &) {
+  }
+  return resourceExhausted("out of memory while compiling the graph");
 }
 
 } // namespace flowc::compiler

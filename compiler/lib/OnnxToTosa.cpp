@@ -23,7 +23,11 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <new>
+#include <stdexcept>
 #include <tuple>
+
+#include <unistd.h>
 
 namespace flowc::compiler {
 
@@ -50,8 +54,10 @@ static std::optional<IntTensor> toInts(const TensorData &tensor);
 
 class Importer {
 public:
-  Importer(mlir::MLIRContext &ctx, const OnnxModel &model)
-      : ctx_(ctx), builder_(&ctx), loc_(mlir::UnknownLoc::get(&ctx)), model_(model) {}
+  Importer(mlir::MLIRContext &ctx, const OnnxModel &model, const ImportLimits &limits)
+      : ctx_(ctx), builder_(&ctx), loc_(mlir::UnknownLoc::get(&ctx)), model_(model),
+        foldLimit_(limits.foldedBytes ? limits.foldedBytes : foldedConstantLimit(model)) {
+  }
 
   Expected<ImportedGraph> run();
 
@@ -63,6 +69,24 @@ private:
   Status nodeUnsupported(const Node &node, const std::string &message) const {
     return unimplemented(model_.path + ": " + node.describe() + ": " + message);
   }
+
+  // Validation ---------------------------------------------------------
+  /// The node's input and output counts and attribute kinds, against what
+  /// ONNX defines for its op; InvalidArgument naming what is off.
+  Status checkSignature(const Node &node) const;
+  /// The `name` attribute as `count` integers, each in [min, kMaxWindowValue]
+  /// (`fallback` when absent): strides, dilations, kernels, pads.
+  Expected<Shape> windowInts(const Node &node, const char *name, size_t count,
+                             Shape fallback, int64_t min) const;
+  /// A value of `shape` the node computes at run time: every dimension
+  /// known and >= 0, and its bytes addressable (InvalidArgument otherwise).
+  Status checkRuntimeShape(const Node &node, const Shape &shape) const;
+  /// Accounts for a constant of `shape` computed at import time, before its
+  /// memory is taken: InvalidArgument when the shape is malformed or its
+  /// element count overflows int64, ResourceExhausted past foldLimit_ (for
+  /// all the model's folded constants together). Counts 8 bytes an element,
+  /// the widest the folder stores. Returns the element count.
+  Expected<int64_t> reserveFolded(const Node &node, const Shape &shape);
 
   // Values -------------------------------------------------------------
   /// A float32 tensor input: what almost every op computes on.
@@ -230,6 +254,9 @@ private:
   std::set<std::string> initializerNames_;
   /// Initializers already counted as some node's parameters.
   std::set<std::string> countedParameters_;
+  /// Bytes that constants computed at import may take, and have taken.
+  uint64_t foldLimit_ = 0;
+  uint64_t foldedBytes_ = 0;
 
   NodeRecord recordOf(const Node &node);
   TensorInfo describeValue(const std::string &name) const;
@@ -360,6 +387,7 @@ Expected<const TensorData *> Importer::constantOperand(const Node &node, size_t 
 Status Importer::define(const Node &node, Value value) {
   if (node.outputs.empty())
     return nodeError(node, "node has no output");
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, shapeOf(value)));
   values_[node.outputs[0]] = value;
   return Status::ok();
 }
@@ -367,6 +395,7 @@ Status Importer::define(const Node &node, Value value) {
 Status Importer::defineOutput(const Node &node, size_t index, Value value) {
   if (index >= node.outputs.size())
     return nodeError(node, "node has no output #" + std::to_string(index));
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, shapeOf(value)));
   if (!node.outputs[index].empty())
     values_[node.outputs[index]] = value;
   return Status::ok();
@@ -416,21 +445,16 @@ Expected<Value> Importer::elementwise(const Node &node) {
 }
 
 /// Explicit pads [top, left, bottom, right] of a 2-D window op, from `pads`
-/// or `auto_pad`.
-Expected<std::array<int64_t, 4>> windowPads(const Node &node, const Shape &inHW,
-                                            const Shape &kernel, const Shape &strides,
+/// (`given`, validated) or `auto_pad`. Window values are validated.
+Expected<std::array<int64_t, 4>> windowPads(const Node &node, const Shape &given,
+                                            const Shape &inHW, const Shape &kernel,
+                                            const Shape &strides,
                                             const Shape &dilations) {
   std::array<int64_t, 4> pads{0, 0, 0, 0};
   auto autoPad = node.attributes.find("auto_pad");
   std::string mode = autoPad == node.attributes.end() ? "NOTSET" : autoPad->second.s;
   if (mode == "NOTSET") {
-    if (auto it = node.attributes.find("pads"); it != node.attributes.end()) {
-      if (it->second.ints.size() != 4)
-        return invalidArgument(node.describe() + ": pads must have 4 values, got " +
-                               std::to_string(it->second.ints.size()));
-      for (int i = 0; i < 4; ++i)
-        pads[i] = it->second.ints[i];
-    }
+    std::copy(given.begin(), given.end(), pads.begin());
     return pads;
   }
   if (mode == "VALID")
@@ -463,6 +487,270 @@ float floatAttr(const Node &node, const char *name, float fallback) {
   return it == node.attributes.end() ? fallback : it->second.f;
 }
 
+// Validation -------------------------------------------------------------
+
+/// The largest kernel extent, stride, dilation or pad accepted: far beyond
+/// any real model, and small enough that window arithmetic on dimensions
+/// (which checkRuntimeShape bounds) cannot overflow int64.
+constexpr int64_t kMaxWindowValue = std::numeric_limits<int32_t>::max();
+/// Bytes a runtime tensor may span: the x86-64 user address space.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 47;
+/// Ranks beyond this are refused: no real model comes close, and shape
+/// code is quadratic in the rank in places.
+constexpr size_t kMaxRank = 64;
+
+/// Input and output counts ONNX defines for an op (over the opsets flowc
+/// reads: the lowest minimum, the highest maximum). `variadic` ops take any
+/// number of inputs from `minInputs`, all of them required.
+struct OpSignature {
+  size_t minInputs, maxInputs, minOutputs, maxOutputs;
+  bool variadic = false;
+};
+
+constexpr size_t kMany = std::numeric_limits<size_t>::max();
+
+const OpSignature *signatureOf(const std::string &op) {
+  static const std::map<std::string, OpSignature> signatures = [] {
+    std::map<std::string, OpSignature> table;
+    auto add = [&](std::initializer_list<const char *> ops, OpSignature signature) {
+      for (const char *op : ops)
+        table.emplace(op, signature);
+    };
+    add({"Relu",
+         "Sigmoid",
+         "Tanh",
+         "Exp",
+         "Erf",
+         "Sqrt",
+         "LeakyRelu",
+         "HardSigmoid",
+         "HardSwish",
+         "Neg",
+         "Abs",
+         "Log",
+         "Reciprocal",
+         "Floor",
+         "Ceil",
+         "Sin",
+         "Cos",
+         "Softplus",
+         "Softsign",
+         "Elu",
+         "Selu",
+         "Gelu",
+         "Not",
+         "Softmax",
+         "LogSoftmax",
+         "Flatten",
+         "Transpose",
+         "Cast",
+         "ArgMax",
+         "ArgMin",
+         "Identity",
+         "Shape",
+         "Size",
+         "ConstantOfShape",
+         "GlobalAveragePool",
+         "AveragePool"},
+        {1, 1, 1, 1});
+    add({"Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Equal", "Greater", "Less",
+         "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Gather", "Expand",
+         "CastLike"},
+        {2, 2, 1, 1});
+    add({"Concat", "Max", "Min", "Sum", "Mean"}, {1, kMany, 1, 1, true});
+    add({"Conv", "Gemm"}, {2, 3, 1, 1});
+    add({"Where", "Range"}, {3, 3, 1, 1});
+    add({"MaxPool"}, {1, 1, 1, 2});
+    // Inputs that older opsets took as attributes.
+    add({"Reshape", "Squeeze", "Unsqueeze", "ReduceMean", "ReduceSum", "ReduceMax",
+         "ReduceMin", "ReduceProd"},
+        {1, 2, 1, 1});
+    add({"Clip"}, {1, 3, 1, 1});
+    add({"Slice"}, {1, 5, 1, 1});
+    add({"Pad"}, {1, 4, 1, 1});
+    add({"Split"}, {1, 2, 1, kMany});
+    add({"Dropout"}, {1, 3, 1, 2});
+    add({"BatchNormalization"}, {5, 5, 1, 5});
+    add({"LayerNormalization"}, {2, 3, 1, 3});
+    add({"Constant"}, {0, 0, 1, 1});
+    return table;
+  }();
+  auto it = signatures.find(op);
+  return it == signatures.end() ? nullptr : &it->second;
+}
+
+/// The kind each attribute the importer reads must have, by name (ONNX
+/// gives a name one meaning across the ops flowc imports).
+std::optional<Attribute::Kind> expectedKind(const std::string &name) {
+  using Kind = Attribute::Kind;
+  static const std::map<std::string, Kind> kinds = {{"strides", Kind::Ints},
+                                                    {"dilations", Kind::Ints},
+                                                    {"kernel_shape", Kind::Ints},
+                                                    {"pads", Kind::Ints},
+                                                    {"perm", Kind::Ints},
+                                                    {"axes", Kind::Ints},
+                                                    {"split", Kind::Ints},
+                                                    {"starts", Kind::Ints},
+                                                    {"ends", Kind::Ints},
+                                                    {"value_ints", Kind::Ints},
+                                                    {"axis", Kind::Int},
+                                                    {"group", Kind::Int},
+                                                    {"keepdims", Kind::Int},
+                                                    {"transA", Kind::Int},
+                                                    {"transB", Kind::Int},
+                                                    {"allowzero", Kind::Int},
+                                                    {"ceil_mode", Kind::Int},
+                                                    {"count_include_pad", Kind::Int},
+                                                    {"noop_with_empty_axes", Kind::Int},
+                                                    {"select_last_index", Kind::Int},
+                                                    {"to", Kind::Int},
+                                                    {"start", Kind::Int},
+                                                    {"end", Kind::Int},
+                                                    {"training_mode", Kind::Int},
+                                                    {"num_outputs", Kind::Int},
+                                                    {"value_int", Kind::Int},
+                                                    {"alpha", Kind::Float},
+                                                    {"beta", Kind::Float},
+                                                    {"gamma", Kind::Float},
+                                                    {"epsilon", Kind::Float},
+                                                    {"min", Kind::Float},
+                                                    {"max", Kind::Float},
+                                                    {"value_float", Kind::Float},
+                                                    {"value_floats", Kind::Floats},
+                                                    {"auto_pad", Kind::String},
+                                                    {"mode", Kind::String},
+                                                    {"approximate", Kind::String},
+                                                    {"value", Kind::Tensor}};
+  auto it = kinds.find(name);
+  return it == kinds.end() ? std::nullopt : std::optional(it->second);
+}
+
+const char *kindName(Attribute::Kind kind) {
+  switch (kind) {
+  case Attribute::Kind::Int:
+    return "an int";
+  case Attribute::Kind::Float:
+    return "a float";
+  case Attribute::Kind::String:
+    return "a string";
+  case Attribute::Kind::Tensor:
+    return "a tensor";
+  case Attribute::Kind::Ints:
+    return "ints";
+  case Attribute::Kind::Floats:
+    return "floats";
+  case Attribute::Kind::Strings:
+    return "strings";
+  case Attribute::Kind::Other:
+    break;
+  }
+  return "of another kind";
+}
+
+} // namespace
+
+uint64_t foldedConstantLimit(const OnnxModel &model) {
+  uint64_t weightBytes = 0;
+  for (const TensorData &tensor : model.initializers)
+    weightBytes += tensor.bytes.size();
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);
+  uint64_t ram = pages > 0 && pageSize > 0
+                     ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize)
+                     : uint64_t{4} << 30;
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  uint64_t fromModel = weightBytes > kGiB / 4 ? weightBytes * 4 : kGiB;
+  return std::min(ram / 4, fromModel);
+}
+
+namespace {
+
+Status Importer::checkSignature(const Node &node) const {
+  for (const auto &[name, attribute] : node.attributes) {
+    std::optional<Attribute::Kind> kind = expectedKind(name);
+    if (kind && attribute.kind != *kind)
+      return nodeError(node, "attribute '" + name + "' must be " + kindName(*kind) +
+                                 ", got " + kindName(attribute.kind));
+  }
+  const OpSignature *signature = signatureOf(node.opType);
+  if (!signature)
+    return Status::ok(); // refused by name later
+  size_t inputs = node.inputs.size(), outputs = node.outputs.size();
+  auto range = [](size_t low, size_t high) {
+    return high == low     ? std::to_string(low)
+           : high == kMany ? std::to_string(low) + " or more"
+                           : std::to_string(low) + " to " + std::to_string(high);
+  };
+  // Trailing optional inputs may be listed as "".
+  while (!signature->variadic && inputs > signature->minInputs &&
+         node.inputs[inputs - 1].empty())
+    --inputs;
+  if (inputs < signature->minInputs || inputs > signature->maxInputs)
+    return nodeError(node, "has " + std::to_string(inputs) + " inputs, " + node.opType +
+                               " takes " +
+                               range(signature->minInputs, signature->maxInputs));
+  if (outputs < signature->minOutputs || outputs > signature->maxOutputs)
+    return nodeError(node, "has " + std::to_string(outputs) + " outputs, " + node.opType +
+                               " gives " +
+                               range(signature->minOutputs, signature->maxOutputs));
+  size_t required = signature->variadic ? inputs : signature->minInputs;
+  for (size_t i = 0; i < required; ++i)
+    if (node.inputs[i].empty())
+      return nodeError(node, "required input #" + std::to_string(i) + " is empty");
+  if (node.outputs[0].empty())
+    return nodeError(node, "output #0 has no name");
+  return Status::ok();
+}
+
+Expected<Shape> Importer::windowInts(const Node &node, const char *name, size_t count,
+                                     Shape fallback, int64_t min) const {
+  auto it = node.attributes.find(name);
+  if (it == node.attributes.end())
+    return fallback;
+  const Shape &values = it->second.ints;
+  if (values.size() != count)
+    return nodeError(node, std::string(name) + " " + shapeString(values) + " has " +
+                               std::to_string(values.size()) + " values, expected " +
+                               std::to_string(count));
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] < min || values[i] > kMaxWindowValue)
+      return nodeError(node, std::string(name) + "[" + std::to_string(i) +
+                                 "] = " + std::to_string(values[i]) +
+                                 " is out of range [" + std::to_string(min) + ", " +
+                                 std::to_string(kMaxWindowValue) + "]");
+  return values;
+}
+
+Status Importer::checkRuntimeShape(const Node &node, const Shape &shape) const {
+  if (shape.size() > kMaxRank)
+    return nodeError(node, "computes a tensor of rank " + std::to_string(shape.size()) +
+                               "; flowc takes ranks up to " + std::to_string(kMaxRank));
+  std::optional<int64_t> count = checkedElementCount(shape);
+  if (!count || *count > kMaxTensorBytes / 8)
+    return nodeError(node, "computes a tensor of shape " + shapeString(shape) +
+                               ", larger than any address space");
+  return Status::ok();
+}
+
+Expected<int64_t> Importer::reserveFolded(const Node &node, const Shape &shape) {
+  for (int64_t dim : shape)
+    if (dim < 0)
+      return nodeError(node, "shape " + shapeString(shape) + " has a negative dimension");
+  std::optional<int64_t> count = checkedElementCount(shape);
+  if (!count || shape.size() > kMaxRank)
+    return nodeError(node, "shape " + shapeString(shape) +
+                               " has more elements than int64 can count");
+  // count <= INT64_MAX, so 8 bytes an element fits in 128 bits.
+  unsigned __int128 bytes = static_cast<unsigned __int128>(*count) * 8;
+  if (bytes > foldLimit_ - std::min(foldLimit_, foldedBytes_))
+    return resourceExhausted(
+        model_.path + ": " + node.describe() + ": folding its " + shapeString(shape) +
+        " constant at import needs " + std::to_string(*count) + " elements of 8 bytes (" +
+        std::to_string(foldedBytes_) + " already folded), over the limit of " +
+        std::to_string(foldLimit_) + " bytes (min(RAM / 4, max(1 GiB, 4 x weights)))");
+  foldedBytes_ += static_cast<uint64_t>(bytes);
+  return *count;
+}
+
 Status Importer::importConv(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
@@ -480,14 +768,18 @@ Status Importer::importConv(const Node &node) {
                                std::to_string(ws[1] * groups) +
                                " input channels, input " + shapeString(xs) + " has " +
                                std::to_string(xs[1]));
-  Shape kernel = intsAttr(node, "kernel_shape", {ws[2], ws[3]});
-  Shape strides = intsAttr(node, "strides", {1, 1});
-  Shape dilations = intsAttr(node, "dilations", {1, 1});
-  if (kernel != Shape{ws[2], ws[3]} || strides.size() != 2 || dilations.size() != 2)
-    return nodeError(node, "kernel_shape/strides/dilations do not match weight " +
-                               shapeString(ws));
-  FLOWC_ASSIGN_OR_RETURN(auto pads,
-                         windowPads(node, {xs[2], xs[3]}, kernel, strides, dilations));
+  if (ws[2] < 1 || ws[3] < 1)
+    return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
+  FLOWC_ASSIGN_OR_RETURN(Shape kernel,
+                         windowInts(node, "kernel_shape", 2, {ws[2], ws[3]}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides, windowInts(node, "strides", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations, windowInts(node, "dilations", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape given, windowInts(node, "pads", 4, {0, 0, 0, 0}, 0));
+  if (kernel != Shape{ws[2], ws[3]})
+    return nodeError(node, "kernel_shape " + shapeString(kernel) +
+                               " does not match weight " + shapeString(ws));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto pads, windowPads(node, given, {xs[2], xs[3]}, kernel, strides, dilations));
   Value bias;
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
@@ -552,15 +844,24 @@ Status Importer::importPool(const Node &node) {
                                      shapeString(xs));
   if (node.outputs.size() > 1)
     return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
-  Shape kernel = intsAttr(node, "kernel_shape", {});
-  Shape strides = intsAttr(node, "strides", {1, 1});
-  Shape dilations = intsAttr(node, "dilations", {1, 1});
-  if (kernel.size() != 2)
-    return nodeError(node, "kernel_shape must have 2 values");
+  if (!node.attributes.count("kernel_shape"))
+    return nodeError(node, "kernel_shape is required");
+  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", 2, {}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides, windowInts(node, "strides", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations, windowInts(node, "dilations", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape given, windowInts(node, "pads", 4, {0, 0, 0, 0}, 0));
+  // ONNX's shape inference demands it, and TOSA's pooling too: a window
+  // entirely in padding has no value.
+  for (int i = 0; i < 4; ++i)
+    if (given[i] >= kernel[i % 2])
+      return nodeError(node, "pads[" + std::to_string(i) +
+                                 "] = " + std::to_string(given[i]) +
+                                 " is not smaller than the kernel extent " +
+                                 std::to_string(kernel[i % 2]));
   if (dilations != Shape{1, 1})
     return nodeUnsupported(node, "dilated pooling is not supported yet");
-  FLOWC_ASSIGN_OR_RETURN(auto pads,
-                         windowPads(node, {xs[2], xs[3]}, kernel, strides, dilations));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto pads, windowPads(node, given, {xs[2], xs[3]}, kernel, strides, dilations));
   bool isMax = node.opType == "MaxPool";
   if (!isMax && intAttr(node, "count_include_pad", 0) != 0 &&
       (pads[0] || pads[1] || pads[2] || pads[3]))
@@ -1045,12 +1346,19 @@ Expected<Shape> Importer::reshapeTarget(const Node &node, const Shape &in) {
     if (target[i] < 0)
       return nodeError(node,
                        "shape " + shapeString(target) + " has a negative dimension");
-    known *= target[i];
+    // A dimension of 0 (allowzero) makes any product fit; checked below.
+    if (target[i] != 0 && __builtin_mul_overflow(known, target[i], &known))
+      return nodeError(node, "cannot reshape " + shapeString(in) + " to " +
+                                 shapeString(target) + ": the sizes do not match");
   }
   int64_t total = product(in, 0, in.size());
+  bool hasZero = std::find(target.begin(), target.end(), 0) != target.end();
+  if (allowZero && inferred >= 0 && hasZero)
+    return nodeError(node, "shape " + shapeString(target) +
+                               " has both a -1 and a 0 (allowzero): the -1 is ambiguous");
   if (inferred >= 0)
     target[inferred] = known ? total / known : 0;
-  if (product(target, 0, target.size()) != total)
+  if (checkedElementCount(target) != std::optional<int64_t>(total))
     return nodeError(node,
                      "cannot reshape " + shapeString(in) + " to " + shapeString(target));
   return target;
@@ -1067,6 +1375,10 @@ Expected<Shape> Importer::squeezedShape(const Node &node, const Shape &in,
       FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, 1));
       count = static_cast<size_t>(tensor->info.elementCount());
     }
+    if (count > kMaxRank)
+      return nodeError(node, "inserts " + std::to_string(count) +
+                                 " axes; flowc takes ranks up to " +
+                                 std::to_string(kMaxRank));
     axesRank = rank + static_cast<int64_t>(count);
   }
   FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, axesRank));
@@ -1115,11 +1427,18 @@ Importer::sliceRanges(const Node &node, const Shape &in) {
   if (axes.empty())
     for (size_t i = 0; i < starts.size(); ++i)
       axes.push_back(static_cast<int64_t>(i));
-  if (starts.size() != ends.size() || axes.size() != starts.size())
-    return nodeError(node, "starts, ends and axes differ in length");
+  if (starts.size() != ends.size() || axes.size() != starts.size() ||
+      (!steps.empty() && steps.size() != starts.size()))
+    return nodeError(node, "starts " + shapeString(starts) + ", ends " +
+                               shapeString(ends) + ", axes " + shapeString(axes) +
+                               " and steps " + shapeString(steps) + " differ in length");
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (steps[i] == 0)
+      return nodeError(node, "steps[" + std::to_string(i) + "] is 0");
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (int64_t d = 0; d < rank; ++d)
     ranges.emplace_back(0, in[d]);
+  std::set<int64_t> seen;
   for (size_t i = 0; i < axes.size(); ++i) {
     if (!steps.empty() && steps[i] != 1)
       return nodeUnsupported(node, "slice steps other than 1 are not supported yet");
@@ -1127,6 +1446,9 @@ Importer::sliceRanges(const Node &node, const Shape &in) {
     if (axis < 0 || axis >= rank)
       return nodeError(node, "axis " + std::to_string(axes[i]) +
                                  " is out of range for rank " + std::to_string(rank));
+    if (!seen.insert(axis).second)
+      return nodeError(node, "axes " + shapeString(axes) + " repeat axis " +
+                                 std::to_string(axis));
     int64_t dim = in[axis];
     auto clampIndex = [dim](int64_t v) {
       return std::clamp(v < 0 ? v + dim : v, int64_t{0}, dim);
@@ -1208,11 +1530,19 @@ Status Importer::importGather(const Node &node) {
   if (axis < 0)
     axis += rank;
   if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis is out of range for rank " + std::to_string(rank));
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
+                               " is out of range for rank " + std::to_string(rank));
   // A few constant indices become slices (checked here, free at run time);
   // runtime or many indices (embedding lookups) a gather.
   constexpr size_t kMaxSlicedIndices = 16;
   auto indices = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  // Constant indices are checked here, however many: the runtime's gather
+  // reads where they point.
+  for (int64_t index : indices ? indices->values : std::vector<int64_t>{})
+    if (index < -shape[axis] || index >= shape[axis])
+      return nodeError(node, "index " + std::to_string(index) +
+                                 " is out of range for axis " + std::to_string(axis) +
+                                 " of " + shapeString(shape));
   if (!indices || indices->values.size() > kMaxSlicedIndices) {
     FLOWC_ASSIGN_OR_RETURN(Value runtimeIndices, anyOperand(node, 1));
     FLOWC_ASSIGN_OR_RETURN(Value y, gatherRuntime(node, data, runtimeIndices, axis));
@@ -1221,10 +1551,6 @@ Status Importer::importGather(const Node &node) {
   llvm::SmallVector<Value> rows;
   for (int64_t index : indices->values) {
     int64_t k = index < 0 ? index + shape[axis] : index;
-    if (k < 0 || k >= shape[axis])
-      return nodeError(node, "index " + std::to_string(index) +
-                                 " is out of range for axis " + std::to_string(axis) +
-                                 " of " + shapeString(shape));
     Shape start(shape.size(), 0), size = shape;
     start[axis] = k;
     size[axis] = 1;
@@ -1248,7 +1574,15 @@ Status Importer::importExpand(const Node &node) {
   auto target = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
   if (!target)
     return nodeUnsupported(node, "shape must be a constant integer tensor");
+  if (target->shape.size() != 1)
+    return nodeError(node,
+                     "shape must be a 1-D tensor, got " + shapeString(target->shape));
+  for (int64_t dim : target->values)
+    if (dim < 0)
+      return nodeError(node, "shape " + shapeString(target->values) +
+                                 " has a negative dimension");
   FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(x), target->values));
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, out));
   if (out == shapeOf(x))
     return define(node, x);
   // x + 0 broadcasts x to `out` (TOSA has no broadcast_to).
@@ -1299,9 +1633,9 @@ Status Importer::importIdentity(const Node &node) {
   if (node.outputs.size() < 2 || node.outputs[1].empty())
     return Status::ok();
   Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, shape));
   addFolded(node.outputs[1], DType::Bool, shape,
-            std::make_shared<std::string>(
-                static_cast<size_t>(product(shape, 0, shape.size())), '\1'));
+            std::make_shared<std::string>(static_cast<size_t>(count), '\1'));
   return Status::ok();
 }
 
@@ -1395,6 +1729,13 @@ Status Importer::importSplit(const Node &node) {
     sizes = split->values;
   }
   int64_t parts = intAttr(node, "num_outputs", static_cast<int64_t>(node.outputs.size()));
+  if (parts != static_cast<int64_t>(node.outputs.size()))
+    return nodeError(node, "num_outputs=" + std::to_string(parts) + " but the node has " +
+                               std::to_string(node.outputs.size()) + " outputs");
+  for (int64_t size : sizes)
+    if (size < 0)
+      return nodeError(node,
+                       "split sizes " + shapeString(sizes) + " have a negative size");
   if (sizes.empty()) {
     if (parts <= 0)
       return nodeError(node, "no outputs to split into");
@@ -1407,9 +1748,10 @@ Status Importer::importSplit(const Node &node) {
                                " parts but the node has " +
                                std::to_string(node.outputs.size()) + " outputs");
   int64_t total = 0;
+  bool overflow = false;
   for (int64_t size : sizes)
-    total += size < 0 ? shape[axis] + 1 : size;
-  if (total != shape[axis])
+    overflow = overflow || __builtin_add_overflow(total, size, &total);
+  if (overflow || total != shape[axis])
     return nodeError(node, "split sizes " + shapeString(sizes) + " do not add up to " +
                                std::to_string(shape[axis]) + " (axis " +
                                std::to_string(axis) + " of " + shapeString(shape) + ")");
@@ -1643,8 +1985,6 @@ Status Importer::importPad(const Node &node) {
 
 /// Range of constant scalars: integer or float32 values, computed here.
 Expected<bool> Importer::foldRange(const Node &node) {
-  if (node.inputs.size() != 3)
-    return nodeError(node, "Range needs start, limit and delta");
   std::vector<const TensorData *> args;
   for (const std::string &name : node.inputs) {
     auto it = constants_.find(name);
@@ -1653,15 +1993,30 @@ Expected<bool> Importer::foldRange(const Node &node) {
     args.push_back(it->second);
   }
   DType dtype = args[0]->info.dtype;
+  for (const TensorData *arg : args)
+    if (arg->info.dtype != dtype)
+      return nodeError(node, "start, limit and delta differ in type (" +
+                                 dtypeName(args[0]->info.dtype) + ", " +
+                                 dtypeName(args[1]->info.dtype) + ", " +
+                                 dtypeName(args[2]->info.dtype) + ")");
   if (dtype == DType::F32) {
     float v[3];
     for (int i = 0; i < 3; ++i)
       std::memcpy(&v[i], args[i]->bytes.data(), 4);
     if (v[2] == 0)
       return nodeError(node, "delta is 0");
-    int64_t count =
-        std::max<int64_t>(0, static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])));
+    double steps = std::ceil((static_cast<double>(v[1]) - v[0]) / v[2]);
+    if (!std::isfinite(steps))
+      return nodeError(node, "start " + std::to_string(v[0]) + ", limit " +
+                                 std::to_string(v[1]) + " and delta " +
+                                 std::to_string(v[2]) + " give no finite count");
+    // Past int64 the count is refused by its size like any other.
+    int64_t count = steps <= 0        ? 0
+                    : steps >= 0x1p62 ? std::numeric_limits<int64_t>::max()
+                                      : static_cast<int64_t>(steps);
+    FLOWC_RETURN_IF_ERROR(reserveFolded(node, {count}).status());
     std::vector<float> values;
+    values.reserve(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i)
       values.push_back(v[0] + static_cast<float>(i) * v[2]);
     FLOWC_RETURN_IF_ERROR(defineFloatConstant(node, {count}, values));
@@ -1676,11 +2031,23 @@ Expected<bool> Importer::foldRange(const Node &node) {
   }
   if (v[2] == 0)
     return nodeError(node, "delta is 0");
-  int64_t span = v[1] - v[0];
-  int64_t count = std::max<int64_t>(0, (span + v[2] + (v[2] > 0 ? -1 : 1)) / v[2]);
+  // ceil((limit - start) / delta) in 128 bits: the difference of two int64
+  // does not fit in one.
+  __int128 span = static_cast<__int128>(v[1]) - v[0], delta = v[2];
+  __int128 steps = span / delta + (span % delta != 0 && (span < 0) == (delta < 0));
+  int64_t count = steps <= 0 ? 0
+                  : steps > std::numeric_limits<int64_t>::max()
+                      ? std::numeric_limits<int64_t>::max()
+                      : static_cast<int64_t>(steps);
+  FLOWC_RETURN_IF_ERROR(reserveFolded(node, {count}).status());
   IntTensor result{{count}, {}, dtype == DType::I32 ? DType::I32 : DType::I64};
+  result.values.reserve(static_cast<size_t>(count));
+  // Every value lies between start and limit; wrapping arithmetic reaches
+  // it even where i * delta alone would overflow.
   for (int64_t i = 0; i < count; ++i)
-    result.values.push_back(v[0] + i * v[2]);
+    result.values.push_back(
+        static_cast<int64_t>(static_cast<uint64_t>(v[0]) +
+                             static_cast<uint64_t>(i) * static_cast<uint64_t>(v[2])));
   FLOWC_RETURN_IF_ERROR(defineConstant(node, result));
   return true;
 }
@@ -1766,7 +2133,8 @@ Expected<IntTensor> Importer::foldBinary(const Node &node, const IntTensor &a,
                                          int64_t (*fn)(int64_t, int64_t)) {
   FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, a.shape, b.shape));
   IntTensor result{out, {}, DType::I64};
-  int64_t count = product(out, 0, out.size());
+  FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, out));
+  result.values.reserve(static_cast<size_t>(count));
   auto index = [&](const IntTensor &t, int64_t linear) {
     // Map an output position onto a (broadcast) operand.
     int64_t offset = 0, stride = 1;
@@ -1832,32 +2200,52 @@ Expected<bool> Importer::tryFold(const Node &node) {
     auto it = node.attributes.find("value");
     const TensorData *value =
         it == node.attributes.end() ? nullptr : it->second.tensor.get();
+    if (value && value->info.elementCount() != 1)
+      return nodeError(node, "value must hold one element, it has shape " +
+                                 shapeString(value->info.shape));
+    if (value && value->info.dtype != DType::F32 && !toInts(*value))
+      return nodeUnsupported(node, "a " + dtypeName(value->info.dtype) +
+                                       " value is not supported (float32, int64, int32, "
+                                       "bool)");
+    if (a.shape.size() != 1)
+      return nodeError(node, "shape input must be 1-D, got " + shapeString(a.shape));
     Shape shape(a.values.begin(), a.values.end());
+    FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, shape));
     if (value && value->info.dtype == DType::F32) {
       float fill;
       std::memcpy(&fill, value->bytes.data(), 4);
       FLOWC_RETURN_IF_ERROR(defineFloatConstant(
-          node, shape,
-          std::vector<float>(static_cast<size_t>(product(shape, 0, shape.size())),
-                             fill)));
+          node, shape, std::vector<float>(static_cast<size_t>(count), fill)));
       return true;
     }
     int64_t fill = 0;
     if (auto values = value ? toInts(*value) : std::nullopt;
         values && !values->values.empty())
       fill = values->values[0];
-    result = {
-        shape,
-        std::vector<int64_t>(static_cast<size_t>(product(shape, 0, shape.size())), fill),
-        DType::I64};
+    result = {shape, std::vector<int64_t>(static_cast<size_t>(count), fill), DType::I64};
   } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Equal") {
     if (inputs.size() != 2)
       return nodeError(node, op + " needs two inputs");
     using Fn = int64_t (*)(int64_t, int64_t);
-    Fn fn = op == "Add"   ? Fn([](int64_t x, int64_t y) { return x + y; })
-            : op == "Sub" ? Fn([](int64_t x, int64_t y) { return x - y; })
-            : op == "Mul" ? Fn([](int64_t x, int64_t y) { return x * y; })
-            : op == "Div" ? Fn([](int64_t x, int64_t y) { return y ? x / y : 0; })
+    // Two's complement wrapping, like the integer ops at run time; a
+    // division by zero folds to 0 and INT64_MIN / -1 wraps instead of
+    // trapping.
+    Fn fn = op == "Add"   ? Fn([](int64_t x, int64_t y) {
+      return static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
+    })
+            : op == "Sub" ? Fn([](int64_t x, int64_t y) {
+                return static_cast<int64_t>(static_cast<uint64_t>(x) -
+                                            static_cast<uint64_t>(y));
+              })
+            : op == "Mul" ? Fn([](int64_t x, int64_t y) {
+                return static_cast<int64_t>(static_cast<uint64_t>(x) *
+                                            static_cast<uint64_t>(y));
+              })
+            : op == "Div" ? Fn([](int64_t x, int64_t y) {
+                return y == 0    ? 0
+                       : y == -1 ? static_cast<int64_t>(0 - static_cast<uint64_t>(x))
+                                 : x / y;
+              })
                           : Fn([](int64_t x, int64_t y) { return int64_t{x == y}; });
     FLOWC_ASSIGN_OR_RETURN(result, foldBinary(node, a, *inputs[1], fn));
     if (op == "Equal")
@@ -1866,10 +2254,8 @@ Expected<bool> Importer::tryFold(const Node &node) {
     if (inputs.size() != 2 || inputs[1]->shape.size() != 1)
       return nodeError(node, "Expand needs a data and a 1-D shape input");
     Shape target = inputs[1]->values;
-    IntTensor zeros{target,
-                    std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(
-                                             0, product(target, 0, target.size()))),
-                                         0),
+    FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, target));
+    IntTensor zeros{target, std::vector<int64_t>(static_cast<size_t>(count), 0),
                     DType::I64};
     FLOWC_ASSIGN_OR_RETURN(
         result, foldBinary(node, a, zeros, [](int64_t x, int64_t) { return x; }));
@@ -1904,8 +2290,9 @@ Expected<bool> Importer::tryFold(const Node &node) {
         result.shape, op == "Reshape" ? reshapeTarget(node, a.shape)
                                       : squeezedShape(node, a.shape, op == "Unsqueeze"));
   } else if (op == "Concat") {
-    if (a.shape.size() != 1)
-      return false;
+    for (const std::optional<IntTensor> &input : inputs)
+      if (input->shape.size() != 1)
+        return false;
     for (size_t i = 1; i < inputs.size(); ++i)
       result.values.insert(result.values.end(), inputs[i]->values.begin(),
                            inputs[i]->values.end());
@@ -1971,6 +2358,7 @@ Status Importer::importNode(const Node &node) {
                                      "' (flowc imports the default ai.onnx domain only)");
   if (model_.opsetVersion <= 0)
     return nodeError(node, "the model imports no version of the default ONNX domain");
+  FLOWC_RETURN_IF_ERROR(checkSignature(node));
   const std::string &op = node.opType;
   ++opCounts_[op];
   if (op == "Constant")
@@ -2111,7 +2499,14 @@ Expected<ImportedGraph> Importer::run() {
       return unimplemented(model_.path + ": input '" + input.name + "' has dtype " +
                            dtypeName(input.dtype) +
                            "; supported: float32, int64, int32, bool");
-    if (input.elementCount() < 0)
+    bool symbolic = std::any_of(input.shape.begin(), input.shape.end(),
+                                [](int64_t dim) { return dim < 0; });
+    if (!symbolic && (input.shape.size() > kMaxRank || input.elementCount() < 0 ||
+                      input.elementCount() > kMaxTensorBytes / 8))
+      return invalidArgument(model_.path + ": input '" + input.name + "' has shape " +
+                             shapeString(input.shape) +
+                             ", larger than any address space");
+    if (symbolic)
       return unimplemented(model_.path + ": input '" + input.name +
                            "' has a symbolic shape " + shapeString(input.shape) +
                            " (-1 = symbolic); flowc compiles static shapes: give one "
@@ -2182,7 +2577,9 @@ Expected<ImportedGraph> Importer::run() {
 
 } // namespace
 
-Expected<ImportedGraph> importOnnx(const OnnxModel &model) {
+Expected<ImportedGraph> importOnnx(const OnnxModel &model, const ImportLimits &limits) {
+  // The loader validated a parsed model; one built in memory is checked too.
+  FLOWC_RETURN_IF_ERROR(validateGraph(model));
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   context.loadDialect<mlir::func::FuncDialect, mlir::tosa::TosaDialect>();
   std::string diagnostics;
@@ -2190,8 +2587,18 @@ Expected<ImportedGraph> importOnnx(const OnnxModel &model) {
     diagnostics += diag.str() + "\n";
     return mlir::success();
   });
-  Importer importer(context, model);
-  auto graph = importer.run();
+  Importer importer(context, model, limits);
+  // Every size the model states is checked before memory is taken for it;
+  // should the machine still run out, that is this model's failure.
+  auto guarded = [&]() -> Expected<ImportedGraph> {
+    try {
+      return importer.run();
+    } catch (const std::bad_alloc &) {
+    } catch (const std::length_error &) {
+    }
+    return resourceExhausted(model.path + ": out of memory while importing the model");
+  };
+  auto graph = guarded();
   if (!graph && !diagnostics.empty())
     return Status(graph.status().code(), graph.status().message() + ": " + diagnostics);
   return graph;

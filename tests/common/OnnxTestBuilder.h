@@ -75,6 +75,41 @@ inline std::string intsAttribute(const std::string &name,
   return w.str();
 }
 
+/// An int64 tensor of any shape (`values` row-major).
+inline std::string int64TensorOfShape(const std::string &name,
+                                      const std::vector<int64_t> &dims,
+                                      const std::vector<int64_t> &values) {
+  ProtoWriter w;
+  for (int64_t d : dims)
+    w.varint(1, static_cast<uint64_t>(d));
+  w.varint(2, 7);
+  w.bytes(8, name);
+  w.bytes(9,
+          std::string(reinterpret_cast<const char *>(values.data()), values.size() * 8));
+  return w.str();
+}
+
+inline std::string floatAttribute(const std::string &name, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  ProtoWriter w;
+  w.bytes(1, name).fixed32(2, bits).varint(20, 1);
+  return w.str();
+}
+
+inline std::string stringAttribute(const std::string &name, const std::string &value) {
+  ProtoWriter w;
+  w.bytes(1, name).bytes(4, value).varint(20, 3);
+  return w.str();
+}
+
+/// A TENSOR attribute holding `tensor` (TensorProto bytes).
+inline std::string tensorAttribute(const std::string &name, const std::string &tensor) {
+  ProtoWriter w;
+  w.bytes(1, name).bytes(5, tensor).varint(20, 4);
+  return w.str();
+}
+
 inline std::string intAttribute(const std::string &name, int64_t value) {
   ProtoWriter w;
   w.bytes(1, name).varint(3, static_cast<uint64_t>(value)).varint(20, 2);
@@ -115,6 +150,7 @@ struct GraphSpec {
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
   int64_t opset = 17;
+  int64_t irVersion = 8;
 };
 
 inline std::string model(const GraphSpec &spec) {
@@ -131,7 +167,10 @@ inline std::string model(const GraphSpec &spec) {
   ProtoWriter opset;
   opset.bytes(1, "").varint(2, static_cast<uint64_t>(spec.opset));
   ProtoWriter m;
-  m.varint(1, 8).bytes(2, "flowc-tests").bytes(7, graph.str()).bytes(8, opset.str());
+  m.varint(1, static_cast<uint64_t>(spec.irVersion))
+      .bytes(2, "flowc-tests")
+      .bytes(7, graph.str())
+      .bytes(8, opset.str());
   return m.str();
 }
 

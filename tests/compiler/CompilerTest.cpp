@@ -177,7 +177,9 @@ TEST(ImportTest, UndefinedInputIsAnError) {
   spec.inputs = {valueInfo("x", {2})};
   spec.outputs = {valueInfo("y", {2})};
   EXPECT_THAT(importBytes(model(spec), "m.onnx"),
-              StatusIs(StatusCode::InvalidArgument, "input 'nowhere' is not produced"));
+              StatusIs(StatusCode::InvalidArgument,
+                       "node 'relu' (Relu) reads 'nowhere', which no node, graph input "
+                       "or initializer defines"));
 }
 
 TEST(ImportTest, SymbolicInputShapeIsReported) {

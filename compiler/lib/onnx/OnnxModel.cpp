@@ -4,12 +4,14 @@
 
 #include "WireReader.h"
 
-#include <charconv>
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 namespace flowc::compiler {
 
@@ -78,14 +80,24 @@ std::string dtypeName(DType type) {
   return "dtype(" + std::to_string(static_cast<int32_t>(type)) + ")";
 }
 
-int64_t TensorInfo::elementCount() const {
-  int64_t count = 1;
+std::optional<int64_t> checkedElementCount(const std::vector<int64_t> &shape) {
+  int64_t nonZero = 1;
+  bool empty = false;
   for (int64_t dim : shape) {
     if (dim < 0)
-      return -1;
-    count *= dim;
+      return std::nullopt;
+    if (dim == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(nonZero, dim, &nonZero))
+      return std::nullopt;
   }
-  return count;
+  return empty ? 0 : nonZero;
+}
+
+int64_t TensorInfo::elementCount() const {
+  return checkedElementCount(shape).value_or(-1);
 }
 
 std::string Node::describe() const {
@@ -155,7 +167,7 @@ private:
 
 Status Parser::parseModel(OnnxModel &model) {
   WireReader reader(file_, 0);
-  bool sawGraph = false, sawOpset = false;
+  bool sawGraph = false, sawOpset = false, sawDefaultOpset = false;
   while (!reader.atEnd()) {
     FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, "ModelProto"));
     switch (field.number) {
@@ -187,8 +199,15 @@ Status Parser::parseModel(OnnxModel &model) {
           version = static_cast<int64_t>(f.varint);
       }
       sawOpset = true;
-      if (domain.empty() || domain == "ai.onnx")
-        model.opsetVersion = version;
+      if (!domain.empty() && domain != "ai.onnx")
+        break;
+      if (sawDefaultOpset)
+        return error("ModelProto.opset_import",
+                     "the default domain is imported twice (opsets " +
+                         std::to_string(model.opsetVersion) + " and " +
+                         std::to_string(version) + ")");
+      sawDefaultOpset = true;
+      model.opsetVersion = version;
       break;
     }
     default:
@@ -199,10 +218,21 @@ Status Parser::parseModel(OnnxModel &model) {
     return error("ModelProto", "no graph (is this an ONNX model?)");
   if (model.irVersion <= 0)
     return error("ModelProto", "missing ir_version (is this an ONNX model?)");
+  if (model.irVersion < kMinIrVersion || model.irVersion > kMaxIrVersion)
+    return unimplemented(
+        name_ + ": ModelProto: ir_version " + std::to_string(model.irVersion) +
+        " is not supported (flowc reads IR versions " + std::to_string(kMinIrVersion) +
+        " to " + std::to_string(kMaxIrVersion) + ")");
   // A model of only ai.onnx.ml or training ops imports no default opset;
   // the importer then refuses its nodes by domain.
   if (model.opsetVersion <= 0 && !sawOpset)
     return error("ModelProto", "no opset_import");
+  if (sawDefaultOpset &&
+      (model.opsetVersion < kMinOpset || model.opsetVersion > kMaxOpset))
+    return unimplemented(
+        name_ + ": ModelProto: opset " + std::to_string(model.opsetVersion) +
+        " of the default domain is not supported (flowc reads opsets " +
+        std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
   return Status::ok();
 }
 
@@ -280,7 +310,8 @@ Status Parser::parseNode(std::string_view bytes, const std::string &where, Node 
       Attribute attr;
       FLOWC_RETURN_IF_ERROR(
           parseAttribute(field.bytes, where + ".attribute", name, attr));
-      node.attributes[name] = std::move(attr);
+      if (!node.attributes.emplace(name, std::move(attr)).second)
+        return error(where, "attribute '" + name + "' is given twice");
       break;
     }
     case 7:
@@ -526,6 +557,12 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
   for (int64_t dim : tensor.info.shape)
     if (dim < 0)
       return error(label, "negative dimension " + std::to_string(dim));
+  std::optional<int64_t> elements = checkedElementCount(tensor.info.shape);
+  uint64_t expected = 0;
+  if (!elements ||
+      __builtin_mul_overflow(static_cast<uint64_t>(*elements), elementSize, &expected))
+    return error(label, "shape " + shapeString(tensor.info.shape) +
+                            " has more elements than int64 can count");
   if (!hasRaw && hasFloats && !looseFloats.empty()) {
     tensor.owned = std::make_shared<std::string>(std::move(looseFloats));
     tensor.bytes = *tensor.owned;
@@ -533,7 +570,6 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
     tensor.owned = encodeAs(tensor.info.dtype, varintValues);
     tensor.bytes = *tensor.owned;
   }
-  uint64_t expected = static_cast<uint64_t>(tensor.info.elementCount()) * elementSize;
   if (tensor.bytes.size() != expected)
     return error(label, "holds " + std::to_string(tensor.bytes.size()) +
                             " bytes but shape and " + dtypeName(tensor.info.dtype) +
@@ -671,8 +707,18 @@ Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &na
     return invalidArgument(name + ": empty file (not an ONNX model)");
   OnnxModel model;
   model.path = name;
-  Parser parser(bytes, name, baseDir, model);
-  FLOWC_RETURN_IF_ERROR(parser.parseModel(model));
+  // Counts in the file (repeated fields, packed values) size what the
+  // parser allocates: running out of memory is this model's error, not the
+  // process's end.
+  try {
+    Parser parser(bytes, name, baseDir, model);
+    FLOWC_RETURN_IF_ERROR(parser.parseModel(model));
+  } catch (const std::bad_alloc &) {
+    return resourceExhausted(name + ": out of memory while parsing the model");
+  } catch (const std::length_error &) {
+    return resourceExhausted(name + ": out of memory while parsing the model");
+  }
+  FLOWC_RETURN_IF_ERROR(validateGraph(model));
   return model;
 }
 

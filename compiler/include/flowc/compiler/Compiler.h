@@ -98,10 +98,27 @@ struct ImportedGraph {
   }
 };
 
+/// Bytes the importer may take for the constants it computes from a model
+/// (ConstantOfShape, Range, Expand, Shape arithmetic, masks): min(physical
+/// RAM / 4, max(1 GiB, 4 x the bytes of the model's initializers)). Enough
+/// for any real shape subgraph; a model asking for more is refused before
+/// the memory is taken.
+uint64_t foldedConstantLimit(const OnnxModel &model);
+
+/// Bounds on what an import may take.
+struct ImportLimits {
+  /// Bytes for all constants computed at import; 0: foldedConstantLimit.
+  uint64_t foldedBytes = 0;
+};
+
 /// Imports an ONNX model into TOSA-based graph IR with static shapes.
 /// Errors name the model, node and op: Unimplemented for an unsupported op
-/// or attribute value, InvalidArgument for shape or type mismatches.
-Expected<ImportedGraph> importOnnx(const OnnxModel &model);
+/// or attribute value, InvalidArgument for malformed attributes, shapes or
+/// types (strides, pads, axes, permutations, indices, sizes),
+/// ResourceExhausted when folding needs more than `limits` allow or memory
+/// runs out. Thread-safe: each call owns its MLIR context.
+Expected<ImportedGraph> importOnnx(const OnnxModel &model,
+                                   const ImportLimits &limits = {});
 
 /// The name of the ABI entry point of generated code:
 /// `void flowc_entry(void **args)` with args = inputs, weights, outputs as

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,12 +39,29 @@ size_t dtypeSize(DType type);
 /// "float32", "int64", ... ; "dtype(N)" for others.
 std::string dtypeName(DType type);
 
+/// The ONNX versions the importer reads: the default-domain opsets and IR
+/// versions that ONNX 1.19 defines (tests/e2e/onnx_node_suite.py runs its
+/// backend tests, opsets 1 to 24). A newer one may change an op's meaning,
+/// so it is refused (Unimplemented) rather than guessed at.
+inline constexpr int64_t kMinOpset = 1;
+inline constexpr int64_t kMaxOpset = 24;
+inline constexpr int64_t kMinIrVersion = 3;
+inline constexpr int64_t kMaxIrVersion = 12;
+
+/// The element count of a shape whose dimensions are all >= 0, or nullopt
+/// when the product of its non-zero dimensions exceeds int64: then no
+/// partial product of the shape can overflow either, whatever a zero
+/// dimension makes of the whole.
+std::optional<int64_t> checkedElementCount(const std::vector<int64_t> &shape);
+
 struct TensorInfo {
   std::string name;
   DType dtype = DType::Undefined;
   /// -1 marks a symbolic or unknown dimension.
   std::vector<int64_t> shape;
 
+  /// -1 when a dimension is symbolic, or when the count overflows int64
+  /// (the loader refuses such tensors; see checkedElementCount).
   int64_t elementCount() const;
 };
 
@@ -110,15 +128,26 @@ Status bindInputShapes(OnnxModel &model, const InputShapes &shapes);
 /// "name=1x128;other=..." in name order ("" when empty): part of cache keys.
 std::string canonicalInputShapes(const InputShapes &shapes);
 
+/// Checks the graph's structure: every value is written once (by one node,
+/// or as a graph input or initializer, each name once), every node input is
+/// defined before the node, in topological order (a cycle is named as one),
+/// and every graph output is defined and listed once. InvalidArgument naming
+/// the model, node and value otherwise.
+Status validateGraph(const OnnxModel &model);
+
 /// Parses the ONNX file at `path`. Errors (InvalidArgument / NotFound) name
-/// the file and the place in the message that is malformed. External data
+/// the file and the place in the message that is malformed; Unimplemented
+/// for an opset or IR version outside [kMinOpset, kMaxOpset] and
+/// [kMinIrVersion, kMaxIrVersion]; ResourceExhausted when memory runs out.
+/// The graph passes validateGraph. External data
 /// is resolved relative to the model's directory and mapped, never copied;
 /// a location that escapes that directory is refused.
 Expected<OnnxModel> loadOnnxModel(const std::string &path);
 
 /// Parses an in-memory ONNX ModelProto; `name` is used in messages. Views in
 /// the result point into `bytes`, which must outlive it. External data is
-/// resolved in `baseDir`; without one it is a FailedPrecondition.
+/// resolved in `baseDir`; without one it is a FailedPrecondition. Errors as
+/// for loadOnnxModel.
 Expected<OnnxModel> parseOnnxModel(std::string_view bytes, const std::string &name,
                                    const std::string &baseDir = "");
 
