@@ -262,11 +262,13 @@ Expected<WeightInit> ManifestReader::init(const json &weight, const std::string 
     return error(path, "must be an object");
   FLOWC_ASSIGN_OR_RETURN(std::string kind, string(*spec, path + ".", "kind"));
   WeightInit init;
-  auto [lowest, highest] = integerRange(dtype);
+  // Not a structured binding: clang before 16 (the fuzz build) cannot
+  // capture one in a lambda.
+  auto range = integerRange(dtype);
   auto checkValue = [&](double value, const std::string &name) -> Status {
     if (isFloatingPoint(dtype))
       return Status::ok();
-    if (value != std::floor(value) || value < lowest || value > highest)
+    if (value != std::floor(value) || value < range.first || value > range.second)
       return error(path + "." + name,
                    "must be an integer a " + compiler::dtypeName(dtype) + " can hold");
     return Status::ok();

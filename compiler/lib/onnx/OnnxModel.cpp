@@ -694,7 +694,11 @@ Expected<OnnxModel> loadOnnxModel(const std::string &path) {
 }
 
 Status bindInputShapes(OnnxModel &model, const InputShapes &shapes) {
-  for (const auto &[name, shape] : shapes) {
+  // Not a structured binding: clang before 16 (the fuzz build) cannot
+  // capture one in a lambda.
+  for (const auto &entry : shapes) {
+    const std::string &name = entry.first;
+    const std::vector<int64_t> &shape = entry.second;
     auto input = std::find_if(model.inputs.begin(), model.inputs.end(),
                               [&](const TensorInfo &info) { return info.name == name; });
     if (input == model.inputs.end())
