@@ -478,7 +478,8 @@ Expected<json> parseJsonFile(const std::string &path) {
   FLOWC_ASSIGN_OR_RETURN(std::string text, readFileToString(path));
   try {
     return json::parse(text);
-  } catch (const json::parse_error &e) {
+  } catch (const json::exception &e) {
+    // Not only parse_error: a number past double's range is out_of_range.
     // e.what() starts with nlohmann's "[json.exception.parse_error.101] ".
     std::string what = e.what();
     if (auto bracket = what.find("] "); bracket != std::string::npos)
