@@ -12,6 +12,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -37,8 +38,10 @@ void GlobalOptions::resolve() {
 Expected<std::string> absoluteModelPath(const std::string &path) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(path, ec);
-  if (ec || !std::filesystem::exists(absolute, ec))
-    return notFound("cannot read model '" + path + "': no such file");
+  struct stat st;
+  if (ec || ::stat(absolute.c_str(), &st) != 0)
+    return errno == EACCES ? errnoStatus(errno, "cannot read model '" + path + "'")
+                           : notFound("cannot read model '" + path + "': no such file");
   if (!std::filesystem::is_regular_file(absolute, ec))
     return invalidArgument("cannot read model '" + path +
                            "': not a regular file (a FIFO, device or socket)");
@@ -107,6 +110,24 @@ namespace {
 /// How long an auto-started daemon waits for work before it exits.
 constexpr const char *kAutostartIdleTimeout = "1h";
 
+/// A daemon another user runs could return any code, which `flowc run`
+/// then executes: its socket is refused unless the user says otherwise.
+Status requireOwnSocket(const GlobalOptions &options) {
+  struct stat st;
+  if (::lstat(options.socketPath.c_str(), &st) != 0)
+    return Status::ok(); // Nothing there yet: this user's daemon will be.
+  if (!S_ISSOCK(st.st_mode))
+    return failedPrecondition("'" + options.socketPath +
+                              "' is not a socket (see --socket, FLOWC_SOCKET)");
+  if (st.st_uid == ::geteuid() || options.trustForeignDaemon)
+    return Status::ok();
+  return failedPrecondition(
+      "the daemon socket '" + options.socketPath + "' belongs to uid " +
+      std::to_string(st.st_uid) + ", not to you (uid " + std::to_string(::geteuid()) +
+      "): flowc would run the code that daemon returns; use a cache directory of your "
+      "own, or --trust-daemon if you trust that user");
+}
+
 } // namespace
 
 Expected<std::unique_ptr<DaemonClient>>
@@ -120,13 +141,19 @@ DaemonClient::connect(const GlobalOptions &options, bool autostart) {
                            std::to_string(kMaxUnixSocketPath) +
                            " (use a shorter --socket or FLOWC_SOCKET, or a shorter "
                            "--cache-dir)");
+  FLOWC_RETURN_IF_ERROR(requireOwnSocket(options));
   auto client = std::make_unique<DaemonClient>();
   client->attach(makeChannel(options.socketPath));
   // A plain connect() says whether a daemon listens, in microseconds; the
   // channel then connects on its first call. (A health RPC here would add a
   // round trip to every command, a cache hit's included.)
-  if (unixSocketAccepts(options.socketPath))
+  int refused = unixSocketConnectError(options.socketPath);
+  if (refused == 0)
     return client;
+  if (refused == EACCES || refused == EPERM)
+    return unavailable("cannot connect to the daemon socket '" + options.socketPath +
+                       "': permission denied (a daemon's socket is for its own user "
+                       "only)");
   if (!autostart || !options.autostart)
     return unavailable("no flowcd is listening on '" + options.socketPath + "'" +
                        (options.autostart ? "" : " (FLOWC_AUTOSTART=0)"));

@@ -19,6 +19,8 @@ struct GlobalOptions {
   /// Start flowcd when none answers; FLOWC_AUTOSTART=0 turns it off (CI
   /// farms and supervisors that manage the daemon themselves).
   bool autostart = true;
+  /// --trust-daemon: talk to a daemon whose socket another user owns.
+  bool trustForeignDaemon = false;
   /// When the command began, for the end-to-end times it prints.
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 

@@ -11,6 +11,9 @@ namespace {
 int runStatus(GlobalOptions &global, bool json) {
   global.resolve();
   auto client = DaemonClient::connect(global, /*autostart=*/false);
+  // A socket that is not to be trusted is an error, not "not running".
+  if (!client && client.status().code() != StatusCode::Unavailable)
+    return reportError(client.status());
   if (!client) {
     if (json)
       printJson({{"running", false}, {"socket", global.socketPath}});

@@ -37,6 +37,9 @@ int main(int argc, char **argv) {
   GlobalOptions global;
   app.add_option("--cache-dir", global.cacheDir, "Cache directory (env FLOWC_CACHE_DIR)");
   app.add_option("--socket", global.socketPath, "Daemon socket (env FLOWC_SOCKET)");
+  app.add_flag("--trust-daemon", global.trustForeignDaemon,
+               "Use a daemon socket that another user owns (flowc runs the code such a "
+               "daemon returns; refused by default)");
   std::vector<std::pair<CLI::App *, CommandRunner>> commands;
   auto add = [&](CommandRunner (*adder)(CLI::App &, GlobalOptions &)) {
     CommandRunner runner = adder(app, global);

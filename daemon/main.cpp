@@ -6,6 +6,7 @@
 #include "flowc/support/Environment.h"
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <iostream>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -106,8 +107,10 @@ int main(int argc, char **argv) {
   }
   for (const std::string &warning : flowc::unknownEnvironmentWarnings())
     spdlog::warn("{}", warning);
-  // Before any thread exists, so every thread inherits the mask.
+  // Before any thread exists, so every thread inherits the mask. A worker
+  // that dies makes writes to its pipe fail with EPIPE instead of a signal.
   flowc::daemon::blockShutdownSignals();
+  std::signal(SIGPIPE, SIG_IGN);
   auto server = flowc::daemon::Server::start(*options);
   if (!server) {
     if (!options->logFile.empty())

@@ -1,60 +1,35 @@
 #include "CompilerService.h"
 
 #include "GrpcStatus.h"
+#include "WorkerProcess.h"
 
-#include "flowc/compiler/Profile.h"
-#include "flowc/worker/Reproducer.h"
 #include "flowc/support/MappedFile.h"
+#include "flowc/worker/RequestValidation.h"
+#include "flowc/worker/WorkerProtocol.h"
 
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <spdlog/spdlog.h>
+#include <unordered_map>
 
 namespace flowc::daemon {
 
 namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
-
-/// Events from the compiling worker to the request thread. Shared so that a
-/// client that hangs up does not leave the worker writing to freed memory.
-struct EventChannel {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<flowc::v1::SubmitEvent> events;
-  std::optional<Expected<worker::CompileResult>> outcome;
-};
-
-void setTensorInfo(flowc::v1::TensorInfo *out, const compiler::TensorInfo &info) {
-  out->set_name(info.name);
-  out->set_dtype(compiler::dtypeName(info.dtype));
-  for (int64_t dim : info.shape)
-    out->add_shape(dim);
-}
-
-void setOpProfile(flowc::v1::OpProfile *out, const compiler::OpProfile &row) {
-  out->set_op_type(row.opType);
-  out->set_count(row.count);
-  out->set_folded(row.folded);
-  out->set_parameters(row.parameters);
-  out->set_flops(row.flops);
-  out->set_activation_bytes(row.activationBytes);
-  out->set_estimated(row.estimated);
-}
+/// How often a waiting request looks whether its client went away.
+constexpr auto kCancelPoll = std::chrono::milliseconds(100);
 
 /// Sends `bytes` in chunks of at most kChunkBytes (one empty chunk when
-/// there are none), each labelled by `label`; false when the client went
-/// away. Shared by artifacts and reproducer files.
-template <typename Chunk, typename Label>
-bool streamChunks(grpc::ServerContext *context, grpc::ServerWriter<Chunk> *writer,
-                  std::string_view bytes, const Label &label) {
+/// there are none); false when the client went away.
+bool streamChunks(grpc::ServerContext *context,
+                  grpc::ServerWriter<flowc::v1::ArtifactChunk> *writer,
+                  std::string_view bytes) {
   for (size_t offset = 0; offset < bytes.size() || offset == 0; offset += kChunkBytes) {
     if (context->IsCancelled())
       return false;
-    Chunk chunk;
-    label(chunk);
+    flowc::v1::ArtifactChunk chunk;
     chunk.set_data(std::string(bytes.substr(offset, kChunkBytes)));
     chunk.set_offset(offset);
     chunk.set_total_size(bytes.size());
@@ -69,214 +44,320 @@ bool streamChunks(grpc::ServerContext *context, grpc::ServerWriter<Chunk> *write
   return true;
 }
 
-bool streamFile(grpc::ServerContext *context,
-                grpc::ServerWriter<flowc::v1::ReproChunk> *writer,
-                const std::string &file, std::string_view bytes) {
-  return streamChunks(context, writer, bytes,
-                      [&](flowc::v1::ReproChunk &chunk) { chunk.set_file(file); });
-}
-
-/// Options from a request: an empty target is "cpu", an empty precision
-/// "fp32". InvalidArgument
-/// naming the bad field.
-Expected<compiler::CompileOptions> compileOptions(const std::string &target, int optLevel,
-                                                  const std::string &precision) {
-  compiler::CompileOptions options;
-  if (!target.empty())
-    options.target = target;
-  options.optLevel = optLevel;
-  if (!precision.empty())
-    options.precision = precision;
-  FLOWC_RETURN_IF_ERROR(options.validate());
-  return options;
-}
-
-/// The request's input shapes; InvalidArgument on a repeated name.
-Expected<compiler::InputShapes>
-inputShapesOf(const google::protobuf::RepeatedPtrField<flowc::v1::InputShape> &fields) {
-  compiler::InputShapes shapes;
-  for (const flowc::v1::InputShape &field : fields)
-    if (!shapes
-             .emplace(field.name(),
-                      std::vector<int64_t>(field.dims().begin(), field.dims().end()))
-             .second)
-      return invalidArgument("input '" + field.name() + "' is given two shapes");
-  return shapes;
-}
-
 /// A client on this machine: it can read the cache's files itself.
 bool isLocalPeer(const grpc::ServerContext &context) {
   return context.peer().starts_with("unix:");
 }
 
-Status requireAbsolute(const std::string &path) {
-  if (path.empty() || path[0] != '/')
-    return invalidArgument("model_path must be an absolute path, got '" + path + "'");
-  return Status::ok();
+/// A model path names a file on the daemon's machine, read with the
+/// daemon's rights: only a client on the unix socket (which only the
+/// daemon's own user and root can reach) may name one.
+Status requireLocalPeer(const grpc::ServerContext &context, const std::string &path) {
+  if (isLocalPeer(context))
+    return Status::ok();
+  return failedPrecondition("model_path '" + path +
+                            "' is a path on the daemon's machine, which only clients on "
+                            "its unix socket may name (a TCP client would upload the "
+                            "model, which this daemon does not support yet)");
+}
+
+flowc::v1::WorkerTask workerTask(const DaemonContext &context) {
+  flowc::v1::WorkerTask task;
+  task.set_cache_dir(context.cache->root());
+  task.set_cache_max_bytes(context.options.cache.maxBytes);
+  return task;
+}
+
+/// What identical submits share: the request less what only concerns one
+/// client, and the model file's identity (a changed file is another flight).
+std::string flightKey(const flowc::v1::SubmitRequest &request,
+                      const cache::FileIdentity &file) {
+  flowc::v1::SubmitRequest shared = request;
+  shared.clear_priority();
+  shared.clear_want_local_path();
+  std::string key;
+  shared.SerializeToString(&key);
+  return key + "\n" + std::to_string(file.device) + ":" + std::to_string(file.inode) +
+         ":" + std::to_string(file.size) + ":" + std::to_string(file.mtimeNs) + ":" +
+         std::to_string(file.ctimeNs);
 }
 
 } // namespace
 
-grpc::Status CompilerService::Inspect(grpc::ServerContext *,
+/// One compile in a worker process that every identical submit arriving
+/// while it runs waits for (single flight): each sees every progress event,
+/// then the one outcome. It is cancelled once no client waits any more.
+struct CompilerService::Flight {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::string jobId;
+  std::vector<flowc::v1::Progress> progress;
+  std::optional<flowc::v1::CompileResult> result;
+  std::optional<Status> failure;
+  bool done = false;
+  int waiting = 0;
+  std::atomic<bool> abandoned{false};
+};
+
+struct CompilerService::Flights {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::shared_ptr<Flight>> byKey;
+  /// Worker processes running submits; the last one out evicts.
+  int running = 0;
+
+  /// The flight for `key` and whether the caller leads it (must start it).
+  std::pair<std::shared_ptr<Flight>, bool> join(const std::string &key) {
+    std::lock_guard lock(mutex);
+    auto [it, added] = byKey.try_emplace(key);
+    if (added)
+      it->second = std::make_shared<Flight>();
+    std::lock_guard flightLock(it->second->mutex);
+    ++it->second->waiting;
+    return {it->second, added};
+  }
+  /// Forgets `flight` (ended or abandoned): a later submit starts anew.
+  void remove(const std::string &key, const std::shared_ptr<Flight> &flight) {
+    std::lock_guard lock(mutex);
+    auto it = byKey.find(key);
+    if (it != byKey.end() && it->second == flight)
+      byKey.erase(it);
+  }
+};
+
+CompilerService::CompilerService(DaemonContext &context)
+    : context_(context), flights_(std::make_shared<Flights>()) {}
+
+CompilerService::~CompilerService() = default;
+
+grpc::Status CompilerService::Inspect(grpc::ServerContext *context,
                                       const flowc::v1::InspectRequest *request,
                                       flowc::v1::InspectResponse *response) {
-  if (Status valid = requireAbsolute(request->model_path()); !valid)
-    return toGrpcStatus(valid);
-  auto shapes = inputShapesOf(request->input_shapes());
+  const std::string &path = request->model_path();
+  auto shapes = worker::validateInspectRequest(*request);
   if (!shapes)
     return toGrpcStatus(shapes.status());
-  auto ingested = worker::ingestModel(request->model_path(), *shapes);
-  if (!ingested) {
-    spdlog::warn("inspect model={} status={}", request->model_path(),
-                 ingested.status().toString());
-    return toGrpcStatus(ingested.status());
+  if (Status local = requireLocalPeer(*context, path); !local)
+    return toGrpcStatus(local);
+  flowc::v1::WorkerTask task = workerTask(context_);
+  *task.mutable_inspect() = *request;
+  bool answered = false;
+  Status status = runWorkerTask(
+      context_.workerPath, task, path,
+      [&](flowc::v1::WorkerReply &&reply) {
+        if (!reply.has_inspect())
+          return;
+        *response = std::move(*reply.mutable_inspect());
+        answered = true;
+      },
+      [&] { return context->IsCancelled(); });
+  if (status.isOk() && !answered)
+    status = internalError(path + ": the worker ended without an answer");
+  if (!status) {
+    spdlog::warn("inspect model={} status={}", path, status.toString());
+    return toGrpcStatus(status);
   }
-  response->set_model_digest(ingested->modelDigest.toString());
-  response->set_ir_digest(ingested->irDigest.toString());
-  response->set_opset(ingested->model.opsetVersion);
-  response->set_producer(ingested->model.producer);
-  for (const auto &input : ingested->graph.inputs)
-    setTensorInfo(response->add_inputs(), input);
-  for (const auto &output : ingested->graph.outputs)
-    setTensorInfo(response->add_outputs(), output);
-  for (const auto &[op, count] : ingested->graph.opCounts)
-    (*response->mutable_op_counts())[op] = count;
-  response->set_parameters(ingested->graph.parameterCount());
-  response->set_parameter_bytes(ingested->graph.parameterBytes());
-  response->set_weights(static_cast<uint32_t>(ingested->graph.weights.size()));
-  compiler::GraphProfile profile =
-      compiler::profileGraph(ingested->graph, &ingested->model);
-  for (const compiler::OpProfile &row : profile.ops)
-    setOpProfile(response->add_profile(), row);
-  setOpProfile(response->mutable_profile_total(), profile.total);
-  spdlog::info("inspect model={} model_digest={}", request->model_path(),
-               response->model_digest());
+  spdlog::info("inspect model={} model_digest={}", path, response->model_digest());
   return grpc::Status::OK;
 }
 
 grpc::Status CompilerService::Repro(grpc::ServerContext *context,
                                     const flowc::v1::ReproRequest *request,
                                     grpc::ServerWriter<flowc::v1::ReproChunk> *writer) {
-  if (Status valid = requireAbsolute(request->model_path()); !valid)
-    return toGrpcStatus(valid);
-  auto options =
-      compileOptions(request->target(), request->opt_level(), request->precision());
-  if (!options)
-    return toGrpcStatus(options.status());
-  auto shapes = inputShapesOf(request->input_shapes());
-  if (!shapes)
-    return toGrpcStatus(shapes.status());
-  auto ingested = worker::ingestModel(request->model_path(), *shapes);
-  if (!ingested) {
-    spdlog::warn("repro model={} status={}", request->model_path(),
-                 ingested.status().toString());
-    return toGrpcStatus(ingested.status());
+  const std::string &path = request->model_path();
+  if (auto valid = worker::validateReproRequest(*request); !valid)
+    return toGrpcStatus(valid.status());
+  if (Status local = requireLocalPeer(*context, path); !local)
+    return toGrpcStatus(local);
+  flowc::v1::WorkerTask task = workerTask(context_);
+  *task.mutable_repro() = *request;
+  size_t bytes = 0;
+  bool clientGone = false;
+  Status status = runWorkerTask(
+      context_.workerPath, task, path,
+      [&](flowc::v1::WorkerReply &&reply) {
+        if (!reply.has_repro_chunk() || clientGone)
+          return;
+        bytes += reply.repro_chunk().data().size();
+        clientGone = !writer->Write(reply.repro_chunk());
+      },
+      [&] { return clientGone || context->IsCancelled(); });
+  if (!status) {
+    spdlog::warn("repro model={} status={}", path, status.toString());
+    return toGrpcStatus(status);
   }
-  std::string manifest = worker::makeReproManifest(
-      *ingested, *options, {FLOWC_BUILD_ID, compiler::hostTargetDescription()});
-  // The IR first: a client that writes files as they complete then never
-  // leaves a manifest without its graph.
-  if (!streamFile(context, writer, worker::kReproGraphFile, ingested->graph.irBytecode) ||
-      !streamFile(context, writer, worker::kReproManifestFile, manifest))
-    return grpc::Status::CANCELLED;
-  spdlog::info("repro model={} model_digest={} ir_bytes={} manifest_bytes={}",
-               request->model_path(), ingested->modelDigest.toString(),
-               ingested->graph.irBytecode.size(), manifest.size());
+  spdlog::info("repro model={} bytes={}", path, bytes);
   return grpc::Status::OK;
 }
 
 grpc::Status CompilerService::Submit(grpc::ServerContext *context,
                                      const flowc::v1::SubmitRequest *request,
                                      grpc::ServerWriter<flowc::v1::SubmitEvent> *writer) {
-  worker::CompileRequest compile;
-  compile.modelPath = request->model_path();
-  if (Status valid = requireAbsolute(compile.modelPath); !valid)
-    return toGrpcStatus(valid);
-  auto shapes = inputShapesOf(request->input_shapes());
-  if (!shapes)
-    return toGrpcStatus(shapes.status());
-  compile.inputShapes = std::move(*shapes);
-  auto options =
-      compileOptions(request->target(), request->opt_level(), request->precision());
-  if (!options)
-    return toGrpcStatus(options.status());
-  compile.options = *options;
-  compile.options.disabledPasses.assign(request->disabled_passes().begin(),
-                                        request->disabled_passes().end());
-  compile.options.printIrAfter = request->print_ir_after();
-  compile.kind =
-      request->thin() ? worker::ArtifactKind::Thin : worker::ArtifactKind::Packed;
-  if (Status valid = compile.options.validate(); !valid)
-    return toGrpcStatus(valid);
+  auto compile = worker::validateSubmitRequest(*request);
+  if (!compile)
+    return toGrpcStatus(compile.status());
+  const std::string &path = compile->modelPath;
+  if (Status local = requireLocalPeer(*context, path); !local)
+    return toGrpcStatus(local);
+  auto fail = [&](const std::string &jobId, const Status &status) {
+    ++context_.jobsFailed;
+    spdlog::warn("job={} model={} status={}", jobId, path, status.toString());
+    return toGrpcStatus(status);
+  };
+  // A hit needs no worker: a few stats and index lookups, in this thread.
+  auto cached = context_.executor->cachedResult(*compile);
+  if (!cached)
+    return fail("-", cached.status());
+  if (*cached) {
+    flowc::v1::CompileResult result;
+    worker::toProto(**cached, result);
+    return finishSubmit(context, *request, context_.jobs->newId(), std::move(result),
+                        writer);
+  }
+  auto file = cache::FileIdentity::of(path);
+  if (!file)
+    return fail("-", file.status());
+  std::string key = flightKey(*request, *file);
+  auto [flight, leads] = flights_->join(key);
+  if (leads) {
+    if (Status started = startFlight(flight, key, *request); !started) {
+      flights_->remove(key, flight);
+      return fail("-", started);
+    }
+  } else {
+    std::lock_guard lock(flight->mutex);
+    spdlog::info("model={} joins job={}, which compiles the same request", path,
+                 flight->jobId);
+  }
+  return followFlight(context, flight, key, *request, writer);
+}
 
-  auto channel = std::make_shared<EventChannel>();
-  auto started = std::chrono::steady_clock::now();
-  auto priority = request->priority() == flowc::v1::PRIORITY_BATCH
+Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
+                                    const std::string &key,
+                                    const flowc::v1::SubmitRequest &request) {
+  flowc::v1::WorkerTask task = workerTask(context_);
+  *task.mutable_submit() = request;
+  auto priority = request.priority() == flowc::v1::PRIORITY_BATCH
                       ? scheduler::Priority::Batch
                       : scheduler::Priority::Interactive;
-  worker::CompileExecutor &executor = *context_.executor;
-  std::string jobId =
-      context_.jobs->submit(priority, [channel, compile, started, &executor] {
-        auto progress = [&](const std::string &stage, const std::string &detail) {
-          flowc::v1::SubmitEvent event;
-          event.mutable_progress()->set_stage(stage);
-          event.mutable_progress()->set_detail(detail);
-          event.mutable_progress()->set_elapsed_seconds(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                  .count());
-          std::lock_guard lock(channel->mutex);
-          channel->events.push_back(std::move(event));
-          channel->changed.notify_one();
-        };
-        auto outcome = executor.compile(compile, progress);
-        std::lock_guard lock(channel->mutex);
-        channel->outcome.emplace(std::move(outcome));
-        channel->changed.notify_one();
-      });
-  if (jobId.empty())
-    return toGrpcStatus(unavailable("the daemon is shutting down"));
-
-  while (true) {
-    std::unique_lock lock(channel->mutex);
-    channel->changed.wait(lock,
-                          [&] { return !channel->events.empty() || channel->outcome; });
-    while (!channel->events.empty()) {
-      flowc::v1::SubmitEvent event = std::move(channel->events.front());
-      channel->events.pop_front();
-      if (!context->IsCancelled())
-        writer->Write(event);
+  // The job outlives this service at shutdown only in what it captures: the
+  // context (which joins the job queue before its cache goes) and shared state.
+  DaemonContext &context = context_;
+  std::shared_ptr<Flights> flights = flights_;
+  auto started = std::chrono::steady_clock::now();
+  std::lock_guard lock(flight->mutex);
+  flight->jobId = context.jobs->submit(priority, [&context, flights, flight, key, task,
+                                                  started] {
+    {
+      std::lock_guard lock(flights->mutex);
+      ++flights->running;
     }
-    if (channel->outcome)
+    Status status = runWorkerTask(
+        context.workerPath, task, task.submit().model_path(),
+        [&](flowc::v1::WorkerReply &&reply) {
+          std::lock_guard lock(flight->mutex);
+          if (reply.has_progress()) {
+            flowc::v1::Progress &event = flight->progress.emplace_back(reply.progress());
+            event.set_elapsed_seconds(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                    .count());
+          } else if (reply.has_result()) {
+            flight->result = std::move(*reply.mutable_result());
+          }
+          flight->changed.notify_all();
+        },
+        [&] { return flight->abandoned.load(); });
+    flights->remove(key, flight);
+    bool last = false;
+    {
+      std::lock_guard lock(flights->mutex);
+      last = --flights->running == 0;
+    }
+    // Pins are per process: only with no worker running does the daemon
+    // know every blob in use (its own handles), so only then does it evict.
+    if (last)
+      if (auto gc = context.cache->enforceLimit(); !gc)
+        spdlog::warn("cache eviction failed: {}", gc.status().toString());
+    std::lock_guard lock(flight->mutex);
+    if (!status.isOk())
+      flight->failure = status;
+    else if (!flight->result)
+      flight->failure = internalError(task.submit().model_path() +
+                                      ": the worker ended without a result");
+    flight->done = true;
+    flight->changed.notify_all();
+  });
+  if (flight->jobId.empty())
+    return unavailable("the daemon is shutting down");
+  return Status::ok();
+}
+
+grpc::Status CompilerService::followFlight(
+    grpc::ServerContext *context, const std::shared_ptr<Flight> &flight,
+    const std::string &key, const flowc::v1::SubmitRequest &request,
+    grpc::ServerWriter<flowc::v1::SubmitEvent> *writer) {
+  size_t sent = 0;
+  std::unique_lock lock(flight->mutex);
+  while (true) {
+    flight->changed.wait_for(lock, kCancelPoll, [&] {
+      return flight->progress.size() > sent || flight->done;
+    });
+    if (context->IsCancelled()) {
+      // The last client gone: the compile stops, and a later submit of the
+      // same request starts a new one rather than joining a dying one.
+      if (--flight->waiting == 0 && !flight->done) {
+        flight->abandoned = true;
+        lock.unlock();
+        flights_->remove(key, flight);
+        spdlog::info("job={} model={} cancelled: its client went away", flight->jobId,
+                     request.model_path());
+      }
+      return grpc::Status::CANCELLED;
+    }
+    std::vector<flowc::v1::Progress> fresh(flight->progress.begin() + sent,
+                                           flight->progress.end());
+    sent = flight->progress.size();
+    bool done = flight->done;
+    lock.unlock();
+    for (flowc::v1::Progress &progress : fresh) {
+      flowc::v1::SubmitEvent event;
+      *event.mutable_progress() = std::move(progress);
+      writer->Write(event);
+    }
+    lock.lock();
+    if (done)
       break;
   }
-  Expected<worker::CompileResult> &outcome = *channel->outcome;
-  if (!outcome) {
+  --flight->waiting;
+  std::string jobId = flight->jobId;
+  if (flight->failure) {
     ++context_.jobsFailed;
-    spdlog::warn("job={} model={} status={}", jobId, compile.modelPath,
-                 outcome.status().toString());
-    return toGrpcStatus(outcome.status());
+    spdlog::warn("job={} model={} status={}", jobId, request.model_path(),
+                 flight->failure->toString());
+    return toGrpcStatus(*flight->failure);
   }
-  ++(outcome->cacheHit ? context_.cacheHits : context_.cacheMisses);
+  flowc::v1::CompileResult result = *flight->result;
+  lock.unlock();
+  return finishSubmit(context, request, jobId, std::move(result), writer);
+}
+
+grpc::Status
+CompilerService::finishSubmit(grpc::ServerContext *context,
+                              const flowc::v1::SubmitRequest &request,
+                              const std::string &jobId, flowc::v1::CompileResult result,
+                              grpc::ServerWriter<flowc::v1::SubmitEvent> *writer) {
+  ++(result.cache_hit() ? context_.cacheHits : context_.cacheMisses);
   spdlog::info("job={} model={} cache={} code_cache={} seconds={:.3f} artifact={}", jobId,
-               compile.modelPath, outcome->cacheHit ? "hit" : "miss",
-               outcome->codeCacheHit ? "hit" : "miss", outcome->seconds,
-               outcome->artifactDigest.toString());
-  flowc::v1::SubmitEvent event;
-  flowc::v1::CompileResult *result = event.mutable_result();
-  result->set_artifact_digest(outcome->artifactDigest.toString());
-  result->set_model_digest(outcome->modelDigest.toString());
-  result->set_cache_hit(outcome->cacheHit);
-  result->set_code_cache_hit(outcome->codeCacheHit);
-  result->set_seconds(outcome->seconds);
-  result->set_job_id(jobId);
-  result->set_kernels_compiled(outcome->kernelsCompiled);
-  result->set_kernels_reused(outcome->kernelsReused);
+               request.model_path(), result.cache_hit() ? "hit" : "miss",
+               result.code_cache_hit() ? "hit" : "miss", result.seconds(),
+               result.artifact_digest());
+  result.set_job_id(jobId);
   // Artifacts are adopted as files; one stored inline by an older flowc has
   // none, and the client, finding none, streams it.
-  if (request->want_local_path() && isLocalPeer(*context))
-    result->set_artifact_path(context_.cache->blobPath(outcome->artifactDigest));
-  for (const auto &[op, count] : outcome->opCounts)
-    (*result->mutable_op_counts())[op] = count;
+  auto digest = cache::Digest::parse(result.artifact_digest());
+  if (request.want_local_path() && isLocalPeer(*context) && digest)
+    result.set_artifact_path(context_.cache->blobPath(*digest));
+  flowc::v1::SubmitEvent event;
+  *event.mutable_result() = std::move(result);
   writer->Write(event);
   return grpc::Status::OK;
 }
@@ -293,7 +374,7 @@ CompilerService::FetchArtifact(grpc::ServerContext *context,
   if (!blob)
     return toGrpcStatus(blob.status());
   std::string_view bytes = blob->bytes();
-  if (!streamChunks(context, writer, bytes, [](flowc::v1::ArtifactChunk &) {}))
+  if (!streamChunks(context, writer, bytes))
     return grpc::Status::CANCELLED;
   spdlog::info("fetch artifact={} bytes={}", request->digest(), bytes.size());
   return grpc::Status::OK;

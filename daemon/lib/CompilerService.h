@@ -4,13 +4,18 @@
 
 #include "flowc/v1/flowc.grpc.pb.h"
 
+#include <memory>
+
 namespace flowc::daemon {
 
-/// flowc.v1.Compiler: validates each request, hands the compile to the job
-/// queue, streams progress back and logs one line per request.
+/// flowc.v1.Compiler: validates each request, answers cache hits itself and
+/// runs everything that reads or compiles a model in a flowc-worker process
+/// (a compile through the job queue, once for identical concurrent
+/// submits), streams progress back and logs one line per request.
 class CompilerService final : public flowc::v1::Compiler::Service {
 public:
-  explicit CompilerService(DaemonContext &context) : context_(context) {}
+  explicit CompilerService(DaemonContext &context);
+  ~CompilerService() override;
 
   grpc::Status Submit(grpc::ServerContext *context,
                       const flowc::v1::SubmitRequest *request,
@@ -26,7 +31,24 @@ public:
                      grpc::ServerWriter<flowc::v1::ReproChunk> *writer) override;
 
 private:
+  struct Flight;
+  struct Flights;
+
+  /// Queues the compile that `flight` stands for.
+  Status startFlight(const std::shared_ptr<Flight> &flight, const std::string &key,
+                     const flowc::v1::SubmitRequest &request);
+  /// Streams `flight`'s progress to this client and answers with its outcome.
+  grpc::Status followFlight(grpc::ServerContext *context,
+                            const std::shared_ptr<Flight> &flight, const std::string &key,
+                            const flowc::v1::SubmitRequest &request,
+                            grpc::ServerWriter<flowc::v1::SubmitEvent> *writer);
+  grpc::Status finishSubmit(grpc::ServerContext *context,
+                            const flowc::v1::SubmitRequest &request,
+                            const std::string &jobId, flowc::v1::CompileResult result,
+                            grpc::ServerWriter<flowc::v1::SubmitEvent> *writer);
+
   DaemonContext &context_;
+  std::shared_ptr<Flights> flights_;
 };
 
 } // namespace flowc::daemon

@@ -37,6 +37,8 @@ struct DaemonContext {
   std::unique_ptr<cache::Cache> cache;
   std::unique_ptr<worker::CompileExecutor> executor;
   std::unique_ptr<scheduler::JobQueue> jobs;
+  /// The flowc-worker binary every compile, inspect and repro runs in.
+  std::string workerPath;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<uint64_t> cacheHits{0};
   std::atomic<uint64_t> cacheMisses{0};

@@ -4,6 +4,7 @@
 #include "CacheService.h"
 #include "CompilerService.h"
 #include "DaemonContext.h"
+#include "WorkerProcess.h"
 
 #include "flowc/support/UnixSocket.h"
 
@@ -14,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -110,6 +112,7 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
   auto state = std::make_unique<State>();
   DaemonContext &context = state->context;
   context.options = options;
+  FLOWC_ASSIGN_OR_RETURN(context.workerPath, workerExecutable());
   FLOWC_ASSIGN_OR_RETURN(context.cache,
                          cache::Cache::open(options.cacheDir, options.cache));
   // A daemon killed mid-write leaves orphans; make the index and the files
@@ -145,7 +148,16 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
       interceptors;
   interceptors.push_back(std::make_unique<ActivityInterceptorFactory>(context.activity));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  // The socket is its owner's alone (the kernel checks write permission
+  // at connect): a client is then this daemon's user or root, so a model
+  // path it names is one it could read itself. Created under a umask that
+  // leaves no window, and set again in case the file existed.
+  mode_t umaskBefore = ::umask(077);
   state->grpcServer = builder.BuildAndStart();
+  ::umask(umaskBefore);
+  if (state->grpcServer && ::chmod(options.socketPath.c_str(), 0600) != 0)
+    return errnoStatus(errno,
+                       "cannot make the socket '" + options.socketPath + "' private");
   if (!state->grpcServer)
     return unavailable(
         "cannot listen on '" + options.socketPath + "'" +

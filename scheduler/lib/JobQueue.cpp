@@ -22,6 +22,11 @@ std::string JobQueue::submit(Priority priority, std::function<void()> job) {
   return "job-" + std::to_string(nextId_++);
 }
 
+std::string JobQueue::newId() {
+  std::lock_guard lock(mutex_);
+  return "job-" + std::to_string(nextId_++);
+}
+
 void JobQueue::shutdown() {
   std::lock_guard lock(mutex_);
   stopping_ = true;

@@ -1,6 +1,7 @@
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <fcntl.h>
@@ -27,15 +28,21 @@ uintptr_t pageSize() {
 /// so a mapping is never unmapped, and its addresses reused, under advice.
 class MappingTable {
 public:
-  void add(const uint8_t *data, size_t size) {
+  void add(const uint8_t *data, size_t size, const std::string &path) {
     std::unique_lock lock(mutex_);
     auto begin = reinterpret_cast<uintptr_t>(data);
     ranges_[begin] = begin + size;
+    names_.add(begin, begin + size, path);
   }
 
   void remove(const uint8_t *data) {
     std::unique_lock lock(mutex_);
     ranges_.erase(reinterpret_cast<uintptr_t>(data));
+    names_.remove(reinterpret_cast<uintptr_t>(data));
+  }
+
+  size_t nameOf(uintptr_t address, char *out, size_t capacity) const {
+    return names_.find(address, out, capacity);
   }
 
   /// Calls `advise(begin, end)` with the page-aligned range that covers
@@ -62,8 +69,59 @@ public:
   }
 
 private:
+  /// The files behind the mappings, readable from a signal handler (a
+  /// SIGBUS names the file that shrank under its mapping): fixed slots
+  /// read without locks or allocation. Writers hold the table's lock; a
+  /// mapping beyond the slots goes unnamed.
+  class FaultNames {
+  public:
+    void add(uintptr_t begin, uintptr_t end, const std::string &path) {
+      for (Slot &slot : slots_) {
+        if (slot.begin.load(std::memory_order_relaxed) != 0)
+          continue;
+        size_t length = std::min(path.size(), sizeof(slot.path) - 1);
+        std::copy_n(path.data(), length, slot.path);
+        slot.path[length] = '\0';
+        slot.end.store(end, std::memory_order_relaxed);
+        slot.begin.store(begin, std::memory_order_release);
+        return;
+      }
+    }
+    void remove(uintptr_t begin) {
+      for (Slot &slot : slots_)
+        if (slot.begin.load(std::memory_order_relaxed) == begin)
+          slot.begin.store(0, std::memory_order_release);
+    }
+    size_t find(uintptr_t address, char *out, size_t capacity) const {
+      for (const Slot &slot : slots_) {
+        uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+        if (begin == 0 || address < begin ||
+            address >= slot.end.load(std::memory_order_relaxed))
+          continue;
+        size_t length = 0;
+        while (length + 1 < capacity && slot.path[length] != '\0') {
+          out[length] = slot.path[length];
+          ++length;
+        }
+        if (capacity > 0)
+          out[length] = '\0';
+        return length;
+      }
+      return 0;
+    }
+
+  private:
+    struct Slot {
+      std::atomic<uintptr_t> begin{0};
+      std::atomic<uintptr_t> end{0};
+      char path[256] = {};
+    };
+    Slot slots_[1024];
+  };
+
   std::shared_mutex mutex_;
   std::map<uintptr_t, uintptr_t> ranges_; ///< begin -> end
+  FaultNames names_;
 };
 
 MappingTable &mappingTable() {
@@ -137,10 +195,14 @@ Expected<MappedFile> MappedFile::open(const std::string &path) {
       return errnoStatus(err, "cannot mmap '" + path + "'");
     }
     file.data_ = static_cast<const uint8_t *>(addr);
-    mappingTable().add(file.data_, file.size_);
+    mappingTable().add(file.data_, file.size_, path);
   }
   ::close(fd);
   return file;
+}
+
+size_t MappedFile::nameOfAddress(const void *address, char *out, size_t capacity) {
+  return mappingTable().nameOf(reinterpret_cast<uintptr_t>(address), out, capacity);
 }
 
 bool MappedFile::isMapped(std::string_view bytes) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 namespace flowc::worker {
 
@@ -33,7 +34,9 @@ runtime::TensorSpec tensorSpec(const compiler::TensorInfo &info) {
 class ScratchDir {
 public:
   static Expected<ScratchDir> create(const std::string &parent) {
-    std::string pattern = parent + "/compile.XXXXXX";
+    // Named `<what>.<pid>.<random>`: a process opening the cache removes
+    // the temp entries of dead processes only.
+    std::string pattern = parent + "/compile." + std::to_string(getpid()) + ".XXXXXX";
     if (!mkdtemp(pattern.data()))
       return errnoStatus(errno, "cannot create a scratch directory in '" + parent + "'");
     return ScratchDir(pattern);
@@ -255,6 +258,20 @@ Status CompileExecutor::recordMemo(const cache::FileIdentity &file,
   return cache_.recordStat(file, memoPurpose(shapes), modelDigest);
 }
 
+Expected<std::optional<CompileResult>>
+CompileExecutor::cachedResult(const CompileRequest &request) {
+  auto start = std::chrono::steady_clock::now();
+  if (!request.options.printIrAfter.empty())
+    return std::optional<CompileResult>();
+  FLOWC_ASSIGN_OR_RETURN(cache::FileIdentity file,
+                         cache::FileIdentity::of(request.modelPath));
+  FLOWC_ASSIGN_OR_RETURN(auto memoized, memoizedResult(file, request));
+  if (memoized)
+    memoized->seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return memoized;
+}
+
 Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
                                                  const ProgressFn &progress) {
   auto start = std::chrono::steady_clock::now();
@@ -333,8 +350,9 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
       cache_.recordAction(cache::ActionKind::Artifact, key, result.artifactDigest, deps));
   FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
   // Over the size cap, least-recently-used blobs go; this job's are pinned.
-  if (auto gc = cache_.enforceLimit(); !gc)
-    spdlog::warn("cache eviction failed: {}", gc.status().toString());
+  if (eviction_ == Eviction::AfterCompile)
+    if (auto gc = cache_.enforceLimit(); !gc)
+      spdlog::warn("cache eviction failed: {}", gc.status().toString());
   result.seconds = elapsed();
   return result;
 }

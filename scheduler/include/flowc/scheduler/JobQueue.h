@@ -36,6 +36,9 @@ public:
   /// the job is dropped and the id is empty.
   std::string submit(Priority priority, std::function<void()> job);
 
+  /// A fresh id for work answered without a queued job (a cache hit).
+  std::string newId();
+
   /// Stops taking jobs; queued jobs are dropped. Thread-safe, idempotent.
   void shutdown();
 

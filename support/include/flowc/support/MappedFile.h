@@ -31,6 +31,12 @@ public:
   std::string_view view() const { return {reinterpret_cast<const char *>(data_), size_}; }
   const std::string &path() const { return path_; }
 
+  /// Copies the path of the live mapping that holds `address` into `out`
+  /// (NUL-terminated, truncated to `capacity`) and returns its length, 0 if
+  /// no MappedFile maps it. Async-signal-safe: a SIGBUS handler names the
+  /// file that shrank under its mapping with it.
+  static size_t nameOfAddress(const void *address, char *out, size_t capacity);
+
   /// Whether `bytes` (non-empty) lies inside the mapping of a live
   /// MappedFile. Thread-safe.
   static bool isMapped(std::string_view bytes);

@@ -14,4 +14,8 @@ inline constexpr size_t kMaxUnixSocketPath = sizeof(sockaddr_un{}.sun_path) - 1;
 /// connect(), microseconds. False for a path longer than kMaxUnixSocketPath.
 bool unixSocketAccepts(const std::string &path);
 
+/// The errno of one connect() to the unix socket at `path`, 0 if it was
+/// accepted (ENAMETOOLONG for a path longer than kMaxUnixSocketPath).
+int unixSocketConnectError(const std::string &path);
+
 } // namespace flowc

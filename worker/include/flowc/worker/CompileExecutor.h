@@ -64,14 +64,27 @@ Expected<IngestedModel> ingestModel(const std::string &path,
 
 class CompileExecutor {
 public:
+  /// Whether a compile ends by evicting down to the cache's size cap. A
+  /// worker process leaves that to the daemon: pins are per process, so it
+  /// cannot see what another worker is using.
+  enum class Eviction { AfterCompile, Never };
+
   /// `buildId` identifies the compiler build in every action key.
-  CompileExecutor(cache::Cache &cache, std::string buildId)
-      : cache_(cache), buildId_(std::move(buildId)) {}
+  CompileExecutor(cache::Cache &cache, std::string buildId,
+                  Eviction eviction = Eviction::AfterCompile)
+      : cache_(cache), buildId_(std::move(buildId)), eviction_(eviction) {}
 
   /// Thread-safe; compiles run concurrently. Errors name the model and the
   /// node or op at fault; on error the cache keeps only complete blobs.
   Expected<CompileResult> compile(const CompileRequest &request,
                                   const ProgressFn &progress);
+
+  /// The answer to `request` if the cache has it without reading the model
+  /// (its files are unchanged since they were last ingested); nullopt when
+  /// it takes a compile (also whenever the request prints IR). Cheap: a few
+  /// stats and index lookups, no MLIR, so a daemon answers hits with it
+  /// in-process.
+  Expected<std::optional<CompileResult>> cachedResult(const CompileRequest &request);
 
 private:
   /// Memo purpose: the model digest depends on the importer, so on the build.
@@ -142,6 +155,7 @@ private:
 
   cache::Cache &cache_;
   std::string buildId_;
+  Eviction eviction_;
 };
 
 } // namespace flowc::worker

@@ -1,0 +1,236 @@
+#include "WorkerProcess.h"
+
+#include "flowc/support/Subprocess.h"
+#include "flowc/worker/WorkerProtocol.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace flowc::daemon {
+
+namespace {
+
+/// How often a waiting task looks at its cancel flag.
+constexpr int kPollMs = 100;
+/// The worker's last log bytes kept for a crash report.
+constexpr size_t kLogTailBytes = 2048;
+
+/// A file descriptor closed on scope exit.
+class Fd {
+public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd &&other) noexcept : fd_(other.release()) {}
+  Fd &operator=(Fd &&other) noexcept {
+    reset(other.release());
+    return *this;
+  }
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = fd;
+  }
+
+private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  Fd read, write;
+};
+
+Expected<Pipe> makePipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    return errnoStatus(errno, "cannot create a pipe for the worker");
+  return Pipe{Fd(fds[0]), Fd(fds[1])};
+}
+
+/// Starts the worker in a process group of its own (so that a kill takes
+/// whatever it started too), with default signal handling and no blocked
+/// signals (the daemon blocks its shutdown signals and ignores SIGPIPE).
+Expected<pid_t> spawnWorker(const std::string &executable, int taskFd, int replyFd,
+                            int logFd) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, taskFd, STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, logFd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, logFd, STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, replyFd, worker::kWorkerReplyFd);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGUSR1, SIGBUS, SIGSEGV})
+    sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  std::string name = "flowc-worker";
+  char *argv[] = {name.data(), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, executable.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0)
+    return unavailable("cannot start the worker '" + executable +
+                       "': " + std::strerror(rc));
+  return pid;
+}
+
+/// Appends what `fd` has now to `out`; false at end of file.
+bool drain(int fd, std::string &out) {
+  char buffer[65536];
+  while (true) {
+    ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got > 0) {
+      out.append(buffer, static_cast<size_t>(got));
+      continue;
+    }
+    if (got < 0 && errno == EINTR)
+      continue;
+    return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+}
+
+/// Logs the worker's complete lines and keeps the tail for a crash report.
+void relayLog(pid_t pid, std::string &pending, std::string &tail) {
+  size_t newline;
+  while ((newline = pending.find('\n')) != std::string::npos) {
+    std::string line = pending.substr(0, newline);
+    pending.erase(0, newline + 1);
+    if (line.empty())
+      continue;
+    spdlog::info("worker pid={} {}", pid, line);
+    tail = line;
+  }
+  if (pending.size() > kLogTailBytes)
+    pending.erase(0, pending.size() - kLogTailBytes);
+}
+
+bool isFinal(const flowc::v1::WorkerReply &reply) {
+  return reply.has_result() || reply.has_inspect() || reply.has_error();
+}
+
+/// Why a worker that wrote no final reply ended as it did.
+Status deathStatus(const std::string &what, pid_t pid, int status,
+                   const std::string &lastLine) {
+  std::string said = lastLine.empty() ? "" : " (its last log line: " + lastLine + ")";
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    if (sig == SIGKILL)
+      return resourceExhausted(what + ": the worker process (pid " + std::to_string(pid) +
+                               ") was killed (SIGKILL: most likely out of memory)" +
+                               said + "; the daemon and other jobs are unaffected");
+    return internalError(
+        what + ": the worker process (pid " + std::to_string(pid) + ") died of SIG" +
+        std::string(sigabbrev_np(sig)) + " (" + strsignal(sig) + ")" + said +
+        "; the daemon and other jobs are unaffected (a flowc bug: please report it "
+        "with the model, or what `flowc repro` makes of it)");
+  }
+  return internalError(what + ": the worker process (pid " + std::to_string(pid) +
+                       ") exited with status " + std::to_string(WEXITSTATUS(status)) +
+                       " before answering" + said);
+}
+
+} // namespace
+
+Expected<std::string> workerExecutable() {
+  std::string path = executableDirectory() + "/flowc-worker";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || !(st.st_mode & S_IXUSR))
+    return notFound("the worker binary '" + path +
+                    "' is missing (it is built and installed next to flowcd)");
+  return path;
+}
+
+Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask &task,
+                     const std::string &what,
+                     const std::function<void(flowc::v1::WorkerReply &&)> &onReply,
+                     const std::function<bool()> &cancelled) {
+  FLOWC_ASSIGN_OR_RETURN(Pipe taskPipe, makePipe());
+  FLOWC_ASSIGN_OR_RETURN(Pipe replyPipe, makePipe());
+  FLOWC_ASSIGN_OR_RETURN(Pipe logPipe, makePipe());
+  FLOWC_ASSIGN_OR_RETURN(pid_t pid,
+                         spawnWorker(executable, taskPipe.read.get(),
+                                     replyPipe.write.get(), logPipe.write.get()));
+  taskPipe.read.reset();
+  replyPipe.write.reset();
+  logPipe.write.reset();
+  // A worker that dies before reading its task makes this write fail
+  // (EPIPE: the daemon ignores SIGPIPE); its exit status then says why.
+  Status sent = worker::writeFrame(taskPipe.write.get(), task);
+  taskPipe.write.reset();
+  fcntl(replyPipe.read.get(), F_SETFL, O_NONBLOCK);
+  fcntl(logPipe.read.get(), F_SETFL, O_NONBLOCK);
+
+  std::string replies, log, lastLine;
+  std::optional<Status> reported;
+  bool replyOpen = true, logOpen = true, killed = false;
+  while (replyOpen || logOpen) {
+    pollfd fds[2] = {{replyOpen ? replyPipe.read.get() : -1, POLLIN, 0},
+                     {logOpen ? logPipe.read.get() : -1, POLLIN, 0}};
+    int ready = ::poll(fds, 2, kPollMs);
+    if (ready < 0 && errno != EINTR)
+      break;
+    if (!killed && cancelled()) {
+      ::kill(-pid, SIGKILL);
+      killed = true;
+    }
+    if (replyOpen && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      replyOpen = drain(replyPipe.read.get(), replies);
+      auto frames = worker::takeFrames(replies);
+      if (!frames) {
+        // A worker that writes garbage is as good as dead.
+        ::kill(-pid, SIGKILL);
+        killed = true;
+        reported = internalError(
+            what + ": the worker's reply is damaged: " + frames.status().message());
+        replyOpen = false;
+      } else {
+        for (flowc::v1::WorkerReply &reply : *frames) {
+          if (reply.has_error() && !reported)
+            reported = worker::statusOf(reply.error());
+          else if (isFinal(reply) && !reported)
+            reported = Status::ok();
+          onReply(std::move(reply));
+        }
+      }
+    }
+    if (logOpen && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      logOpen = drain(logPipe.read.get(), log);
+      relayLog(pid, log, lastLine);
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (killed && !reported)
+    return Status(StatusCode::Cancelled, what + ": cancelled");
+  if (reported)
+    return *reported;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && task.has_repro())
+    return Status::ok(); // A reproducer ends with its last chunk.
+  if (!sent.isOk() && WIFEXITED(status))
+    return internalError(what +
+                         ": cannot hand the task to the worker: " + sent.message());
+  return deathStatus(what, pid, status, lastLine);
+}
+
+} // namespace flowc::daemon

@@ -1,0 +1,159 @@
+// The daemon <-> worker pipe and the request checks both ends run.
+#include "flowc/worker/RequestValidation.h"
+#include "flowc/worker/WorkerProtocol.h"
+
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+namespace flowc::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+flowc::v1::SubmitRequest goodSubmit() {
+  flowc::v1::SubmitRequest request;
+  request.set_model_path("/models/m.onnx");
+  request.set_opt_level(2);
+  return request;
+}
+
+TEST(RequestValidationTest, AcceptsAPlainSubmit) {
+  auto compile = validateSubmitRequest(goodSubmit());
+  ASSERT_TRUE(compile) << compile.status().toString();
+  EXPECT_EQ(compile->modelPath, "/models/m.onnx");
+  EXPECT_EQ(compile->options.target, "cpu");
+  EXPECT_EQ(compile->kind, ArtifactKind::Packed);
+}
+
+TEST(RequestValidationTest, NamesTheBadField) {
+  struct Case {
+    std::function<void(flowc::v1::SubmitRequest &)> spoil;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](auto &r) { r.set_model_path("relative.onnx"); }, "absolute path"},
+      {[](auto &r) { r.set_model_path(""); }, "absolute path"},
+      {[](auto &r) { r.set_model_path("/" + std::string(5000, 'a')); }, "5001 bytes"},
+      {[](auto &r) { r.set_model_path(std::string("/a\0b", 4)); }, "NUL"},
+      {[](auto &r) { r.set_opt_level(9); }, "out of range 0..3"},
+      {[](auto &r) { r.set_target("tpu"); }, "unknown target 'tpu'"},
+      {[](auto &r) { r.set_precision("fp8"); }, "unknown precision 'fp8'"},
+      {[](auto &r) { r.add_disabled_passes("no-such-pass"); }, "no-such-pass"},
+      {[](auto &r) {
+         auto *shape = r.add_input_shapes();
+         shape->set_name("x");
+         shape->add_dims(-3);
+       },
+       "dimension -3"},
+      {[](auto &r) { r.add_input_shapes()->add_dims(1); }, "without an input name"},
+      {[](auto &r) {
+         for (int i = 0; i < 2; ++i) {
+           auto *shape = r.add_input_shapes();
+           shape->set_name("x");
+           shape->add_dims(1);
+         }
+       },
+       "given two shapes"},
+      {[](auto &r) {
+         auto *shape = r.add_input_shapes();
+         shape->set_name("x");
+         for (int i = 0; i < 100; ++i)
+           shape->add_dims(1);
+       },
+       "100 dimensions"},
+  };
+  for (const Case &c : cases) {
+    flowc::v1::SubmitRequest request = goodSubmit();
+    c.spoil(request);
+    auto compile = validateSubmitRequest(request);
+    ASSERT_FALSE(compile) << c.message;
+    EXPECT_EQ(compile.status().code(), StatusCode::InvalidArgument) << c.message;
+    EXPECT_THAT(compile.status().message(), HasSubstr(c.message));
+  }
+}
+
+TEST(RequestValidationTest, InspectAndReproNeedAnAbsolutePath) {
+  flowc::v1::InspectRequest inspect;
+  inspect.set_model_path("m.onnx");
+  EXPECT_EQ(validateInspectRequest(inspect).status().code(), StatusCode::InvalidArgument);
+  flowc::v1::ReproRequest repro;
+  repro.set_model_path("/m.onnx");
+  repro.set_opt_level(7);
+  EXPECT_THAT(validateReproRequest(repro).status().message(), HasSubstr("0..3"));
+}
+
+class PipeTest : public ::testing::Test {
+protected:
+  void SetUp() override { ASSERT_EQ(::pipe(fds_), 0); }
+  void TearDown() override {
+    for (int fd : fds_)
+      if (fd >= 0)
+        ::close(fd);
+  }
+  void closeWriter() {
+    ::close(fds_[1]);
+    fds_[1] = -1;
+  }
+  int fds_[2] = {-1, -1};
+};
+
+TEST_F(PipeTest, FramesRoundTrip) {
+  flowc::v1::WorkerReply progress;
+  progress.mutable_progress()->set_stage("codegen");
+  ASSERT_TRUE(writeFrame(fds_[1], progress).isOk());
+  ASSERT_TRUE(writeFrame(fds_[1], errorReply(dataLoss("/m.data shrank"))).isOk());
+  closeWriter();
+  flowc::v1::WorkerReply first, second, none;
+  ASSERT_TRUE(*readFrame(fds_[0], first));
+  EXPECT_EQ(first.progress().stage(), "codegen");
+  ASSERT_TRUE(*readFrame(fds_[0], second));
+  Status carried = statusOf(second.error());
+  EXPECT_EQ(carried.code(), StatusCode::DataLoss);
+  EXPECT_EQ(carried.message(), "/m.data shrank");
+  EXPECT_FALSE(*readFrame(fds_[0], none));
+}
+
+TEST_F(PipeTest, TruncatedAndOversizedFramesAreDataLoss) {
+  const char truncated[] = {10, 0, 0, 0, 1, 2};
+  ASSERT_EQ(::write(fds_[1], truncated, sizeof truncated), 6);
+  closeWriter();
+  flowc::v1::WorkerReply reply;
+  auto read = readFrame(fds_[0], reply);
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.status().code(), StatusCode::DataLoss);
+
+  std::string oversized("\xff\xff\xff\x7f", 4);
+  EXPECT_THAT(takeFrames(oversized).status().message(), HasSubstr("over the limit"));
+}
+
+TEST(TakeFramesTest, KeepsAPartialFrameForLater) {
+  flowc::v1::WorkerReply reply;
+  reply.mutable_progress()->set_detail("x");
+  std::string bytes;
+  reply.SerializeToString(&bytes);
+  std::string stream =
+      std::string(1, static_cast<char>(bytes.size())) + std::string(3, '\0') + bytes;
+  std::string buffer = stream + stream.substr(0, 3);
+  auto frames = takeFrames(buffer);
+  ASSERT_TRUE(frames);
+  EXPECT_EQ(frames->size(), 1u);
+  EXPECT_EQ(buffer.size(), 3u);
+  buffer += stream.substr(3);
+  EXPECT_EQ(takeFrames(buffer)->size(), 1u);
+  EXPECT_TRUE(buffer.empty());
+
+  std::string garbage = std::string("\x02\0\0\0", 4) + "\xff\xff";
+  EXPECT_EQ(takeFrames(garbage).status().code(), StatusCode::DataLoss);
+}
+
+TEST(StatusOfTest, AnUnknownCodeIsInternal) {
+  flowc::v1::WorkerError error;
+  error.set_code(999);
+  error.set_message("?");
+  EXPECT_EQ(statusOf(error).code(), StatusCode::Internal);
+}
+
+} // namespace
+} // namespace flowc::worker

@@ -1,0 +1,204 @@
+#include "flowc/worker/WorkerProtocol.h"
+
+#include "flowc/compiler/Profile.h"
+#include "flowc/worker/Reproducer.h"
+
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
+
+namespace flowc::worker {
+
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+
+std::string frameHeader(uint32_t size) {
+  std::string header(4, '\0');
+  for (int i = 0; i < 4; ++i)
+    header[i] = static_cast<char>((size >> (8 * i)) & 0xff);
+  return header;
+}
+
+uint32_t frameSize(const char *header) {
+  uint32_t size = 0;
+  for (int i = 0; i < 4; ++i)
+    size |= uint32_t{static_cast<unsigned char>(header[i])} << (8 * i);
+  return size;
+}
+
+Status writeAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written < 0 && errno == EINTR)
+      continue;
+    if (written < 0)
+      return errnoStatus(errno, "cannot write to the worker pipe");
+    bytes.remove_prefix(static_cast<size_t>(written));
+  }
+  return Status::ok();
+}
+
+/// Reads exactly `size` bytes; the count read before end of file otherwise.
+Expected<size_t> readAll(int fd, char *out, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t got = ::read(fd, out + done, size - done);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return errnoStatus(errno, "cannot read the worker pipe");
+    if (got == 0)
+      break;
+    done += static_cast<size_t>(got);
+  }
+  return done;
+}
+
+void setTensorInfo(flowc::v1::TensorInfo *out, const compiler::TensorInfo &info) {
+  out->set_name(info.name);
+  out->set_dtype(compiler::dtypeName(info.dtype));
+  for (int64_t dim : info.shape)
+    out->add_shape(dim);
+}
+
+void setOpProfile(flowc::v1::OpProfile *out, const compiler::OpProfile &row) {
+  out->set_op_type(row.opType);
+  out->set_count(row.count);
+  out->set_folded(row.folded);
+  out->set_parameters(row.parameters);
+  out->set_flops(row.flops);
+  out->set_activation_bytes(row.activationBytes);
+  out->set_estimated(row.estimated);
+}
+
+void addFileChunks(std::vector<flowc::v1::ReproChunk> &chunks, const std::string &file,
+                   std::string_view bytes) {
+  for (size_t offset = 0; offset < bytes.size() || offset == 0; offset += kChunkBytes) {
+    flowc::v1::ReproChunk &chunk = chunks.emplace_back();
+    chunk.set_file(file);
+    chunk.set_data(std::string(bytes.substr(offset, kChunkBytes)));
+    chunk.set_offset(offset);
+    chunk.set_total_size(bytes.size());
+    if (bytes.empty())
+      break;
+  }
+}
+
+} // namespace
+
+Status writeFrame(int fd, const google::protobuf::MessageLite &message) {
+  std::string bytes;
+  if (!message.SerializeToString(&bytes))
+    return internalError("cannot serialize a worker message");
+  if (bytes.size() > kMaxFrameBytes)
+    return internalError("a worker message of " + std::to_string(bytes.size()) +
+                         " bytes is over the frame limit");
+  return writeAll(fd, frameHeader(static_cast<uint32_t>(bytes.size())) + bytes);
+}
+
+Expected<bool> readFrame(int fd, google::protobuf::MessageLite &message) {
+  char header[4];
+  FLOWC_ASSIGN_OR_RETURN(size_t got, readAll(fd, header, sizeof header));
+  if (got == 0)
+    return false;
+  if (got < sizeof header)
+    return dataLoss("the worker pipe ended inside a frame header");
+  uint32_t size = frameSize(header);
+  if (size > kMaxFrameBytes)
+    return dataLoss("a worker frame of " + std::to_string(size) +
+                    " bytes is over the limit");
+  std::string bytes(size, '\0');
+  FLOWC_ASSIGN_OR_RETURN(got, readAll(fd, bytes.data(), size));
+  if (got < size)
+    return dataLoss("the worker pipe ended inside a frame");
+  if (!message.ParseFromString(bytes))
+    return dataLoss("a worker frame does not parse");
+  return true;
+}
+
+Expected<std::vector<flowc::v1::WorkerReply>> takeFrames(std::string &buffer) {
+  std::vector<flowc::v1::WorkerReply> replies;
+  size_t offset = 0;
+  while (buffer.size() - offset >= 4) {
+    uint32_t size = frameSize(buffer.data() + offset);
+    if (size > kMaxFrameBytes)
+      return dataLoss("a worker frame of " + std::to_string(size) +
+                      " bytes is over the limit");
+    if (buffer.size() - offset - 4 < size)
+      break;
+    if (!replies.emplace_back().ParseFromArray(buffer.data() + offset + 4,
+                                               static_cast<int>(size)))
+      return dataLoss("a worker frame does not parse");
+    offset += 4 + size;
+  }
+  buffer.erase(0, offset);
+  return replies;
+}
+
+void toProto(const CompileResult &result, flowc::v1::CompileResult &out) {
+  out.set_artifact_digest(result.artifactDigest.toString());
+  out.set_model_digest(result.modelDigest.toString());
+  out.set_cache_hit(result.cacheHit);
+  out.set_code_cache_hit(result.codeCacheHit);
+  out.set_seconds(result.seconds);
+  out.set_kernels_compiled(result.kernelsCompiled);
+  out.set_kernels_reused(result.kernelsReused);
+  for (const auto &[op, count] : result.opCounts)
+    (*out.mutable_op_counts())[op] = count;
+}
+
+Expected<flowc::v1::InspectResponse> inspectModel(const std::string &path,
+                                                  const compiler::InputShapes &shapes) {
+  FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested, ingestModel(path, shapes));
+  flowc::v1::InspectResponse response;
+  response.set_model_digest(ingested.modelDigest.toString());
+  response.set_ir_digest(ingested.irDigest.toString());
+  response.set_opset(ingested.model.opsetVersion);
+  response.set_producer(ingested.model.producer);
+  for (const auto &input : ingested.graph.inputs)
+    setTensorInfo(response.add_inputs(), input);
+  for (const auto &output : ingested.graph.outputs)
+    setTensorInfo(response.add_outputs(), output);
+  for (const auto &[op, count] : ingested.graph.opCounts)
+    (*response.mutable_op_counts())[op] = count;
+  response.set_parameters(ingested.graph.parameterCount());
+  response.set_parameter_bytes(ingested.graph.parameterBytes());
+  response.set_weights(static_cast<uint32_t>(ingested.graph.weights.size()));
+  compiler::GraphProfile profile =
+      compiler::profileGraph(ingested.graph, &ingested.model);
+  for (const compiler::OpProfile &row : profile.ops)
+    setOpProfile(response.add_profile(), row);
+  setOpProfile(response.mutable_profile_total(), profile.total);
+  return response;
+}
+
+Expected<std::vector<flowc::v1::ReproChunk>>
+reproChunks(const std::string &path, const compiler::CompileOptions &options,
+            const compiler::InputShapes &shapes, const std::string &buildId) {
+  FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested, ingestModel(path, shapes));
+  std::string manifest =
+      makeReproManifest(ingested, options, {buildId, compiler::hostTargetDescription()});
+  std::vector<flowc::v1::ReproChunk> chunks;
+  addFileChunks(chunks, kReproGraphFile, ingested.graph.irBytecode);
+  addFileChunks(chunks, kReproManifestFile, manifest);
+  return chunks;
+}
+
+flowc::v1::WorkerReply errorReply(const Status &status) {
+  flowc::v1::WorkerReply reply;
+  reply.mutable_error()->set_code(static_cast<int32_t>(status.code()));
+  reply.mutable_error()->set_message(status.message());
+  return reply;
+}
+
+Status statusOf(const flowc::v1::WorkerError &error) {
+  int code = error.code();
+  if (code <= static_cast<int>(StatusCode::Ok) ||
+      code > static_cast<int>(StatusCode::Cancelled))
+    return internalError("the worker failed with unknown status " + std::to_string(code) +
+                         ": " + error.message());
+  return Status(static_cast<StatusCode>(code), error.message());
+}
+
+} // namespace flowc::worker

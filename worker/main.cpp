@@ -1,0 +1,217 @@
+// flowc-worker: runs one task for flowcd in a process of its own, so that a
+// crash, a runaway allocation or a hang in the compiler costs that task
+// alone. flowcd starts it, writes a WorkerTask to its stdin and reads
+// WorkerReply frames from fd 3 (see WorkerProtocol.h); it is not a command
+// for users.
+#include "flowc/cache/Cache.h"
+#include "flowc/runtime/BuildInfo.h"
+#include "flowc/support/MappedFile.h"
+#include "flowc/worker/CompileExecutor.h"
+#include "flowc/worker/RequestValidation.h"
+#include "flowc/worker/WorkerProtocol.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace {
+
+using namespace flowc;
+
+constexpr int kExitUsage = 2;
+/// The exit status after a SIGBUS was reported as DataLoss.
+constexpr int kExitDataLoss = 75;
+
+/// Appends a protobuf varint to `out` (no allocation).
+size_t putVarint(uint64_t value, char *out) {
+  size_t n = 0;
+  do {
+    char byte = static_cast<char>(value & 0x7f);
+    value >>= 7;
+    out[n++] = static_cast<char>(byte | (value ? 0x80 : 0));
+  } while (value);
+  return n;
+}
+
+/// A file shrank under a mapping (truncated or rewritten in place while it
+/// was read): report DataLoss naming it, then end. Async-signal-safe: the
+/// reply is encoded by hand into stack buffers.
+void onBusError(int, siginfo_t *info, void *) {
+  char path[256];
+  size_t pathLength = MappedFile::nameOfAddress(info->si_addr, path, sizeof path);
+  char message[512];
+  size_t length = 0;
+  auto append = [&](const char *text, size_t size) {
+    size = std::min(size, sizeof message - length);
+    std::memcpy(message + length, text, size);
+    length += size;
+  };
+  if (pathLength == 0)
+    append("a mapped file", 13);
+  else
+    append(path, pathLength);
+  static const char kWhy[] = ": the file shrank while it was being read (truncated or "
+                             "rewritten in place); the job is abandoned";
+  append(kWhy, sizeof kWhy - 1);
+  // WorkerError{code = 1, message = 2} inside WorkerReply{error = 5}.
+  char error[600];
+  size_t e = 0;
+  error[e++] = 0x08;
+  e += putVarint(static_cast<uint64_t>(StatusCode::DataLoss), error + e);
+  error[e++] = 0x12;
+  e += putVarint(length, error + e);
+  std::memcpy(error + e, message, length);
+  e += length;
+  char frame[640];
+  size_t f = 4;
+  frame[f++] = 0x2a;
+  f += putVarint(e, frame + f);
+  std::memcpy(frame + f, error, e);
+  f += e;
+  uint32_t size = static_cast<uint32_t>(f - 4);
+  for (int i = 0; i < 4; ++i)
+    frame[i] = static_cast<char>((size >> (8 * i)) & 0xff);
+  ssize_t ignored = ::write(worker::kWorkerReplyFd, frame, f);
+  (void)ignored;
+  _exit(kExitDataLoss);
+}
+
+void installBusErrorHandler() {
+  struct sigaction action = {};
+  action.sa_sigaction = onBusError;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, nullptr);
+}
+
+/// Caps this process's heap at three quarters of the machine's memory, so
+/// that a runaway allocation fails here (std::bad_alloc, reported as
+/// ResourceExhausted) before the kernel's OOM killer picks a victim.
+/// Mappings of files are not counted (RLIMIT_DATA covers private writable
+/// memory only), so weights of any size still map.
+void capHeap() {
+  // Should the machine still run out of memory, the kernel's OOM killer
+  // takes a worker (one task lost) before the daemon (every client's).
+  if (FILE *adjust = std::fopen("/proc/self/oom_score_adj", "w")) {
+    std::fputs("500", adjust);
+    std::fclose(adjust);
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || pageSize <= 0)
+    return;
+  rlim_t cap = static_cast<rlim_t>(pages) / 4 * 3 * static_cast<rlim_t>(pageSize);
+  rlimit limit;
+  if (getrlimit(RLIMIT_DATA, &limit) != 0 || limit.rlim_cur <= cap)
+    return;
+  limit.rlim_cur = cap;
+  setrlimit(RLIMIT_DATA, &limit);
+}
+
+Status send(const flowc::v1::WorkerReply &reply) {
+  return worker::writeFrame(worker::kWorkerReplyFd, reply);
+}
+
+Status runSubmit(const flowc::v1::WorkerTask &task) {
+  FLOWC_ASSIGN_OR_RETURN(worker::CompileRequest request,
+                         worker::validateSubmitRequest(task.submit()));
+  cache::CacheOptions options;
+  if (task.cache_max_bytes())
+    options.maxBytes = task.cache_max_bytes();
+  FLOWC_ASSIGN_OR_RETURN(auto cache, cache::Cache::open(task.cache_dir(), options));
+  // The daemon evicts once no worker runs: pins live in each process, so a
+  // worker cannot see what another one is using.
+  worker::CompileExecutor executor(*cache, FLOWC_BUILD_ID,
+                                   worker::CompileExecutor::Eviction::Never);
+  auto progress = [](const std::string &stage, const std::string &detail) {
+    flowc::v1::WorkerReply reply;
+    reply.mutable_progress()->set_stage(stage);
+    reply.mutable_progress()->set_detail(detail);
+    if (Status sent = send(reply); !sent)
+      _exit(1); // The daemon went away: nobody wants the answer.
+  };
+  FLOWC_ASSIGN_OR_RETURN(worker::CompileResult result,
+                         executor.compile(request, progress));
+  flowc::v1::WorkerReply reply;
+  worker::toProto(result, *reply.mutable_result());
+  return send(reply);
+}
+
+Status runInspect(const flowc::v1::WorkerTask &task) {
+  FLOWC_ASSIGN_OR_RETURN(compiler::InputShapes shapes,
+                         worker::validateInspectRequest(task.inspect()));
+  flowc::v1::WorkerReply reply;
+  FLOWC_ASSIGN_OR_RETURN(*reply.mutable_inspect(),
+                         worker::inspectModel(task.inspect().model_path(), shapes));
+  return send(reply);
+}
+
+Status runRepro(const flowc::v1::WorkerTask &task) {
+  FLOWC_ASSIGN_OR_RETURN(worker::ReproParameters parameters,
+                         worker::validateReproRequest(task.repro()));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto chunks, worker::reproChunks(task.repro().model_path(), parameters.options,
+                                       parameters.inputShapes, FLOWC_BUILD_ID));
+  for (flowc::v1::ReproChunk &chunk : chunks) {
+    flowc::v1::WorkerReply reply;
+    *reply.mutable_repro_chunk() = std::move(chunk);
+    FLOWC_RETURN_IF_ERROR(send(reply));
+  }
+  return Status::ok();
+}
+
+Status runTask(const flowc::v1::WorkerTask &task) {
+  try {
+    switch (task.task_case()) {
+    case flowc::v1::WorkerTask::kSubmit:
+      return runSubmit(task);
+    case flowc::v1::WorkerTask::kInspect:
+      return runInspect(task);
+    case flowc::v1::WorkerTask::kRepro:
+      return runRepro(task);
+    default:
+      return invalidArgument("a worker task without a task");
+    }
+  } catch (const std::bad_alloc &) {
+    return resourceExhausted("out of memory (the worker's heap is capped at 3/4 of the "
+                             "machine's memory)");
+  } catch (const std::exception &e) {
+    return internalError(std::string("unexpected exception: ") + e.what());
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::cout << flowc::runtime::versionText("flowc-worker");
+    return 0;
+  }
+  if (argc != 1 || isatty(STDIN_FILENO)) {
+    std::cerr << "flowc-worker: error: runs tasks for flowcd, which starts it; it takes "
+                 "no arguments (see flowcd --help)\n";
+    return kExitUsage;
+  }
+  spdlog::set_default_logger(spdlog::stderr_logger_st("flowc-worker"));
+  spdlog::set_pattern("%l %v");
+  installBusErrorHandler();
+  capHeap();
+  flowc::v1::WorkerTask task;
+  auto read = worker::readFrame(STDIN_FILENO, task);
+  if (!read || !*read) {
+    std::cerr << "flowc-worker: error: no task on stdin"
+              << (read ? "" : ": " + read.status().message()) << "\n";
+    return kExitUsage;
+  }
+  Status status = runTask(task);
+  if (!status.isOk()) {
+    if (Status sent = send(worker::errorReply(status)); !sent)
+      return 1;
+  }
+  return 0;
+}
