@@ -10,6 +10,8 @@
 - artifact: `flowc submit` (packed and --thin) of small models.
 - repro: `flowc repro` of the same models, repro.json and graph.mlirbc
   joined by the separator that fuzz/fuzz_repro.cpp splits at.
+- request: SubmitRequest, InspectRequest and ReproRequest messages as the
+  CLI sends them, encoded by protoc from text format.
 
 The script starts its own daemon on a temp socket and cache. The names are
 digests of the contents, as libFuzzer names its corpus files.
@@ -97,6 +99,28 @@ def npy_seeds(out: pathlib.Path):
         put(out, buffer.getvalue())
 
 
+REQUESTS = [
+    ("SubmitRequest", 'model_path: "/models/cnn.onnx" target: "cpu" opt_level: 2'),
+    ("SubmitRequest", 'model_path: "/m/bert.onnx" opt_level: 3 priority: 1 precision: "bf16" '
+                      'input_shapes { name: "input_ids" dims: 1 dims: 128 } '
+                      'input_shapes { name: "mask" dims: 1 dims: 128 } want_local_path: true'),
+    ("SubmitRequest", 'model_path: "/m/x.onnx" opt_level: 0 thin: true '
+                      'disabled_passes: "flowc-derive-weights" print_ir_after: "all"'),
+    ("InspectRequest", 'model_path: "/m/repro_dir" input_shapes { name: "x" dims: 2 }'),
+    ("ReproRequest", 'model_path: "/m/x.onnx" target: "cpu" opt_level: 1 precision: "fp32" '
+                     'input_shapes { name: "x" dims: 4 dims: 3 }'),
+]
+
+
+def request_seeds(out: pathlib.Path):
+    for message, text in REQUESTS:
+        encoded = subprocess.run(
+            ["protoc", f"--encode=flowc.v1.{message}", "--proto_path", str(ROOT / "proto"),
+             "flowc/v1/flowc.proto"], input=text.encode(), check=True,
+            capture_output=True).stdout
+        put(out, encoded)
+
+
 def flowc_seeds(flowc_bin: pathlib.Path, models, artifact_out, repro_out, work):
     base = [str(flowc_bin / "flowc"), "--cache-dir", str(work / "cache"), "--socket",
             str(work / "flowcd.sock")]
@@ -124,10 +148,11 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
-        for target in ("onnx", "npy", "artifact", "repro"):
+        for target in ("onnx", "npy", "artifact", "repro", "request"):
             shutil.rmtree(args.out / target, ignore_errors=True)
         models = onnx_seeds(args.out / "onnx", work)
         npy_seeds(args.out / "npy")
+        request_seeds(args.out / "request")
         flowc_seeds(args.bin, models, args.out / "artifact", args.out / "repro", work)
 
 
