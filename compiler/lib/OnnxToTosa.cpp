@@ -1045,7 +1045,8 @@ Expected<Shape> Importer::reshapeTarget(const Node &node, const Shape &in) {
     if (target[i] < 0)
       return nodeError(node,
                        "shape " + shapeString(target) + " has a negative dimension");
-    known *= target[i];
+    if (__builtin_mul_overflow(known, target[i], &known))
+      return nodeError(node, "shape " + shapeString(target) + " is too large");
   }
   int64_t total = product(in, 0, in.size());
   if (inferred >= 0)

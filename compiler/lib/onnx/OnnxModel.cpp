@@ -523,9 +523,15 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
   if (elementSize == 0) // valid ONNX, but not a type flowc stores
     return unimplemented(name_ + ": " + label + ": unsupported tensor data type " +
                          dtypeName(tensor.info.dtype));
-  for (int64_t dim : tensor.info.shape)
+  // Multiplied out with checks: dims are any varints, and a product that
+  // wrapped could match a short payload.
+  uint64_t expected = elementSize;
+  for (int64_t dim : tensor.info.shape) {
     if (dim < 0)
       return error(label, "negative dimension " + std::to_string(dim));
+    if (__builtin_mul_overflow(expected, static_cast<uint64_t>(dim), &expected))
+      return error(label, "shape " + shapeString(tensor.info.shape) + " is too large");
+  }
   if (!hasRaw && hasFloats && !looseFloats.empty()) {
     tensor.owned = std::make_shared<std::string>(std::move(looseFloats));
     tensor.bytes = *tensor.owned;
@@ -533,7 +539,6 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
     tensor.owned = encodeAs(tensor.info.dtype, varintValues);
     tensor.bytes = *tensor.owned;
   }
-  uint64_t expected = static_cast<uint64_t>(tensor.info.elementCount()) * elementSize;
   if (tensor.bytes.size() != expected)
     return error(label, "holds " + std::to_string(tensor.bytes.size()) +
                             " bytes but shape and " + dtypeName(tensor.info.dtype) +
