@@ -60,6 +60,11 @@ TEST_PACKAGES=(
   python3-torch=1.13.1+dfsg-4
   python3-torchvision=0.14.1-2
   python3-onnx=1.12.0-2+b4
+  # The libFuzzer targets (scripts/fuzz.sh, docs/fuzzing.md): clang with
+  # its sanitizer and libFuzzer runtimes.
+  clang=1:14.0-55.7~deb12u1
+  clang-14=1:14.0.6-12
+  libclang-rt-14-dev=1:14.0.6-12
 )
 [[ "$PROFILE" == test ]] && DEBIAN_PACKAGES+=("${TEST_PACKAGES[@]}")
 

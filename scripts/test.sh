@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command (2): set up, build, and run every test: GoogleTest unit and
-# integration suites (ctest) and the end-to-end pytest suite.
+# integration suites (ctest), the fuzz targets' short runs and regression
+# inputs (fuzz.sh --ci) and the end-to-end pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
@@ -9,6 +10,7 @@ bash scripts/build.sh
 # environment does not point them elsewhere.
 unset FLOWC_CACHE_DIR FLOWC_SOCKET
 (cd build && ctest --output-on-failure -j 2)
+bash scripts/fuzz.sh --ci
 # Temp dirs of passed tests go when the run ends (GBs of exported models
 # and artifacts); a failed test's stay for a look.
 .venv/bin/python -m pytest -q --durations=15 -o tmp_path_retention_policy=failed \

@@ -2485,8 +2485,9 @@ NodeRecord Importer::recordOf(const Node &node) {
 }
 
 Expected<ImportedGraph> Importer::run() {
-  auto module = mlir::ModuleOp::create(loc_);
-  builder_.setInsertionPointToEnd(module.getBody());
+  // Owned: every early error return below frees the partial IR.
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc_);
+  builder_.setInsertionPointToEnd(module->getBody());
   auto func = mlir::func::FuncOp::create(builder_, loc_, "main",
                                          builder_.getFunctionType({}, {}));
   entry_ = func.addEntryBlock();
@@ -2563,12 +2564,11 @@ Expected<ImportedGraph> Importer::run() {
     func.setArgAttr(firstWeight + i, "flowc.weight",
                     builder_.getStringAttr(weights_[i].key));
 
-  if (mlir::failed(mlir::verify(module)))
+  if (mlir::failed(mlir::verify(*module)))
     return internalError(model_.path + ": imported IR does not verify");
   llvm::raw_string_ostream os(graph.irBytecode);
-  if (mlir::failed(mlir::writeBytecodeToFile(module, os)))
+  if (mlir::failed(mlir::writeBytecodeToFile(*module, os)))
     return internalError(model_.path + ": cannot write IR bytecode");
-  module->erase();
   graph.weights = std::move(weights_);
   graph.opCounts = std::move(opCounts_);
   graph.nodes = std::move(records_);

@@ -2,6 +2,7 @@
 
 #include "flowc/support/MappedFile.h"
 
+#include <charconv>
 #include <cstring>
 #include <regex>
 
@@ -152,10 +153,19 @@ Expected<Tensor> readNpy(const std::string &path) {
   Tensor tensor;
   tensor.dtype = dtype;
   static const std::regex number("[0-9]+");
+  // The size is checked as it is multiplied out: a header's dimensions are
+  // any digits, and a product that wrapped could match a short payload.
+  uint64_t needed = dtypeBytes(dtype);
   for (auto it = std::sregex_iterator(shapeText.begin(), shapeText.end(), number);
-       it != std::sregex_iterator(); ++it)
-    tensor.shape.push_back(std::stoll(it->str()));
-  size_t needed = static_cast<size_t>(tensor.elementCount()) * dtypeBytes(dtype);
+       it != std::sregex_iterator(); ++it) {
+    int64_t dim = 0;
+    std::string digits = it->str();
+    auto [end, error] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), dim);
+    if (error != std::errc() || __builtin_mul_overflow(needed, uint64_t(dim), &needed))
+      return bad("shape " + shapeText + " is too large");
+    tensor.shape.push_back(dim);
+  }
   size_t payload = file.size() - headerStart - headerLength;
   if (payload != needed)
     return bad("payload holds " + std::to_string(payload) + " bytes, shape needs " +

@@ -751,7 +751,7 @@ def test_options_in_help_are_documented(docs, tree):
 
 SOURCE_DIRS = ["cli", "daemon", "cache", "worker", "support", "scheduler", "runtime",
                "compiler", "python", "scripts"]
-SOURCE_FILES = ["tests/e2e/conftest.py"]
+SOURCE_FILES = ["tests/e2e/conftest.py", "CMakeLists.txt"]
 SOURCE_SUFFIXES = {".cpp", ".cc", ".c", ".h", ".hpp", ".py", ".sh", ".bash"}
 
 
@@ -779,9 +779,10 @@ def without_comments(path, text):
 
 
 def read_in_code(name, text):
-    """`name` as a string literal ("FLOWC_X", 'FLOWC_X') or a shell
-    expansion ($FLOWC_X, ${FLOWC_X...})."""
-    return re.search(r"""["']%s["']|\$\{?%s\b""" % (name, name), text) is not None
+    """`name` as a string literal ("FLOWC_X", 'FLOWC_X'), a shell
+    expansion ($FLOWC_X, ${FLOWC_X...}) or a CMake option (option(FLOWC_X)."""
+    return re.search(r"""["']%s["']|\$\{?%s\b|^\s*option\(%s\b""" % (name, name, name), text,
+                     re.M) is not None
 
 
 def test_documented_environment_variables_are_read():

@@ -212,6 +212,11 @@ def break_repro(repro: pathlib.Path, case: str):
         manifest = json.loads(manifest_path.read_text())
         manifest["format"] = "something.else"
         manifest_path.write_text(json.dumps(manifest))
+    elif case == "number_overflow":
+        # A number past double's range (nlohmann's out_of_range, not a
+        # parse_error): found by fuzz_repro.
+        text = manifest_path.read_text()
+        manifest_path.write_text(re.sub(r'"seed": ?', '"seed": 1e999', text, count=1))
     elif case == "bad_init":
         manifest = json.loads(manifest_path.read_text())
         manifest["weights"][2]["init"] = {"kind": "uniform", "seed": 1, "low": 1, "high": 0}
@@ -222,6 +227,7 @@ BROKEN = {
     "missing_graph": "graph.mlirbc: missing",
     "missing_manifest": "not a flowc reproducer: no repro.json",
     "malformed_json": "repro.json: not valid JSON",
+    "number_overflow": "repro.json: not valid JSON: number overflow",
     "garbage_bytecode": "graph.mlirbc: graph IR bytecode does not parse",
     "shape_mismatch": "repro.json: field 'weights[0]' ('conv1.weight'): shape [8,3,5,5] "
                       "does not match graph.mlirbc ([8,3,3,3])",

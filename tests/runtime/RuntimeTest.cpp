@@ -243,5 +243,25 @@ TEST(NpyTest, RejectsTruncatedPayloadAndGarbage) {
               StatusIs(StatusCode::InvalidArgument, "bad magic"));
 }
 
+// Found by fuzz_npy: the size was multiplied out in int64 (signed overflow,
+// and a wrapped size could match a short payload) and a dimension past
+// int64 threw from std::stoll.
+TEST(NpyTest, RejectsShapesTooLargeToAddress) {
+  TempDir dir;
+  for (const std::string &shape :
+       {std::string("(3000000000000000000, 40)"), std::string("(99999999999999999999999,)"),
+        std::string("(4294967296, 4294967296, 0)")}) {
+    std::string header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }\n";
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+    bytes.push_back(static_cast<char>(header.size() & 0xff));
+    bytes.push_back(static_cast<char>(header.size() >> 8));
+    std::ofstream(dir.file("big.npy"), std::ios::binary) << bytes << header;
+    EXPECT_THAT(readNpy(dir.file("big.npy")),
+                StatusIs(StatusCode::InvalidArgument, "shape " + shape + " is too large"))
+        << shape;
+  }
+}
+
 } // namespace
 } // namespace flowc::runtime
