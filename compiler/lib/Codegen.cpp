@@ -128,7 +128,7 @@ bool enabled(const CompileOptions &options, const std::string &pass) {
 /// nest costs N^2 (a 10,000-op chain took minutes); nests of at most this
 /// many ops keep the pass linear, and a nest this long already does far
 /// more arithmetic per element than the one pass over memory it saves.
-constexpr size_t kMaxFusedPayloadOps = 256;
+constexpr size_t kMaxFusedPayloadOps = 64;
 
 size_t payloadOps(mlir::Operation *op) {
   auto linalgOp = mlir::dyn_cast_or_null<mlir::linalg::LinalgOp>(op);
