@@ -34,6 +34,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
@@ -46,6 +47,7 @@
 #include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tensor/Transforms/Transforms.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/Dialect/Tosa/Transforms/Passes.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -151,6 +153,64 @@ struct DistinctResultsPass
   }
 };
 
+/// Most payload ops one fused loop nest may hold. Fusing a producer into
+/// its consumer clones both bodies, so fusing a chain of N ops into one
+/// nest costs N^2 (a 10,000-op chain took minutes); nests of at most this
+/// many ops keep the pass linear, and a nest this long already does far
+/// more arithmetic per element than the one pass over memory it saves.
+constexpr size_t kMaxFusedPayloadOps = 64;
+
+size_t payloadOps(mlir::Operation *op) {
+  auto linalgOp = mlir::dyn_cast_or_null<mlir::linalg::LinalgOp>(op);
+  if (!linalgOp || linalgOp->getNumRegions() != 1 || linalgOp->getRegion(0).empty())
+    return 0;
+  return linalgOp->getRegion(0).front().getOperations().size();
+}
+
+/// Fuses a single-use producer into its consumer while the fused nest stays
+/// within kMaxFusedPayloadOps.
+bool fusionWithinBound(mlir::OpOperand *fused) {
+  mlir::Operation *producer = fused->get().getDefiningOp();
+  return producer && producer->hasOneUse() &&
+         payloadOps(producer) + payloadOps(fused->getOwner()) <= kMaxFusedPayloadOps;
+}
+
+/// `linalg-fuse-elementwise-ops`: upstream's elementwise fusion and its
+/// companion foldings, with fusion bounded by fusionWithinBound (upstream's
+/// pass fuses without a bound).
+struct FuseElementwiseOpsPass
+    : mlir::PassWrapper<FuseElementwiseOpsPass, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseElementwiseOpsPass)
+  llvm::StringRef getArgument() const override { return "linalg-fuse-elementwise-ops"; }
+  llvm::StringRef getDescription() const override {
+    return "Fuse chains of elementwise linalg ops into loop nests of bounded size";
+  }
+  void getDependentDialects(mlir::DialectRegistry &registry) const override {
+    registry.insert<mlir::affine::AffineDialect, mlir::linalg::LinalgDialect,
+                    mlir::tensor::TensorDialect>();
+  }
+  void runOnOperation() override {
+    mlir::MLIRContext *context = &getContext();
+    mlir::RewritePatternSet patterns(context);
+    mlir::linalg::populateElementwiseOpsFusionPatterns(patterns, fusionWithinBound);
+    mlir::linalg::populateFoldReshapeOpsByExpansionPatterns(patterns, fusionWithinBound);
+    mlir::tensor::populateBubbleUpExpandShapePatterns(patterns);
+    mlir::affine::AffineApplyOp::getCanonicalizationPatterns(patterns, context);
+    mlir::linalg::GenericOp::getCanonicalizationPatterns(patterns, context);
+    mlir::tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, context);
+    mlir::tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, context);
+    context->getLoadedDialect<mlir::linalg::LinalgDialect>()->getCanonicalizationPatterns(
+        patterns);
+    mlir::linalg::populateConstantFoldLinalgOperations(patterns, fusionWithinBound);
+    // Top-down: each op is visited after its producers, so a chain fuses in
+    // one sweep. Not reaching a fixpoint leaves correct, less fused IR, as
+    // upstream's pass accepts too.
+    (void)mlir::applyPatternsGreedily(
+        getOperation(), std::move(patterns),
+        mlir::GreedyRewriteConfig().setUseTopDownTraversal());
+  }
+};
+
 /// Stage 1: graph -> buffers with the public ABI fixed.
 void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options) {
   // Graph-level cleanups first, while ops still carry graph semantics:
@@ -182,7 +242,7 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
   pm.addPass(mlir::createCanonicalizerPass());
   // Chains of elementwise ops become one loop nest: one pass over memory.
   if (enabled(options, "linalg-fuse-elementwise-ops"))
-    pm.addPass(mlir::createLinalgElementwiseOpFusionPass());
+    pm.addPass(std::make_unique<FuseElementwiseOpsPass>());
   // Last on tensors: one buffer per result from here on.
   pm.addPass(std::make_unique<DistinctResultsPass>());
   // Identity layouts at the boundary: the runtime passes dense row-major
