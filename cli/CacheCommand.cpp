@@ -137,11 +137,13 @@ int runVerify(DaemonClient &client, const CacheOptions &options) {
   if (Status s = fromGrpc(client.cache().Verify(&context, request, &r), "cache verify");
       !s)
     return reportError(s);
-  bool clean = r.corrupt().empty() && r.orphan_files() == 0;
+  bool clean = r.corrupt().empty() && r.unreadable().empty() && r.orphan_files() == 0;
   if (options.json) {
     printJson(
         {{"checked", r.checked()},
          {"corrupt", std::vector<std::string>(r.corrupt().begin(), r.corrupt().end())},
+         {"unreadable",
+          std::vector<std::string>(r.unreadable().begin(), r.unreadable().end())},
          {"quarantined", r.quarantined()},
          {"missing_files", r.missing_files()},
          {"orphan_files", r.orphan_files()},
@@ -149,12 +151,16 @@ int runVerify(DaemonClient &client, const CacheOptions &options) {
   } else {
     for (const std::string &bad : r.corrupt())
       std::cout << "corrupt: " << bad << "\n";
+    for (const std::string &unreadable : r.unreadable())
+      std::cout << "unreadable: " << unreadable << "\n";
     std::cout << "verify: " << r.checked() << " blobs checked, " << r.corrupt_size()
-              << " bad, " << r.orphan_files() << " orphan files, " << r.quarantined()
-              << " quarantined" << (options.repair ? " (repaired)" : "") << std::endl;
+              << " bad, " << r.unreadable_size() << " unreadable, " << r.orphan_files()
+              << " orphan files, " << r.quarantined() << " quarantined"
+              << (options.repair ? " (repaired)" : "") << std::endl;
   }
-  // Problems left unrepaired are a failure.
-  return clean || options.repair ? 0 : 1;
+  // Problems left unrepaired are a failure; an unreadable blob is one that
+  // repair leaves alone.
+  return clean || (options.repair && r.unreadable().empty()) ? 0 : 1;
 }
 
 int runPin(DaemonClient &client, const CacheOptions &options, bool pin) {
@@ -206,8 +212,12 @@ CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global) {
   CLI::App *gc = sub("gc", "Evict least-recently-used unpinned blobs down to a size");
   gc->add_option("--max-size", options->maxSize,
                  "Target size (default: the daemon's cap)");
-  CLI::App *verify = sub("verify", "Re-hash every blob; exit 1 if any is bad");
-  verify->add_flag("--repair", options->repair, "Quarantine bad blobs and fix the index");
+  CLI::App *verify =
+      sub("verify", "Re-hash every blob; exit 1 if any is corrupt (content "
+                    "does not match its digest) or unreadable");
+  verify->add_flag("--repair", options->repair,
+                   "Quarantine corrupt blobs (after a second hash agrees) and fix the "
+                   "index; unreadable blobs are reported, never quarantined");
   CLI::App *pin = sub("pin", "Never evict a blob");
   pin->add_option("digest", options->digest, "sha256:<hex>/<size>")->required();
   CLI::App *unpin = sub("unpin", "Let a pinned blob be evicted again");

@@ -7,14 +7,21 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <iostream>
 #include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
 constexpr int kExitUsage = 2;
+/// As the CLI's: the cache cannot be written, the socket cannot be bound.
+constexpr int kExitUnavailable = 5;
 constexpr size_t kLogFileBytes = 8 << 20;
 constexpr size_t kLogFilesKept = 3;
 
@@ -30,6 +37,15 @@ struct FlagSlot {
 /// Logs to stderr, or to `path` rotated at kLogFileBytes; InvalidArgument
 /// if the file cannot be opened.
 flowc::Status setUpLogging(const std::string &path) {
+  // Made (or restricted to) 0600 before spdlog opens it: the log names
+  // models and paths, which other users must not read.
+  if (!path.empty()) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return flowc::invalidArgument("--log-file '" + path + "': " + std::strerror(errno));
+    (void)fchmod(fd, 0600);
+    ::close(fd);
+  }
   try {
     if (path.empty())
       spdlog::set_default_logger(spdlog::stderr_logger_mt("flowcd"));
@@ -76,6 +92,11 @@ int main(int argc, char **argv) {
       "--config", config.value,
       "Config file of 'key = value' lines with the long flags' names (env FLOWC_CONFIG; "
       "default CACHE_DIR/flowcd.conf when it exists)");
+  bool readOnly = false;
+  CLI::Option *readOnlyFlag = app.add_flag(
+      "--read-only", readOnly,
+      "Serve hits from a cache it must not write (a read-only mount): misses fail, "
+      "nothing is recorded (env FLOWC_CACHE_READ_ONLY; config key read-only)");
   bool version = false;
   app.add_flag("--version", version, "Print the version, build id and library versions");
   try {
@@ -96,9 +117,18 @@ int main(int argc, char **argv) {
 
   auto options = flowc::daemon::resolveDaemonOptions(
       {cacheDir.get(), socket.get(), listen.get(), workers.get(), maxSize.get(),
-       idleTimeout.get(), logFile.get(), config.get()});
+       idleTimeout.get(), logFile.get(),
+       readOnlyFlag->count() ? std::optional<std::string>("true") : std::nullopt,
+       config.get()});
   if (!options) {
     std::cerr << "flowcd: error: " << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  // Everything the daemon creates (socket, log, rotated logs, cache files
+  // that it does not chmod itself) is its user's only.
+  ::umask(077);
+  if (flowc::Status valid = options->validate(); !valid) {
+    std::cerr << "flowcd: error: " << valid.message() << "\n";
     return kExitUsage;
   }
   if (flowc::Status logging = setUpLogging(options->logFile); !logging) {
@@ -116,8 +146,11 @@ int main(int argc, char **argv) {
     if (!options->logFile.empty())
       spdlog::error("{}", server.status().message());
     std::cerr << "flowcd: error: " << server.status().message() << "\n";
-    return 1;
+    return server.status().code() == flowc::StatusCode::Unavailable ? kExitUnavailable
+                                                                    : 1;
   }
+  // The umask made it 0700; a socket needs no execute bit.
+  (void)::chmod(options->socketPath.c_str(), 0600);
   (*server)->runUntilShutdown();
   return 0;
 }

@@ -123,6 +123,8 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
   cache::CacheOptions options;
   if (task.cache_max_bytes())
     options.maxBytes = task.cache_max_bytes();
+  if (task.cache_read_only())
+    options.access = cache::CacheAccess::ReadOnly;
   FLOWC_ASSIGN_OR_RETURN(auto cache, cache::Cache::open(task.cache_dir(), options));
   // The daemon evicts once no worker runs: pins live in each process, so a
   // worker cannot see what another one is using.

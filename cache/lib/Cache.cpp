@@ -3,6 +3,7 @@
 #include "Index.h"
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -38,11 +39,95 @@ int64_t nowNs() {
   return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-Status makeDirectory(const std::string &path) {
+/// Modes of the cache's directories and of its files other than blobs:
+/// other users must not read private models' weights, nor learn their names.
+constexpr mode_t kDirectoryMode = 0700;
+constexpr mode_t kFileMode = 0600;
+
+/// Gives an existing `path` owned by this user exactly `mode` if it has
+/// more; logged, as it means an older flowc or another tool made it.
+void restrictMode(const std::string &path, mode_t mode) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || st.st_uid != geteuid() || S_ISLNK(st.st_mode))
+    return;
+  if ((st.st_mode & 07777) == mode)
+    return;
+  if (::chmod(path.c_str(), mode) != 0) {
+    spdlog::warn("cache cannot restrict mode path={} mode={:o}: {}", path,
+                 st.st_mode & 07777, std::strerror(errno));
+    return;
+  }
+  spdlog::info("cache restricted mode path={} from={:o} to={:o}", path,
+               st.st_mode & 07777, mode);
+}
+
+/// Creates `path` (and missing parents) as a directory of mode 0700 whatever
+/// the umask (mkdir's mode is masked by it, so the mode is set again); 0 or
+/// the errno of the failure.
+int createPrivateDirectory(const std::string &path) {
+  if (::mkdir(path.c_str(), kDirectoryMode) == 0)
+    return ::chmod(path.c_str(), kDirectoryMode) == 0 ? 0 : errno;
+  int err = errno;
+  if (err == EEXIST)
+    return 0;
+  std::string parent = fs::path(path).parent_path().string();
+  if (err != ENOENT || parent.empty() || parent == path)
+    return err;
+  // Parents outside the cache (~/.cache) keep the usual mode.
   std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec)
-    return errnoStatus(ec.value(), "cannot create directory '" + path + "'");
+  fs::create_directories(parent, ec);
+  return ec ? ec.value() : createPrivateDirectory(path);
+}
+
+Status makeDirectory(const std::string &path) {
+  int err = createPrivateDirectory(path);
+  return err ? errnoStatus(err, "cannot create directory '" + path + "'") : Status::ok();
+}
+
+bool isNotWritable(int err) { return err == EROFS || err == EACCES || err == EPERM; }
+
+Status notWritable(const std::string &dir, int err) {
+  return unavailable("cache directory '" + dir + "' is not writable (" +
+                     std::strerror(err) +
+                     "); start flowcd with --read-only to serve what it has cached");
+}
+
+/// Whether files can be created in `dir`: a temp file made and removed. A
+/// full disk is not refused here (an empty file may still fit, and cache
+/// hits need no space); a read-only mount or missing permission is.
+Status probeWritable(const std::string &dir) {
+  std::string probe = dir + "/probe." + std::to_string(getpid()) + ".XXXXXX";
+  int fd = mkostemp(probe.data(), O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+    return Status::ok();
+  }
+  int err = errno;
+  if (err == ENOSPC || err == EDQUOT)
+    return Status::ok();
+  if (isNotWritable(err))
+    return notWritable(dir, err);
+  return errnoStatus(err, "cannot create a file in cache directory '" + dir + "'");
+}
+
+/// Creates the index file 0600 before SQLite does (it would use 0644 less
+/// the umask, and give the -wal and -shm files the same mode), and restricts
+/// existing ones.
+Status prepareIndexFiles(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, kFileMode);
+  if (fd < 0)
+    return errnoStatus(errno, "cannot open cache index '" + path + "'");
+  struct stat st;
+  bool ours = fstat(fd, &st) == 0 && st.st_uid == geteuid();
+  if (ours && (st.st_mode & 07777) != kFileMode) {
+    if (fchmod(fd, kFileMode) == 0)
+      spdlog::info("cache restricted mode path={} from={:o} to={:o}", path,
+                   st.st_mode & 07777, kFileMode);
+  }
+  ::close(fd);
+  for (const char *suffix : {"-wal", "-shm"})
+    restrictMode(path + suffix, kFileMode);
   return Status::ok();
 }
 
@@ -245,14 +330,12 @@ Expected<FileIdentity> FileIdentity::of(const std::string &path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return errnoStatus(errno, "cannot stat '" + path + "'");
-  FileIdentity id;
-  id.path = path;
-  id.device = st.st_dev;
-  id.inode = st.st_ino;
-  id.size = static_cast<uint64_t>(st.st_size);
-  id.mtimeNs = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-  id.ctimeNs = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
-  return id;
+  return from(path, FileStat::from(st));
+}
+
+FileIdentity FileIdentity::from(const std::string &path, const FileStat &stat) {
+  return FileIdentity{path,      stat.device,  stat.inode,
+                      stat.size, stat.mtimeNs, stat.ctimeNs};
 }
 
 // Cache ---------------------------------------------------------------------
@@ -268,14 +351,57 @@ Expected<std::unique_ptr<Cache>> Cache::open(const std::string &dir,
   if (dir.empty())
     return invalidArgument("cache directory is empty");
   FLOWC_RETURN_IF_ERROR(options.validate());
-  for (const char *sub : {"", "/cas", "/tmp"})
-    FLOWC_RETURN_IF_ERROR(makeDirectory(dir + sub));
+  std::string indexPath = dir + "/index.sqlite";
+  if (options.access == CacheAccess::ReadOnly) {
+    // Nothing is created, swept or fixed: the directory is served as it is.
+    struct stat st;
+    if (::stat(indexPath.c_str(), &st) != 0)
+      return failedPrecondition("read-only cache directory '" + dir + "' has no index (" +
+                                std::strerror(errno) + "); nothing to serve");
+    FLOWC_ASSIGN_OR_RETURN(auto index, Index::open(indexPath, options.access));
+    return std::unique_ptr<Cache>(new Cache(dir, options, std::move(index)));
+  }
+  for (const char *sub : {"", "/cas", "/tmp"}) {
+    if (int err = createPrivateDirectory(dir + sub); err)
+      return isNotWritable(err)
+                 ? notWritable(dir, err)
+                 : errnoStatus(err, "cannot create directory '" + dir + sub + "'");
+    if (*sub == '\0')
+      FLOWC_RETURN_IF_ERROR(probeWritable(dir));
+    restrictMode(dir + sub, kDirectoryMode);
+  }
+  // Blob directories made by an older flowc (0755 less the umask).
   std::error_code ec;
+  for (const auto &entry : fs::directory_iterator(dir + "/cas", ec))
+    if (entry.is_directory(ec))
+      restrictMode(entry.path().string(), kDirectoryMode);
+  restrictMode(dir + "/quarantine", kDirectoryMode);
   for (const auto &entry : fs::directory_iterator(dir + "/tmp", ec))
     if (ownerIsGone(entry.path()))
       fs::remove_all(entry.path(), ec);
-  FLOWC_ASSIGN_OR_RETURN(auto index, Index::open(dir + "/index.sqlite"));
+  FLOWC_RETURN_IF_ERROR(prepareIndexFiles(indexPath));
+  FLOWC_ASSIGN_OR_RETURN(auto index, Index::open(indexPath, options.access));
+  // SQLite made any missing -wal and -shm files with the index's mode.
+  for (const char *suffix : {"-wal", "-shm"})
+    restrictMode(indexPath + suffix, kFileMode);
   return std::unique_ptr<Cache>(new Cache(dir, options, std::move(index)));
+}
+
+Status Cache::checkWritable(const char *what) const {
+  if (!readOnly())
+    return Status::ok();
+  return unavailable("cache '" + root_ + "' is read-only: cannot " + what);
+}
+
+void Cache::bestEffort(const Status &status, const char *what) {
+  if (status.isOk())
+    return;
+  // Said once at warn: on a full disk every hit would say it again.
+  if (!warnedBestEffort_.exchange(true))
+    spdlog::warn("cache {} not recorded (best-effort; hits still work): {}", what,
+                 status.message());
+  else
+    spdlog::debug("cache {} not recorded: {}", what, status.message());
 }
 
 std::string Cache::blobPath(const Digest &digest) const {
@@ -288,30 +414,35 @@ Status Cache::reserve(uint64_t bytes) {
     return Status::ok(); // unknown: let the write itself report
   uint64_t available = uint64_t{fs.f_bavail} * fs.f_frsize;
   if (available < bytes + (1 << 20))
-    return resourceExhausted("disk full: storing " + std::to_string(bytes) +
-                             " bytes in '" + root_ + "' but only " +
-                             std::to_string(available) + " bytes are free");
+    return resourceExhausted("no space left on device (disk full): storing " +
+                             std::to_string(bytes) + " bytes in cache '" + root_ +
+                             "' but only " + std::to_string(available) +
+                             " bytes are free");
   return Status::ok();
 }
 
-/// A writer offered bytes the store already holds: count what dedup saved
-/// and refresh the blob's last access.
-static Status recordDuplicate(Index &index, const Digest &digest) {
-  FLOWC_RETURN_IF_ERROR(index.bump("dedup_bytes", static_cast<int64_t>(digest.size)));
-  return index.touchBlob(digest);
+void Cache::recordDuplicate(const Digest &digest, Touch touch) {
+  if (readOnly())
+    return;
+  bestEffort(index_->bump("dedup_bytes", static_cast<int64_t>(digest.size)),
+             "dedup counter");
+  if (touch == Touch::Yes)
+    bestEffort(index_->touchBlob(digest), "access time");
 }
 
 Status Cache::storeInline(const Digest &digest, std::string_view bytes) {
   FLOWC_ASSIGN_OR_RETURN(auto row, index_->findBlob(digest, false));
-  if (row)
-    return recordDuplicate(*index_, digest);
+  if (row) {
+    recordDuplicate(digest, Touch::Yes);
+    return Status::ok();
+  }
   return index_->addBlob(digest, true, bytes);
 }
 
 /// Copies `source` to a temp file while hashing it (one pass), then moves
-/// it into place unless an identical blob is already there.
+/// it into place unless an identical blob is already there (`duplicate`).
 static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
-                             const Digest *expected, Digest &stored) {
+                             const Digest *expected, Digest &stored, bool &duplicate) {
   TempFile temp(cache.tmpDir());
   FLOWC_RETURN_IF_ERROR(temp.status());
   Hasher hasher;
@@ -352,7 +483,7 @@ static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
   struct stat st;
   if (::stat(target.c_str(), &st) == 0 &&
       static_cast<uint64_t>(st.st_size) == stored.size) {
-    FLOWC_RETURN_IF_ERROR(index.bump("dedup_bytes", static_cast<int64_t>(stored.size)));
+    duplicate = true;
     return index.addBlob(stored, false, {});
   }
   FLOWC_RETURN_IF_ERROR(makeDirectory(fs::path(target).parent_path().string()));
@@ -365,13 +496,20 @@ static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
 Status Cache::storeLarge(const Digest *expected, std::string_view bytes, Digest &stored) {
   if (expected && contains(*expected)) {
     stored = *expected;
-    return recordDuplicate(*index_, *expected);
+    recordDuplicate(*expected, Touch::Yes);
+    return Status::ok();
   }
   FLOWC_RETURN_IF_ERROR(reserve(bytes.size()));
-  return writeLargeBlob(*this, *index_, chunksOf(bytes), expected, stored);
+  bool duplicate = false;
+  FLOWC_RETURN_IF_ERROR(
+      writeLargeBlob(*this, *index_, chunksOf(bytes), expected, stored, duplicate));
+  if (duplicate)
+    recordDuplicate(stored, Touch::No);
+  return Status::ok();
 }
 
 Expected<Digest> Cache::put(std::string_view bytes) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("store a blob"));
   if (bytes.size() < options_.inlineThreshold) {
     Digest digest = digestOf(bytes);
     FLOWC_RETURN_IF_ERROR(storeInline(digest, bytes));
@@ -383,6 +521,7 @@ Expected<Digest> Cache::put(std::string_view bytes) {
 }
 
 Expected<std::vector<Digest>> Cache::putMany(const std::vector<std::string_view> &blobs) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("store blobs"));
   std::vector<Digest> digests = digestMany(blobs);
   // What is new, once each, split by where it will live.
   std::vector<size_t> large;
@@ -453,11 +592,12 @@ Expected<std::vector<Digest>> Cache::putMany(const std::vector<std::string_view>
   }
   FLOWC_RETURN_IF_ERROR(index_->addBlobs(rows, rowInline, rowData));
   if (dedup)
-    FLOWC_RETURN_IF_ERROR(index_->bump("dedup_bytes", static_cast<int64_t>(dedup)));
+    bestEffort(index_->bump("dedup_bytes", static_cast<int64_t>(dedup)), "dedup counter");
   return digests;
 }
 
 Status Cache::putVerified(const Digest &expected, std::string_view bytes) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("store a blob"));
   if (bytes.size() != expected.size)
     return dataLoss("blob claimed to be " + expected.toString() + " has " +
                     std::to_string(bytes.size()) + " bytes");
@@ -473,6 +613,7 @@ Status Cache::putVerified(const Digest &expected, std::string_view bytes) {
 }
 
 Expected<Digest> Cache::putFile(const std::string &path) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("store a file"));
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return errnoStatus(errno, "cannot open '" + path + "'");
@@ -508,7 +649,11 @@ Expected<Digest> Cache::putFile(const std::string &path) {
   }
   FLOWC_RETURN_IF_ERROR(reserve(size));
   Digest stored;
-  FLOWC_RETURN_IF_ERROR(writeLargeBlob(*this, *index_, source, nullptr, stored));
+  bool duplicate = false;
+  FLOWC_RETURN_IF_ERROR(
+      writeLargeBlob(*this, *index_, source, nullptr, stored, duplicate));
+  if (duplicate)
+    recordDuplicate(stored, Touch::No);
   return stored;
 }
 
@@ -517,10 +662,11 @@ Expected<Digest> Cache::adoptFile(const std::string &path) {
     const std::string &path;
     ~Remover() { ::unlink(path.c_str()); }
   } remover{path};
+  FLOWC_RETURN_IF_ERROR(checkWritable("store a file"));
   FLOWC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
   Digest digest = digestOf(file.view());
   if (contains(digest)) {
-    FLOWC_RETURN_IF_ERROR(recordDuplicate(*index_, digest));
+    recordDuplicate(digest, Touch::Yes);
     return digest;
   }
   std::string target = blobPath(digest);
@@ -566,11 +712,83 @@ Expected<BlobHandle> Cache::get(const Digest &digest) {
   if (handle.bytes_.size() != digest.size)
     return dataLoss("blob " + digest.toString() + " has size " +
                     std::to_string(handle.bytes_.size()));
-  FLOWC_RETURN_IF_ERROR(index_->touchBlob(digest));
+  if (!readOnly())
+    bestEffort(index_->touchBlob(digest), "access time");
   return handle;
 }
 
-static std::string whyCorrupt(Cache &cache, const Digest &digest);
+namespace {
+
+enum class BlobHealth { Healthy, Corrupt, Unreadable, Missing };
+
+struct BlobCheck {
+  BlobHealth health = BlobHealth::Healthy;
+  std::string why;
+};
+
+/// Hashes the regular file `path` with read(2) (no mapping: a read error
+/// is an error, not a SIGBUS), expecting `size` bytes.
+BlobCheck hashFile(const std::string &path, uint64_t size, Digest &actual) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return errno == ENOENT
+               ? BlobCheck{BlobHealth::Missing, "file missing"}
+               : BlobCheck{BlobHealth::Unreadable,
+                           "cannot open '" + path + "': " + std::strerror(errno)};
+  UniqueFd closer(fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return {BlobHealth::Unreadable,
+            "cannot stat '" + path + "': " + std::strerror(errno)};
+  if (!S_ISREG(st.st_mode))
+    return {BlobHealth::Corrupt, "'" + path + "' is not a regular file"};
+  if (static_cast<uint64_t>(st.st_size) != size)
+    return {BlobHealth::Corrupt, "file has " + std::to_string(st.st_size) + " bytes"};
+  std::string buffer(std::min<uint64_t>(size, kChunkBytes), '\0');
+  Hasher hasher;
+  uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return {BlobHealth::Unreadable,
+              "cannot read '" + path + "': " + std::strerror(errno)};
+    if (n == 0)
+      return {BlobHealth::Corrupt, "file shrank to " + std::to_string(done) + " bytes"};
+    hasher.update(buffer.data(), static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
+  }
+  // Verifying reads every blob once; keep them out of the page cache.
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  actual = hasher.finish();
+  return {};
+}
+
+/// Whether a blob's bytes are what its digest says, read without touching
+/// its access time (verify works on a full disk and changes no LRU order).
+BlobCheck checkBlob(Cache &cache, Index &index, const Digest &digest) {
+  auto row = index.findBlob(digest, true);
+  if (!row)
+    return {BlobHealth::Unreadable, row.status().message()};
+  if (!*row)
+    return {BlobHealth::Missing, "not in the index"};
+  Digest actual;
+  if ((*row)->isInline) {
+    if ((*row)->data.size() != digest.size)
+      return {BlobHealth::Corrupt,
+              "inline data has " + std::to_string((*row)->data.size()) + " bytes"};
+    actual = digestOf((*row)->data);
+  } else if (BlobCheck read = hashFile(cache.blobPath(digest), digest.size, actual);
+             read.health != BlobHealth::Healthy) {
+    return read;
+  }
+  if (actual == digest)
+    return {};
+  return {BlobHealth::Corrupt, "content hashes to " + actual.toString()};
+}
+
+} // namespace
 
 Status Cache::checkUnmodified(const Digest &digest) {
   FLOWC_ASSIGN_OR_RETURN(auto row, index_->findBlob(digest, false));
@@ -585,9 +803,17 @@ Status Cache::checkUnmodified(const Digest &digest) {
   // Written before it was indexed; a later write is someone else's.
   if (modifiedMs <= row->createdMs + 2000)
     return Status::ok();
-  std::string why = whyCorrupt(*this, digest);
-  if (why.empty())
+  BlobCheck check = checkBlob(*this, *index_, digest);
+  if (check.health == BlobHealth::Healthy)
     return Status::ok();
+  const std::string &why = check.why;
+  // Not quarantined unless its bytes are known to be wrong.
+  if (check.health == BlobHealth::Unreadable)
+    return dataLoss("cached " + digest.toString() + " cannot be read (" + why + ")");
+  if (readOnly())
+    return dataLoss("cached " + digest.toString() +
+                    " was modified after it was stored (" + why +
+                    "); not served (read-only cache: not quarantined)");
   FLOWC_RETURN_IF_ERROR(quarantine(digest, "modified after it was stored: " + why));
   return dataLoss("cached " + digest.toString() + " was modified after it was stored (" +
                   why + "); quarantined");
@@ -600,16 +826,18 @@ Expected<std::optional<Digest>> Cache::lookupAction(ActionKind kind, const Diges
   bool usable = entry && contains(entry->first);
   for (size_t i = 0; usable && i < entry->second.size(); ++i)
     usable = contains(entry->second[i]);
-  if (count == CountLookup::Yes)
-    FLOWC_RETURN_IF_ERROR(index_->bump(counter + (usable ? "_hits" : "_misses"), 1));
+  if (count == CountLookup::Yes && !readOnly())
+    bestEffort(index_->bump(counter + (usable ? "_hits" : "_misses"), 1), "hit counter");
   if (!usable)
     return std::optional<Digest>();
-  FLOWC_RETURN_IF_ERROR(index_->touchBlob(entry->first));
+  if (!readOnly())
+    bestEffort(index_->touchBlob(entry->first), "access time");
   return std::optional<Digest>(entry->first);
 }
 
 Status Cache::recordAction(ActionKind kind, const Digest &key, const Digest &result,
                            const std::vector<Digest> &deps) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("record a result"));
   if (!contains(result))
     return failedPrecondition("action result " + result.toString() +
                               " is not in the cache");
@@ -620,23 +848,61 @@ Status Cache::recordAction(ActionKind kind, const Digest &key, const Digest &res
   return index_->putAction(kind, key, result, deps);
 }
 
+namespace {
+
+/// An input's identity now, as the memo compares it: the path's own entry
+/// (a symlink put in place of the file is a change, never followed).
+Expected<FileIdentity> inputIdentityNow(const std::string &path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0)
+    return errnoStatus(errno, "cannot stat '" + path + "'");
+  return FileIdentity::from(path, FileStat::from(st));
+}
+
+bool isRacy(const FileIdentity &file, int64_t now) {
+  return now - file.mtimeNs < kRacyWindowNs || now - file.ctimeNs < kRacyWindowNs;
+}
+
+} // namespace
+
 Expected<std::optional<Digest>> Cache::lookupStat(const FileIdentity &file,
                                                   std::string_view purpose) {
-  return index_->getStat(file, purpose);
+  FLOWC_ASSIGN_OR_RETURN(auto memo, index_->getStat(file, purpose));
+  if (!memo)
+    return std::optional<Digest>();
+  // Every file the digest was computed from must be as it was: a rewritten
+  // external data file (same size, even its mtime put back) is a miss.
+  for (const FileIdentity &input : memo->inputs) {
+    auto now = inputIdentityNow(input.path);
+    if (!now || !(*now == input))
+      return std::optional<Digest>();
+  }
+  return std::optional<Digest>(memo->digest);
 }
 
 Status Cache::recordStat(const FileIdentity &file, std::string_view purpose,
-                         const Digest &digest) {
+                         const Digest &digest, const std::vector<FileIdentity> &inputs) {
+  if (readOnly())
+    return Status::ok();
   int64_t now = nowNs();
-  if (now - file.mtimeNs < kRacyWindowNs || now - file.ctimeNs < kRacyWindowNs)
+  if (isRacy(file, now))
     return Status::ok();
   auto after = FileIdentity::of(file.path);
   if (!after || !(*after == file))
     return Status::ok(); // changed while it was read: the digest may be stale
-  return index_->putStat(file, purpose, digest);
+  for (const FileIdentity &input : inputs) {
+    if (isRacy(input, now))
+      return Status::ok();
+    auto inputAfter = inputIdentityNow(input.path);
+    if (!inputAfter || !(*inputAfter == input))
+      return Status::ok();
+  }
+  bestEffort(index_->putStat(file, purpose, digest, inputs), "stat memo");
+  return Status::ok();
 }
 
 Status Cache::recordTuning(const TuningRecord &record) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("record a tuning result"));
   return index_->putTuning(record);
 }
 
@@ -645,11 +911,18 @@ Expected<std::optional<TuningRecord>> Cache::bestTuning(std::string_view signatu
   return index_->bestTuning(signature, device);
 }
 
-Status Cache::pin(const Digest &digest) { return index_->setPinned(digest, true); }
+Status Cache::pin(const Digest &digest) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("pin a blob"));
+  return index_->setPinned(digest, true);
+}
 
-Status Cache::unpin(const Digest &digest) { return index_->setPinned(digest, false); }
+Status Cache::unpin(const Digest &digest) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("unpin a blob"));
+  return index_->setPinned(digest, false);
+}
 
 Expected<GcReport> Cache::collectGarbage(uint64_t targetBytes) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("evict blobs"));
   return evictDownTo(targetBytes, CountEvictions::Yes);
 }
 
@@ -700,7 +973,7 @@ Expected<GcReport> Cache::evictDownTo(uint64_t targetBytes, CountEvictions count
 
 Expected<GcReport> Cache::enforceLimit() {
   FLOWC_ASSIGN_OR_RETURN(CacheStats stats, index_->stats());
-  if (stats.blobBytes <= options_.maxBytes)
+  if (stats.blobBytes <= options_.maxBytes || readOnly())
     return GcReport{0, 0, 0, stats.blobBytes};
   return collectGarbage(static_cast<uint64_t>(options_.maxBytes * kEvictionTarget));
 }
@@ -711,12 +984,13 @@ Status Cache::quarantine(const Digest &digest, const std::string &why) {
   std::string target = dir + "/" + digest.hex() + "." + std::to_string(nowNs());
   spdlog::warn("cache quarantine digest={} reason={} to={}", digest.toString(), why,
                target);
-  std::error_code ec;
-  if (fs::exists(blobPath(digest), ec))
-    fs::rename(blobPath(digest), target, ec);
-  if (ec)
-    return errnoStatus(ec.value(), "cannot quarantine '" + blobPath(digest) + "'");
-  return index_->removeBlob(digest).status();
+  // Row first: if the index cannot be written (a full disk) the blob stays
+  // where it was, indexed; a crash after it leaves an orphan file that
+  // reconcile() re-hashes.
+  FLOWC_RETURN_IF_ERROR(index_->removeBlob(digest).status());
+  if (::rename(blobPath(digest).c_str(), target.c_str()) != 0 && errno != ENOENT)
+    return errnoStatus(errno, "cannot quarantine '" + blobPath(digest) + "'");
+  return Status::ok();
 }
 
 namespace {
@@ -740,47 +1014,60 @@ std::vector<std::pair<Digest, std::string>> casFiles(const std::string &root) {
   return files;
 }
 
-} // namespace
-
-/// Why a blob's bytes are not what its digest says; empty when they are.
-static std::string whyCorrupt(Cache &cache, const Digest &digest) {
-  auto handle = cache.get(digest);
-  if (!handle)
-    return handle.status().message();
-  Digest actual = digestOf(handle->bytes());
-  return actual == digest ? "" : "content hashes to " + actual.toString();
-}
-
 /// Shared by verify (rehash = true) and reconcile (rehash = false).
-static Expected<VerifyReport>
+Expected<VerifyReport>
 scanCache(Cache &cache, Index &index, bool rehash, bool repair,
           const std::function<Status(const Digest &, const std::string &)> &quarantine) {
   VerifyReport report;
   FLOWC_ASSIGN_OR_RETURN(std::vector<BlobRow> rows, index.allBlobs());
   std::unordered_map<std::string, bool> indexed;
   for (const BlobRow &row : rows) {
-    indexed[row.digest.toString()] = true;
-    if (!row.isInline) {
+    std::string name = row.digest.toString();
+    indexed[name] = true;
+    BlobCheck check;
+    if (rehash) {
+      ++report.checked;
+      check = checkBlob(cache, index, row.digest);
+    } else if (!row.isInline) {
       struct stat st;
-      if (::stat(cache.blobPath(row.digest).c_str(), &st) != 0) {
-        ++report.missingFiles;
-        report.corrupt.push_back(row.digest.toString() + ": file missing");
-        if (repair)
-          FLOWC_RETURN_IF_ERROR(index.removeBlob(row.digest).status());
+      if (::lstat(cache.blobPath(row.digest).c_str(), &st) != 0 && errno == ENOENT)
+        check = {BlobHealth::Missing, "file missing"};
+    }
+    switch (check.health) {
+    case BlobHealth::Healthy:
+      continue;
+    case BlobHealth::Unreadable:
+      report.unreadable.push_back(name + ": " + check.why);
+      continue;
+    case BlobHealth::Missing:
+      ++report.missingFiles;
+      if (repair)
+        if (Status removed = index.removeBlob(row.digest).status(); !removed)
+          check.why += " (row not removed: " + removed.message() + ")";
+      report.corrupt.push_back(name + ": " + check.why);
+      continue;
+    case BlobHealth::Corrupt:
+      break;
+    }
+    if (repair) {
+      // A blob is quarantined only if a second read agrees that its content
+      // is wrong: one bad read must not cost a healthy blob.
+      BlobCheck again = checkBlob(cache, index, row.digest);
+      if (again.health == BlobHealth::Healthy) {
+        report.unreadable.push_back(name + ": read as '" + check.why +
+                                    "', then matched its digest; not quarantined");
         continue;
       }
+      if (again.health != BlobHealth::Corrupt) {
+        report.unreadable.push_back(name + ": " + again.why);
+        continue;
+      }
+      if (Status moved = quarantine(row.digest, check.why); !moved)
+        check.why += " (not quarantined: " + moved.message() + ")";
+      else
+        ++report.quarantined;
     }
-    if (!rehash)
-      continue;
-    ++report.checked;
-    std::string why = whyCorrupt(cache, row.digest); // its handle (pin) is gone after
-    if (why.empty())
-      continue;
-    report.corrupt.push_back(row.digest.toString() + ": " + why);
-    if (repair) {
-      FLOWC_RETURN_IF_ERROR(quarantine(row.digest, why));
-      ++report.quarantined;
-    }
+    report.corrupt.push_back(name + ": " + check.why);
   }
   for (const auto &[digest, path] : casFiles(cache.root())) {
     if (digest.size && indexed.count(digest.toString()))
@@ -789,30 +1076,47 @@ scanCache(Cache &cache, Index &index, bool rehash, bool repair,
     if (!repair)
       continue;
     // A complete file whose name matches its content was committed just
-    // before a crash: index it. Anything else goes to quarantine.
-    auto file = MappedFile::open(path);
-    if (file && digest.size && digestOf(file->view()) == digest) {
-      FLOWC_RETURN_IF_ERROR(index.addBlob(digest, false, {}));
+    // before a crash: index it. One that cannot be read stays; anything else
+    // goes to quarantine.
+    Digest actual;
+    BlobCheck read = digest.size ? hashFile(path, digest.size, actual)
+                                 : BlobCheck{BlobHealth::Corrupt, "not a blob name"};
+    if (read.health == BlobHealth::Unreadable) {
+      report.unreadable.push_back(path + ": " + read.why);
+      continue;
+    }
+    if (read.health == BlobHealth::Healthy && actual == digest) {
+      if (Status added = index.addBlob(digest, false, {}); !added)
+        report.unreadable.push_back(path + ": not indexed: " + added.message());
       continue;
     }
     std::string dir = cache.root() + "/quarantine";
+    if (Status made = makeDirectory(dir); !made) {
+      report.unreadable.push_back(path + ": not quarantined: " + made.message());
+      continue;
+    }
     std::error_code ec;
-    fs::create_directories(dir, ec);
     fs::rename(path, dir + "/" + fs::path(path).filename().string() + ".orphan", ec);
-    ++report.quarantined;
+    if (!ec)
+      ++report.quarantined;
   }
   return report;
 }
 
+} // namespace
+
 Expected<VerifyReport> Cache::verify(bool repair) {
+  if (repair)
+    FLOWC_RETURN_IF_ERROR(checkWritable("repair it"));
   return scanCache(
       *this, *index_, /*rehash=*/true, repair,
       [this](const Digest &d, const std::string &why) { return quarantine(d, why); });
 }
 
 Expected<VerifyReport> Cache::reconcile() {
+  // A read-only cache is reported on, not changed.
   return scanCache(
-      *this, *index_, /*rehash=*/false, /*repair=*/true,
+      *this, *index_, /*rehash=*/false, /*repair=*/!readOnly(),
       [this](const Digest &d, const std::string &why) { return quarantine(d, why); });
 }
 
@@ -829,13 +1133,17 @@ Expected<std::vector<BlobInfo>> Cache::list(size_t limit) {
 }
 
 Expected<GcReport> Cache::clear() {
+  FLOWC_RETURN_IF_ERROR(checkWritable("clear it"));
   FLOWC_ASSIGN_OR_RETURN(uint64_t droppedActions, index_->clearActions());
   FLOWC_ASSIGN_OR_RETURN(GcReport report, evictDownTo(0, CountEvictions::No));
   report.droppedActions += droppedActions;
   return report;
 }
 
-Status Cache::zeroCounters() { return index_->zeroCounters(); }
+Status Cache::zeroCounters() {
+  FLOWC_RETURN_IF_ERROR(checkWritable("zero its counters"));
+  return index_->zeroCounters();
+}
 
 Expected<CacheStats> Cache::stats() {
   FLOWC_ASSIGN_OR_RETURN(CacheStats stats, index_->stats());

@@ -1,6 +1,9 @@
 #include "Database.h"
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
 #include <random>
 #include <sqlite3.h>
 #include <thread>
@@ -99,11 +102,40 @@ Database::~Database() {
   sqlite3_close(db_);
 }
 
-Expected<std::unique_ptr<Database>> Database::open(const std::string &path) {
+namespace {
+
+/// `path` as an SQLite URI: the characters a URI gives meaning to escaped.
+std::string fileUri(const std::string &path, const char *query) {
+  std::string uri = "file:";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char escaped[4];
+      std::snprintf(escaped, sizeof(escaped), "%%%02X", static_cast<unsigned char>(c));
+      uri += escaped;
+      continue;
+    }
+    uri += c;
+  }
+  return uri + query;
+}
+
+} // namespace
+
+Expected<std::unique_ptr<Database>> Database::open(const std::string &path,
+                                                   CacheAccess access) {
+  bool readOnly = access == CacheAccess::ReadOnly;
+  std::string name = path;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  if (readOnly) {
+    flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
+    // A WAL database needs its -shm file, which a reader creates unless the
+    // directory cannot be written: then nothing can change the file either.
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    name = fileUri(
+        path, ::access(dir.empty() ? "." : dir.c_str(), W_OK) == 0 ? "" : "?immutable=1");
+  }
   sqlite3 *db = nullptr;
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-      nullptr);
+  int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
@@ -112,6 +144,10 @@ Expected<std::unique_ptr<Database>> Database::open(const std::string &path) {
   std::unique_ptr<Database> database(new Database(db, path));
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   sqlite3_extended_result_codes(db, 1);
+  if (readOnly) {
+    FLOWC_RETURN_IF_ERROR(database->exec("PRAGMA query_only=1"));
+    return database;
+  }
   FLOWC_RETURN_IF_ERROR(database->exec("PRAGMA journal_mode=WAL"));
   // NORMAL is durable across process crashes in WAL mode; a power loss may
   // drop the last transactions, never corrupt the file.
@@ -128,7 +164,7 @@ Status Database::check(int rc, const std::string &what) const {
       "cache index '" + path_ + "': " + sqlite3_errmsg(db_) + " (" + what + ")";
   switch (primary) {
   case SQLITE_FULL:
-    return resourceExhausted(message);
+    return resourceExhausted("no space left on device: " + message);
   case SQLITE_BUSY:
   case SQLITE_LOCKED:
     return unavailable(message);

@@ -4,6 +4,7 @@
 // retries of the whole step. Private to the cache component.
 #pragma once
 
+#include "flowc/cache/Cache.h"
 #include "flowc/support/Status.h"
 
 #include <cstdint>
@@ -56,8 +57,12 @@ public:
   Database(const Database &) = delete;
   Database &operator=(const Database &) = delete;
 
-  /// Opens or creates `path` in WAL mode with a busy timeout.
-  static Expected<std::unique_ptr<Database>> open(const std::string &path);
+  /// Opens or creates `path` in WAL mode with a busy timeout. Read-only
+  /// opens an existing file and never writes (query_only); where its
+  /// directory cannot be written (a read-only mount, so no -shm file can be
+  /// made) it is opened immutable, which is what such a file is.
+  static Expected<std::unique_ptr<Database>>
+  open(const std::string &path, CacheAccess access = CacheAccess::ReadWrite);
 
   /// Executes one or more statements without results.
   Status exec(const std::string &sql);

@@ -74,6 +74,24 @@ CREATE TABLE counters (
   value INTEGER NOT NULL
 );
 )sql",
+    // 2 -> 3: the files a memoized digest was computed from besides the
+    // memoized file (a model's external data), each with its identity. Rows
+    // recorded before could not list them, so they go: a memo only saves
+    // work, and one without its inputs could answer for rewritten weights.
+    R"sql(
+CREATE TABLE stat_memo_inputs (
+  path TEXT NOT NULL,
+  purpose TEXT NOT NULL,
+  input_path TEXT NOT NULL,
+  device INTEGER NOT NULL,
+  inode INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL,
+  ctime_ns INTEGER NOT NULL,
+  PRIMARY KEY (path, purpose, input_path)
+);
+DELETE FROM stat_memo;
+)sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -102,10 +120,11 @@ const char *actionKindName(ActionKind kind) {
   return "unknown";
 }
 
-Expected<std::unique_ptr<Index>> Index::open(const std::string &path) {
-  FLOWC_ASSIGN_OR_RETURN(auto db, Database::open(path));
+Expected<std::unique_ptr<Index>> Index::open(const std::string &path,
+                                             CacheAccess access) {
+  FLOWC_ASSIGN_OR_RETURN(auto db, Database::open(path, access));
   std::unique_ptr<Index> index(new Index(std::move(db)));
-  FLOWC_RETURN_IF_ERROR(index->migrate());
+  FLOWC_RETURN_IF_ERROR(index->migrate(access));
   return index;
 }
 
@@ -115,13 +134,19 @@ Expected<int> Index::schemaVersion() {
   return row ? static_cast<int>(stmt.integer(0)) : 0;
 }
 
-Status Index::migrate() {
+Status Index::migrate(CacheAccess access) {
   FLOWC_ASSIGN_OR_RETURN(int current, schemaVersion());
   if (current > kSchemaVersion)
     return failedPrecondition("cache index '" + db_->path() + "' has schema version " +
                               std::to_string(current) + "; this flowc knows up to " +
                               std::to_string(kSchemaVersion) +
                               " (a newer flowc wrote it)");
+  if (access == CacheAccess::ReadOnly && current < kSchemaVersion)
+    return failedPrecondition("cache index '" + db_->path() + "' has schema version " +
+                              std::to_string(current) + "; this flowc needs " +
+                              std::to_string(kSchemaVersion) +
+                              ", and a read-only cache cannot be migrated (open it "
+                              "once read-write)");
   for (int v = current; v < kSchemaVersion; ++v) {
     FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
     // Another process may have migrated while we waited for the lock.
@@ -327,8 +352,8 @@ Expected<uint64_t> Index::clearActions() {
   return dropped;
 }
 
-Expected<std::optional<Digest>> Index::getStat(const FileIdentity &file,
-                                               std::string_view purpose) {
+Expected<std::optional<StatMemo>> Index::getStat(const FileIdentity &file,
+                                                 std::string_view purpose) {
   std::lock_guard lock(mutex_);
   FLOWC_ASSIGN_OR_RETURN(
       Statement stmt,
@@ -340,14 +365,34 @@ Expected<std::optional<Digest>> Index::getStat(const FileIdentity &file,
   stmt.bind(6, file.mtimeNs).bind(7, file.ctimeNs);
   FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
   if (!row)
-    return std::optional<Digest>();
-  FLOWC_ASSIGN_OR_RETURN(Digest digest, parseColumn(stmt, 0));
-  return std::optional<Digest>(digest);
+    return std::optional<StatMemo>();
+  StatMemo memo;
+  FLOWC_ASSIGN_OR_RETURN(memo.digest, parseColumn(stmt, 0));
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement inputs,
+      db_->prepare("SELECT input_path, device, inode, size, mtime_ns, ctime_ns FROM "
+                   "stat_memo_inputs WHERE path = ?1 AND purpose = ?2"));
+  inputs.bind(1, file.path).bind(2, purpose);
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool more, inputs.step());
+    if (!more)
+      break;
+    FileIdentity input;
+    input.path = inputs.text(0);
+    input.device = static_cast<uint64_t>(inputs.integer(1));
+    input.inode = static_cast<uint64_t>(inputs.integer(2));
+    input.size = static_cast<uint64_t>(inputs.integer(3));
+    input.mtimeNs = inputs.integer(4);
+    input.ctimeNs = inputs.integer(5);
+    memo.inputs.push_back(std::move(input));
+  }
+  return std::optional<StatMemo>(std::move(memo));
 }
 
 Status Index::putStat(const FileIdentity &file, std::string_view purpose,
-                      const Digest &digest) {
+                      const Digest &digest, const std::vector<FileIdentity> &inputs) {
   std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
   FLOWC_ASSIGN_OR_RETURN(
       Statement stmt,
       db_->prepare("INSERT OR REPLACE INTO stat_memo(path, purpose, device, inode, size, "
@@ -355,7 +400,24 @@ Status Index::putStat(const FileIdentity &file, std::string_view purpose,
   stmt.bind(1, file.path).bind(2, purpose).bind(3, static_cast<int64_t>(file.device));
   stmt.bind(4, static_cast<int64_t>(file.inode)).bind(5, static_cast<int64_t>(file.size));
   stmt.bind(6, file.mtimeNs).bind(7, file.ctimeNs).bind(8, digest.toString());
-  return stmt.run();
+  FLOWC_RETURN_IF_ERROR(stmt.run());
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement clear,
+      db_->prepare("DELETE FROM stat_memo_inputs WHERE path = ?1 AND purpose = ?2"));
+  FLOWC_RETURN_IF_ERROR(clear.bind(1, file.path).bind(2, purpose).run());
+  for (const FileIdentity &input : inputs) {
+    FLOWC_ASSIGN_OR_RETURN(
+        Statement add,
+        db_->prepare("INSERT OR REPLACE INTO stat_memo_inputs(path, purpose, input_path, "
+                     "device, inode, size, mtime_ns, ctime_ns) VALUES(?1, ?2, ?3, ?4, "
+                     "?5, ?6, ?7, ?8)"));
+    add.bind(1, file.path).bind(2, purpose).bind(3, input.path);
+    add.bind(4, static_cast<int64_t>(input.device))
+        .bind(5, static_cast<int64_t>(input.inode));
+    add.bind(6, static_cast<int64_t>(input.size)).bind(7, input.mtimeNs);
+    FLOWC_RETURN_IF_ERROR(add.bind(8, input.ctimeNs).run());
+  }
+  return txn.commit();
 }
 
 Status Index::putTuning(const TuningRecord &record) {

@@ -19,14 +19,22 @@ struct BlobRow {
   bool pinned = false;
 };
 
+/// A stat-memo row: the digest and the further files it was computed from.
+struct StatMemo {
+  Digest digest;
+  std::vector<FileIdentity> inputs;
+};
+
 struct EvictionResult {
   uint64_t droppedActions = 0;
 };
 
 class Index {
 public:
-  /// Opens `path` and migrates its schema to the current version.
-  static Expected<std::unique_ptr<Index>> open(const std::string &path);
+  /// Opens `path` and migrates its schema to the current version (read-only:
+  /// FailedPrecondition if it is not current, as it cannot be migrated).
+  static Expected<std::unique_ptr<Index>> open(const std::string &path,
+                                               CacheAccess access);
 
   Status addBlob(const Digest &digest, bool isInline, std::string_view data);
   /// addBlob for many, in one transaction. `data[i]` is used for inline ones.
@@ -48,10 +56,11 @@ public:
                    const std::vector<Digest> &deps);
   Expected<uint64_t> clearActions();
 
-  Expected<std::optional<Digest>> getStat(const FileIdentity &file,
-                                          std::string_view purpose);
-  Status putStat(const FileIdentity &file, std::string_view purpose,
-                 const Digest &digest);
+  Expected<std::optional<StatMemo>> getStat(const FileIdentity &file,
+                                            std::string_view purpose);
+  /// The row and its inputs replace any earlier ones, in one transaction.
+  Status putStat(const FileIdentity &file, std::string_view purpose, const Digest &digest,
+                 const std::vector<FileIdentity> &inputs);
 
   Status putTuning(const TuningRecord &record);
   Expected<std::optional<TuningRecord>> bestTuning(std::string_view signature,
@@ -63,7 +72,7 @@ public:
 
 private:
   explicit Index(std::unique_ptr<Database> db) : db_(std::move(db)) {}
-  Status migrate();
+  Status migrate(CacheAccess access);
   Expected<int> schemaVersion();
 
   std::unique_ptr<Database> db_;

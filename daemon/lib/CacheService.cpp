@@ -92,9 +92,12 @@ grpc::Status CacheService::Verify(grpc::ServerContext *,
   response->set_quarantined(report->quarantined);
   response->set_missing_files(report->missingFiles);
   response->set_orphan_files(report->orphanFiles);
-  spdlog::info("cache verify repair={} checked={} corrupt={} quarantined={}",
-               request->repair(), report->checked, report->corrupt.size(),
-               report->quarantined);
+  for (const std::string &unreadable : report->unreadable)
+    response->add_unreadable(unreadable);
+  spdlog::info(
+      "cache verify repair={} checked={} corrupt={} unreadable={} quarantined={}",
+      request->repair(), report->checked, report->corrupt.size(),
+      report->unreadable.size(), report->quarantined);
   return grpc::Status::OK;
 }
 

@@ -65,6 +65,7 @@ flowc::v1::WorkerTask workerTask(const DaemonContext &context) {
   flowc::v1::WorkerTask task;
   task.set_cache_dir(context.cache->root());
   task.set_cache_max_bytes(context.options.cache.maxBytes);
+  task.set_cache_read_only(context.options.cache.access == cache::CacheAccess::ReadOnly);
   return task;
 }
 

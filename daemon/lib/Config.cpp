@@ -110,6 +110,14 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
         return invalidArgument(setting.origin + ": cache size cap '" + value +
                                "' is below the 1 MiB minimum");
       options.cache.maxBytes = *size;
+    } else if (key == "read-only") {
+      if (value == "true" || value == "yes" || value == "1")
+        options.cache.access = cache::CacheAccess::ReadOnly;
+      else if (value == "false" || value == "no" || value == "0")
+        options.cache.access = cache::CacheAccess::ReadWrite;
+      else
+        return invalidArgument(setting.origin + ": invalid value '" + value +
+                               "' for read-only (true or false)");
     } else if (key == "idle-timeout") {
       auto seconds = parseDurationSeconds(value);
       if (!seconds)
@@ -173,6 +181,7 @@ Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags) {
   layer(settings, "max-size", flags.maxSize, "FLOWC_CACHE_MAX_SIZE");
   layer(settings, "idle-timeout", flags.idleTimeout, nullptr);
   layer(settings, "log-file", flags.logFile, nullptr);
+  layer(settings, "read-only", flags.readOnly, "FLOWC_CACHE_READ_ONLY");
 
   DaemonOptions options;
   options.cacheDir = defaultCacheDir();

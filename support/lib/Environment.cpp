@@ -12,6 +12,7 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
       {"FLOWC_AUTOSTART", true},
       {"FLOWC_CACHE_DIR", true},
       {"FLOWC_CACHE_MAX_SIZE", true},
+      {"FLOWC_CACHE_READ_ONLY", true},
       {"FLOWC_CONFIG", true},
       {"FLOWC_SOCKET", true},
       {"FLOWC_BIN_DIR", false},

@@ -173,31 +173,29 @@ Expected<MappedFile> MappedFile::open(const std::string &path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return errnoStatus(errno, "cannot open '" + path + "'");
+  auto file = fromFd(fd, path);
+  ::close(fd);
+  return file;
+}
+
+Expected<MappedFile> MappedFile::fromFd(int fd, const std::string &displayPath) {
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return errnoStatus(err, "cannot stat '" + path + "'");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalidArgument("'" + path + "' is not a regular file");
-  }
+  if (fstat(fd, &st) != 0)
+    return errnoStatus(errno, "cannot stat '" + displayPath + "'");
+  if (!S_ISREG(st.st_mode))
+    return invalidArgument("'" + displayPath + "' is not a regular file");
   MappedFile file;
-  file.path_ = path;
+  file.path_ = displayPath;
   file.size_ = static_cast<size_t>(st.st_size);
   if (file.size_ > 0) {
     void *addr = mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (addr == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
       file.size_ = 0;
-      return errnoStatus(err, "cannot mmap '" + path + "'");
+      return errnoStatus(errno, "cannot mmap '" + displayPath + "'");
     }
     file.data_ = static_cast<const uint8_t *>(addr);
-    mappingTable().add(file.data_, file.size_, path);
+    mappingTable().add(file.data_, file.size_, displayPath);
   }
-  ::close(fd);
   return file;
 }
 

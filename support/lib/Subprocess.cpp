@@ -59,7 +59,7 @@ Status runProgram(const std::vector<std::string> &argv) {
 }
 
 Status spawnDetached(const std::vector<std::string> &argv, const std::string &logPath) {
-  int logFd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int logFd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (logFd < 0)
     return errnoStatus(errno, "cannot open log '" + logPath + "'");
   int nullFd = open("/dev/null", O_RDONLY | O_CLOEXEC);

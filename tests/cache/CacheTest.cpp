@@ -1,5 +1,6 @@
 #include "flowc/cache/Cache.h"
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/SafeOpen.h"
 
 #include "../common/TestUtil.h"
 
@@ -703,6 +704,260 @@ TEST(CacheTest, ClearIsNotCountedAsEvictions) {
   ASSERT_TRUE((*cache)->put(std::string(1 << 20, 'b')));
   ASSERT_TRUE((*cache)->collectGarbage(0));
   EXPECT_EQ((*cache)->stats()->evictions, 1u);
+}
+
+// Safe opens ---------------------------------------------------------------
+
+/// Both ways of opening beneath a directory: openat2, and the walk used
+/// where the kernel has no openat2.
+using OpenBeneathFn = Expected<UniqueFd> (*)(int, const std::string &);
+
+class OpenBeneathTest : public ::testing::TestWithParam<OpenBeneathFn> {
+protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir.file("sub"));
+    std::ofstream(dir.file("sub/w.bin")) << "weights";
+    std::ofstream(outside.file("secret")) << "secret";
+    dirFd = UniqueFd(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(dirFd);
+  }
+  TempDir dir, outside;
+  UniqueFd dirFd;
+};
+
+TEST_P(OpenBeneathTest, OpensARegularFileBeneathTheDirectory) {
+  auto fd = GetParam()(dirFd.get(), "sub/./w.bin");
+  ASSERT_TRUE(fd) << fd.status().toString();
+  auto file = MappedFile::fromFd(fd->get(), "w.bin");
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->view(), "weights");
+}
+
+TEST_P(OpenBeneathTest, RefusesASymlinkAnywhereOnThePath) {
+  // The last component, an intermediate directory, and a link that stays
+  // inside the directory: none is followed.
+  std::filesystem::create_symlink(outside.file("secret"), dir.file("link.bin"));
+  std::filesystem::create_directory_symlink(outside.path(), dir.file("linkdir"));
+  std::filesystem::create_symlink("sub/w.bin", dir.file("inside.bin"));
+  for (const char *path : {"link.bin", "linkdir/secret", "inside.bin"})
+    EXPECT_THAT(
+        GetParam()(dirFd.get(), path),
+        StatusIs(StatusCode::InvalidArgument,
+                 std::string("'") + path + "' is a symlink or passes through one"))
+        << path;
+}
+
+TEST_P(OpenBeneathTest, RefusesEscapesAndReportsMissingFiles) {
+  EXPECT_THAT(GetParam()(dirFd.get(), "../secret"),
+              StatusIs(StatusCode::InvalidArgument, "escapes the directory"));
+  EXPECT_THAT(GetParam()(dirFd.get(), "/etc/passwd"),
+              StatusIs(StatusCode::InvalidArgument, "escapes the directory"));
+  EXPECT_THAT(GetParam()(dirFd.get(), "sub/none.bin"),
+              StatusIs(StatusCode::NotFound, "cannot open 'sub/none.bin'"));
+}
+
+TEST_P(OpenBeneathTest, OpensAFifoWithoutBlockingAndMappingRefusesIt) {
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  auto fd = GetParam()(dirFd.get(), "fifo");
+  ASSERT_TRUE(fd) << fd.status().toString();
+  EXPECT_THAT(MappedFile::fromFd(fd->get(), "fifo"),
+              StatusIs(StatusCode::InvalidArgument, "'fifo' is not a regular file"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Both, OpenBeneathTest,
+                         ::testing::Values(&openBeneath, &openBeneathByWalk));
+
+// Stat memo inputs -----------------------------------------------------------
+
+/// A model file and one external data file, both older than the racy window.
+struct MemoInputs {
+  explicit MemoInputs(const TempDir &dir)
+      : model(dir.file("model.onnx")), data(dir.file("model.data")) {
+    std::ofstream(model) << "model";
+    std::ofstream(data) << "weights-v1";
+    age(model);
+    age(data);
+    // ctime cannot be set back: wait out the racy window once.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  }
+  /// The data file's identity as the importer takes it: fstat of its fd.
+  FileIdentity dataIdentity() const {
+    UniqueFd fd(::open(data.c_str(), O_RDONLY | O_CLOEXEC));
+    return FileIdentity::from(data, *fileStatOf(fd.get(), data));
+  }
+  std::string model, data;
+};
+
+TEST(StatMemoTest, AnInputRewrittenWithTheSameSizeAndMtimeIsAMiss) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  MemoInputs files(dir);
+  auto model = *FileIdentity::of(files.model);
+  ASSERT_TRUE(cache->recordStat(model, "p", digestOf("m1"), {files.dataIdentity()}));
+  ASSERT_TRUE(cache->lookupStat(model, "p")->has_value());
+  // New values, same size, and the old mtime put back (touch -d): only
+  // ctime tells, and it is enough.
+  struct stat before;
+  ASSERT_EQ(::stat(files.data.c_str(), &before), 0);
+  std::ofstream(files.data) << "weights-v2";
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(utimensat(AT_FDCWD, files.data.c_str(), times, 0), 0);
+  EXPECT_FALSE(cache->lookupStat(model, "p")->has_value());
+}
+
+TEST(StatMemoTest, AnInputReplacedByASymlinkOrRemovedIsAMiss) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  MemoInputs files(dir);
+  auto model = *FileIdentity::of(files.model);
+  ASSERT_TRUE(cache->recordStat(model, "p", digestOf("m1"), {files.dataIdentity()}));
+  // A link to the very same file: the path's own entry is what counts.
+  std::filesystem::rename(files.data, dir.file("real.data"));
+  std::filesystem::create_symlink(dir.file("real.data"), files.data);
+  EXPECT_FALSE(cache->lookupStat(model, "p")->has_value());
+  std::filesystem::remove(files.data);
+  EXPECT_FALSE(cache->lookupStat(model, "p")->has_value());
+}
+
+TEST(StatMemoTest, AnInputThatChangedSinceItWasOpenedIsNotMemoized) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  MemoInputs files(dir);
+  FileIdentity opened = files.dataIdentity();
+  // Rewritten while the model was being ingested.
+  std::ofstream(files.data) << "weights-v2";
+  age(files.data);
+  ASSERT_TRUE(
+      cache->recordStat(*FileIdentity::of(files.model), "p", digestOf("m1"), {opened}));
+  EXPECT_EQ(cache->stats()->statMemoEntries, 0u);
+}
+
+// Permissions ----------------------------------------------------------------
+
+mode_t modeOf(const std::string &path) {
+  struct stat st;
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+/// Runs with the most permissive umask, so that modes come from the code.
+struct OpenUmask {
+  OpenUmask() : old(::umask(0)) {}
+  ~OpenUmask() { ::umask(old); }
+  mode_t old;
+};
+
+TEST(PermissionsTest, AFreshCacheIsItsOwnersOnlyWhateverTheUmask) {
+  OpenUmask umask0;
+  TempDir dir;
+  std::string root = dir.file("cache");
+  {
+    auto cache = Cache::open(root);
+    ASSERT_TRUE(cache) << cache.status().toString();
+    Digest large = *(*cache)->put(blobOf('l', 100));
+    ASSERT_TRUE((*cache)->put("small"));
+    EXPECT_EQ(modeOf((*cache)->blobPath(large)), 0400u);
+    EXPECT_EQ(modeOf(std::filesystem::path((*cache)->blobPath(large)).parent_path()),
+              0700u);
+    for (const char *file : {"/index.sqlite", "/index.sqlite-wal", "/index.sqlite-shm"})
+      EXPECT_EQ(modeOf(root + file), 0600u) << file;
+  }
+  for (const char *sub : {"", "/cas", "/tmp"})
+    EXPECT_EQ(modeOf(root + sub), 0700u) << sub;
+}
+
+TEST(PermissionsTest, OpenRestrictsAnOlderCachesModes) {
+  OpenUmask umask0;
+  TempDir dir;
+  std::string root = dir.file("cache");
+  Digest large;
+  {
+    auto cache = Cache::open(root);
+    ASSERT_TRUE(cache);
+    large = *(*cache)->put(blobOf('l', 100));
+  }
+  // As an older flowc left them under umask 022.
+  std::string blobDir = std::filesystem::path(blobPathUnder(root, large)).parent_path();
+  for (const std::string &path : {root, root + "/cas", root + "/tmp", blobDir})
+    ASSERT_EQ(::chmod(path.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((root + "/index.sqlite").c_str(), 0644), 0);
+  ASSERT_TRUE(Cache::open(root));
+  for (const std::string &path : {root, root + "/cas", root + "/tmp", blobDir})
+    EXPECT_EQ(modeOf(path), 0700u) << path;
+  EXPECT_EQ(modeOf(root + "/index.sqlite"), 0600u);
+}
+
+// Read-only caches -------------------------------------------------------------
+
+TEST(ReadOnlyCacheTest, ServesWhatIsCachedAndWritesNothing) {
+  TempDir dir;
+  Digest blob, key = digestOf("key");
+  {
+    auto cache = openCache(dir);
+    blob = *cache->put(blobOf('r', 100));
+    ASSERT_TRUE(cache->recordAction(ActionKind::Artifact, key, blob));
+  }
+  CacheOptions options;
+  options.access = CacheAccess::ReadOnly;
+  auto cache = openCache(dir, options);
+  ASSERT_TRUE(cache);
+  EXPECT_TRUE(cache->readOnly());
+  auto hit = cache->lookupAction(ActionKind::Artifact, key);
+  ASSERT_TRUE(hit && hit->has_value());
+  ASSERT_TRUE(cache->get(blob));
+  // No counter was written, and every write names the cache.
+  EXPECT_EQ(cache->stats()->hits, 0u);
+  EXPECT_THAT(cache->put("new"), StatusIs(StatusCode::Unavailable,
+                                          "cache '" + dir.path() + "' is read-only"));
+  EXPECT_THAT(cache->recordAction(ActionKind::Artifact, digestOf("k2"), blob),
+              StatusIs(StatusCode::Unavailable, "is read-only"));
+  EXPECT_THAT(cache->verify(/*repair=*/true),
+              StatusIs(StatusCode::Unavailable, "cannot repair it"));
+  EXPECT_TRUE(cache->verify(/*repair=*/false));
+}
+
+TEST(ReadOnlyCacheTest, ADirectoryWithoutAnIndexIsRefused) {
+  TempDir dir;
+  CacheOptions options;
+  options.access = CacheAccess::ReadOnly;
+  EXPECT_THAT(Cache::open(dir.path(), options),
+              StatusIs(StatusCode::FailedPrecondition, "has no index"));
+  // Nothing was created in it.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// Verify: unreadable is not corrupt -------------------------------------------
+
+TEST(VerifyTest, AnUnreadableBlobIsReportedButNeverQuarantined) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest blob = *cache->put(blobOf('u', 128));
+  // A blob file that cannot be opened as one (root reads any mode, so a
+  // symlink, which blob reads never follow, stands in for EACCES or EIO).
+  std::string path = cache->blobPath(blob);
+  std::filesystem::rename(path, dir.file("elsewhere"));
+  std::filesystem::create_symlink(dir.file("elsewhere"), path);
+  auto report = cache->verify(/*repair=*/true);
+  ASSERT_TRUE(report);
+  EXPECT_TRUE(report->corrupt.empty());
+  ASSERT_EQ(report->unreadable.size(), 1u);
+  EXPECT_NE(report->unreadable[0].find(blob.toString() + ": cannot open"),
+            std::string::npos)
+      << report->unreadable[0];
+  EXPECT_EQ(report->quarantined, 0u);
+  EXPECT_TRUE(std::filesystem::is_symlink(path));
+  EXPECT_TRUE(cache->list(10)->size() == 1);
+}
+
+TEST(VerifyTest, VerifyDoesNotTouchAccessTimes) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  Digest blob = *cache->put(blobOf('t', 128));
+  int64_t before = (*cache->list(1))[0].lastAccessMs;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(cache->verify(/*repair=*/false));
+  EXPECT_EQ((*cache->list(1))[0].lastAccessMs, before);
+  (void)blob;
 }
 
 } // namespace

@@ -46,6 +46,7 @@ struct ConfigTest : ::testing::Test {
   ScopedEnv noSize{"FLOWC_CACHE_MAX_SIZE", nullptr};
   ScopedEnv noConfig{"FLOWC_CONFIG", nullptr};
   ScopedEnv noSocket{"FLOWC_SOCKET", nullptr};
+  ScopedEnv noReadOnly{"FLOWC_CACHE_READ_ONLY", nullptr};
   DaemonFlags flags() const {
     DaemonFlags flags;
     flags.cacheDir = dir.path();
@@ -164,6 +165,32 @@ TEST(EnvironmentTest, UnknownFlowcVariablesAreReported) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], ::testing::HasSubstr("FLOWC_CACHE_DIRS"));
   EXPECT_THAT(warnings[0], ::testing::HasSubstr("FLOWC_CACHE_MAX_SIZE"));
+}
+
+TEST_F(ConfigTest, ReadOnlyComesFromTheFlagTheEnvironmentOrTheFile) {
+  // Read-write unless told.
+  EXPECT_EQ(resolveDaemonOptions(flags())->cache.access, cache::CacheAccess::ReadWrite);
+  writeFile(dir.file("flowcd.conf"), "read-only = true\n");
+  EXPECT_EQ(resolveDaemonOptions(flags())->cache.access, cache::CacheAccess::ReadOnly);
+  // The environment overrides the file, the flag the environment.
+  writeFile(dir.file("flowcd.conf"), "read-only = no\n");
+  ScopedEnv env("FLOWC_CACHE_READ_ONLY", "1");
+  EXPECT_EQ(resolveDaemonOptions(flags())->cache.access, cache::CacheAccess::ReadOnly);
+  ScopedEnv off("FLOWC_CACHE_READ_ONLY", "false");
+  DaemonFlags withFlag = flags();
+  withFlag.readOnly = "true";
+  EXPECT_EQ(resolveDaemonOptions(withFlag)->cache.access, cache::CacheAccess::ReadOnly);
+}
+
+TEST_F(ConfigTest, ABadReadOnlyValueNamesWhereItCameFrom) {
+  writeFile(dir.file("flowcd.conf"), "# settings\nread-only = maybe\n");
+  EXPECT_THAT(resolveDaemonOptions(flags()),
+              StatusIs(StatusCode::InvalidArgument,
+                       "flowcd.conf:2: invalid value 'maybe' for read-only"));
+  ScopedEnv env("FLOWC_CACHE_READ_ONLY", "ro");
+  EXPECT_THAT(resolveDaemonOptions(flags()),
+              StatusIs(StatusCode::InvalidArgument,
+                       "FLOWC_CACHE_READ_ONLY: invalid value 'ro' for read-only"));
 }
 
 } // namespace

@@ -257,14 +257,20 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
 }
 
 Status CompileExecutor::recordMemo(const cache::FileIdentity &file,
-                                   const compiler::InputShapes &shapes,
-                                   const Digest &modelDigest) {
+                                   const IngestedModel &ingested,
+                                   const compiler::InputShapes &shapes) {
   // A directory's stat does not change when a file in it is rewritten in
   // place, so a reproducer is always read (it is small; its weights are
   // generated, not read).
   if (isReproducerPath(file.path))
     return Status::ok();
-  return cache_.recordStat(file, memoPurpose(shapes), modelDigest);
+  // The weights in external data files are part of the digest: each file
+  // is recorded with the identity of the descriptor that was mapped, so a
+  // rewrite of one (even one made while it was read) is a miss.
+  std::vector<cache::FileIdentity> inputs;
+  for (const auto &[path, external] : ingested.model.externalFiles)
+    inputs.push_back(cache::FileIdentity::from(path, external.identity));
+  return cache_.recordStat(file, memoPurpose(shapes), ingested.modelDigest, inputs);
 }
 
 Expected<std::optional<CompileResult>>
@@ -316,7 +322,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(auto cached,
                          cache_.lookupAction(cache::ActionKind::Artifact, key));
   if (cached && cache_.contains(ingested.modelDigest) && !printsIr && servable(*cached)) {
-    FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
+    FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
     result.seconds = elapsed();
@@ -324,6 +330,11 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
     return result;
   }
 
+  // A read-only cache answers hits only (it was opened so on purpose).
+  if (cache_.readOnly())
+    return unavailable("the cache '" + cache_.root() +
+                       "' is read-only (--read-only); cannot compile " +
+                       request.modelPath + " (not cached)");
   // Only now, with the model known to be valid, does the cache change:
   // weights, IR and manifest become blobs, pinned until the job ends.
   cache::PinGuard pins = cache_.pinGuard();
@@ -357,7 +368,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   deps.push_back(manifest);
   FLOWC_RETURN_IF_ERROR(
       cache_.recordAction(cache::ActionKind::Artifact, key, result.artifactDigest, deps));
-  FLOWC_RETURN_IF_ERROR(recordMemo(file, request.inputShapes, ingested.modelDigest));
+  FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
   // Over the size cap, least-recently-used blobs go; this job's are pinned.
   if (eviction_ == Eviction::AfterCompile)
     if (auto gc = cache_.enforceLimit(); !gc)

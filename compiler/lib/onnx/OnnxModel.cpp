@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <new>
 #include <optional>
@@ -162,6 +164,8 @@ private:
   std::string_view file_;
   std::string name_;
   std::string baseDir_;
+  /// The model's directory, opened once: external data is opened beneath it.
+  UniqueFd baseDirFd_;
   OnnxModel &model_;
 };
 
@@ -598,24 +602,40 @@ Expected<std::shared_ptr<MappedFile>> Parser::mapExternal(const std::string &lab
   fs::path path = (fs::path(baseDir_) / relative).lexically_normal();
   auto it = model_.externalFiles.find(path.string());
   if (it != model_.externalFiles.end())
-    return it->second;
-  std::error_code ec;
-  fs::path real = fs::canonical(path, ec);
-  if (ec)
+    return it->second.mapping;
+  if (!baseDirFd_) {
+    baseDirFd_ = UniqueFd(::open(baseDir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!baseDirFd_) {
+      int err = errno;
+      return errnoStatus(err, name_ + ": " + label +
+                                  ": cannot open the model's directory '" + baseDir_ +
+                                  "'");
+    }
+  }
+  // The kernel resolves the location beneath the directory and follows no
+  // symlink: a check on a path and an open of it could be raced (a file
+  // swapped for a link to /etc/shadow), a check of the descriptor cannot.
+  auto fd = openBeneath(baseDirFd_.get(), relative.lexically_normal().string());
+  if (!fd && fd.status().code() == StatusCode::NotFound)
     return notFound(name_ + ": " + label + ": external data file '" + location +
                     "' not found in '" + baseDir_ + "'");
-  // A symlink inside the directory must not lead outside it either.
-  fs::path root = fs::canonical(baseDir_, ec);
-  std::string rootText = root.string() + "/";
-  if (ec || real.string().compare(0, rootText.size(), rootText) != 0)
-    return error(label, "external data location '" + location + "' resolves to '" +
-                            real.string() + "', outside the model's directory");
-  auto mapped = MappedFile::open(real.string());
+  if (!fd && fd.status().code() == StatusCode::InvalidArgument)
+    return error(label, "external data location " + fd.status().message() +
+                            " (one could lead outside the model's directory)");
+  if (!fd)
+    return Status(fd.status().code(),
+                  name_ + ": " + label + ": external data " + fd.status().message());
+  auto identity = fileStatOf(fd->get(), path.string());
+  auto mapped = identity ? MappedFile::fromFd(fd->get(), path.string())
+                         : Expected<MappedFile>(identity.status());
   if (!mapped)
     return Status(mapped.status().code(),
-                  name_ + ": " + label + ": " + mapped.status().message());
+                  name_ + ": " + label + ": external data " + mapped.status().message());
+  if (mapped->size() != identity->size)
+    return dataLoss(name_ + ": " + label + ": external data file '" + location +
+                    "' changed size while it was opened");
   auto shared = std::make_shared<MappedFile>(mapped.takeValue());
-  model_.externalFiles[path.string()] = shared;
+  model_.externalFiles[path.string()] = ExternalFile{shared, *identity};
   return shared;
 }
 

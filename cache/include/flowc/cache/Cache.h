@@ -9,8 +9,10 @@
 
 #include "flowc/cache/Digest.h"
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/SafeOpen.h"
 #include "flowc/support/Status.h"
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -24,11 +26,17 @@ namespace flowc::cache {
 class Index;
 class PinTable;
 
+/// How a cache is opened. Read-only serves what is cached and writes
+/// nothing at all (no counters, no access times, no memo): for a cache on a
+/// read-only mount, or one shared read-only on purpose.
+enum class CacheAccess { ReadWrite, ReadOnly };
+
 struct CacheOptions {
   /// Eviction starts when stored bytes exceed this (LRU by last access).
   uint64_t maxBytes = 20ull << 30;
   /// Blobs smaller than this are stored inside the index.
   uint64_t inlineThreshold = 64 << 10;
+  CacheAccess access = CacheAccess::ReadWrite;
 
   /// InvalidArgument naming the bad field.
   Status validate() const;
@@ -91,10 +99,15 @@ struct GcReport {
 
 struct VerifyReport {
   uint64_t checked = 0;
-  std::vector<std::string> corrupt; ///< Digests (and why) of bad blobs.
-  uint64_t quarantined = 0;         ///< With repair: moved to quarantine/.
-  uint64_t missingFiles = 0;        ///< Index rows whose file is gone.
-  uint64_t orphanFiles = 0;         ///< Files without an index row.
+  /// Digests (and why) of blobs whose content does not match their digest
+  /// (or whose file is missing); repair quarantines these.
+  std::vector<std::string> corrupt;
+  /// Digests (and why) of blobs that could not be read (EIO, EACCES, an
+  /// index error): reported, never quarantined, as their content may be fine.
+  std::vector<std::string> unreadable;
+  uint64_t quarantined = 0;  ///< With repair: moved to quarantine/.
+  uint64_t missingFiles = 0; ///< Index rows whose file is gone.
+  uint64_t orphanFiles = 0;  ///< Files without an index row.
 };
 
 /// Identity of a file for the stat memo: an unchanged identity means
@@ -108,6 +121,8 @@ struct FileIdentity {
   int64_t ctimeNs = 0;
 
   static Expected<FileIdentity> of(const std::string &path);
+  /// The identity of a file already open (from fstat of its descriptor).
+  static FileIdentity from(const std::string &path, const FileStat &stat);
   bool operator==(const FileIdentity &other) const = default;
 };
 
@@ -155,13 +170,20 @@ public:
   ~Cache();
 
   /// Opens (creating if needed) the cache rooted at `dir`: migrates the
-  /// index schema and sweeps `tmp/` leftovers of crashed writers.
-  /// Thread-safe after open.
+  /// index schema and sweeps `tmp/` leftovers of crashed writers. The root
+  /// and every directory under it are made 0700 and the index files 0600
+  /// (existing ones owned by this user are fixed, and logged), whatever the
+  /// umask. Unavailable, naming `dir` and the reason, if a read-write cache
+  /// cannot be written (a read-only mount, no permission); a full disk is
+  /// not refused (hits still work). With CacheAccess::ReadOnly nothing is
+  /// created or written; FailedPrecondition if there is no index to read or
+  /// its schema is older than this build's. Thread-safe after open.
   static Expected<std::unique_ptr<Cache>> open(const std::string &dir,
                                                const CacheOptions &options = {});
 
   const std::string &root() const { return root_; }
   const CacheOptions &options() const { return options_; }
+  bool readOnly() const { return options_.access == CacheAccess::ReadOnly; }
 
   // Store ---------------------------------------------------------------
 
@@ -221,16 +243,21 @@ public:
 
   // Stat memo -------------------------------------------------------------
 
-  /// The digest memoized for `file` under `purpose`, if its identity is
-  /// unchanged since it was recorded.
+  /// The digest memoized for `file` under `purpose`, if its identity and
+  /// that of every input recorded with it (re-stat'ed now, symlinks not
+  /// followed) are unchanged since it was recorded.
   Expected<std::optional<Digest>> lookupStat(const FileIdentity &file,
                                              std::string_view purpose);
-  /// Memoizes `digest` for `file` (identity taken *before* reading it). Not
-  /// recorded — and not an error — if the file changed since, or was modified
-  /// within the last two seconds, as a racing writer could still change it
-  /// without changing its size or mtime granule.
+  /// Memoizes `digest` for `file` (identity taken *before* reading it) and
+  /// the further files it was computed from (`inputs`, such as a model's
+  /// external data, each with the identity of the descriptor that was read).
+  /// Not recorded — and not an error — if any of them changed since, or was
+  /// modified within the last two seconds, as a racing writer could still
+  /// change it without changing its size or mtime granule; nor in a
+  /// read-only cache. A failed write (full disk) is logged, not returned:
+  /// the memo only saves work.
   Status recordStat(const FileIdentity &file, std::string_view purpose,
-                    const Digest &digest);
+                    const Digest &digest, const std::vector<FileIdentity> &inputs = {});
 
   // Tuning records ----------------------------------------------------------
 
@@ -249,9 +276,14 @@ public:
   Expected<GcReport> collectGarbage(uint64_t targetBytes);
   /// Evicts down to options().maxBytes if above it.
   Expected<GcReport> enforceLimit();
-  /// Re-hashes every blob. With `repair`, corrupt blobs are moved to
-  /// quarantine/ and their rows and dependent entries removed, and the index
-  /// is reconciled with the files.
+  /// Re-hashes every blob without touching its access time (so it works on
+  /// a full disk), telling blobs whose content does not match their digest
+  /// (corrupt) from blobs that cannot be read (unreadable). With `repair`,
+  /// a corrupt blob is hashed once more and, if it still does not match,
+  /// moved to quarantine/ with its row and dependent entries removed; an
+  /// unreadable one is only reported; the index is reconciled with the
+  /// files. A quarantine that fails (full disk) is reported, not fatal.
+  /// Unavailable for repair in a read-only cache.
   Expected<VerifyReport> verify(bool repair);
   /// After a crash: drops rows whose file is missing, indexes complete
   /// orphan files whose name matches their content, quarantines the rest.
@@ -276,10 +308,22 @@ private:
   enum class CountEvictions { Yes, No };
   Expected<GcReport> evictDownTo(uint64_t targetBytes, CountEvictions count);
 
+  /// A writer offered bytes the store already holds: counts what dedup
+  /// saved and (Touch::Yes) refreshes the blob's last access, best-effort.
+  enum class Touch { Yes, No };
+  void recordDuplicate(const Digest &digest, Touch touch);
+  /// Unavailable naming the root in a read-only cache.
+  Status checkWritable(const char *what) const;
+  /// Counters and access times only: skipped in a read-only cache, and a
+  /// failure (full disk) is logged once at warn, never returned, so that a
+  /// hit works where nothing can be written.
+  void bestEffort(const Status &status, const char *what);
+
   std::string root_;
   CacheOptions options_;
   std::unique_ptr<Index> index_;
   std::shared_ptr<PinTable> pins_;
+  std::atomic<bool> warnedBestEffort_{false};
 };
 
 } // namespace flowc::cache

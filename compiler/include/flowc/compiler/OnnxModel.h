@@ -4,6 +4,7 @@
 #pragma once
 
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/SafeOpen.h"
 #include "flowc/support/Status.h"
 
 #include <cstdint>
@@ -98,6 +99,14 @@ struct Node {
   std::string describe() const;
 };
 
+/// An external data file as it was opened: the mapping, and the identity
+/// of the very descriptor that was mapped (fstat), so that the stat memo
+/// tells a rewrite of the file, also one made while it was ingested.
+struct ExternalFile {
+  std::shared_ptr<MappedFile> mapping;
+  FileStat identity;
+};
+
 struct OnnxModel {
   std::string path;
   int64_t irVersion = 0;
@@ -113,7 +122,8 @@ struct OnnxModel {
   /// Keep initializer views valid: the model file and every external data
   /// file, each mapped once however many tensors share it.
   std::shared_ptr<MappedFile> file;
-  std::map<std::string, std::shared_ptr<MappedFile>> externalFiles;
+  /// By path (the model's directory joined with the location).
+  std::map<std::string, ExternalFile> externalFiles;
 };
 
 /// Static shapes for graph inputs, by name: how a model exported with
@@ -139,9 +149,11 @@ Status validateGraph(const OnnxModel &model);
 /// the file and the place in the message that is malformed; Unimplemented
 /// for an opset or IR version outside [kMinOpset, kMaxOpset] and
 /// [kMinIrVersion, kMaxIrVersion]; ResourceExhausted when memory runs out.
-/// The graph passes validateGraph. External data
-/// is resolved relative to the model's directory and mapped, never copied;
-/// a location that escapes that directory is refused.
+/// The graph passes validateGraph. External data is opened beneath the
+/// model's directory (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) and
+/// mapped, never copied: a location that escapes that directory, or that is
+/// or passes through a symlink, is refused, and so is anything but a
+/// regular file.
 Expected<OnnxModel> loadOnnxModel(const std::string &path);
 
 /// Parses an in-memory ONNX ModelProto; `name` is used in messages. Views in

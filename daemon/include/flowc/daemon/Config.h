@@ -20,14 +20,17 @@ struct DaemonFlags {
   std::optional<std::string> maxSize;
   std::optional<std::string> idleTimeout;
   std::optional<std::string> logFile;
+  /// --read-only given: "true".
+  std::optional<std::string> readOnly;
   /// --config FILE (else FLOWC_CONFIG, else CACHE_DIR/flowcd.conf if it exists).
   std::optional<std::string> configFile;
 };
 
 /// The keys a config file may set (one `key = value` per line, `#`
 /// comments); the same names as the long flags.
-inline constexpr const char *kConfigKeys[] = {
-    "cache-dir", "socket", "listen", "workers", "max-size", "idle-timeout", "log-file"};
+inline constexpr const char *kConfigKeys[] = {"cache-dir", "socket",   "listen",
+                                              "workers",   "max-size", "idle-timeout",
+                                              "log-file",  "read-only"};
 
 /// Resolves the options. InvalidArgument naming the flag, variable or
 /// file:line and the bad value (an unknown config key, a size such as

@@ -25,6 +25,11 @@ public:
   /// without blocking, for anything but a regular file (a FIFO, a device);
   /// an empty file maps to an empty view. Thread-safe to read once constructed.
   static Expected<MappedFile> open(const std::string &path);
+  /// Maps the file open on `fd` (not taken: the caller closes it; the
+  /// mapping outlives it), so that the file that was checked is the one
+  /// read. `displayPath` names it in messages and path(). InvalidArgument
+  /// for anything but a regular file.
+  static Expected<MappedFile> fromFd(int fd, const std::string &displayPath);
 
   const uint8_t *data() const { return data_; }
   size_t size() const { return size_; }

@@ -102,9 +102,10 @@ private:
   /// since it was last ingested and its artifact is still cached.
   Expected<std::optional<CompileResult>> memoizedResult(const cache::FileIdentity &file,
                                                         const CompileRequest &request);
-  /// Memoizes a model file's digest; never a reproducer directory's.
-  Status recordMemo(const cache::FileIdentity &file, const compiler::InputShapes &shapes,
-                    const cache::Digest &modelDigest);
+  /// Memoizes a model file's digest with the external data files it read;
+  /// never a reproducer directory's.
+  Status recordMemo(const cache::FileIdentity &file, const IngestedModel &ingested,
+                    const compiler::InputShapes &shapes);
   /// The code object and the weights it binds, both cached under the code
   /// key (the weight list is a second blob).
   struct CompiledCode {
