@@ -149,8 +149,6 @@ int main(int argc, char **argv) {
     return server.status().code() == flowc::StatusCode::Unavailable ? kExitUnavailable
                                                                     : 1;
   }
-  // The umask made it 0700; a socket needs no execute bit.
-  (void)::chmod(options->socketPath.c_str(), 0600);
   (*server)->runUntilShutdown();
   return 0;
 }

@@ -560,13 +560,15 @@ Status Parser::parseTensor(std::string_view bytes, const std::string &where,
                          dtypeName(tensor.info.dtype));
   // Multiplied out with checks: dims are any varints, and a product that
   // wrapped could match a short payload.
-  uint64_t expected = elementSize;
-  for (int64_t dim : tensor.info.shape) {
+  for (int64_t dim : tensor.info.shape)
     if (dim < 0)
       return error(label, "negative dimension " + std::to_string(dim));
-    if (__builtin_mul_overflow(expected, static_cast<uint64_t>(dim), &expected))
-      return error(label, "shape " + shapeString(tensor.info.shape) + " is too large");
-  }
+  std::optional<int64_t> elements = checkedElementCount(tensor.info.shape);
+  uint64_t expected = 0;
+  if (!elements ||
+      __builtin_mul_overflow(static_cast<uint64_t>(*elements), elementSize, &expected))
+    return error(label, "shape " + shapeString(tensor.info.shape) +
+                            " has more elements than int64 can count");
   if (!hasRaw && hasFloats && !looseFloats.empty()) {
     tensor.owned = std::make_shared<std::string>(std::move(looseFloats));
     tensor.bytes = *tensor.owned;
