@@ -24,10 +24,15 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string path =
       flowc::fuzz::scratch().write("model.fca", flowc::fuzz::asView(data, size));
-  auto external = [](const std::string &) {
+  // Bounds only, as `flowc run --no-verify` opens: a mutated byte would
+  // fail the digests before any other check ran.
+  flowc::runtime::OpenOptions options;
+  options.verification = flowc::runtime::Verification::BoundsOnly;
+  options.threads = 1;
+  options.external = [](const std::string &, const nlohmann::json &) {
     return flowc::MappedFile::open(externalPath);
   };
-  auto artifact = flowc::runtime::Artifact::open(path, external);
+  auto artifact = flowc::runtime::Artifact::open(path, options);
   if (!artifact)
     return 0;
   // What inspect and a session read before any code is loaded.

@@ -17,6 +17,7 @@
 #include <new>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -125,6 +126,9 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
     options.maxBytes = task.cache_max_bytes();
   if (task.cache_read_only())
     options.access = cache::CacheAccess::ReadOnly;
+  // Temp files count as the daemon's: a daemon killed with its workers
+  // leaves none that its successor keeps.
+  options.tempOwner = getppid();
   FLOWC_ASSIGN_OR_RETURN(auto cache, cache::Cache::open(task.cache_dir(), options));
   // The daemon evicts once no worker runs: pins live in each process, so a
   // worker cannot see what another one is using.
@@ -199,6 +203,11 @@ int main(int argc, char **argv) {
                  "no arguments (see flowcd --help)\n";
     return kExitUsage;
   }
+  // A worker outlives no daemon: its job has nobody to answer, and a
+  // restarted daemon must be free to clean up what it leaves.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1)
+    return 1;
   spdlog::set_default_logger(spdlog::stderr_logger_st("flowc-worker"));
   spdlog::set_pattern("%l %v");
   installBusErrorHandler();

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
 #include <atomic>
 #include <functional>
 #include <thread>
@@ -142,7 +143,16 @@ bool ownerIsGone(const fs::path &entry) {
     return true;
   pid_t pid =
       static_cast<pid_t>(std::atoi(name.substr(first + 1, second - first - 1).c_str()));
-  return pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH);
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH))
+    return true;
+  // A zombie (a worker killed with its daemon, not yet reaped: some
+  // container inits never reap) writes nothing any more.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() &&
+         (text[close + 2] == 'Z' || text[close + 2] == 'X');
 }
 
 /// Mode of blob files: read-only, for the cache's owner only.
@@ -151,8 +161,8 @@ constexpr mode_t kBlobMode = 0400;
 /// A temp file in `tmp/` that is removed unless commit() renamed it into place.
 class TempFile {
 public:
-  explicit TempFile(const std::string &tmpDir)
-      : path_(tmpDir + "/blob." + std::to_string(getpid()) + ".XXXXXX") {
+  TempFile(const std::string &tmpDir, pid_t owner)
+      : path_(tmpDir + "/blob." + std::to_string(owner) + ".XXXXXX") {
     fd_ = mkostemp(path_.data(), O_CLOEXEC);
     if (fd_ < 0)
       error_ = errno;
@@ -443,7 +453,7 @@ Status Cache::storeInline(const Digest &digest, std::string_view bytes) {
 /// it into place unless an identical blob is already there (`duplicate`).
 static Status writeLargeBlob(Cache &cache, Index &index, ChunkSource source,
                              const Digest *expected, Digest &stored, bool &duplicate) {
-  TempFile temp(cache.tmpDir());
+  TempFile temp(cache.tmpDir(), cache.tempOwner());
   FLOWC_RETURN_IF_ERROR(temp.status());
   Hasher hasher;
   // Hashing chunk i overlaps writing chunk i - 1, so the copy runs at the
@@ -552,7 +562,7 @@ Expected<std::vector<Digest>> Cache::putMany(const std::vector<std::string_view>
   std::atomic<size_t> next{0};
   auto writer = [&] {
     for (size_t k = next++; k < large.size(); k = next++) {
-      temps[k] = std::make_unique<TempFile>(tmpDir());
+      temps[k] = std::make_unique<TempFile>(tmpDir(), tempOwner());
       errors[k] = temps[k]->status();
       // Window by window, so that a blob mapped from a model file is never
       // resident whole: each window's pages are released once written.

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unistd.h>
 #include <vector>
 
 namespace flowc::cache {
@@ -37,6 +38,11 @@ struct CacheOptions {
   /// Blobs smaller than this are stored inside the index.
   uint64_t inlineThreshold = 64 << 10;
   CacheAccess access = CacheAccess::ReadWrite;
+  /// The process whose temp entries (`tmp/<what>.<pid>.<random>`) this
+  /// cache's writes are: 0 for this one. A daemon's worker processes name
+  /// the daemon, so that a daemon killed with its workers leaves temp files
+  /// its successor removes at once, even while a worker is still dying.
+  pid_t tempOwner = 0;
 
   /// InvalidArgument naming the bad field.
   Status validate() const;
@@ -211,6 +217,8 @@ public:
   /// Where writers put files that they will adopt (same filesystem, swept
   /// at open).
   std::string tmpDir() const { return root_ + "/tmp"; }
+  /// The pid that names this cache's temp entries (CacheOptions::tempOwner).
+  pid_t tempOwner() const { return options_.tempOwner ? options_.tempOwner : ::getpid(); }
 
   // Read ----------------------------------------------------------------
 
