@@ -1,6 +1,7 @@
 """Fixtures for flowc's end-to-end tests: the real binaries, a daemon on a
 temp socket with a temp cache, and helpers to compile and run models."""
 import concurrent.futures
+import contextlib
 import json
 import os
 import pathlib
@@ -50,6 +51,21 @@ class Flowc:
         report = json.loads(self.run("run", artifact, *args, "--output-dir", out_dir,
                                      "--json").stdout)
         return {o["name"]: np.load(o["file"]) for o in report["outputs"]}
+
+
+@contextlib.contextmanager
+def tmpfs_mount(directory: pathlib.Path, size: str):
+    """A tmpfs of `size` (e.g. "64m") mounted at `directory`, made here;
+    skips the test where mounting is not permitted (tests run as root)."""
+    directory.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                             str(directory)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
 
 
 @pytest.hookimpl(wrapper=True)

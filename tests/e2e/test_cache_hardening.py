@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from conftest import BIN, Flowc, assert_close, onnxruntime_outputs
+from conftest import tmpfs_mount, BIN, Flowc, assert_close, onnxruntime_outputs
 
 N = 64
 
@@ -185,14 +185,8 @@ def test_an_older_caches_modes_are_restricted_at_start(tmp_path):
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs_mount(tmp_path / "disk", "64m") as mount:
+        yield mount
 
 
 def fill(directory: pathlib.Path) -> pathlib.Path:

@@ -9,19 +9,13 @@ import pytest
 from onnx import numpy_helper
 
 import make_models
-from conftest import Flowc, save
+from conftest import tmpfs_mount, Flowc, save
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with tmpfs_mount(tmp_path / "disk", "3m") as mount:
+        yield mount
 
 
 def big_model(path, mib):
