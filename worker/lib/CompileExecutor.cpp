@@ -33,12 +33,14 @@ runtime::TensorSpec tensorSpec(const compiler::TensorInfo &info) {
 /// A scratch directory under the cache's tmp/, removed on scope exit.
 class ScratchDir {
 public:
-  static Expected<ScratchDir> create(const std::string &parent, pid_t owner) {
+  static Expected<ScratchDir> create(const cache::Cache &cache) {
     // Named `<what>.<pid>.<random>`: a process opening the cache removes
     // the temp entries of dead processes only.
-    std::string pattern = parent + "/compile." + std::to_string(owner) + ".XXXXXX";
+    std::string pattern =
+        cache.tmpDir() + "/compile." + std::to_string(cache.tempOwner()) + ".XXXXXX";
     if (!mkdtemp(pattern.data()))
-      return errnoStatus(errno, "cannot create a scratch directory in '" + parent + "'");
+      return errnoStatus(errno,
+                         "cannot create a scratch directory in '" + cache.tmpDir() + "'");
     return ScratchDir(pattern);
   }
   ScratchDir(ScratchDir &&other) noexcept : path_(std::move(other.path_)) {
@@ -410,8 +412,7 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
   }
   hit = false;
   progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
-  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch,
-                         ScratchDir::create(cache_.tmpDir(), cache_.tempOwner()));
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_));
   compiler::CompileReport report;
   CasKernelCache kernelCache(cache_, buildId_);
   FLOWC_ASSIGN_OR_RETURN(std::string object, compiler::compileToSharedObject(
@@ -632,8 +633,7 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
   if (request.kind == ArtifactKind::Thin)
     metadata["weights_cache"] = cache_.root();
 
-  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch,
-                         ScratchDir::create(cache_.tmpDir(), cache_.tempOwner()));
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_));
   std::string path = scratch.path() + "/artifact.fca";
   FLOWC_ASSIGN_OR_RETURN(auto writer, runtime::ArtifactWriter::create(path));
   FLOWC_RETURN_IF_ERROR(
