@@ -1,5 +1,6 @@
 #include "WorkerProcess.h"
 
+#include "flowc/support/SafeOpen.h"
 #include "flowc/support/Subprocess.h"
 #include "flowc/worker/WorkerProtocol.h"
 
@@ -25,38 +26,15 @@ constexpr int kPollMs = 100;
 /// The worker's last log bytes kept for a crash report.
 constexpr size_t kLogTailBytes = 2048;
 
-/// A file descriptor closed on scope exit.
-class Fd {
-public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd &&other) noexcept : fd_(other.release()) {}
-  Fd &operator=(Fd &&other) noexcept {
-    reset(other.release());
-    return *this;
-  }
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0)
-      ::close(fd_);
-    fd_ = fd;
-  }
-
-private:
-  int fd_ = -1;
-};
-
 struct Pipe {
-  Fd read, write;
+  UniqueFd read, write;
 };
 
 Expected<Pipe> makePipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
     return errnoStatus(errno, "cannot create a pipe for the worker");
-  return Pipe{Fd(fds[0]), Fd(fds[1])};
+  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
 /// Starts the worker in a process group of its own (so that a kill takes
@@ -170,13 +148,13 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
   FLOWC_ASSIGN_OR_RETURN(pid_t pid,
                          spawnWorker(executable, taskPipe.read.get(),
                                      replyPipe.write.get(), logPipe.write.get()));
-  taskPipe.read.reset();
-  replyPipe.write.reset();
-  logPipe.write.reset();
+  taskPipe.read = UniqueFd();
+  replyPipe.write = UniqueFd();
+  logPipe.write = UniqueFd();
   // A worker that dies before reading its task makes this write fail
   // (EPIPE: the daemon ignores SIGPIPE); its exit status then says why.
   Status sent = worker::writeFrame(taskPipe.write.get(), task);
-  taskPipe.write.reset();
+  taskPipe.write = UniqueFd();
   fcntl(replyPipe.read.get(), F_SETFL, O_NONBLOCK);
   fcntl(logPipe.read.get(), F_SETFL, O_NONBLOCK);
 
