@@ -270,3 +270,14 @@ def test_fifos_are_refused_at_once_wherever_they_are_read(flowc, tmp_path):
     assert run.returncode == 3 and "not a regular file" in run.stderr, run.stderr
     # The queue still moves.
     assert flowc.submit(conv_stack(tmp_path / "s.onnx", layers=2), tmp_path / "s.fca")
+
+
+def test_the_worker_refuses_anything_but_a_task_from_its_daemon():
+    args = subprocess.run([str(BIN / "flowc-worker"), "--bogus"], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert args.returncode == 2 and "takes no arguments" in args.stderr, args.stderr
+    for garbage in (b"", b"\x05\x00\x00\x00ab", b"\xff\xff\xff\x7f"):
+        run = subprocess.run([str(BIN / "flowc-worker")], input=garbage, capture_output=True,
+                             timeout=60)
+        assert run.returncode == 2, run.stderr
+        assert b"no task on stdin" in run.stderr, run.stderr
