@@ -16,8 +16,9 @@ from `flowc jobs --json` (each task's measured seconds and bytes) or, with
 the daemon's machine (one at a time); every other task is a REAPI action on
 one of N workers. The simulator is a discrete-event list scheduler; per
 model and worker count it prints the makespan, the speedup and efficiency
-against one worker, the efficiency the DAG allows (bounded by its critical
-path), the cold-farm figures (every worker first fetches the flowc-worker
+against one worker, the efficiency the DAG allows (its limit: the critical
+path, and the serial tasks plus the rest of the work over N workers), the
+cold-farm figures (every worker first fetches the flowc-worker
 binary) and what limits scaling there.
 
 Ready actions are dispatched critical-path first: by bottom level, the
