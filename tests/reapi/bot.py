@@ -18,7 +18,6 @@ bot. Each executed command appends one line to --log:
 """
 
 import argparse
-import ctypes
 import hashlib
 import os
 import shutil
@@ -306,12 +305,6 @@ def directory_proto(path, tree, blobs):
     return directory
 
 
-def die_with_parent():
-    # If the bot is SIGKILLed, its command goes too: a dead machine runs nothing.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Bot:
     def __init__(self, args):
         self.args = args
@@ -425,10 +418,14 @@ class Bot:
 
         meta.execution_start_timestamp.CopyFrom(now_ts())
         with open(os.path.join(scratch, "stdout"), "wb") as out, open(os.path.join(scratch, "stderr"), "wb") as err:
+            # The command stays in the bot's process group, so killing the
+            # group (cluster.kill_bot) takes both down, as a lost machine
+            # would. No preexec_fn: Python code between fork and exec in a
+            # process with gRPC threads can abort the child.
             try:
                 proc = subprocess.Popen(
                     list(command.arguments), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=err, preexec_fn=die_with_parent,
+                    stdout=out, stderr=err,
                 )
             except OSError as e:
                 raise TaskError(code_pb2.INVALID_ARGUMENT, f"cannot run {command.arguments[0]!r}: {e.strerror}") from e
