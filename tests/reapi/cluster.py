@@ -136,9 +136,17 @@ class BuildGridCluster:
 
     def stop(self):
         """Everything down, each part even if another fails; idempotent."""
-        for name in list(self._bots):
-            stop_group(self._bots.pop(name)[0], grace_s=5)
-        self.stop_server()
+        parts = [lambda name=name: stop_group(self._bots.pop(name)[0], grace_s=5) for name in list(self._bots)]
+        errors = []
+        for part in parts + [self.stop_server, self._stop_postgres]:
+            try:
+                part()
+            except Exception as e:  # noqa: BLE001 - the other parts must still go down
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def _stop_postgres(self):
         if self._pg is not None:
             # SIGINT: PostgreSQL's fast shutdown.
             stop_group(self._pg, sig=signal.SIGINT, grace_s=15)
@@ -171,7 +179,6 @@ class BuildGridCluster:
         for p in (self._pg_dir, data, self._pg_sock):
             os.chown(p, user.pw_uid, user.pw_gid)
         as_pg = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if os.geteuid() == 0 else {}
-        self._as_pg = as_pg
         with open(self.pg_log, "wb") as log:
             rc = subprocess.run(
                 [PG_BIN / "initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"],
