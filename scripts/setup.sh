@@ -6,7 +6,9 @@
 #                   example generator: what README command (1) needs;
 #   setup.sh test   (the default) also Debian's torch and torchvision and
 #                   .venv-export (transformers) for exporting the real models
-#                   of the e2e tests: README command (2).
+#                   of the e2e tests: README command (2); and PostgreSQL 15
+#                   and .venv-reapi (BuildGrid, Python >= 3.13) for the
+#                   REAPI engine of the integration tests (tests/reapi/).
 # Installs run without recommended packages, so everything the build needs
 # is named here; scripts/check-fresh-machine.sh proves it on a bare root.
 set -euo pipefail
@@ -65,6 +67,9 @@ TEST_PACKAGES=(
   clang=1:14.0-55.7~deb12u1
   clang-14=1:14.0.6-12
   libclang-rt-14-dev=1:14.0.6-12
+  # BuildGrid's scheduler database (tests/reapi/cluster.py runs its own
+  # server on a temp dir; no system service is used).
+  postgresql-15=15.18-0+deb12u1
 )
 [[ "$PROFILE" == test ]] && DEBIAN_PACKAGES+=("${TEST_PACKAGES[@]}")
 
@@ -112,5 +117,26 @@ if ! cmp -s scripts/requirements-export.txt .venv-export/.requirements.installed
   echo "setup: installing model-export packages into .venv-export"
   .venv-export/bin/pip install -q --disable-pip-version-check -r scripts/requirements-export.txt
   cp scripts/requirements-export.txt .venv-export/.requirements.installed
+fi
+# BuildGrid, the REAPI engine of the integration tests, needs Python >= 3.13:
+# pyenv's on these machines, else a python3.13 on PATH.
+reapi_python=""
+for candidate in /root/.pyenv/versions/3.13.*/bin/python "$(command -v python3.13 || true)"; do
+  if [[ -x "$candidate" ]] && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 13))'; then
+    reapi_python=$candidate
+    break
+  fi
+done
+if [[ ! -x .venv-reapi/bin/python ]]; then
+  if [[ -z "$reapi_python" ]]; then
+    echo "setup: error: BuildGrid needs Python >= 3.13; none found (pyenv install 3.13, or put python3.13 on PATH)" >&2
+    exit 1
+  fi
+  "$reapi_python" -m venv .venv-reapi
+fi
+if ! cmp -s scripts/requirements-reapi.txt .venv-reapi/.requirements.installed; then
+  echo "setup: installing BuildGrid into .venv-reapi"
+  .venv-reapi/bin/pip install -q --disable-pip-version-check -r scripts/requirements-reapi.txt
+  cp scripts/requirements-reapi.txt .venv-reapi/.requirements.installed
 fi
 echo "setup: dependencies ready"
