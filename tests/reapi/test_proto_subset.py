@@ -1,0 +1,57 @@
+"""flowc's REAPI subset (proto/reapi) against the published REAPI as BuildGrid
+ships it: same packages, message names, field numbers and types, methods."""
+
+import shutil
+import subprocess
+
+from reapi_env import PROTO_ROOT, ROOT, proto_files, protoc, reapi_python
+
+CHECKER = ROOT / "tests" / "reapi" / "proto_subset_check.py"
+
+
+def descriptor_set(proto_root, out):
+    """Compiles every .proto under `proto_root` into one FileDescriptorSet."""
+    subprocess.run([protoc(), f"--proto_path={proto_root}", "--include_imports",
+                    f"--descriptor_set_out={out}", *proto_files(proto_root)],
+                   check=True, capture_output=True, text=True)
+    return out
+
+
+def run_checker(path):
+    return subprocess.run([reapi_python(), str(CHECKER), str(path)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_subset_matches_buildgrid(tmp_path):
+    # Every message, field, enum value and method of ours exists identically.
+    result = run_checker(descriptor_set(PROTO_ROOT, tmp_path / "reapi.pb"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == ""
+
+
+def test_checker_reports_a_wrong_field_number(tmp_path):
+    # A copy of ours with Digest.size_bytes renumbered must be refused, by name.
+    copy = tmp_path / "reapi"
+    shutil.copytree(PROTO_ROOT, copy)
+    proto = copy / "build" / "bazel" / "remote" / "execution" / "v2" / "remote_execution.proto"
+    text = proto.read_text()
+    assert "int64 size_bytes = 2;" in text
+    proto.write_text(text.replace("int64 size_bytes = 2;", "int64 size_bytes = 3;"))
+    result = run_checker(descriptor_set(copy, tmp_path / "bad.pb"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "field build.bazel.remote.execution.v2.Digest.size_bytes: ours (3," in result.stdout
+
+
+def test_checker_reports_a_method_the_reference_lacks(tmp_path):
+    # A method BuildGrid does not serve must be refused, by name.
+    copy = tmp_path / "reapi"
+    shutil.copytree(PROTO_ROOT, copy)
+    proto = copy / "google" / "bytestream" / "bytestream.proto"
+    text = proto.read_text()
+    proto.write_text(text.replace(
+        "rpc Read(ReadRequest) returns (stream ReadResponse);",
+        "rpc Read(ReadRequest) returns (stream ReadResponse);\n"
+        "  rpc Peek(ReadRequest) returns (ReadResponse);"))
+    result = run_checker(descriptor_set(copy, tmp_path / "bad.pb"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "method google.bytestream.ByteStream.Peek: not in the reference" in result.stdout
