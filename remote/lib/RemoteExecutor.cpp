@@ -49,8 +49,9 @@ constexpr int kMaxReceiveBytes = 64 << 20;
 // within about a second.
 constexpr int kUnaryAttempts = 4;
 // Execute/WaitExecution streams that fail (not those the engine ends
-// cleanly while the action runs, which resume at once).
-constexpr int kStreamAttempts = 6;
+// cleanly while the action runs, which resume at once): with the backoff
+// capped at 3.2 s, about 10 s for an engine to come back.
+constexpr int kStreamAttempts = 8;
 constexpr auto kUnaryDeadline = 60s;
 // Transfers get the unary deadline plus this rate's worth of time.
 constexpr uint64_t kSlowestBytesPerSecond = 1 << 20;

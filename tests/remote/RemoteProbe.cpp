@@ -18,6 +18,7 @@
 #include "flowc/support/MappedFile.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -120,6 +121,8 @@ json countersJson(const remote::Counters &c) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // Logs to stderr: stdout carries the JSON report.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("remote_probe"));
   spdlog::set_level(spdlog::level::warn);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty())
