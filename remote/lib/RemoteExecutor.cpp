@@ -45,19 +45,15 @@ constexpr int kMaxReceiveBytes = 64 << 20;
 
 // Transient failures (UNAVAILABLE) are retried: every call here is
 // idempotent (CAS writes are keyed by content, Execute by the action
-// digest). Backoff 100, 200, 400 ms...: an unreachable engine fails a call
-// within about a second.
+// digest). Backoff 100, 200, 400 ms... up to 1.6 s: an unreachable engine
+// fails a call within about a second.
 constexpr int kUnaryAttempts = 4;
-// Execute/WaitExecution streams that fail (not those the engine ends
-// cleanly while the action runs, which resume at once): with the backoff
-// capped at 3.2 s, about 10 s for an engine to come back.
-constexpr int kStreamAttempts = 8;
 constexpr auto kUnaryDeadline = 60s;
 // Transfers get the unary deadline plus this rate's worth of time.
 constexpr uint64_t kSlowestBytesPerSecond = 1 << 20;
 
 std::chrono::milliseconds backoff(int attempt) {
-  return std::chrono::milliseconds(100 << std::min(attempt - 1, 5));
+  return std::chrono::milliseconds(100 << std::min(attempt - 1, 4));
 }
 
 std::chrono::system_clock::time_point deadlineFor(uint64_t bytes) {
@@ -160,6 +156,7 @@ bool isTransient(const grpc::Status &status) {
 
 struct RemoteExecutor::Impl {
   Endpoint endpoint;
+  ClientOptions options;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<reapi::Execution::Stub> execution;
   std::unique_ptr<reapi::ActionCache::Stub> actionCache;
@@ -461,6 +458,7 @@ RemoteExecutor::Impl::runExecute(const cache::Digest &action, bool skipCache,
   std::string operationName;
   grpc::Status lastStatus;
   int failures = 0;
+  std::optional<std::chrono::steady_clock::time_point> lostSince;
   for (;;) {
     if (watch.cancelled())
       return Status(StatusCode::Cancelled, "remote action " + action.toString() + " on " +
@@ -472,7 +470,6 @@ RemoteExecutor::Impl::runExecute(const cache::Digest &action, bool skipCache,
     if (resuming) {
       reapi::WaitExecutionRequest request;
       request.set_name(operationName);
-      ++streamsResumed;
       reader = execution->WaitExecution(&context, request);
     } else {
       reapi::ExecuteRequest request;
@@ -497,6 +494,8 @@ RemoteExecutor::Impl::runExecute(const cache::Digest &action, bool skipCache,
       }
     }
     grpc::Status status = reader->Finish();
+    if (resuming && progressed)
+      ++streamsResumed;
     if (done)
       return decodeDone(*done, action);
     if (watch.cancelled())
@@ -511,7 +510,8 @@ RemoteExecutor::Impl::runExecute(const cache::Digest &action, bool skipCache,
       continue;
     }
     if (status.error_code() == grpc::StatusCode::NOT_FOUND && resuming) {
-      // The engine forgot the operation (restarted): execute again.
+      // The engine forgot the operation (restarted without its state):
+      // execute again.
       spdlog::warn("remote action {} on {}: operation '{}' is gone; executing again",
                    action.toString(), where(), operationName);
       operationName.clear();
@@ -519,20 +519,32 @@ RemoteExecutor::Impl::runExecute(const cache::Digest &action, bool skipCache,
       return rpcError(std::string(call) + " " + action.toString(), status, watch);
     }
     lastStatus = status;
-    if (++failures >= kStreamAttempts)
+    if (progressed) {
+      failures = 0;
+      lostSince.reset();
+    }
+    ++failures;
+    auto now = std::chrono::steady_clock::now();
+    if (!lostSince)
+      lostSince = now;
+    // An accepted action (its operation named) is followed for as long as
+    // the resume window allows, to ride out an engine restart; one the
+    // engine never accepted gets a few attempts, as unary calls do.
+    const bool accepted = !operationName.empty();
+    if (accepted ? now - *lostSince >= options.resumeWindow : failures >= kUnaryAttempts)
       break;
-    spdlog::warn("remote {} {} on {}: {}; retrying ({} of {})", call, action.toString(),
-                 where(),
-                 status.ok() ? "stream ended with no operation" : status.error_message(),
-                 failures, kStreamAttempts - 1);
+    spdlog::warn("remote {} {} on {}: {}; retrying", call, action.toString(), where(),
+                 status.ok() ? "stream ended with no operation" : status.error_message());
     // Cancelled while asleep: reported at the top of the loop.
     watch.sleepFor(backoff(failures));
   }
+  std::string what = "Execute " + action.toString();
+  if (!operationName.empty())
+    what = "WaitExecution " + operationName + " (action " + action.toString() + ")";
   if (lastStatus.ok())
-    return unavailable("remote action " + action.toString() + " on " + where() +
-                       ": the engine ended " + std::to_string(kStreamAttempts) +
-                       " streams without a result");
-  return rpcError("Execute " + action.toString(), lastStatus, watch);
+    return unavailable(what + " on " + where() +
+                       ": the engine ended its streams without a result");
+  return rpcError(what, lastStatus, watch);
 }
 
 Expected<std::string> RemoteExecutor::Impl::readBlob(const cache::Digest &digest,
@@ -728,8 +740,17 @@ Expected<ActionOutcome> RemoteExecutor::Impl::collect(const reapi::ActionResult 
 RemoteExecutor::RemoteExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RemoteExecutor::~RemoteExecutor() = default;
 
+Status ClientOptions::validate() const {
+  if (resumeWindow.count() < 0 || resumeWindow > std::chrono::hours(1))
+    return invalidArgument("remote resume window " +
+                           std::to_string(resumeWindow.count()) +
+                           " s: must be 0..3600 s");
+  return Status::ok();
+}
+
 Expected<std::unique_ptr<RemoteExecutor>>
-RemoteExecutor::connect(const Endpoint &endpoint) {
+RemoteExecutor::connect(const Endpoint &endpoint, const ClientOptions &options) {
+  FLOWC_RETURN_IF_ERROR(options.validate());
   FLOWC_ASSIGN_OR_RETURN(Endpoint parsed, parseEndpoint(endpoint.url, endpoint.instance));
   parsed.rootCertsPath = endpoint.rootCertsPath;
   const bool tls = parsed.url.starts_with("grpcs://");
@@ -758,6 +779,7 @@ RemoteExecutor::connect(const Endpoint &endpoint) {
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   auto impl = std::make_unique<Impl>();
   impl->endpoint = std::move(parsed);
+  impl->options = options;
   impl->channel = grpc::CreateCustomChannel(target, credentials, arguments);
   impl->execution = reapi::Execution::NewStub(impl->channel);
   impl->actionCache = reapi::ActionCache::NewStub(impl->channel);

@@ -1,25 +1,41 @@
 """flowc's REAPI subset (proto/reapi) against the published REAPI as BuildGrid
-ships it: same packages, message names, field numbers and types, methods."""
+ships it: same packages, message names, field numbers and types, methods.
+The comparison runs in .venv-reapi (BuildGrid's descriptors); protoc is
+Debian's.
+
+  /work/main/.venv/bin/python -m pytest -q tests/reapi/test_proto_subset.py
+"""
 
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
-from reapi_env import PROTO_ROOT, ROOT, proto_files, protoc, reapi_python
+import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster import reapi_venv  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTO_ROOT = ROOT / "proto" / "reapi"
 CHECKER = ROOT / "tests" / "reapi" / "proto_subset_check.py"
 
 
 def descriptor_set(proto_root, out):
     """Compiles every .proto under `proto_root` into one FileDescriptorSet."""
-    subprocess.run([protoc(), f"--proto_path={proto_root}", "--include_imports",
-                    f"--descriptor_set_out={out}", *proto_files(proto_root)],
-                   check=True, capture_output=True, text=True)
+    protoc = shutil.which("protoc")
+    if protoc is None:
+        pytest.fail("protoc not found (Debian's protobuf-compiler)")
+    protos = sorted(str(p.relative_to(proto_root)) for p in Path(proto_root).rglob("*.proto"))
+    subprocess.run([protoc, f"--proto_path={proto_root}", "--include_imports",
+                    f"--descriptor_set_out={out}", *protos], check=True, capture_output=True,
+                   text=True)
     return out
 
 
 def run_checker(path):
-    return subprocess.run([reapi_python(), str(CHECKER), str(path)], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([reapi_venv() / "bin" / "python", str(CHECKER), str(path)],
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_subset_matches_buildgrid(tmp_path):

@@ -199,8 +199,7 @@ def test_lost_stream_is_resumed_across_an_engine_restart(cluster, tmp_path):
     thread.start()
     # Restart once a bot runs the command (its scratch directory exists).
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(
-            (cluster.workdir / "bots").glob("*/**/o.txt")) and not _running(cluster, "sleep 6"):
+    while time.monotonic() < deadline and not _running(cluster, "sleep 6; echo survived"):
         time.sleep(0.2)
     cluster.stop_server()
     cluster.start_server()
@@ -240,6 +239,33 @@ def test_engine_down_is_unavailable_naming_it(cluster, tmp_path):
         assert rc == 1
         error = report["outcomes"][0]["error"]
         assert error["code"] == "Unavailable", error
+        assert f"on {cluster.url} (instance '{cluster.instance}'): UNAVAILABLE" in error["message"]
+    finally:
+        cluster.start_server()
+
+
+def test_engine_gone_mid_action_fails_after_the_resume_window(cluster, tmp_path):
+    # The engine goes down while the action runs and stays down: the lost
+    # stream is retried for the 2 s window, then the call is Unavailable.
+    spec = shell(f"sleep 8; echo late > o.txt # {time.time_ns()}", outputs=["o.txt"])
+    result = {}
+
+    def run():
+        result["report"] = execute(cluster, tmp_path, spec, "--resume-window-s", "2")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _running(cluster, "sleep 8; echo late"):
+        time.sleep(0.2)
+    cluster.stop_server()
+    try:
+        thread.join(timeout=120)
+        rc, report = result["report"]
+        assert rc == 1, report
+        error = report["outcomes"][0]["error"]
+        assert error["code"] == "Unavailable", error
+        assert error["message"].startswith("WaitExecution main/"), error
         assert f"on {cluster.url} (instance '{cluster.instance}'): UNAVAILABLE" in error["message"]
     finally:
         cluster.start_server()

@@ -2,7 +2,8 @@
 // tests in tests/reapi.
 //
 //   remote_probe URL [--instance NAME] capabilities
-//   remote_probe URL [--instance NAME] [--cancel-after-ms N] execute SPEC.json
+//   remote_probe URL [--instance NAME] [--cancel-after-ms N] [--resume-window-s N]
+//                execute SPEC.json
 //
 // SPEC.json is one action or a list of them (run concurrently, one thread
 // each, through one executor):
@@ -38,7 +39,7 @@ int usage(const std::string &why) {
   std::cerr << "remote_probe: " << why
             << "\nusage: remote_probe URL [--instance NAME] capabilities\n"
                "       remote_probe URL [--instance NAME] [--cancel-after-ms N] "
-               "execute SPEC.json\n";
+               "[--resume-window-s N] execute SPEC.json\n";
   return 2;
 }
 
@@ -129,11 +130,14 @@ int main(int argc, char **argv) {
     return usage("no URL");
   std::string url = args[0], instance, command, specPath;
   int cancelAfterMs = -1;
+  remote::ClientOptions options;
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--instance" && i + 1 < args.size()) {
       instance = args[++i];
     } else if (args[i] == "--cancel-after-ms" && i + 1 < args.size()) {
       cancelAfterMs = std::stoi(args[++i]);
+    } else if (args[i] == "--resume-window-s" && i + 1 < args.size()) {
+      options.resumeWindow = std::chrono::seconds(std::stoi(args[++i]));
     } else if (command.empty()) {
       command = args[i];
     } else if (specPath.empty()) {
@@ -148,7 +152,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   Expected<std::unique_ptr<remote::RemoteExecutor>> executor =
-      remote::RemoteExecutor::connect(*endpoint);
+      remote::RemoteExecutor::connect(*endpoint, options);
   if (!executor) {
     std::cerr << "remote_probe: " << executor.status().toString() << "\n";
     return 2;

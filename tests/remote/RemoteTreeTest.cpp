@@ -350,6 +350,11 @@ TEST(RemoteExecutorTest, ConnectRefusesBadEndpointsAndCertificates) {
                        "remote root certificates '/nonexistent.pem': cannot be read"));
   EXPECT_THAT(RemoteExecutor::connect(Endpoint{"grpc://host:1", "", "/etc/hostname"}),
               StatusIs(StatusCode::InvalidArgument, "given for the plaintext endpoint"));
+  ClientOptions options;
+  options.resumeWindow = std::chrono::seconds(-1);
+  EXPECT_THAT(RemoteExecutor::connect(Endpoint{"grpc://host:1", "", ""}, options),
+              StatusIs(StatusCode::InvalidArgument,
+                       "remote resume window -1 s: must be 0..3600 s"));
   // No RPC at connect: an unreachable endpoint connects.
   Expected<std::unique_ptr<RemoteExecutor>> executor =
       RemoteExecutor::connect(Endpoint{"grpc://127.0.0.1:1", "", ""});

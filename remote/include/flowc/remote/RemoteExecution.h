@@ -101,13 +101,27 @@ struct Counters {
   uint64_t streamsResumed = 0;
 };
 
+/// How long the client holds on to an engine that stops answering.
+struct ClientOptions {
+  /// How long a lost Execute stream of an action the engine accepted is
+  /// resumed with WaitExecution while the engine cannot be reached (an
+  /// engine restart). Unary calls and an Execute not yet accepted retry 4
+  /// times (about 1.5 s) instead.
+  std::chrono::seconds resumeWindow{30};
+
+  /// InvalidArgument unless resumeWindow is in 0..3600 s.
+  Status validate() const;
+};
+
 /// A connection to one engine. Thread-safe: any number of threads may call
 /// execute() at once (one gRPC channel, multiplexed).
 class RemoteExecutor {
 public:
   /// Creates the channel; makes no RPC (the first call connects).
-  /// InvalidArgument when rootCertsPath cannot be read.
-  static Expected<std::unique_ptr<RemoteExecutor>> connect(const Endpoint &endpoint);
+  /// InvalidArgument for a bad endpoint or options, or when rootCertsPath
+  /// cannot be read.
+  static Expected<std::unique_ptr<RemoteExecutor>>
+  connect(const Endpoint &endpoint, const ClientOptions &options = {});
   ~RemoteExecutor();
   RemoteExecutor(const RemoteExecutor &) = delete;
   RemoteExecutor &operator=(const RemoteExecutor &) = delete;
@@ -122,7 +136,7 @@ public:
   /// nothing), else FindMissingBlobs and upload only the missing blobs
   /// (BatchUpdateBlobs under the engine's max_batch_total_size_bytes or 4
   /// MiB, ByteStream Write for larger ones), Execute, a lost stream resumed
-  /// with WaitExecution (bounded retries), then every output and
+  /// with WaitExecution (for up to ClientOptions::resumeWindow), then every output and
   /// stdout/stderr fetched (BatchReadBlobs / ByteStream Read) and verified
   /// by SHA-256. `cancelled`, when given, is polled about every 100 ms and
   /// abandons the call (Cancelled).
