@@ -46,6 +46,37 @@ def execute(c, tmp_path, spec, *args):
     return rc, report
 
 
+def running(text):
+    """Whether a process whose command line holds `text` runs."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def execute_while_running(c, tmp_path, spec, command_text, *args):
+    """Starts execute() on a thread and returns once a bot runs the command
+    (a process whose command line holds `command_text`); the returned
+    function joins the thread and gives execute()'s result."""
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.update(report=execute(c, tmp_path, spec, *args)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not running(command_text):
+        time.sleep(0.2)
+
+    def finish():
+        thread.join(timeout=240)
+        assert "report" in result, f"execute() did not return\n{c.logs()}"
+        return result["report"]
+
+    return finish
+
+
 def shell(script, **extra):
     return {"arguments": ["/bin/sh", "-c", script], **extra}
 
@@ -190,36 +221,14 @@ def test_lost_stream_is_resumed_across_an_engine_restart(cluster, tmp_path):
     # the result.
     spec = shell(f"sleep 6; echo survived > o.txt # {time.time_ns()}", outputs=["o.txt"],
                  out_dir=str(tmp_path / "out"))
-    result = {}
-
-    def run():
-        result["report"] = execute(cluster, tmp_path, spec)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    # Restart once a bot runs the command (its scratch directory exists).
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _running(cluster, "sleep 6; echo survived"):
-        time.sleep(0.2)
+    finish = execute_while_running(cluster, tmp_path, spec, "sleep 6; echo survived")
     cluster.stop_server()
     cluster.start_server()
-    thread.join(timeout=240)
-    rc, report = result["report"]
+    rc, report = finish()
     assert rc == 0, f"{report}\n{cluster.logs()}"
     assert report["outcomes"][0]["exit_code"] == 0, report
     assert (tmp_path / "out" / "o.txt").read_text() == "survived\n"
     assert report["counters"]["streams_resumed"] >= 1
-
-
-def _running(cluster, text):
-    """Whether a process whose command line holds `text` runs."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text.encode() in cmdline.read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def test_engine_down_is_unavailable_naming_it(cluster, tmp_path):
@@ -248,20 +257,11 @@ def test_engine_gone_mid_action_fails_after_the_resume_window(cluster, tmp_path)
     # The engine goes down while the action runs and stays down: the lost
     # stream is retried for the 2 s window, then the call is Unavailable.
     spec = shell(f"sleep 8; echo late > o.txt # {time.time_ns()}", outputs=["o.txt"])
-    result = {}
-
-    def run():
-        result["report"] = execute(cluster, tmp_path, spec, "--resume-window-s", "2")
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _running(cluster, "sleep 8; echo late"):
-        time.sleep(0.2)
+    finish = execute_while_running(cluster, tmp_path, spec, "sleep 8; echo late",
+                                   "--resume-window-s", "2")
     cluster.stop_server()
     try:
-        thread.join(timeout=120)
-        rc, report = result["report"]
+        rc, report = finish()
         assert rc == 1, report
         error = report["outcomes"][0]["error"]
         assert error["code"] == "Unavailable", error
