@@ -390,25 +390,24 @@ void defineArenaSize(llvm::Module &module, uint64_t bytes) {
                            runtime::kArenaBytesSymbol);
 }
 
-Expected<std::unique_ptr<llvm::TargetMachine>> createHostTargetMachine(int optLevel) {
+Expected<std::unique_ptr<llvm::TargetMachine>> createTargetMachine(const CodeTarget &code,
+                                                                   int optLevel) {
   initializeLlvmOnce();
-  llvm::Triple triple(llvm::sys::getProcessTriple());
+  llvm::Triple triple(code.triple);
   std::string error;
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!target)
     return unavailable("no LLVM target for " + triple.str() + ": " + error);
-  llvm::SubtargetFeatures features;
-  for (const auto &feature : llvm::sys::getHostCPUFeatures())
-    features.AddFeature(feature.first(), feature.second);
   auto level = optLevel <= 0   ? llvm::CodeGenOptLevel::None
                : optLevel == 1 ? llvm::CodeGenOptLevel::Less
                : optLevel == 2 ? llvm::CodeGenOptLevel::Default
                                : llvm::CodeGenOptLevel::Aggressive;
-  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      triple, llvm::sys::getHostCPUName(), features.getString(), llvm::TargetOptions(),
-      llvm::Reloc::PIC_, std::nullopt, level));
+  std::unique_ptr<llvm::TargetMachine> machine(
+      target->createTargetMachine(triple, code.cpu, code.features, llvm::TargetOptions(),
+                                  llvm::Reloc::PIC_, std::nullopt, level));
   if (!machine)
-    return unavailable("cannot create a target machine for " + triple.str());
+    return unavailable("cannot create a target machine for " + triple.str() + " (" +
+                       code.cpu + ")");
   return machine;
 }
 
@@ -476,8 +475,8 @@ Expected<ObjectUnit> translateUnit(mlir::ModuleOp module, std::string name,
   return unit;
 }
 
-Status compileUnit(ObjectUnit &unit, int optLevel) {
-  FLOWC_ASSIGN_OR_RETURN(auto machine, createHostTargetMachine(optLevel));
+Status compileUnit(ObjectUnit &unit, const CodeTarget &target, int optLevel) {
+  FLOWC_ASSIGN_OR_RETURN(auto machine, createTargetMachine(target, optLevel));
   unit.module->setDataLayout(machine->createDataLayout());
   unit.module->setTargetTriple(machine->getTargetTriple());
   optimizeModule(*unit.module, *machine, optLevel);
@@ -486,32 +485,11 @@ Status compileUnit(ObjectUnit &unit, int optLevel) {
   return Status::ok();
 }
 
-/// LLVM's optimization and code generation, the bulk of a compile, for
-/// every unit without an object yet, on as many threads as there are cores.
-Status compileUnits(std::vector<ObjectUnit> &units, int optLevel) {
-  std::vector<ObjectUnit *> pending;
-  for (ObjectUnit &unit : units)
-    if (unit.module)
-      pending.push_back(&unit);
-  std::vector<Status> statuses(pending.size(), Status::ok());
-  if (pending.size() == 1) {
-    statuses[0] = compileUnit(*pending[0], optLevel);
-  } else if (!pending.empty()) {
-    llvm::DefaultThreadPool pool(llvm::hardware_concurrency());
-    for (size_t i = 0; i < pending.size(); ++i)
-      pool.async([&, i] { statuses[i] = compileUnit(*pending[i], optLevel); });
-    pool.wait();
-  }
-  for (size_t i = 0; i < pending.size(); ++i)
-    if (!statuses[i].isOk())
-      return statuses[i].withContext(pending[i]->name);
-  return Status::ok();
-}
-
 /// What a kernel's object depends on besides its IR: the target and the
 /// options of the lowering it goes through (stage 3 and LLVM).
-std::string kernelKey(const CompileOptions &options, const KernelModule &kernel) {
-  return "flowc.loop-kernel.v1\n" + hostTargetDescription() +
+std::string kernelKey(const CompileOptions &options, const CodeTarget &target,
+                      const KernelModule &kernel) {
+  return "flowc.loop-kernel.v1\n" + target.description() +
          "\nopt=" + std::to_string(options.optLevel) +
          (enabled(options, "flowc-parallelize-loops") ? ";parallel" : "") + "\n" +
          kernel.text;
@@ -612,21 +590,42 @@ std::string CompileOptions::canonical() const {
   return text;
 }
 
-std::string hostTargetDescription() {
+const CodeTarget &CodeTarget::host() {
   // The host does not change while the process runs; every cache key asks.
-  static const std::string description = [] {
-    std::string text =
-        llvm::sys::getProcessTriple() + ";" + llvm::sys::getHostCPUName().str();
+  static const CodeTarget target = [] {
+    CodeTarget host;
+    host.triple = llvm::sys::getProcessTriple();
+    host.cpu = llvm::sys::getHostCPUName().str();
     // Sorted: this is part of cache keys, and a hash map's order is no contract.
-    std::vector<std::string> enabled;
+    std::vector<std::string> features;
     for (const auto &feature : llvm::sys::getHostCPUFeatures())
-      if (feature.second)
-        enabled.push_back(feature.first().str());
-    std::sort(enabled.begin(), enabled.end());
-    for (const std::string &feature : enabled)
-      text += ";+" + feature;
-    return text;
+      features.push_back((feature.second ? "+" : "-") + feature.first().str());
+    std::sort(features.begin(), features.end(),
+              [](const std::string &a, const std::string &b) {
+                return a.compare(1, std::string::npos, b, 1, std::string::npos) < 0;
+              });
+    for (const std::string &feature : features)
+      host.features += (host.features.empty() ? "" : ",") + feature;
+    return host;
   }();
+  return target;
+}
+
+std::string CodeTarget::description() const {
+  std::string text = triple + ";" + cpu;
+  std::string_view rest = features;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view feature = rest.substr(0, comma);
+    if (!feature.empty() && feature[0] == '+')
+      text += ";" + std::string(feature);
+    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+  }
+  return text;
+}
+
+std::string hostTargetDescription() {
+  static const std::string description = CodeTarget::host().description();
   return description;
 }
 
@@ -716,33 +715,39 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
   return signature;
 }
 
-static Expected<std::string> compileUnguarded(const std::string &irBytecode,
-                                              const CompileOptions &options,
-                                              const std::string &workDir,
-                                              CompileReport *report,
-                                              KernelObjectCache *kernelCache) {
+namespace {
+
+/// MLIR context for one compile step: the codegen dialects, no threads (the
+/// steps themselves run in parallel).
+struct CodegenContext {
+  CodegenContext() : context(makeRegistry(), mlir::MLIRContext::Threading::DISABLED) {}
+  static mlir::DialectRegistry makeRegistry() {
+    mlir::DialectRegistry registry;
+    registerCodegenDialects(registry);
+    return registry;
+  }
+  mlir::MLIRContext context;
+};
+
+Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
+                                    const CompileOptions &options,
+                                    const CodeTarget &target, IrPrinter *printer) {
   FLOWC_RETURN_IF_ERROR(options.validate());
-  CompileReport ownReport;
-  if (!report)
-    report = &ownReport;
-  mlir::DialectRegistry registry;
-  registerCodegenDialects(registry);
-  mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
+  CodegenContext codegen;
+  mlir::MLIRContext &context = codegen.context;
   DiagnosticCollector diagnostics(context);
   FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
 
-  std::optional<IrPrinter> printer;
-  if (!options.printIrAfter.empty())
-    printer.emplace(options.printIrAfter);
   mlir::PassManager bufferize(&context);
   buildBufferizePipeline(bufferize, options);
   if (printer)
     printer->attach(bufferize);
   if (mlir::failed(bufferize.run(*module)))
     return internalError("lowering to buffers failed: " + diagnostics.text);
-  report->weights = collectCodeWeights(*module);
+  CompilePlan plan;
+  plan.weights = collectCodeWeights(*module);
   std::vector<LibraryKernel> libraryKernels = collectLibraryKernels(*module);
-  report->weights.kernelWeights = collectKernelWeights(*module, libraryKernels);
+  plan.weights.kernelWeights = collectKernelWeights(*module, libraryKernels);
   uint64_t arenaBytes = plannedArenaBytes(*module);
   mlir::PassManager prepare(&context);
   buildPrepareLoopsPipeline(prepare, options);
@@ -759,60 +764,142 @@ static Expected<std::string> compileUnguarded(const std::string &irBytecode,
     printer->attach(lower);
   if (mlir::failed(lower.run(*module)))
     return internalError("lowering to LLVM failed: " + diagnostics.text);
-  std::vector<ObjectUnit> units;
   FLOWC_ASSIGN_OR_RETURN(ObjectUnit graph, translateUnit(*module, "graph", diagnostics));
   FLOWC_RETURN_IF_ERROR(addEntryPoint(*graph.module));
   defineArenaSize(*graph.module, arenaBytes);
   FLOWC_RETURN_IF_ERROR(bindLibraryKernels(*graph.module, libraryKernels));
-  for (const KernelModule &kernel : kernels)
+  for (const KernelModule &kernel : kernels) {
     hideSymbol(*graph.module, kernel.symbol);
-  units.push_back(std::move(graph));
+    plan.kernels.push_back({kernel.symbol, kernelKey(options, target, kernel),
+                            kernel.text, kernel.callSites});
+  }
+  FLOWC_RETURN_IF_ERROR(compileUnit(graph, target, options.optLevel));
+  plan.graphObject = std::move(graph.object);
+  plan.linksOpenMp = enabled(options, "flowc-parallelize-loops");
+  return plan;
+}
 
-  // Printing the IR shows every kernel's lowering, so none comes from the
-  // cache then.
-  KernelObjectCache *cache = printer ? nullptr : kernelCache;
-  report->loopKernels = static_cast<int>(kernels.size());
-  for (KernelModule &kernel : kernels) {
-    report->loopKernelCalls += kernel.callSites;
-    std::string key = kernelKey(options, kernel);
-    if (cache) {
-      if (std::optional<std::string> object = cache->lookup(key)) {
-        units.push_back(
-            ObjectUnit{kernel.symbol, nullptr, nullptr, std::move(*object), ""});
-        ++report->cachedLoopKernels;
+Expected<std::string> compileKernelUnguarded(const PlannedKernel &kernel,
+                                             const CompileOptions &options,
+                                             const CodeTarget &target,
+                                             IrPrinter *printer) {
+  FLOWC_RETURN_IF_ERROR(options.validate());
+  CodegenContext codegen;
+  mlir::MLIRContext &context = codegen.context;
+  DiagnosticCollector diagnostics(context);
+  mlir::ParserConfig config(&context);
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(kernel.text, config);
+  if (!module)
+    return invalidArgument("kernel " + kernel.symbol +
+                           ": its IR does not parse: " + diagnostics.text);
+  mlir::PassManager lower(&context);
+  buildLowerToLlvmPipeline(lower, options);
+  if (printer)
+    printer->attach(lower);
+  if (mlir::failed(lower.run(*module)))
+    return internalError("lowering kernel " + kernel.symbol +
+                         " to LLVM failed: " + diagnostics.text);
+  FLOWC_ASSIGN_OR_RETURN(ObjectUnit unit,
+                         translateUnit(*module, kernel.symbol, diagnostics));
+  hideSymbol(*unit.module, kernel.symbol);
+  FLOWC_RETURN_IF_ERROR(compileUnit(unit, target, options.optLevel));
+  return std::move(unit.object);
+}
+
+/// Runs `step`, turning running out of memory into this compile's failure
+/// rather than the process's: MLIR and LLVM allocate as the IR asks.
+template <typename Step>
+auto guarded(const std::string &what, Step &&step) -> decltype(step()) {
+  try {
+    return step();
+  } catch (const std::bad_alloc &) {
+  } catch (const std::length_error &) {
+  }
+  return resourceExhausted("out of memory while compiling " + what);
+}
+
+/// The objects of the plan's kernels, from `cache` or compiled: on threads
+/// (each with its own contexts), or one after another while printing IR.
+Expected<std::vector<std::string>>
+kernelObjects(const CompilePlan &plan, const CompileOptions &options,
+              const CodeTarget &target, IrPrinter *printer, KernelObjectCache *cache,
+              CompileReport &report) {
+  std::vector<std::string> objects(plan.kernels.size());
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    if (cache)
+      if (std::optional<std::string> object = cache->lookup(plan.kernels[i].key)) {
+        objects[i] = std::move(*object);
+        ++report.cachedLoopKernels;
         continue;
       }
-    }
-    if (mlir::failed(lower.run(*kernel.module)))
-      return internalError("lowering kernel " + kernel.symbol +
-                           " to LLVM failed: " + diagnostics.text);
-    FLOWC_ASSIGN_OR_RETURN(ObjectUnit unit,
-                           translateUnit(*kernel.module, kernel.symbol, diagnostics));
-    hideSymbol(*unit.module, kernel.symbol);
-    unit.kernelKey = std::move(key);
-    units.push_back(std::move(unit));
+    missing.push_back(i);
   }
-  FLOWC_RETURN_IF_ERROR(compileUnits(units, options.optLevel));
-  if (printer) {
-    FLOWC_RETURN_IF_ERROR(printer->finish());
-    report->printedIr = std::move(printer->text);
+  std::vector<Expected<std::string>> compiled(missing.size(), std::string());
+  auto compile = [&](size_t m) {
+    const PlannedKernel &kernel = plan.kernels[missing[m]];
+    compiled[m] = guarded("kernel " + kernel.symbol, [&] {
+      return compileKernelUnguarded(kernel, options, target, printer);
+    });
+  };
+  if (printer || missing.size() <= 1) {
+    for (size_t m = 0; m < missing.size(); ++m)
+      compile(m);
+  } else {
+    llvm::DefaultThreadPool pool(llvm::hardware_concurrency());
+    for (size_t m = 0; m < missing.size(); ++m)
+      pool.async([&, m] { compile(m); });
+    pool.wait();
   }
-  if (cache)
-    for (const ObjectUnit &unit : units)
-      if (!unit.kernelKey.empty())
-        cache->store(unit.kernelKey, unit.object);
+  for (size_t m = 0; m < missing.size(); ++m) {
+    if (!compiled[m])
+      return compiled[m].status();
+    objects[missing[m]] = std::move(*compiled[m]);
+    if (cache)
+      cache->store(plan.kernels[missing[m]].key, objects[missing[m]]);
+  }
+  return objects;
+}
 
+} // namespace
+
+Expected<CompilePlan> planCompile(const std::string &irBytecode,
+                                  const CompileOptions &options,
+                                  const CodeTarget &target) {
+  return guarded("the graph",
+                 [&] { return planUnguarded(irBytecode, options, target, nullptr); });
+}
+
+Expected<std::string> compileKernel(const PlannedKernel &kernel,
+                                    const CompileOptions &options,
+                                    const CodeTarget &target) {
+  return guarded("kernel " + kernel.symbol, [&] {
+    return compileKernelUnguarded(kernel, options, target, nullptr);
+  });
+}
+
+Expected<std::string> linkSharedObject(const CompilePlan &plan,
+                                       const std::vector<std::string> &kernelObjects,
+                                       const std::string &workDir) {
+  if (kernelObjects.size() != plan.kernels.size())
+    return invalidArgument("link: " + std::to_string(kernelObjects.size()) +
+                           " kernel objects for a plan of " +
+                           std::to_string(plan.kernels.size()) + " kernels");
   std::string libraryPath = workDir + "/graph.so";
   std::vector<std::string> link = {"cc", "-shared", "-o", libraryPath};
-  for (const ObjectUnit &unit : units) {
-    std::string objectPath = workDir + "/" + unit.name + ".o";
-    FLOWC_RETURN_IF_ERROR(writeFileAtomically(objectPath, unit.object));
-    link.push_back(objectPath);
-  }
+  auto addObject = [&](const std::string &name, const std::string &object) -> Status {
+    std::string path = workDir + "/" + name + ".o";
+    FLOWC_RETURN_IF_ERROR(writeFileAtomically(path, object));
+    link.push_back(path);
+    return Status::ok();
+  };
+  FLOWC_RETURN_IF_ERROR(addObject("graph", plan.graphObject));
+  for (size_t i = 0; i < plan.kernels.size(); ++i)
+    FLOWC_RETURN_IF_ERROR(addObject(plan.kernels[i].symbol, kernelObjects[i]));
   link.push_back("-lm");
   // Parallel loops call LLVM's OpenMP runtime (libomp), which the runtime
   // also loads for the library kernels: one thread pool for both.
-  if (enabled(options, "flowc-parallelize-loops"))
+  if (plan.linksOpenMp)
     link.push_back("-l:" + std::string(runtime::kOpenMpLibrary));
   FLOWC_RETURN_IF_ERROR(runProgram(link).withContext("link"));
   return readFileToString(libraryPath);
@@ -823,14 +910,31 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
                                             const std::string &workDir,
                                             CompileReport *report,
                                             KernelObjectCache *kernelCache) {
-  // MLIR and LLVM allocate as the IR asks; running out of memory fails this
-  // compile, not the process serving others.
-  try {
-    return compileUnguarded(irBytecode, options, workDir, report, kernelCache);
-  } catch (const std::bad_alloc &) {
-  } catch (const std::length_error &) {
+  CompileReport ownReport;
+  if (!report)
+    report = &ownReport;
+  std::optional<IrPrinter> printer;
+  if (!options.printIrAfter.empty())
+    printer.emplace(options.printIrAfter);
+  IrPrinter *print = printer ? &*printer : nullptr;
+  const CodeTarget &target = CodeTarget::host();
+  FLOWC_ASSIGN_OR_RETURN(CompilePlan plan, guarded("the graph", [&] {
+                           return planUnguarded(irBytecode, options, target, print);
+                         }));
+  report->weights = plan.weights;
+  report->loopKernels = static_cast<int>(plan.kernels.size());
+  for (const PlannedKernel &kernel : plan.kernels)
+    report->loopKernelCalls += kernel.callSites;
+  // Printing the IR shows every kernel's lowering, so none comes from the
+  // cache then.
+  FLOWC_ASSIGN_OR_RETURN(std::vector<std::string> objects,
+                         kernelObjects(plan, options, target, print,
+                                       print ? nullptr : kernelCache, *report));
+  if (printer) {
+    FLOWC_RETURN_IF_ERROR(printer->finish());
+    report->printedIr = std::move(printer->text);
   }
-  return resourceExhausted("out of memory while compiling the graph");
+  return linkSharedObject(plan, objects, workDir);
 }
 
 } // namespace flowc::compiler

@@ -209,6 +209,61 @@ struct CompileReport {
   int cachedLoopKernels = 0;
 };
 
+/// The CPU generated code is for. The daemon's machine runs the code, so
+/// a compile task on another machine (a remote worker with another CPU)
+/// compiles for this target, not for its own host.
+struct CodeTarget {
+  std::string triple;
+  std::string cpu;
+  /// LLVM subtarget features, each enabled (+) or disabled (-), sorted.
+  std::string features;
+
+  /// The CPU this process runs on.
+  static const CodeTarget &host();
+  /// What cache keys hash: triple, CPU and the enabled features.
+  std::string description() const;
+};
+
+/// One partitioned loop kernel of a planned compile: compiled on its own
+/// (compileKernel), possibly elsewhere, and cached by `key`.
+struct PlannedKernel {
+  std::string symbol;
+  /// The kernel cache key: the target, the lowering options and `text`.
+  std::string key;
+  /// Its module's MLIR text before the LLVM lowering.
+  std::string text;
+  /// Calls of it in @main.
+  int callSites = 0;
+};
+
+/// A compile after the graph passes and the partition: @main's object,
+/// what the code binds, and the kernels still to compile.
+struct CompilePlan {
+  CodeWeights weights;
+  std::string graphObject;
+  std::vector<PlannedKernel> kernels;
+  /// The code calls the OpenMP runtime (parallel loops): linked with libomp.
+  bool linksOpenMp = false;
+};
+
+/// Stage 1 and 2 of the lowering, the partition, and @main's object for
+/// `target`. Thread-safe (own MLIR and LLVM contexts).
+Expected<CompilePlan> planCompile(const std::string &irBytecode,
+                                  const CompileOptions &options,
+                                  const CodeTarget &target);
+
+/// Stage 3 and LLVM for one planned kernel: its object for `target`. The
+/// object depends only on PlannedKernel::key. Thread-safe.
+Expected<std::string> compileKernel(const PlannedKernel &kernel,
+                                    const CompileOptions &options,
+                                    const CodeTarget &target);
+
+/// Links @main's object and the kernels' objects (in plan order) into a
+/// shared object in `workDir`; returns its bytes.
+Expected<std::string> linkSharedObject(const CompilePlan &plan,
+                                       const std::vector<std::string> &kernelObjects,
+                                       const std::string &workDir);
+
 /// Lowers graph IR bytecode (TOSA -> linalg -> loops -> LLVM) and links a
 /// shared object for the host CPU in `workDir`. Returns its bytes. With
 /// `options.printIrAfter`, the IR after each matching pass goes to
