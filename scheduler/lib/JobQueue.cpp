@@ -13,11 +13,41 @@ JobQueue::~JobQueue() {
     thread.join();
 }
 
-std::string JobQueue::submit(Priority priority, std::function<void()> job) {
+void JobQueue::FairQueue::push(const std::string &client, std::function<void()> job) {
+  auto &jobs = byClient[client];
+  if (jobs.empty())
+    turns.push_back(client);
+  jobs.push_back(std::move(job));
+  ++size;
+}
+
+std::function<void()> JobQueue::FairQueue::pop() {
+  std::string client = std::move(turns.front());
+  turns.pop_front();
+  auto it = byClient.find(client);
+  std::function<void()> job = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty())
+    byClient.erase(it);
+  else
+    turns.push_back(std::move(client));
+  --size;
+  return job;
+}
+
+void JobQueue::FairQueue::clear() {
+  byClient.clear();
+  turns.clear();
+  size = 0;
+}
+
+std::string JobQueue::submit(Priority priority, std::function<void()> job,
+                             const std::string &client) {
   std::lock_guard lock(mutex_);
   if (stopping_)
     return "";
-  (priority == Priority::Interactive ? interactive_ : batch_).push_back(std::move(job));
+  (priority == Priority::Interactive ? interactive_ : batch_)
+      .push(client, std::move(job));
   ready_.notify_one();
   return "job-" + std::to_string(nextId_++);
 }
@@ -37,7 +67,7 @@ void JobQueue::shutdown() {
 
 JobCounts JobQueue::counts() const {
   std::lock_guard lock(mutex_);
-  return JobCounts{interactive_.size() + batch_.size(), running_, completed_};
+  return JobCounts{interactive_.size + batch_.size, running_, completed_};
 }
 
 void JobQueue::workerLoop() {
@@ -45,13 +75,10 @@ void JobQueue::workerLoop() {
     std::function<void()> job;
     {
       std::unique_lock lock(mutex_);
-      ready_.wait(lock,
-                  [&] { return stopping_ || !interactive_.empty() || !batch_.empty(); });
+      ready_.wait(lock, [&] { return stopping_ || interactive_.size + batch_.size > 0; });
       if (stopping_)
         return;
-      auto &queue = interactive_.empty() ? batch_ : interactive_;
-      job = std::move(queue.front());
-      queue.pop_front();
+      job = (interactive_.size > 0 ? interactive_ : batch_).pop();
       ++running_;
     }
     job();

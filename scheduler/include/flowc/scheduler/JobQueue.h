@@ -1,6 +1,7 @@
-// Runs jobs on a fixed set of embedded worker threads, interactive jobs
-// before batch ones. Remote workers with leases come later over the same
-// job interface.
+// Runs jobs on a fixed set of threads: interactive jobs before batch ones,
+// and within a priority, clients in turn (one client's hundred CI submits
+// do not starve another's one). The tasks of running jobs take the slots
+// of a TaskSlots pool (TaskSlots.h).
 #pragma once
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,9 +34,10 @@ public:
   JobQueue(const JobQueue &) = delete;
   JobQueue &operator=(const JobQueue &) = delete;
 
-  /// Queues `job`; returns its id ("job-17"). Thread-safe. After shutdown()
-  /// the job is dropped and the id is empty.
-  std::string submit(Priority priority, std::function<void()> job);
+  /// Queues `job` of `client`; returns its id ("job-17"). Thread-safe.
+  /// After shutdown() the job is dropped and the id is empty.
+  std::string submit(Priority priority, std::function<void()> job,
+                     const std::string &client = "");
 
   /// A fresh id for work answered without a queued job (a cache hit).
   std::string newId();
@@ -48,9 +51,22 @@ public:
 private:
   void workerLoop();
 
+  /// The queued jobs of one priority: per client, and the clients in the
+  /// order they take turns.
+  struct FairQueue {
+    std::map<std::string, std::deque<std::function<void()>>> byClient;
+    std::deque<std::string> turns;
+    size_t size = 0;
+
+    void push(const std::string &client, std::function<void()> job);
+    /// The next client's oldest job; that client goes to the back.
+    std::function<void()> pop();
+    void clear();
+  };
+
   mutable std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<std::function<void()>> interactive_, batch_;
+  FairQueue interactive_, batch_;
   std::vector<std::thread> threads_;
   bool stopping_ = false;
   uint64_t nextId_ = 1;
