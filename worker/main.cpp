@@ -1,8 +1,12 @@
-// flowc-worker: runs one task for flowcd in a process of its own, so that a
-// crash, a runaway allocation or a hang in the compiler costs that task
-// alone. flowcd starts it, writes a WorkerTask to its stdin and reads
-// WorkerReply frames from fd 3 (see WorkerProtocol.h); it is not a command
-// for users.
+// flowc-worker: runs work for flowcd in a process of its own, so that a
+// crash, a runaway allocation or a hang in the compiler costs that work
+// alone. Two modes:
+//  - a job: flowcd starts it with no arguments, writes a WorkerTask to its
+//    stdin and reads WorkerReply frames from fd 3 (see WorkerProtocol.h);
+//    a compile's plan and codegen tasks go back to flowcd to run on its
+//    executors, and their results come in on stdin.
+//  - a task: `flowc-worker task --input DIR --output DIR` runs one compile
+//    task (Tasks.h), as the daemon's local pool and REAPI engines run it.
 #include "flowc/cache/Cache.h"
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/support/MappedFile.h"
@@ -26,6 +30,8 @@ namespace {
 using namespace flowc;
 
 constexpr int kExitUsage = 2;
+/// A task for another build: this worker must not answer it.
+constexpr int kExitWrongBuild = 3;
 /// The exit status after a SIGBUS was reported as DataLoss.
 constexpr int kExitDataLoss = 75;
 
@@ -96,7 +102,7 @@ void installBusErrorHandler() {
 /// ResourceExhausted) before the kernel's OOM killer picks a victim.
 /// Mappings of files are not counted (RLIMIT_DATA covers private writable
 /// memory only), so weights of any size still map.
-void capHeap() {
+void capHeap(rlim_t explicitCap = 0) {
   // Should the machine still run out of memory, the kernel's OOM killer
   // takes a worker (one task lost) before the daemon (every client's).
   if (FILE *adjust = std::fopen("/proc/self/oom_score_adj", "w")) {
@@ -107,6 +113,8 @@ void capHeap() {
   if (pages <= 0 || pageSize <= 0)
     return;
   rlim_t cap = static_cast<rlim_t>(pages) / 4 * 3 * static_cast<rlim_t>(pageSize);
+  if (explicitCap > 0)
+    cap = std::min(cap, explicitCap);
   rlimit limit;
   if (getrlimit(RLIMIT_DATA, &limit) != 0 || limit.rlim_cur <= cap)
     return;
@@ -132,8 +140,9 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
   FLOWC_ASSIGN_OR_RETURN(auto cache, cache::Cache::open(task.cache_dir(), options));
   // The daemon evicts once no worker runs: pins live in each process, so a
   // worker cannot see what another one is using.
+  worker::DaemonTaskRunner tasks;
   worker::CompileExecutor executor(*cache, FLOWC_BUILD_ID,
-                                   worker::CompileExecutor::Eviction::Never);
+                                   worker::CompileExecutor::Eviction::Never, &tasks);
   auto progress = [](const std::string &stage, const std::string &detail) {
     flowc::v1::WorkerReply reply;
     reply.mutable_progress()->set_stage(stage);
@@ -191,6 +200,59 @@ Status runTask(const flowc::v1::WorkerTask &task) {
   }
 }
 
+constexpr const char *kTaskUsage =
+    "usage: flowc-worker task --input DIR --output DIR [--memory-limit BYTES]";
+
+/// `flowc-worker task ...`: one compile task from a directory to a
+/// directory. Exit 0: done; 1: the task failed (the error on stderr); 2: a
+/// bad command line; 3: the task is for another build.
+int runTaskCommand(int argc, char **argv) {
+  std::string input, output;
+  rlim_t memoryLimit = 0;
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      std::cerr << "flowc-worker: error: " << flag << " needs a value\n"
+                << kTaskUsage << "\n";
+      return kExitUsage;
+    }
+    std::string value = argv[++i];
+    if (flag == "--input") {
+      input = value;
+    } else if (flag == "--output") {
+      output = value;
+    } else if (flag == "--memory-limit") {
+      char *end = nullptr;
+      memoryLimit = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || memoryLimit == 0) {
+        std::cerr << "flowc-worker: error: --memory-limit: '" << value
+                  << "' is not a positive number of bytes\n";
+        return kExitUsage;
+      }
+    } else {
+      std::cerr << "flowc-worker: error: unknown option '" << flag << "'\n"
+                << kTaskUsage << "\n";
+      return kExitUsage;
+    }
+  }
+  if (input.empty() || output.empty()) {
+    std::cerr << "flowc-worker: error: --input and --output are required\n"
+              << kTaskUsage << "\n";
+    return kExitUsage;
+  }
+  capHeap(memoryLimit);
+  Status status;
+  try {
+    status = worker::runTaskDirectory(input, output, FLOWC_BUILD_ID);
+  } catch (const std::bad_alloc &) {
+    status = resourceExhausted("out of memory (the task's heap limit)");
+  }
+  if (status.isOk())
+    return 0;
+  std::cerr << "flowc-worker: error: " << status.toString() << "\n";
+  return status.code() == StatusCode::FailedPrecondition ? kExitWrongBuild : 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -198,9 +260,14 @@ int main(int argc, char **argv) {
     std::cout << flowc::runtime::versionText("flowc-worker");
     return 0;
   }
+  spdlog::set_default_logger(spdlog::stderr_logger_st("flowc-worker"));
+  spdlog::set_pattern("%l %v");
+  if (argc >= 2 && std::strcmp(argv[1], "task") == 0)
+    return runTaskCommand(argc, argv);
   if (argc != 1 || isatty(STDIN_FILENO)) {
-    std::cerr << "flowc-worker: error: runs tasks for flowcd, which starts it; it takes "
-                 "no arguments (see flowcd --help)\n";
+    std::cerr << "flowc-worker: error: runs jobs for flowcd, which starts it, with no "
+                 "arguments (see flowcd --help); or one task:\n"
+              << kTaskUsage << "\n";
     return kExitUsage;
   }
   // A worker outlives no daemon: its job has nobody to answer, and a
@@ -208,8 +275,6 @@ int main(int argc, char **argv) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1)
     return 1;
-  spdlog::set_default_logger(spdlog::stderr_logger_st("flowc-worker"));
-  spdlog::set_pattern("%l %v");
   installBusErrorHandler();
   capHeap();
   flowc::v1::WorkerTask task;

@@ -204,6 +204,22 @@ inline std::vector<float> denseReluReference(const std::vector<float> &x,
   return y;
 }
 
+/// Twice "center each row of x[8, columns], then Relu", then `last`
+/// (Sigmoid or Tanh): the two centering blocks are identical loop nests.
+inline std::string centeringModel(const std::string &last, int64_t columns = 4096) {
+  GraphSpec spec;
+  spec.nodes = {node("ReduceMean", {"x"}, {"m1"}, "mean1", {intsAttribute("axes", {1})}),
+                node("Sub", {"x", "m1"}, {"c1"}, "sub1"),
+                node("Relu", {"c1"}, {"r1"}, "relu1"),
+                node("ReduceMean", {"r1"}, {"m2"}, "mean2", {intsAttribute("axes", {1})}),
+                node("Sub", {"r1", "m2"}, {"c2"}, "sub2"),
+                node("Relu", {"c2"}, {"r2"}, "relu2"),
+                node(last, {"r2"}, {"y"}, "last")};
+  spec.inputs = {valueInfo("x", {8, columns})};
+  spec.outputs = {valueInfo("y", {8, columns})};
+  return model(spec);
+}
+
 inline void writeFile(const std::string &path, const std::string &bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }

@@ -404,22 +404,6 @@ public:
   std::map<std::string, std::string> objects;
 };
 
-// Twice "center each row, then Relu", then `last` (Sigmoid or Tanh): the
-// two centering blocks are identical loop nests.
-std::string centeringModel(const std::string &last) {
-  GraphSpec spec;
-  spec.nodes = {node("ReduceMean", {"x"}, {"m1"}, "mean1", {intsAttribute("axes", {1})}),
-                node("Sub", {"x", "m1"}, {"c1"}, "sub1"),
-                node("Relu", {"c1"}, {"r1"}, "relu1"),
-                node("ReduceMean", {"r1"}, {"m2"}, "mean2", {intsAttribute("axes", {1})}),
-                node("Sub", {"r1", "m2"}, {"c2"}, "sub2"),
-                node("Relu", {"c2"}, {"r2"}, "relu2"),
-                node(last, {"r2"}, {"y"}, "last")};
-  spec.inputs = {valueInfo("x", {8, 4096})};
-  spec.outputs = {valueInfo("y", {8, 4096})};
-  return model(spec);
-}
-
 std::vector<float> centeringReference(const std::vector<float> &x, bool sigmoid) {
   auto centerRelu = [](std::vector<float> v) {
     for (size_t row = 0; row < 8; ++row) {

@@ -4,11 +4,13 @@
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/runtime/PackedWeights.h"
 #include "flowc/worker/Reproducer.h"
+#include "flowc/worker/Tasks.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -29,34 +31,6 @@ json tensorJson(const compiler::TensorInfo &info) {
 runtime::TensorSpec tensorSpec(const compiler::TensorInfo &info) {
   return {info.name, compiler::dtypeName(info.dtype), info.shape};
 }
-
-/// A scratch directory under the cache's tmp/, removed on scope exit.
-class ScratchDir {
-public:
-  static Expected<ScratchDir> create(const cache::Cache &cache) {
-    // Named `<what>.<pid>.<random>`: a process opening the cache removes
-    // the temp entries of dead processes only.
-    std::string pattern =
-        cache.tmpDir() + "/compile." + std::to_string(cache.tempOwner()) + ".XXXXXX";
-    if (!mkdtemp(pattern.data()))
-      return errnoStatus(errno,
-                         "cannot create a scratch directory in '" + cache.tmpDir() + "'");
-    return ScratchDir(pattern);
-  }
-  ScratchDir(ScratchDir &&other) noexcept : path_(std::move(other.path_)) {
-    other.path_.clear();
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty())
-      std::filesystem::remove_all(path_, ec);
-  }
-  const std::string &path() const { return path_; }
-
-private:
-  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 /// The kernel cache: objects of partitioned kernels as blobs, found by a
 /// digest of the build and the compiler's kernel key. Every model and option
@@ -83,9 +57,17 @@ public:
 
   void store(const std::string &key, const std::string &object) override {
     auto digest = cache_.put(object);
+    if (!digest) {
+      spdlog::warn("kernel cache store failed: {}", digest.status().toString());
+      return;
+    }
+    record(key, *digest);
+  }
+
+  /// Records `object`, already a blob, as the object of `key`.
+  void record(const std::string &key, const Digest &object) {
     Status status =
-        digest ? cache_.recordAction(cache::ActionKind::Kernel, actionKey(key), *digest)
-               : digest.status();
+        cache_.recordAction(cache::ActionKind::Kernel, actionKey(key), object);
     if (!status.isOk())
       spdlog::warn("kernel cache store failed: {}", status.toString());
   }
@@ -98,59 +80,6 @@ private:
   cache::Cache &cache_;
   const std::string &buildId_;
 };
-
-/// Version 2 added the library kernels' constant weights; a version 1 list
-/// is unreadable, so its code is compiled again.
-constexpr const char *kCodeWeightsFormat = "flowc.code-weights.v2";
-
-json codeWeightsJson(const compiler::CodeWeights &weights) {
-  json derived = json::array();
-  for (const compiler::DerivedWeight &weight : weights.derived)
-    derived.push_back({{"key", weight.key},
-                       {"recipe", weight.recipe},
-                       {"inputs", weight.inputs},
-                       {"shape", weight.info.shape}});
-  json kernelWeights = json::array();
-  for (const compiler::KernelWeight &weight : weights.kernelWeights)
-    kernelWeights.push_back({{"site", weight.site},
-                             {"buffer", weight.buffer},
-                             {"key", weight.key},
-                             {"kind", weight.kind},
-                             {"params", weight.params}});
-  return {{"format", kCodeWeightsFormat},
-          {"keys", weights.keys},
-          {"derived", derived},
-          {"kernel_weights", kernelWeights}};
-}
-
-/// The weight list cached next to a code object; nullopt if unreadable
-/// (the code is then compiled again).
-std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes) {
-  json parsed = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_object() || parsed.value("format", "") != kCodeWeightsFormat)
-    return std::nullopt;
-  try {
-    compiler::CodeWeights weights;
-    weights.keys = parsed.at("keys").get<std::vector<std::string>>();
-    for (const json &entry : parsed.at("derived")) {
-      compiler::DerivedWeight weight;
-      weight.key = entry.at("key").get<std::string>();
-      weight.recipe = entry.at("recipe").get<std::string>();
-      weight.inputs = entry.at("inputs").get<std::vector<std::string>>();
-      weight.info = {weight.key, compiler::DType::F32,
-                     entry.at("shape").get<std::vector<int64_t>>()};
-      weights.derived.push_back(std::move(weight));
-    }
-    for (const json &entry : parsed.at("kernel_weights"))
-      weights.kernelWeights.push_back(compiler::KernelWeight{
-          entry.at("site").get<int64_t>(), entry.at("buffer").get<int64_t>(),
-          entry.at("key").get<std::string>(), entry.at("kind").get<int64_t>(),
-          entry.at("params").get<std::vector<int64_t>>()});
-    return weights;
-  } catch (const json::exception &) {
-    return std::nullopt;
-  }
-}
 
 std::vector<std::string_view> weightViews(const compiler::ImportedGraph &graph) {
   std::vector<std::string_view> views;
@@ -411,34 +340,129 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
     }
   }
   hit = false;
-  progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
-  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_));
-  compiler::CompileReport report;
+  // Printing IR shows every pass on every kernel: one in-process compile.
+  FLOWC_ASSIGN_OR_RETURN(CompiledCode compiled,
+                         options.printIrAfter.empty()
+                             ? codeFromTasks(ingested, options, progress)
+                             : printedCode(ingested, options, progress));
+  FLOWC_ASSIGN_OR_RETURN(Digest weights, cache_.put(codeWeightsText(compiled.weights)));
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::Code, codeKey, compiled.object));
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::Code, weightsKey, weights));
+  return compiled;
+}
+
+namespace {
+
+std::string kernelSummary(int calls, size_t distinct, size_t compiled) {
+  return std::to_string(calls) + " loop nests, " + std::to_string(distinct) +
+         " distinct kernels (" + std::to_string(compiled) + " compiled, " +
+         std::to_string(distinct - compiled) + " cached)";
+}
+
+/// "12 local, 3 remote bot-2": where a job's tasks ran, for its progress.
+std::string executorSummary(const std::vector<Expected<TaskOutcome>> &outcomes) {
+  std::map<std::string, int> counts;
+  for (const auto &outcome : outcomes)
+    if (outcome)
+      ++counts[outcome->executor.substr(0, outcome->executor.find(" pid "))];
+  std::string text;
+  for (const auto &[executor, count] : counts)
+    text += (text.empty() ? "" : ", ") + std::to_string(count) + " " + executor;
+  return text;
+}
+
+} // namespace
+
+TaskRunner &CompileExecutor::runner() {
+  if (runner_)
+    return *runner_;
+  std::call_once(ownRunnerOnce_, [this] {
+    ownRunner_ = std::make_unique<InProcessTaskRunner>(
+        cache_, buildId_, std::max(1u, std::thread::hardware_concurrency()));
+  });
+  return *ownRunner_;
+}
+
+Expected<CompileExecutor::CompiledCode>
+CompileExecutor::codeFromTasks(const IngestedModel &ingested,
+                               const compiler::CompileOptions &options,
+                               const ProgressFn &progress) {
+  const compiler::CodeTarget &target = compiler::CodeTarget::host();
+  progress("plan", "graph passes and partition for " + target.cpu);
+  FLOWC_ASSIGN_OR_RETURN(
+      Task planTask, makePlanTask(cache_, ingested.irDigest, options, target, buildId_));
+  auto planned = std::move(runner().run({planTask}).front());
+  if (!planned)
+    return planned.status();
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle planBlob, cache_.get(planned->outputs[0]));
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle graphBlob, cache_.get(planned->outputs[1]));
+  FLOWC_ASSIGN_OR_RETURN(
+      compiler::CompilePlan plan,
+      parsePlanOutput(planBlob.bytes(), std::string(graphBlob.bytes())));
+
+  // The kernel cache first: only the kernels it misses become tasks.
   CasKernelCache kernelCache(cache_, buildId_);
+  std::vector<std::string> objects(plan.kernels.size());
+  std::vector<size_t> missing;
+  std::vector<Task> tasks;
+  int calls = 0;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    calls += plan.kernels[i].callSites;
+    if (std::optional<std::string> object = kernelCache.lookup(plan.kernels[i].key)) {
+      objects[i] = std::move(*object);
+      continue;
+    }
+    FLOWC_ASSIGN_OR_RETURN(
+        Task task, makeCodegenTask(cache_, plan.kernels[i], options, target, buildId_));
+    missing.push_back(i);
+    tasks.push_back(std::move(task));
+  }
+  std::vector<Expected<TaskOutcome>> outcomes = runner().run(tasks);
+  for (size_t m = 0; m < missing.size(); ++m) {
+    if (!outcomes[m])
+      return outcomes[m].status();
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle object, cache_.get(outcomes[m]->outputs[0]));
+    objects[missing[m]] = std::string(object.bytes());
+    kernelCache.record(plan.kernels[missing[m]].key, object.digest());
+  }
+  if (!plan.kernels.empty())
+    progress("kernels",
+             kernelSummary(calls, plan.kernels.size(), missing.size()) +
+                 (tasks.empty() ? "" : "; tasks: " + executorSummary(outcomes)));
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "compile"));
+  FLOWC_ASSIGN_OR_RETURN(std::string library,
+                         compiler::linkSharedObject(plan, objects, scratch.path()));
+  CompiledCode compiled;
+  compiled.weights = std::move(plan.weights);
+  compiled.kernelsCompiled = static_cast<unsigned>(missing.size());
+  compiled.kernelsReused = static_cast<unsigned>(plan.kernels.size() - missing.size());
+  FLOWC_ASSIGN_OR_RETURN(compiled.object, cache_.put(library));
+  return compiled;
+}
+
+Expected<CompileExecutor::CompiledCode>
+CompileExecutor::printedCode(const IngestedModel &ingested,
+                             const compiler::CompileOptions &options,
+                             const ProgressFn &progress) {
+  progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "compile"));
+  compiler::CompileReport report;
   FLOWC_ASSIGN_OR_RETURN(std::string object, compiler::compileToSharedObject(
                                                  ingested.graph.irBytecode, options,
-                                                 scratch.path(), &report, &kernelCache));
+                                                 scratch.path(), &report));
   if (report.loopKernelCalls > 0)
-    progress("kernels",
-             std::to_string(report.loopKernelCalls) + " loop nests, " +
-                 std::to_string(report.loopKernels) + " distinct kernels (" +
-                 std::to_string(report.loopKernels - report.cachedLoopKernels) +
-                 " compiled, " + std::to_string(report.cachedLoopKernels) + " cached)");
+    progress("kernels", kernelSummary(report.loopKernelCalls, report.loopKernels,
+                                      report.loopKernels));
   // The IR goes back as progress events of at most 1 MiB each.
   constexpr size_t kIrChunk = 1 << 20;
   for (size_t offset = 0; offset < report.printedIr.size(); offset += kIrChunk)
     progress("ir", report.printedIr.substr(offset, kIrChunk));
   CompiledCode compiled;
   compiled.weights = std::move(report.weights);
-  compiled.kernelsCompiled = report.loopKernels - report.cachedLoopKernels;
-  compiled.kernelsReused = report.cachedLoopKernels;
+  compiled.kernelsCompiled = report.loopKernels;
   FLOWC_ASSIGN_OR_RETURN(compiled.object, cache_.put(object));
-  FLOWC_ASSIGN_OR_RETURN(Digest weights,
-                         cache_.put(codeWeightsJson(compiled.weights).dump()));
-  FLOWC_RETURN_IF_ERROR(
-      cache_.recordAction(cache::ActionKind::Code, codeKey, compiled.object));
-  FLOWC_RETURN_IF_ERROR(
-      cache_.recordAction(cache::ActionKind::Code, weightsKey, weights));
   return compiled;
 }
 
@@ -633,7 +657,7 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
   if (request.kind == ArtifactKind::Thin)
     metadata["weights_cache"] = cache_.root();
 
-  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_));
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "compile"));
   std::string path = scratch.path() + "/artifact.fca";
   FLOWC_ASSIGN_OR_RETURN(auto writer, runtime::ArtifactWriter::create(path));
   FLOWC_RETURN_IF_ERROR(

@@ -201,4 +201,76 @@ Status statusOf(const flowc::v1::WorkerError &error) {
   return Status(static_cast<StatusCode>(code), error.message());
 }
 
+flowc::v1::TaskRequest toProto(const Task &task, uint64_t id) {
+  flowc::v1::TaskRequest request;
+  request.set_id(id);
+  request.set_kind(task.kind);
+  request.set_name(task.name);
+  for (const TaskInput &input : task.inputs) {
+    flowc::v1::TaskFile *file = request.add_inputs();
+    file->set_path(input.path);
+    file->set_digest(input.digest.toString());
+  }
+  for (const std::string &output : task.outputs)
+    request.add_outputs(output);
+  return request;
+}
+
+Expected<Task> taskFromProto(const flowc::v1::TaskRequest &request) {
+  Task task{request.kind(), request.name(), {}, {}};
+  for (const flowc::v1::TaskFile &file : request.inputs()) {
+    FLOWC_ASSIGN_OR_RETURN(cache::Digest digest, cache::Digest::parse(file.digest()));
+    task.inputs.push_back({file.path(), digest});
+  }
+  task.outputs.assign(request.outputs().begin(), request.outputs().end());
+  return task;
+}
+
+std::vector<Expected<TaskOutcome>> DaemonTaskRunner::run(const std::vector<Task> &tasks) {
+  std::vector<Expected<TaskOutcome>> results(tasks.size(), TaskOutcome{});
+  uint64_t first = nextId_;
+  for (const Task &task : tasks) {
+    flowc::v1::WorkerReply reply;
+    *reply.mutable_task_request() = toProto(task, nextId_++);
+    if (Status sent = writeFrame(kWorkerReplyFd, reply); !sent)
+      return std::vector<Expected<TaskOutcome>>(tasks.size(), sent);
+  }
+  // Results come back in the order tasks finish.
+  for (size_t pending = tasks.size(); pending > 0; --pending) {
+    flowc::v1::TaskResult result;
+    auto read = readFrame(STDIN_FILENO, result);
+    Status failed = !read    ? read.status()
+                    : !*read ? unavailable("the daemon closed the task channel")
+                             : Status::ok();
+    if (!failed.isOk())
+      return std::vector<Expected<TaskOutcome>>(tasks.size(), failed);
+    if (result.id() < first || result.id() >= nextId_)
+      return std::vector<Expected<TaskOutcome>>(
+          tasks.size(), internalError("the daemon answered a task this job did not ask "
+                                      "for (id " +
+                                      std::to_string(result.id()) + ")"));
+    size_t index = result.id() - first;
+    if (result.has_error()) {
+      results[index] = statusOf(result.error());
+      continue;
+    }
+    TaskOutcome outcome{{}, result.executor()};
+    for (const std::string &text : result.outputs()) {
+      auto digest = cache::Digest::parse(text);
+      if (!digest) {
+        results[index] = digest.status();
+        break;
+      }
+      outcome.outputs.push_back(*digest);
+    }
+    if (results[index] && outcome.outputs.size() != tasks[index].outputs.size())
+      results[index] = internalError(
+          "the daemon returned " + std::to_string(outcome.outputs.size()) +
+          " outputs for a task of " + std::to_string(tasks[index].outputs.size()));
+    else if (results[index])
+      results[index] = std::move(outcome);
+  }
+  return results;
+}
+
 } // namespace flowc::worker

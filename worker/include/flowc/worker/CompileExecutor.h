@@ -5,9 +5,12 @@
 
 #include "flowc/cache/Cache.h"
 #include "flowc/compiler/Compiler.h"
+#include "flowc/worker/Tasks.h"
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -69,10 +72,14 @@ public:
   /// cannot see what another worker is using.
   enum class Eviction { AfterCompile, Never };
 
-  /// `buildId` identifies the compiler build in every action key.
+  /// `buildId` identifies the compiler build in every action key. The
+  /// plan and codegen tasks of a compile go to `runner`; without one they
+  /// run in this process, on a thread per core.
   CompileExecutor(cache::Cache &cache, std::string buildId,
-                  Eviction eviction = Eviction::AfterCompile)
-      : cache_(cache), buildId_(std::move(buildId)), eviction_(eviction) {}
+                  Eviction eviction = Eviction::AfterCompile,
+                  TaskRunner *runner = nullptr)
+      : cache_(cache), buildId_(std::move(buildId)), eviction_(eviction),
+        runner_(runner) {}
 
   /// Thread-safe; compiles run concurrently. Errors name the model and the
   /// node or op at fault; on error the cache keeps only complete blobs.
@@ -116,6 +123,15 @@ private:
     unsigned kernelsCompiled = 0;
     unsigned kernelsReused = 0;
   };
+  /// The code from tasks: plan, the kernels the kernel cache misses, link.
+  Expected<CompiledCode> codeFromTasks(const IngestedModel &ingested,
+                                       const compiler::CompileOptions &options,
+                                       const ProgressFn &progress);
+  /// The code from one in-process compile that prints IR after each pass.
+  Expected<CompiledCode> printedCode(const IngestedModel &ingested,
+                                     const compiler::CompileOptions &options,
+                                     const ProgressFn &progress);
+  TaskRunner &runner();
   Expected<CompiledCode> codeFor(const IngestedModel &ingested,
                                  const compiler::CompileOptions &options,
                                  const ProgressFn &progress, bool &hit);
@@ -157,6 +173,9 @@ private:
   cache::Cache &cache_;
   std::string buildId_;
   Eviction eviction_;
+  TaskRunner *runner_;
+  std::once_flag ownRunnerOnce_;
+  std::unique_ptr<TaskRunner> ownRunner_;
 };
 
 } // namespace flowc::worker

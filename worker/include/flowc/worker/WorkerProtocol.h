@@ -6,6 +6,7 @@
 #include "flowc/support/Status.h"
 #include "flowc/v1/flowc.pb.h"
 #include "flowc/worker/CompileExecutor.h"
+#include "flowc/worker/Tasks.h"
 
 #include <string>
 
@@ -48,5 +49,21 @@ flowc::v1::WorkerReply errorReply(const Status &status);
 
 /// The status a WorkerError carries.
 Status statusOf(const flowc::v1::WorkerError &error);
+
+/// A task as it crosses the pipe, and back (InvalidArgument for a digest
+/// that does not parse).
+flowc::v1::TaskRequest toProto(const Task &task, uint64_t id);
+Expected<Task> taskFromProto(const flowc::v1::TaskRequest &request);
+
+/// Runs a job's tasks on the daemon's executors: each task goes to the
+/// daemon as a TaskRequest frame on fd 3 (kWorkerReplyFd), and its
+/// TaskResult comes back on stdin. For the flowc-worker process of a job.
+class DaemonTaskRunner final : public TaskRunner {
+public:
+  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) override;
+
+private:
+  uint64_t nextId_ = 1;
+};
 
 } // namespace flowc::worker

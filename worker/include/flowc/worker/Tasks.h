@@ -1,0 +1,128 @@
+// A compile is a DAG of hermetic tasks: `plan` (graph passes and the
+// partition: graph IR in, @main's object and the kernels' IR out), then one
+// `codegen` per kernel the kernel cache misses (kernel IR in, its object
+// out); ingest and link stay with the weights, in the job's own process.
+//
+// A task is a directory: `task.json` (what to do, the compile options, the
+// target CPU, the build that must run it) and its input files. `flowc-worker
+// task --input DIR --output DIR` runs one; that command line is what a
+// local worker process runs and what a REAPI Action executes. No task reads
+// a weight, so a remote compile of any model ships kilobytes.
+#pragma once
+
+#include "flowc/cache/Cache.h"
+#include "flowc/compiler/Compiler.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flowc::worker {
+
+inline constexpr const char *kTaskFile = "task.json";
+
+/// One input file of a task, a blob in the cache.
+struct TaskInput {
+  std::string path; ///< Relative to the task's input directory.
+  cache::Digest digest;
+};
+
+/// A task as its runner sees it: files in, files out.
+struct Task {
+  std::string kind; ///< "plan" or "codegen".
+  std::string name; ///< What it works on (a kernel's symbol), for errors and listings.
+  std::vector<TaskInput> inputs;
+  std::vector<std::string> outputs; ///< Relative to the output directory.
+};
+
+/// What a finished task left in the cache, in Task::outputs order.
+struct TaskOutcome {
+  std::vector<cache::Digest> outputs;
+  /// Where it ran ("local pid 123", "remote bot-1", "remote action cache").
+  std::string executor;
+};
+
+/// Runs tasks for a compile: in this process, in the daemon's worker pool,
+/// or on a remote engine.
+class TaskRunner {
+public:
+  virtual ~TaskRunner() = default;
+  /// Runs `tasks` (at once where the runner can); one result per task, in
+  /// order. Inputs must be in the cache; outputs are there after.
+  virtual std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) = 0;
+};
+
+/// The plan task of graph IR (the blob `ir`) for `target`.
+Expected<Task> makePlanTask(cache::Cache &cache, const cache::Digest &ir,
+                            const compiler::CompileOptions &options,
+                            const compiler::CodeTarget &target,
+                            const std::string &buildId);
+
+/// The codegen task of one planned kernel.
+Expected<Task> makeCodegenTask(cache::Cache &cache, const compiler::PlannedKernel &kernel,
+                               const compiler::CompileOptions &options,
+                               const compiler::CodeTarget &target,
+                               const std::string &buildId);
+
+/// A task that does nothing: its cost is the dispatch's (bench/).
+Expected<Task> makeNoopTask(cache::Cache &cache, const std::string &name,
+                            const std::string &buildId);
+
+/// The plan a plan task wrote (its two outputs' bytes).
+Expected<compiler::CompilePlan> parsePlanOutput(std::string_view planJson,
+                                                std::string graphObject);
+
+/// Runs the task in `inputDir` and writes its outputs into `outputDir`.
+/// FailedPrecondition when the task names another build than `buildId`
+/// (a worker of another build never answers); InvalidArgument for a task
+/// directory that is not one.
+Status runTaskDirectory(const std::string &inputDir, const std::string &outputDir,
+                        const std::string &buildId);
+
+/// The error a failed `flowc-worker task` wrote last ("flowc-worker: error:
+/// CODE: message" on stderr), with its code; Internal when there is none.
+Status taskErrorFrom(std::string_view output);
+
+/// Writes a task's input files from the cache into `dir`.
+Status materializeTask(cache::Cache &cache, const Task &task, const std::string &dir);
+
+/// Stores the outputs a task wrote in `dir` in the cache.
+Expected<std::vector<cache::Digest>> collectOutputs(cache::Cache &cache, const Task &task,
+                                                    const std::string &dir);
+
+/// Runs tasks in this process, on up to `threads` threads, each in a
+/// scratch directory of the cache: `flowc compile`, and compiles made
+/// without a daemon.
+class InProcessTaskRunner final : public TaskRunner {
+public:
+  InProcessTaskRunner(cache::Cache &cache, std::string buildId, unsigned threads);
+  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) override;
+
+private:
+  Expected<TaskOutcome> runOne(const Task &task);
+
+  cache::Cache &cache_;
+  std::string buildId_;
+  unsigned threads_;
+};
+
+/// The weight list of compiled code as JSON text, and back (nullopt when
+/// unreadable: the code is then compiled again).
+std::string codeWeightsText(const compiler::CodeWeights &weights);
+std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes);
+
+/// A scratch directory under the cache's tmp/, removed on scope exit.
+class ScratchDir {
+public:
+  static Expected<ScratchDir> create(const cache::Cache &cache, const std::string &what);
+  ScratchDir(ScratchDir &&other) noexcept;
+  ScratchDir &operator=(ScratchDir &&) = delete;
+  ~ScratchDir();
+  const std::string &path() const { return path_; }
+
+private:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+} // namespace flowc::worker

@@ -1,0 +1,348 @@
+#include "flowc/worker/Tasks.h"
+
+#include "flowc/support/MappedFile.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unistd.h>
+
+namespace flowc::worker {
+
+namespace {
+
+using cache::Digest;
+using nlohmann::json;
+
+constexpr const char *kTaskFormat = "flowc.task.v1";
+constexpr const char *kPlanFormat = "flowc.plan.v1";
+constexpr const char *kGraphFile = "graph.mlirbc";
+constexpr const char *kKernelFile = "kernel.mlir";
+constexpr const char *kPlanFile = "plan.json";
+constexpr const char *kGraphObjectFile = "graph.o";
+constexpr const char *kKernelObjectFile = "kernel.o";
+
+/// Version 2 added the library kernels' constant weights; a version 1 list
+/// is unreadable, so its code is compiled again.
+constexpr const char *kCodeWeightsFormat = "flowc.code-weights.v2";
+
+json codeWeightsJson(const compiler::CodeWeights &weights) {
+  json derived = json::array();
+  for (const compiler::DerivedWeight &weight : weights.derived)
+    derived.push_back({{"key", weight.key},
+                       {"recipe", weight.recipe},
+                       {"inputs", weight.inputs},
+                       {"shape", weight.info.shape}});
+  json kernelWeights = json::array();
+  for (const compiler::KernelWeight &weight : weights.kernelWeights)
+    kernelWeights.push_back({{"site", weight.site},
+                             {"buffer", weight.buffer},
+                             {"key", weight.key},
+                             {"kind", weight.kind},
+                             {"params", weight.params}});
+  return {{"format", kCodeWeightsFormat},
+          {"keys", weights.keys},
+          {"derived", derived},
+          {"kernel_weights", kernelWeights}};
+}
+
+std::optional<compiler::CodeWeights> codeWeightsFrom(const json &parsed) {
+  if (!parsed.is_object() || parsed.value("format", "") != kCodeWeightsFormat)
+    return std::nullopt;
+  try {
+    compiler::CodeWeights weights;
+    weights.keys = parsed.at("keys").get<std::vector<std::string>>();
+    for (const json &entry : parsed.at("derived")) {
+      compiler::DerivedWeight weight;
+      weight.key = entry.at("key").get<std::string>();
+      weight.recipe = entry.at("recipe").get<std::string>();
+      weight.inputs = entry.at("inputs").get<std::vector<std::string>>();
+      weight.info = {weight.key, compiler::DType::F32,
+                     entry.at("shape").get<std::vector<int64_t>>()};
+      weights.derived.push_back(std::move(weight));
+    }
+    for (const json &entry : parsed.at("kernel_weights"))
+      weights.kernelWeights.push_back(compiler::KernelWeight{
+          entry.at("site").get<int64_t>(), entry.at("buffer").get<int64_t>(),
+          entry.at("key").get<std::string>(), entry.at("kind").get<int64_t>(),
+          entry.at("params").get<std::vector<int64_t>>()});
+    return weights;
+  } catch (const json::exception &) {
+    return std::nullopt;
+  }
+}
+
+json optionsJson(const compiler::CompileOptions &options) {
+  return {{"target", options.target},
+          {"opt", options.optLevel},
+          {"precision", options.precision},
+          {"disabled_passes", options.disabledPasses}};
+}
+
+json targetJson(const compiler::CodeTarget &target) {
+  return {{"triple", target.triple}, {"cpu", target.cpu}, {"features", target.features}};
+}
+
+/// Stores task.json and returns it as the task's first input.
+Expected<TaskInput> storeTaskFile(cache::Cache &cache, const json &task) {
+  FLOWC_ASSIGN_OR_RETURN(Digest digest, cache.put(task.dump(1)));
+  return TaskInput{kTaskFile, digest};
+}
+
+json taskHeader(const char *kind, const compiler::CompileOptions &options,
+                const compiler::CodeTarget &target, const std::string &buildId) {
+  return {{"format", kTaskFormat},
+          {"kind", kind},
+          {"build", buildId},
+          {"options", optionsJson(options)},
+          {"target", targetJson(target)}};
+}
+
+/// A task.json as read back: every field checked, errors naming the field.
+struct TaskDescription {
+  std::string kind;
+  compiler::CompileOptions options;
+  compiler::CodeTarget target;
+  compiler::PlannedKernel kernel;
+};
+
+Expected<TaskDescription> readTaskDescription(const std::string &path,
+                                              const std::string &buildId) {
+  FLOWC_ASSIGN_OR_RETURN(std::string text, readFileToString(path));
+  json task = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!task.is_object() || task.value("format", "") != kTaskFormat)
+    return invalidArgument(path + ": not a flowc task (" + kTaskFormat + ")");
+  if (task.value("build", "") != buildId)
+    return failedPrecondition(path + ": the task is for the build '" +
+                              task.value("build", "") + "', and this worker is '" +
+                              buildId + "'");
+  TaskDescription description;
+  try {
+    description.kind = task.at("kind").get<std::string>();
+    const json &options = task.at("options");
+    description.options.target = options.at("target").get<std::string>();
+    description.options.optLevel = options.at("opt").get<int>();
+    description.options.precision = options.at("precision").get<std::string>();
+    description.options.disabledPasses =
+        options.at("disabled_passes").get<std::vector<std::string>>();
+    const json &target = task.at("target");
+    description.target = {target.at("triple").get<std::string>(),
+                          target.at("cpu").get<std::string>(),
+                          target.at("features").get<std::string>()};
+    if (description.kind == "codegen") {
+      const json &kernel = task.at("kernel");
+      description.kernel.symbol = kernel.at("symbol").get<std::string>();
+      description.kernel.key = kernel.at("key").get<std::string>();
+    }
+  } catch (const json::exception &e) {
+    return invalidArgument(path + ": " + e.what());
+  }
+  FLOWC_RETURN_IF_ERROR(description.options.validate().withContext(path));
+  return description;
+}
+
+Status runPlan(const TaskDescription &task, const std::string &in,
+               const std::string &out) {
+  FLOWC_ASSIGN_OR_RETURN(std::string ir, readFileToString(in + "/" + kGraphFile));
+  FLOWC_ASSIGN_OR_RETURN(compiler::CompilePlan plan,
+                         compiler::planCompile(ir, task.options, task.target));
+  json kernels = json::array();
+  for (const compiler::PlannedKernel &kernel : plan.kernels)
+    kernels.push_back({{"symbol", kernel.symbol},
+                       {"key", kernel.key},
+                       {"text", kernel.text},
+                       {"call_sites", kernel.callSites}});
+  json output = {{"format", kPlanFormat},
+                 {"weights", codeWeightsJson(plan.weights)},
+                 {"kernels", kernels},
+                 {"links_openmp", plan.linksOpenMp}};
+  FLOWC_RETURN_IF_ERROR(writeFileAtomically(out + "/" + kPlanFile, output.dump()));
+  return writeFileAtomically(out + "/" + kGraphObjectFile, plan.graphObject);
+}
+
+Status runCodegen(TaskDescription &task, const std::string &in, const std::string &out) {
+  FLOWC_ASSIGN_OR_RETURN(task.kernel.text, readFileToString(in + "/" + kKernelFile));
+  // A hook for the tests of worker crashes (a crash in the compiler is
+  // otherwise hard to come by on purpose): a kernel whose IR has this text.
+  if (const char *crash = std::getenv("FLOWC_WORKER_TEST_CRASH");
+      crash && *crash && task.kernel.text.find(crash) != std::string::npos)
+    std::abort();
+  FLOWC_ASSIGN_OR_RETURN(std::string object,
+                         compiler::compileKernel(task.kernel, task.options, task.target));
+  return writeFileAtomically(out + "/" + kKernelObjectFile, object);
+}
+
+} // namespace
+
+std::string codeWeightsText(const compiler::CodeWeights &weights) {
+  return codeWeightsJson(weights).dump();
+}
+
+std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes) {
+  return codeWeightsFrom(json::parse(bytes, nullptr, /*allow_exceptions=*/false));
+}
+
+Expected<Task> makePlanTask(cache::Cache &cache, const Digest &ir,
+                            const compiler::CompileOptions &options,
+                            const compiler::CodeTarget &target,
+                            const std::string &buildId) {
+  FLOWC_ASSIGN_OR_RETURN(
+      TaskInput task, storeTaskFile(cache, taskHeader("plan", options, target, buildId)));
+  return Task{"plan", "graph", {task, {kGraphFile, ir}}, {kPlanFile, kGraphObjectFile}};
+}
+
+Expected<Task> makeCodegenTask(cache::Cache &cache, const compiler::PlannedKernel &kernel,
+                               const compiler::CompileOptions &options,
+                               const compiler::CodeTarget &target,
+                               const std::string &buildId) {
+  json header = taskHeader("codegen", options, target, buildId);
+  header["kernel"] = {{"symbol", kernel.symbol}, {"key", kernel.key}};
+  FLOWC_ASSIGN_OR_RETURN(TaskInput task, storeTaskFile(cache, header));
+  FLOWC_ASSIGN_OR_RETURN(Digest text, cache.put(kernel.text));
+  return Task{"codegen", kernel.symbol, {task, {kKernelFile, text}}, {kKernelObjectFile}};
+}
+
+Expected<Task> makeNoopTask(cache::Cache &cache, const std::string &name,
+                            const std::string &buildId) {
+  FLOWC_ASSIGN_OR_RETURN(
+      TaskInput task,
+      storeTaskFile(cache,
+                    taskHeader("noop", {}, compiler::CodeTarget::host(), buildId)));
+  return Task{"noop", name, {task}, {}};
+}
+
+Expected<compiler::CompilePlan> parsePlanOutput(std::string_view planJson,
+                                                std::string graphObject) {
+  json parsed = json::parse(planJson, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object() || parsed.value("format", "") != kPlanFormat)
+    return dataLoss(std::string("a plan task's output is not a plan (") + kPlanFormat +
+                    ")");
+  compiler::CompilePlan plan;
+  plan.graphObject = std::move(graphObject);
+  auto weights = codeWeightsFrom(parsed.value("weights", json()));
+  if (!weights)
+    return dataLoss("a plan task's output has no readable weight list");
+  plan.weights = std::move(*weights);
+  try {
+    for (const json &kernel : parsed.at("kernels"))
+      plan.kernels.push_back(
+          {kernel.at("symbol").get<std::string>(), kernel.at("key").get<std::string>(),
+           kernel.at("text").get<std::string>(), kernel.at("call_sites").get<int>()});
+    plan.linksOpenMp = parsed.at("links_openmp").get<bool>();
+  } catch (const json::exception &e) {
+    return dataLoss(std::string("a plan task's output is damaged: ") + e.what());
+  }
+  return plan;
+}
+
+Status runTaskDirectory(const std::string &inputDir, const std::string &outputDir,
+                        const std::string &buildId) {
+  FLOWC_ASSIGN_OR_RETURN(TaskDescription task,
+                         readTaskDescription(inputDir + "/" + kTaskFile, buildId));
+  std::error_code ec;
+  std::filesystem::create_directories(outputDir, ec);
+  if (ec)
+    return errnoStatus(ec.value(),
+                       "cannot create the output directory '" + outputDir + "'");
+  if (task.kind == "plan")
+    return runPlan(task, inputDir, outputDir);
+  if (task.kind == "codegen")
+    return runCodegen(task, inputDir, outputDir);
+  // Does nothing: what bench/TaskDispatchBench measures is the rest.
+  if (task.kind == "noop")
+    return Status::ok();
+  return invalidArgument(inputDir + "/" + kTaskFile + ": unknown task kind '" +
+                         task.kind + "' (plan, codegen, noop)");
+}
+
+Status taskErrorFrom(std::string_view output) {
+  constexpr std::string_view kPrefix = "flowc-worker: error: ";
+  size_t at = output.rfind(kPrefix);
+  if (at == std::string_view::npos)
+    return internalError(output.empty() ? "it wrote no error" : std::string(output));
+  std::string_view line = output.substr(at + kPrefix.size());
+  line = line.substr(0, line.find('\n'));
+  for (int code = static_cast<int>(StatusCode::InvalidArgument);
+       code <= static_cast<int>(StatusCode::Cancelled); ++code) {
+    std::string name = std::string(statusCodeName(static_cast<StatusCode>(code))) + ": ";
+    if (line.starts_with(name))
+      return Status(static_cast<StatusCode>(code), std::string(line.substr(name.size())));
+  }
+  return internalError(std::string(line));
+}
+
+Status materializeTask(cache::Cache &cache, const Task &task, const std::string &dir) {
+  for (const TaskInput &input : task.inputs) {
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache.get(input.digest));
+    FLOWC_RETURN_IF_ERROR(writeFileAtomically(dir + "/" + input.path, blob.bytes()));
+  }
+  return Status::ok();
+}
+
+Expected<std::vector<Digest>> collectOutputs(cache::Cache &cache, const Task &task,
+                                             const std::string &dir) {
+  std::vector<Digest> outputs;
+  for (const std::string &path : task.outputs) {
+    FLOWC_ASSIGN_OR_RETURN(Digest digest, cache.putFile(dir + "/" + path));
+    outputs.push_back(digest);
+  }
+  return outputs;
+}
+
+InProcessTaskRunner::InProcessTaskRunner(cache::Cache &cache, std::string buildId,
+                                         unsigned threads)
+    : cache_(cache), buildId_(std::move(buildId)), threads_(std::max(1u, threads)) {}
+
+Expected<TaskOutcome> InProcessTaskRunner::runOne(const Task &task) {
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "task"));
+  std::string in = scratch.path() + "/in", out = scratch.path() + "/out";
+  std::filesystem::create_directory(in);
+  FLOWC_RETURN_IF_ERROR(materializeTask(cache_, task, in));
+  FLOWC_RETURN_IF_ERROR(
+      runTaskDirectory(in, out, buildId_).withContext(task.kind + " " + task.name));
+  FLOWC_ASSIGN_OR_RETURN(std::vector<Digest> outputs, collectOutputs(cache_, task, out));
+  return TaskOutcome{std::move(outputs), "in-process"};
+}
+
+std::vector<Expected<TaskOutcome>>
+InProcessTaskRunner::run(const std::vector<Task> &tasks) {
+  std::vector<Expected<TaskOutcome>> results(tasks.size(), TaskOutcome{});
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < tasks.size();)
+      results[i] = runOne(tasks[i]);
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < std::min<size_t>(threads_, tasks.size()); ++t)
+    threads.emplace_back(work);
+  work();
+  for (std::thread &thread : threads)
+    thread.join();
+  return results;
+}
+
+Expected<ScratchDir> ScratchDir::create(const cache::Cache &cache,
+                                        const std::string &what) {
+  // Named `<what>.<pid>.<random>`: a process opening the cache removes the
+  // temp entries of dead processes only.
+  std::string pattern =
+      cache.tmpDir() + "/" + what + "." + std::to_string(cache.tempOwner()) + ".XXXXXX";
+  if (!mkdtemp(pattern.data()))
+    return errnoStatus(errno,
+                       "cannot create a scratch directory in '" + cache.tmpDir() + "'");
+  return ScratchDir(pattern);
+}
+
+ScratchDir::ScratchDir(ScratchDir &&other) noexcept : path_(std::move(other.path_)) {
+  other.path_.clear();
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  if (!path_.empty())
+    std::filesystem::remove_all(path_, ec);
+}
+
+} // namespace flowc::worker
