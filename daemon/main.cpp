@@ -34,6 +34,13 @@ struct FlagSlot {
   }
 };
 
+std::string joined(const std::vector<std::string> &values) {
+  std::string text;
+  for (const std::string &value : values)
+    text += (text.empty() ? "" : ",") + value;
+  return text;
+}
+
 /// Logs to stderr, or to `path` rotated at kLogFileBytes; InvalidArgument
 /// if the file cannot be opened.
 flowc::Status setUpLogging(const std::string &path) {
@@ -65,7 +72,8 @@ flowc::Status setUpLogging(const std::string &path) {
 int main(int argc, char **argv) {
   CLI::App app{"flowcd: the flowc compile daemon.\n"
                "Settings: flags > environment (FLOWC_*) > config file > defaults"};
-  FlagSlot cacheDir, socket, listen, workers, maxSize, idleTimeout, logFile, config;
+  FlagSlot cacheDir, socket, listen, workers, maxSize, idleTimeout, logFile, config,
+      taskMemoryLimit, remoteExecutor, remoteInstance, remoteFallback, remoteJobs;
   cacheDir.option = app.add_option("--cache-dir", cacheDir.value,
                                    "Cache directory (env FLOWC_CACHE_DIR; default "
                                    "$XDG_CACHE_HOME/flowc or ~/.cache/flowc)");
@@ -74,8 +82,31 @@ int main(int argc, char **argv) {
       "Unix socket to listen on (env FLOWC_SOCKET; default CACHE_DIR/flowcd.sock)");
   listen.option =
       app.add_option("--listen", listen.value, "Also listen on TCP host:port");
-  workers.option = app.add_option("--workers", workers.value,
-                                  "Embedded worker threads (default 0: one per core)");
+  workers.option = app.add_option(
+      "--workers", workers.value,
+      "Local worker processes running tasks at once, each one thread (default 0: one "
+      "per core)");
+  taskMemoryLimit.option = app.add_option(
+      "--task-memory-limit", taskMemoryLimit.value,
+      "Heap limit of each local task process, e.g. 4G (default: 3/4 of the memory)");
+  remoteExecutor.option = app.add_option(
+      "--remote-executor", remoteExecutor.value,
+      "Run compile tasks on a REAPI v2 engine: grpc://HOST:PORT or grpcs://HOST:PORT "
+      "(env FLOWC_REMOTE_EXECUTOR; Buildbarn, BuildBuddy, BuildGrid, ...)");
+  remoteInstance.option = app.add_option("--remote-instance", remoteInstance.value,
+                                         "The engine's instance name (default: none)");
+  std::vector<std::string> remotePlatform;
+  CLI::Option *remotePlatformOption = app.add_option(
+      "--remote-platform", remotePlatform,
+      "KEY=VALUE platform property of every remote action, besides OSFamily and ISA "
+      "(repeatable)");
+  remoteFallback.option = app.add_option(
+      "--remote-fallback", remoteFallback.value,
+      "What a task does when the engine cannot be reached: local (run it here) or none "
+      "(fail its job; the default)");
+  remoteJobs.option = app.add_option(
+      "--remote-jobs", remoteJobs.value,
+      "Remote actions in flight at once per job, each an Execute stream (default 32)");
   maxSize.option = app.add_option("--max-size", maxSize.value,
                                   "Cache size cap, e.g. 20G, 512M (env "
                                   "FLOWC_CACHE_MAX_SIZE; default 20G): least recently "
@@ -119,7 +150,10 @@ int main(int argc, char **argv) {
       {cacheDir.get(), socket.get(), listen.get(), workers.get(), maxSize.get(),
        idleTimeout.get(), logFile.get(),
        readOnlyFlag->count() ? std::optional<std::string>("true") : std::nullopt,
-       config.get()});
+       taskMemoryLimit.get(), remoteExecutor.get(), remoteInstance.get(),
+       remotePlatformOption->count() ? std::optional<std::string>(joined(remotePlatform))
+                                     : std::nullopt,
+       remoteFallback.get(), remoteJobs.get(), config.get()});
   if (!options) {
     std::cerr << "flowcd: error: " << options.status().message() << "\n";
     return kExitUsage;

@@ -47,4 +47,17 @@ grpc::Status AdminService::Shutdown(grpc::ServerContext *,
   return grpc::Status::OK;
 }
 
+grpc::Status AdminService::Jobs(grpc::ServerContext *, const flowc::v1::JobsRequest *,
+                                flowc::v1::JobsResponse *response) {
+  *response = context_.registry.list();
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Workers(grpc::ServerContext *,
+                                   const flowc::v1::WorkersRequest *,
+                                   flowc::v1::WorkersResponse *response) {
+  context_.tasks->describe(*response);
+  return grpc::Status::OK;
+}
+
 } // namespace flowc::daemon

@@ -6,7 +6,7 @@
 
 namespace flowc::daemon {
 
-/// flowc.v1.Admin: health, statistics and shutdown.
+/// flowc.v1.Admin: health, statistics, jobs, workers and shutdown.
 class AdminService final : public flowc::v1::Admin::Service {
 public:
   explicit AdminService(DaemonContext &context) : context_(context) {}
@@ -17,6 +17,10 @@ public:
                      flowc::v1::StatsResponse *response) override;
   grpc::Status Shutdown(grpc::ServerContext *, const flowc::v1::ShutdownRequest *,
                         flowc::v1::ShutdownResponse *) override;
+  grpc::Status Jobs(grpc::ServerContext *, const flowc::v1::JobsRequest *,
+                    flowc::v1::JobsResponse *response) override;
+  grpc::Status Workers(grpc::ServerContext *, const flowc::v1::WorkersRequest *,
+                       flowc::v1::WorkersResponse *response) override;
 
 private:
   DaemonContext &context_;

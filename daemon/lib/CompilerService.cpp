@@ -76,6 +76,7 @@ std::string flightKey(const flowc::v1::SubmitRequest &request,
   flowc::v1::SubmitRequest shared = request;
   shared.clear_priority();
   shared.clear_want_local_path();
+  shared.clear_client();
   std::string key;
   shared.SerializeToString(&key);
   return key + "\n" + std::to_string(file.device) + ":" + std::to_string(file.inode) +
@@ -246,47 +247,72 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
   std::shared_ptr<Flights> flights = flights_;
   auto started = std::chrono::steady_clock::now();
   std::lock_guard lock(flight->mutex);
-  flight->jobId = context.jobs->submit(priority, [&context, flights, flight, key, task,
-                                                  started] {
-    {
-      std::lock_guard lock(flights->mutex);
-      ++flights->running;
-    }
-    Status status = runWorkerTask(
-        context.workerPath, task, task.submit().model_path(),
-        [&](flowc::v1::WorkerReply &&reply) {
+  std::string client = request.client().empty() ? "-" : request.client();
+  flight->jobId = context.jobs->submit(
+      priority,
+      [&context, flights, flight, key, task, started, priority] {
+        {
+          std::lock_guard lock(flights->mutex);
+          ++flights->running;
+        }
+        std::string jobId;
+        {
           std::lock_guard lock(flight->mutex);
-          if (reply.has_progress()) {
-            flowc::v1::Progress &event = flight->progress.emplace_back(reply.progress());
-            event.set_elapsed_seconds(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                    .count());
-          } else if (reply.has_result()) {
-            flight->result = std::move(*reply.mutable_result());
-          }
-          flight->changed.notify_all();
-        },
-        [&] { return flight->abandoned.load(); });
-    flights->remove(key, flight);
-    bool last = false;
-    {
-      std::lock_guard lock(flights->mutex);
-      last = --flights->running == 0;
-    }
-    // Pins are per process: only with no worker running does the daemon
-    // know every blob in use (its own handles), so only then does it evict.
-    if (last)
-      if (auto gc = context.cache->enforceLimit(); !gc)
-        spdlog::warn("cache eviction failed: {}", gc.status().toString());
-    std::lock_guard lock(flight->mutex);
-    if (!status.isOk())
-      flight->failure = status;
-    else if (!flight->result)
-      flight->failure = internalError(task.submit().model_path() +
-                                      ": the worker ended without a result");
-    flight->done = true;
-    flight->changed.notify_all();
-  });
+          jobId = flight->jobId;
+        }
+        const flowc::v1::SubmitRequest &submit = task.submit();
+        context.registry.start(jobId, submit.model_path(), submit.priority(),
+                               submit.client());
+        // The job's plan and codegen tasks run on the daemon's executors as
+        // its worker asks; whatever is left when it ends is cancelled.
+        TaskDispatch dispatch(*context.tasks, context.registry, jobId, priority,
+                              [&] { return flight->abandoned.load(); });
+        Status status = runWorkerTask(
+            context.workerPath, task, submit.model_path(),
+            [&](flowc::v1::WorkerReply &&reply) {
+              std::lock_guard lock(flight->mutex);
+              if (reply.has_progress()) {
+                flowc::v1::Progress &event =
+                    flight->progress.emplace_back(reply.progress());
+                event.set_elapsed_seconds(std::chrono::duration<double>(
+                                              std::chrono::steady_clock::now() - started)
+                                              .count());
+              } else if (reply.has_result()) {
+                flight->result = std::move(*reply.mutable_result());
+              }
+              flight->changed.notify_all();
+            },
+            [&] { return flight->abandoned.load(); },
+            [&](flowc::v1::TaskRequest &&request, TaskAnswer answer) {
+              dispatch.add(std::move(request), std::move(answer));
+            });
+        dispatch.finish();
+        context.registry.finish(jobId,
+                                status.isOk()                            ? "done"
+                                : status.code() == StatusCode::Cancelled ? "cancelled"
+                                                                         : "failed",
+                                status.isOk() ? "" : status.message());
+        flights->remove(key, flight);
+        bool last = false;
+        {
+          std::lock_guard lock(flights->mutex);
+          last = --flights->running == 0;
+        }
+        // Pins are per process: only with no worker running does the daemon
+        // know every blob in use (its own handles), so only then does it evict.
+        if (last)
+          if (auto gc = context.cache->enforceLimit(); !gc)
+            spdlog::warn("cache eviction failed: {}", gc.status().toString());
+        std::lock_guard lock(flight->mutex);
+        if (!status.isOk())
+          flight->failure = status;
+        else if (!flight->result)
+          flight->failure = internalError(task.submit().model_path() +
+                                          ": the worker ended without a result");
+        flight->done = true;
+        flight->changed.notify_all();
+      },
+      client);
   if (flight->jobId.empty())
     return unavailable("the daemon is shutting down");
   return Status::ok();

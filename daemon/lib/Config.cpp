@@ -118,6 +118,45 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
       else
         return invalidArgument(setting.origin + ": invalid value '" + value +
                                "' for read-only (true or false)");
+    } else if (key == "task-memory-limit") {
+      auto size = parseByteSize(value);
+      if (!size)
+        return bad(setting, size.status());
+      if (*size < (64u << 20))
+        return invalidArgument(setting.origin + ": task memory limit '" + value +
+                               "' is below the 64 MiB minimum");
+      options.taskMemoryLimit = *size;
+    } else if (key == "remote-executor") {
+      options.remote.url = value;
+    } else if (key == "remote-instance") {
+      options.remote.instance = value;
+    } else if (key == "remote-platform") {
+      options.remote.platform.clear();
+      for (size_t begin = 0; begin <= value.size();) {
+        size_t end = std::min(value.find(',', begin), value.size());
+        std::string pair = trim(std::string_view(value).substr(begin, end - begin));
+        begin = end + 1;
+        if (pair.empty())
+          continue;
+        size_t eq = pair.find('=');
+        if (eq == std::string::npos || eq == 0)
+          return invalidArgument(setting.origin + ": platform property '" + pair +
+                                 "' is not KEY=VALUE");
+        options.remote.platform.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
+      }
+    } else if (key == "remote-jobs") {
+      unsigned jobs = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), jobs);
+      if (ec != std::errc() || end != value.data() + value.size() || jobs == 0 ||
+          jobs > 4096)
+        return invalidArgument(setting.origin + ": invalid remote job count '" + value +
+                               "' (1 to 4096)");
+      options.remote.jobs = jobs;
+    } else if (key == "remote-fallback") {
+      if (value != "local" && value != "none")
+        return invalidArgument(setting.origin + ": invalid value '" + value +
+                               "' for remote-fallback (local or none)");
+      options.remote.fallbackLocal = value == "local";
     } else if (key == "idle-timeout") {
       auto seconds = parseDurationSeconds(value);
       if (!seconds)
@@ -182,6 +221,12 @@ Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags) {
   layer(settings, "idle-timeout", flags.idleTimeout, nullptr);
   layer(settings, "log-file", flags.logFile, nullptr);
   layer(settings, "read-only", flags.readOnly, "FLOWC_CACHE_READ_ONLY");
+  layer(settings, "task-memory-limit", flags.taskMemoryLimit, nullptr);
+  layer(settings, "remote-executor", flags.remoteExecutor, "FLOWC_REMOTE_EXECUTOR");
+  layer(settings, "remote-instance", flags.remoteInstance, nullptr);
+  layer(settings, "remote-platform", flags.remotePlatform, nullptr);
+  layer(settings, "remote-fallback", flags.remoteFallback, nullptr);
+  layer(settings, "remote-jobs", flags.remoteJobs, nullptr);
 
   DaemonOptions options;
   options.cacheDir = defaultCacheDir();

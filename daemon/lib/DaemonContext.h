@@ -2,6 +2,9 @@
 // Admin.Stats reports.
 #pragma once
 
+#include "Jobs.h"
+#include "TaskExecutor.h"
+
 #include "flowc/cache/Cache.h"
 #include "flowc/daemon/Server.h"
 #include "flowc/scheduler/JobQueue.h"
@@ -36,6 +39,9 @@ struct DaemonContext {
   DaemonOptions options;
   std::unique_ptr<cache::Cache> cache;
   std::unique_ptr<worker::CompileExecutor> executor;
+  /// Where jobs' tasks run; outlives the job queue that uses it.
+  std::unique_ptr<TaskExecutor> tasks;
+  JobRegistry registry;
   std::unique_ptr<scheduler::JobQueue> jobs;
   /// The flowc-worker binary every compile, inspect and repro runs in.
   std::string workerPath;

@@ -4,8 +4,10 @@
 #include "CacheService.h"
 #include "CompilerService.h"
 #include "DaemonContext.h"
+#include "RemoteTaskExecutor.h"
 #include "WorkerProcess.h"
 
+#include "flowc/remote/RemoteExecution.h"
 #include "flowc/support/UnixSocket.h"
 
 #include <cerrno>
@@ -84,7 +86,28 @@ Status DaemonOptions::validate() {
                            std::to_string(kMaxUnixSocketPath) + " bytes");
   if (workers == 0)
     workers = std::max(1u, std::thread::hardware_concurrency());
+  if (!remote.url.empty()) {
+    auto endpoint = remote::parseEndpoint(remote.url, remote.instance);
+    if (!endpoint)
+      return invalidArgument("--remote-executor: " + endpoint.status().message());
+  } else if (!remote.instance.empty() || !remote.platform.empty() ||
+             remote.fallbackLocal) {
+    return invalidArgument("--remote-instance, --remote-platform and --remote-fallback "
+                           "need --remote-executor");
+  }
   return Status::ok();
+}
+
+/// The local pool, or the remote engine in front of it.
+static Expected<std::unique_ptr<TaskExecutor>> makeTaskExecutor(DaemonContext &context) {
+  const DaemonOptions &options = context.options;
+  auto local = std::make_unique<LocalExecutor>(
+      *context.cache, LocalExecutor::Options{context.workerPath, options.workers,
+                                             options.taskMemoryLimit});
+  if (options.remote.url.empty())
+    return std::unique_ptr<TaskExecutor>(std::move(local));
+  return makeRemoteTaskExecutor(*context.cache, context.workerPath, options.remote,
+                                std::move(local));
 }
 
 struct Server::State {
@@ -123,6 +146,7 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
                  reconciled.missingFiles, reconciled.orphanFiles, reconciled.quarantined);
   context.executor =
       std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
+  FLOWC_ASSIGN_OR_RETURN(context.tasks, makeTaskExecutor(context));
   context.jobs = std::make_unique<scheduler::JobQueue>(options.workers);
 
   if (unixSocketAccepts(options.socketPath))

@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <memory>
+#include <mutex>
 #include <poll.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
@@ -41,13 +43,20 @@ Expected<Pipe> makePipe() {
 /// whatever it started too), with default signal handling and no blocked
 /// signals (the daemon blocks its shutdown signals and ignores SIGPIPE).
 Expected<pid_t> spawnWorker(const std::string &executable, int taskFd, int replyFd,
-                            int logFd) {
+                            int logFd, const std::vector<std::string> &args = {},
+                            const std::string &workingDir = "") {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, taskFd, STDIN_FILENO);
+  if (taskFd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, taskFd, STDIN_FILENO);
+  else
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, logFd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, logFd, STDERR_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, replyFd, worker::kWorkerReplyFd);
+  if (replyFd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, replyFd, worker::kWorkerReplyFd);
+  if (!workingDir.empty())
+    posix_spawn_file_actions_addchdir_np(&actions, workingDir.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, defaults;
@@ -60,10 +69,14 @@ Expected<pid_t> spawnWorker(const std::string &executable, int taskFd, int reply
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF);
-  std::string name = "flowc-worker";
-  char *argv[] = {name.data(), nullptr};
+  std::vector<std::string> words = {"flowc-worker"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char *> argv;
+  for (std::string &word : words)
+    argv.push_back(word.data());
+  argv.push_back(nullptr);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, executable.c_str(), &actions, &attr, argv, environ);
+  int rc = posix_spawn(&pid, executable.c_str(), &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0)
@@ -117,8 +130,8 @@ Status deathStatus(const std::string &what, pid_t pid, int status,
                                ") was killed (SIGKILL: most likely out of memory)" +
                                said + "; the daemon and other jobs are unaffected");
     return internalError(
-        what + ": the worker process (pid " + std::to_string(pid) + ") died of SIG" +
-        std::string(sigabbrev_np(sig)) + " (" + strsignal(sig) + ")" + said +
+        what + ": the worker process (pid " + std::to_string(pid) + ") died of " +
+        signalName(sig) + said +
         "; the daemon and other jobs are unaffected (a flowc bug: please report it "
         "with the model, or what `flowc repro` makes of it)");
   }
@@ -127,7 +140,31 @@ Status deathStatus(const std::string &what, pid_t pid, int status,
                        " before answering" + said);
 }
 
+/// The write end of a job worker's stdin, shared with the threads that
+/// answer its tasks: closed once the worker is gone.
+struct TaskChannel {
+  std::mutex mutex;
+  UniqueFd fd;
+
+  void answer(const flowc::v1::TaskResult &result) {
+    std::lock_guard lock(mutex);
+    if (fd.get() < 0)
+      return;
+    // A worker that died meanwhile makes this fail (EPIPE): nobody waits.
+    if (Status sent = worker::writeFrame(fd.get(), result); !sent)
+      fd = UniqueFd();
+  }
+  void close() {
+    std::lock_guard lock(mutex);
+    fd = UniqueFd();
+  }
+};
+
 } // namespace
+
+std::string signalName(int sig) {
+  return "SIG" + std::string(sigabbrev_np(sig)) + " (" + strsignal(sig) + ")";
+}
 
 Expected<std::string> workerExecutable() {
   std::string path = executableDirectory() + "/flowc-worker";
@@ -141,7 +178,7 @@ Expected<std::string> workerExecutable() {
 Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask &task,
                      const std::string &what,
                      const std::function<void(flowc::v1::WorkerReply &&)> &onReply,
-                     const std::function<bool()> &cancelled) {
+                     const std::function<bool()> &cancelled, const TaskHandler &onTask) {
   FLOWC_ASSIGN_OR_RETURN(Pipe taskPipe, makePipe());
   FLOWC_ASSIGN_OR_RETURN(Pipe replyPipe, makePipe());
   FLOWC_ASSIGN_OR_RETURN(Pipe logPipe, makePipe());
@@ -154,6 +191,10 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
   // A worker that dies before reading its task makes this write fail
   // (EPIPE: the daemon ignores SIGPIPE); its exit status then says why.
   Status sent = worker::writeFrame(taskPipe.write.get(), task);
+  // A job's worker reads its tasks' results on stdin: it stays open.
+  auto channel = std::make_shared<TaskChannel>();
+  if (onTask && sent.isOk())
+    channel->fd = std::move(taskPipe.write);
   taskPipe.write = UniqueFd();
   fcntl(replyPipe.read.get(), F_SETFL, O_NONBLOCK);
   fcntl(logPipe.read.get(), F_SETFL, O_NONBLOCK);
@@ -183,6 +224,14 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
         replyOpen = false;
       } else {
         for (flowc::v1::WorkerReply &reply : *frames) {
+          if (reply.has_task_request()) {
+            if (onTask)
+              onTask(std::move(*reply.mutable_task_request()),
+                     [channel](const flowc::v1::TaskResult &result) {
+                       channel->answer(result);
+                     });
+            continue;
+          }
           if (reply.has_error() && !reported)
             reported = worker::statusOf(reply.error());
           else if (isFinal(reply) && !reported)
@@ -196,6 +245,7 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
       relayLog(pid, log, lastLine);
     }
   }
+  channel->close();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -209,6 +259,44 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
     return internalError(what +
                          ": cannot hand the task to the worker: " + sent.message());
   return deathStatus(what, pid, status, lastLine);
+}
+
+Expected<TaskProcessExit> runTaskProcess(const std::string &executable,
+                                         const std::vector<std::string> &args,
+                                         const std::string &workingDir,
+                                         const std::function<bool()> &cancelled,
+                                         const std::function<void(pid_t)> &onStart) {
+  FLOWC_ASSIGN_OR_RETURN(Pipe logPipe, makePipe());
+  FLOWC_ASSIGN_OR_RETURN(
+      pid_t pid, spawnWorker(executable, -1, -1, logPipe.write.get(), args, workingDir));
+  logPipe.write = UniqueFd();
+  if (onStart)
+    onStart(pid);
+  fcntl(logPipe.read.get(), F_SETFL, O_NONBLOCK);
+  TaskProcessExit exit;
+  std::string log;
+  bool open = true;
+  while (open) {
+    pollfd fd = {logPipe.read.get(), POLLIN, 0};
+    int ready = ::poll(&fd, 1, kPollMs);
+    if (ready < 0 && errno != EINTR)
+      break;
+    if (!exit.cancelled && cancelled && cancelled()) {
+      ::kill(-pid, SIGKILL);
+      exit.cancelled = true;
+    }
+    if (fd.revents & (POLLIN | POLLHUP | POLLERR)) {
+      open = drain(logPipe.read.get(), log);
+      if (log.size() > kLogTailBytes)
+        log.erase(0, log.size() - kLogTailBytes);
+    }
+  }
+  while (::waitpid(pid, &exit.status, 0) < 0 && errno == EINTR) {
+  }
+  while (!log.empty() && log.back() == '\n')
+    log.pop_back();
+  exit.lastLines = std::move(log);
+  return exit;
 }
 
 } // namespace flowc::daemon

@@ -14,6 +14,7 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
       {"FLOWC_CACHE_MAX_SIZE", true},
       {"FLOWC_CACHE_READ_ONLY", true},
       {"FLOWC_CONFIG", true},
+      {"FLOWC_REMOTE_EXECUTOR", true},
       {"FLOWC_SOCKET", true},
       {"FLOWC_BIN_DIR", false},
       {"FLOWC_CRASH_KILLS", false},
@@ -23,6 +24,7 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
       {"FLOWC_FRESH_WORK_DIR", false},
       {"FLOWC_ONNX_NODE_FILTER", false},
       {"FLOWC_ONNX_NODE_JOBS", false},
+      {"FLOWC_WORKER_TEST_CRASH", true},
   };
   return variables;
 }

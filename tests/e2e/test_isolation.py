@@ -57,8 +57,9 @@ def daemon_pid(flowc) -> int:
     return json.loads(flowc.run("status", "--json").stdout)["pid"]
 
 
-def workers_of(pid: int):
-    """The flowc-worker processes whose parent is `pid`."""
+def workers_of(pid: int, tasks=False):
+    """The flowc-worker processes whose parent is `pid`: the job processes
+    (no arguments), or with `tasks` the task processes (`task --input ...`)."""
     found = []
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -69,7 +70,13 @@ def workers_of(pid: int):
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         parent = int(stat[stat.rindex(")") + 2:].split()[1])
-        if name == "flowc-worker" and parent == pid:
+        if name != "flowc-worker" or parent != pid:
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")[1:]
+        except OSError:
+            continue
+        if (args[:1] == [b"task"]) == tasks:
             found.append(int(entry.name))
     return found
 
@@ -174,7 +181,8 @@ def test_a_client_that_goes_away_cancels_its_compile(flowc, tmp_path):
     assert wait_for(lambda: workers_of(daemon))
     submit.send_signal(signal.SIGINT)
     submit.communicate(timeout=60)
-    assert wait_for(lambda: not workers_of(daemon), seconds=30), "the worker kept compiling"
+    assert wait_for(lambda: not workers_of(daemon) and not workers_of(daemon, tasks=True),
+                    seconds=30), "the worker kept compiling"
     assert daemon_pid(flowc) == daemon
     assert flowc.submit(model, tmp_path / "stack.fca")["cache"] == "miss"
 
@@ -275,7 +283,15 @@ def test_fifos_are_refused_at_once_wherever_they_are_read(flowc, tmp_path):
 def test_the_worker_refuses_anything_but_a_task_from_its_daemon():
     args = subprocess.run([str(BIN / "flowc-worker"), "--bogus"], capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert args.returncode == 2 and "takes no arguments" in args.stderr, args.stderr
+    assert args.returncode == 2 and "usage: flowc-worker task" in args.stderr, args.stderr
+    for bad, message in ((["task"], "--input and --output are required"),
+                         (["task", "--input"], "--input needs a value"),
+                         (["task", "--input", "i", "--output", "o", "--memory-limit", "x"],
+                          "--memory-limit: 'x' is not a positive number of bytes"),
+                         (["task", "--frobnicate", "1"], "unknown option '--frobnicate'")):
+        run = subprocess.run([str(BIN / "flowc-worker"), *bad], capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert run.returncode == 2 and message in run.stderr, (bad, run.stderr)
     for garbage in (b"", b"\x05\x00\x00\x00ab", b"\xff\xff\xff\x7f"):
         run = subprocess.run([str(BIN / "flowc-worker")], input=garbage, capture_output=True,
                              timeout=60)

@@ -277,7 +277,9 @@ instances:
         storage: *cas
       - !bytestream
         storage: *cas
-thread-pool-size: 64
+# Each Execute/WaitExecution stream holds a server thread while its action
+# runs: room for a daemon's --remote-jobs and the bots' long polls.
+thread-pool-size: 128
 """
         self.config = self.workdir / "bgd.yml"
         self.config.write_text(config)
@@ -348,6 +350,10 @@ thread-pool-size: 64
 
     def bots(self):
         return [n for n, (p, _) in self._bots.items() if p.poll() is None]
+
+    def bot_pids(self):
+        """{name: pid} of the running bots (the parents of the commands they run)."""
+        return {n: p.pid for n, (p, _) in self._bots.items() if p.poll() is None}
 
     # --- what happened ---------------------------------------------------
 

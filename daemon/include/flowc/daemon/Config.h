@@ -22,15 +22,24 @@ struct DaemonFlags {
   std::optional<std::string> logFile;
   /// --read-only given: "true".
   std::optional<std::string> readOnly;
+  std::optional<std::string> taskMemoryLimit;
+  std::optional<std::string> remoteExecutor;
+  std::optional<std::string> remoteInstance;
+  /// KEY=VALUE pairs joined by commas.
+  std::optional<std::string> remotePlatform;
+  std::optional<std::string> remoteFallback;
+  std::optional<std::string> remoteJobs;
   /// --config FILE (else FLOWC_CONFIG, else CACHE_DIR/flowcd.conf if it exists).
   std::optional<std::string> configFile;
 };
 
 /// The keys a config file may set (one `key = value` per line, `#`
 /// comments); the same names as the long flags.
-inline constexpr const char *kConfigKeys[] = {"cache-dir", "socket",   "listen",
-                                              "workers",   "max-size", "idle-timeout",
-                                              "log-file",  "read-only"};
+inline constexpr const char *kConfigKeys[] = {
+    "cache-dir",         "socket",          "listen",          "workers",
+    "max-size",          "idle-timeout",    "log-file",        "read-only",
+    "task-memory-limit", "remote-executor", "remote-instance", "remote-platform",
+    "remote-fallback",   "remote-jobs"};
 
 /// Resolves the options. InvalidArgument naming the flag, variable or
 /// file:line and the bad value (an unknown config key, a size such as

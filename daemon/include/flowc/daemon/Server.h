@@ -7,8 +7,24 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace flowc::daemon {
+
+/// Where tasks run beyond this machine: a REAPI v2 engine.
+struct RemoteOptions {
+  /// "grpc://host:port" or "grpcs://host:port"; empty: local workers only.
+  std::string url;
+  std::string instance;
+  /// Platform properties every action carries besides OSFamily and ISA.
+  std::vector<std::pair<std::string, std::string>> platform;
+  /// A task the engine cannot take (unreachable, down) runs locally instead
+  /// of failing its job.
+  bool fallbackLocal = false;
+  /// Actions in flight at once per job: each holds an Execute stream.
+  unsigned jobs = 32;
+};
 
 struct DaemonOptions {
   std::string cacheDir;
@@ -16,8 +32,12 @@ struct DaemonOptions {
   std::string socketPath;
   /// Optional "host:port" to listen on TCP as well (no TLS yet: loopback).
   std::string tcpAddress;
-  /// Embedded worker threads; 0 means one per core.
+  /// Local task processes at once (each runs one thread), and jobs at
+  /// once; 0 means one per core.
   unsigned workers = 0;
+  /// RLIMIT_DATA of each local task process; 0: 3/4 of the machine's memory.
+  uint64_t taskMemoryLimit = 0;
+  RemoteOptions remote;
   /// Cache size cap and inline threshold.
   cache::CacheOptions cache;
   /// Exit after this many seconds with no request and no job; 0 = never.

@@ -1,0 +1,170 @@
+#include "RemoteTaskExecutor.h"
+
+#include "flowc/remote/RemoteExecution.h"
+#include "flowc/support/MappedFile.h"
+
+#include <algorithm>
+#include <spdlog/spdlog.h>
+#include <sys/utsname.h>
+#include <thread>
+
+namespace flowc::daemon {
+
+namespace {
+
+constexpr const char *kWorkerInRoot = "bin/flowc-worker";
+
+/// REAPI's platform lexicon names for this machine: the flowc-worker binary
+/// in the input root runs only on the same OS and instruction set.
+std::vector<std::pair<std::string, std::string>> basePlatform() {
+  utsname name{};
+  uname(&name);
+  std::string machine = name.machine;
+  std::string isa = machine == "x86_64" ? "x86-64" : machine;
+  return {{"OSFamily", "linux"}, {"ISA", isa}};
+}
+
+class RemoteTaskExecutor final : public TaskExecutor {
+public:
+  RemoteTaskExecutor(cache::Cache &cache, std::unique_ptr<remote::RemoteExecutor> remote,
+                     MappedFile worker, cache::Digest workerDigest,
+                     const RemoteOptions &options, std::unique_ptr<LocalExecutor> local)
+      : cache_(cache), remote_(std::move(remote)), worker_(std::move(worker)),
+        workerDigest_(workerDigest), options_(options), local_(std::move(local)) {
+    platform_ = basePlatform();
+    platform_.insert(platform_.end(), options.platform.begin(), options.platform.end());
+  }
+
+  Expected<worker::TaskOutcome> run(const TaskRun &run) override {
+    auto outcome = runRemotely(run);
+    if (outcome || !options_.fallbackLocal ||
+        outcome.status().code() != StatusCode::Unavailable)
+      return outcome;
+    ++fallbacks_;
+    spdlog::warn("{}; running it locally (--remote-fallback=local)",
+                 outcome.status().message());
+    return local_->run(run);
+  }
+
+  /// The engine schedules; each action in flight holds an Execute stream.
+  unsigned concurrency() const override { return options_.jobs; }
+
+  void describe(flowc::v1::WorkersResponse &out) const override {
+    local_->describe(out);
+    remote::Counters counters = remote_->counters();
+    out.set_remote_url(options_.url);
+    out.set_remote_instance(options_.instance);
+    {
+      std::lock_guard lock(mutex_);
+      out.set_remote_state(state_);
+    }
+    out.set_remote_executed(counters.executed);
+    out.set_remote_cache_hits(counters.cacheHits);
+    out.set_remote_bytes_uploaded(counters.bytesUploaded);
+    out.set_remote_bytes_downloaded(counters.bytesDownloaded);
+    out.set_remote_fallbacks(fallbacks_);
+    out.set_remote_fallback(options_.fallbackLocal ? "local" : "none");
+  }
+
+private:
+  void setState(std::string state) {
+    std::lock_guard lock(mutex_);
+    state_ = std::move(state);
+  }
+
+  Expected<worker::TaskOutcome> runRemotely(const TaskRun &run) {
+    const worker::Task &task = run.task;
+    std::string what = task.kind + " " + task.name;
+    remote::Action action;
+    action.arguments = {kWorkerInRoot, "task", "--input", "in", "--output", "out"};
+    action.inputs.push_back({kWorkerInRoot, workerDigest_, true, worker_.view()});
+    // The handles keep the inputs' bytes mapped for the call.
+    std::vector<cache::BlobHandle> blobs;
+    for (const worker::TaskInput &input : task.inputs) {
+      FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(input.digest));
+      action.inputs.push_back({"in/" + input.path, input.digest, false, blob.bytes()});
+      blobs.push_back(std::move(blob));
+    }
+    for (const std::string &output : task.outputs)
+      action.outputFiles.push_back("out/" + output);
+    action.platform = platform_;
+    if (run.onStart)
+      run.onStart("remote " + options_.url);
+    auto outcome = executeCancellable(action, run.cancelled);
+    if (!outcome) {
+      setState(outcome.status().message());
+      return outcome.status().withContext(what + ": remote executor " + options_.url);
+    }
+    setState("ok");
+    std::string where = outcome->cached
+                            ? "remote action cache"
+                            : "remote " + (outcome->worker.empty() ? std::string("worker")
+                                                                   : outcome->worker);
+    if (outcome->exitCode != 0) {
+      Status error = worker::taskErrorFrom(outcome->stderrText);
+      return Status(error.code(), what + ": " + where + " failed (exit " +
+                                      std::to_string(outcome->exitCode) +
+                                      "): " + error.message());
+    }
+    worker::TaskOutcome result{{}, where};
+    for (const std::string &path : action.outputFiles) {
+      auto found =
+          std::find_if(outcome->outputs.begin(), outcome->outputs.end(),
+                       [&](const remote::OutputFile &file) { return file.path == path; });
+      if (found == outcome->outputs.end())
+        return dataLoss(what + ": " + where + " left no '" + path + "'");
+      FLOWC_RETURN_IF_ERROR(cache_.putVerified(found->digest, found->bytes));
+      result.outputs.push_back(found->digest);
+    }
+    return result;
+  }
+
+  /// execute(), abandoned once `cancelled` says so.
+  Expected<remote::ActionOutcome>
+  executeCancellable(const remote::Action &action,
+                     const std::function<bool()> &cancelled) {
+    std::atomic<bool> stop{false}, finished{false};
+    std::thread watcher([&] {
+      while (!finished) {
+        if (cancelled && cancelled())
+          stop = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    auto outcome = remote_->execute(action, &stop);
+    finished = true;
+    watcher.join();
+    return outcome;
+  }
+
+  cache::Cache &cache_;
+  std::unique_ptr<remote::RemoteExecutor> remote_;
+  MappedFile worker_;
+  cache::Digest workerDigest_;
+  RemoteOptions options_;
+  std::unique_ptr<LocalExecutor> local_;
+  std::vector<std::pair<std::string, std::string>> platform_;
+  mutable std::mutex mutex_;
+  std::string state_ = "not used yet";
+  std::atomic<uint64_t> fallbacks_{0};
+};
+
+} // namespace
+
+Expected<std::unique_ptr<TaskExecutor>>
+makeRemoteTaskExecutor(cache::Cache &cache, const std::string &workerPath,
+                       const RemoteOptions &options,
+                       std::unique_ptr<LocalExecutor> local) {
+  FLOWC_ASSIGN_OR_RETURN(remote::Endpoint endpoint,
+                         remote::parseEndpoint(options.url, options.instance));
+  FLOWC_ASSIGN_OR_RETURN(auto remote, remote::RemoteExecutor::connect(endpoint));
+  // The toolchain is an input of every action by digest: hashed once.
+  FLOWC_ASSIGN_OR_RETURN(MappedFile worker, MappedFile::open(workerPath));
+  cache::Digest digest = cache::digestOf(worker.view());
+  spdlog::info("remote executor url={} instance={} worker={}", options.url,
+               options.instance.empty() ? "-" : options.instance, digest.toString());
+  return std::unique_ptr<TaskExecutor>(new RemoteTaskExecutor(
+      cache, std::move(remote), std::move(worker), digest, options, std::move(local)));
+}
+
+} // namespace flowc::daemon

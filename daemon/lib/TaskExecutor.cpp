@@ -1,0 +1,109 @@
+#include "TaskExecutor.h"
+
+#include "WorkerProcess.h"
+
+#include <filesystem>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+
+namespace flowc::daemon {
+
+LocalExecutor::LocalExecutor(cache::Cache &cache, Options options)
+    : cache_(cache), options_(std::move(options)), slots_(options_.slots) {}
+
+LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
+  const worker::Task &task = run.task;
+  std::string what = task.kind + " " + task.name;
+  auto scratch = worker::ScratchDir::create(cache_, "task");
+  if (!scratch)
+    return {scratch.status()};
+  std::string in = scratch->path() + "/in", out = scratch->path() + "/out";
+  std::error_code ec;
+  std::filesystem::create_directory(in, ec);
+  if (Status written = worker::materializeTask(cache_, task, in); !written)
+    return {written.withContext(what)};
+  std::vector<std::string> args = {"task", "--input", in, "--output", out};
+  if (options_.memoryLimit > 0) {
+    args.push_back("--memory-limit");
+    args.push_back(std::to_string(options_.memoryLimit));
+  }
+  pid_t pid = 0;
+  auto exit = runTaskProcess(options_.workerPath, args, scratch->path(), run.cancelled,
+                             [&](pid_t started) {
+                               pid = started;
+                               std::lock_guard lock(mutex_);
+                               running_[pid] = {what, std::chrono::steady_clock::now()};
+                               if (run.onStart)
+                                 run.onStart("local pid " + std::to_string(pid));
+                             });
+  {
+    std::lock_guard lock(mutex_);
+    running_.erase(pid);
+  }
+  if (!exit)
+    return {exit.status()};
+  std::string where = "the worker process (pid " + std::to_string(pid) + ")";
+  if (exit->cancelled)
+    return {Status(StatusCode::Cancelled, what + ": cancelled")};
+  int status = exit->status;
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::string message = what + ": " + where + " died of " + signalName(sig);
+    if (sig == SIGKILL)
+      return {resourceExhausted(message + " (most likely out of memory)"), true};
+    return {internalError(message), true};
+  }
+  if (WEXITSTATUS(status) != 0) {
+    Status error = worker::taskErrorFrom(exit->lastLines);
+    return {Status(error.code(), what + ": " + where + " failed (exit " +
+                                     std::to_string(WEXITSTATUS(status)) +
+                                     "): " + error.message())};
+  }
+  auto outputs = worker::collectOutputs(cache_, task, out);
+  if (!outputs)
+    return {outputs.status().withContext(what)};
+  return {worker::TaskOutcome{std::move(*outputs), "local pid " + std::to_string(pid)}};
+}
+
+Expected<worker::TaskOutcome> LocalExecutor::run(const TaskRun &run) {
+  scheduler::TaskSlots::Slot slot = slots_.acquire(run.priority, run.cancelled);
+  if (!slot)
+    return Status(StatusCode::Cancelled,
+                  run.task.kind + " " + run.task.name + ": cancelled");
+  ++tasksRun_;
+  Attempt first = attempt(run);
+  if (!first.died)
+    return std::move(first.outcome);
+  // A crash may be the machine's (an OOM kill of a big neighbour) rather
+  // than the task's: once more, on a fresh process.
+  spdlog::warn("{}; running it again on a fresh process",
+               first.outcome.status().message());
+  ++tasksRetried_;
+  Attempt second = attempt(run);
+  if (!second.died)
+    return std::move(second.outcome);
+  ++tasksFailed_;
+  const Status &error = second.outcome.status();
+  return Status(error.code(),
+                error.message() +
+                    ", twice (the first time: " + first.outcome.status().message() +
+                    "); this job fails, the daemon and other jobs carry on");
+}
+
+void LocalExecutor::describe(flowc::v1::WorkersResponse &out) const {
+  out.set_slots(slots_.size());
+  out.set_busy(slots_.busy());
+  out.set_tasks_run(tasksRun_);
+  out.set_tasks_retried(tasksRetried_);
+  out.set_tasks_failed(tasksFailed_);
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  for (const auto &[pid, running] : running_) {
+    flowc::v1::LocalWorker *worker = out.add_local();
+    worker->set_pid(pid);
+    worker->set_task(running.task);
+    worker->set_seconds(std::chrono::duration<double>(now - running.since).count());
+  }
+}
+
+} // namespace flowc::daemon

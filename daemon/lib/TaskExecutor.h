@@ -1,0 +1,77 @@
+// Where the daemon runs the plan and codegen tasks of its jobs: a pool of
+// local flowc-worker processes (the embedded default), or a REAPI engine
+// (--remote-executor), which falls back to the local pool when asked to.
+#pragma once
+
+#include "flowc/cache/Cache.h"
+#include "flowc/scheduler/TaskSlots.h"
+#include "flowc/v1/flowc.pb.h"
+#include "flowc/worker/Tasks.h"
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace flowc::daemon {
+
+/// One task to run, and what its job wants to know while it runs.
+struct TaskRun {
+  const worker::Task &task;
+  scheduler::Priority priority;
+  std::function<bool()> cancelled;
+  /// Called with where the task runs now ("local pid 123"), each attempt.
+  std::function<void(const std::string &)> onStart;
+};
+
+class TaskExecutor {
+public:
+  virtual ~TaskExecutor() = default;
+  /// Runs the task; its outputs are in the cache on success. Blocking.
+  virtual Expected<worker::TaskOutcome> run(const TaskRun &run) = 0;
+  /// How many of one job's tasks are worth having in flight at once.
+  virtual unsigned concurrency() const = 0;
+  /// Fills in `flowc workers`.
+  virtual void describe(flowc::v1::WorkersResponse &out) const = 0;
+};
+
+/// A pool of flowc-worker processes, one per task, at most one per slot (a
+/// task runs one thread). A task whose process dies of a signal (a crash,
+/// an abort, an OOM kill) runs once more on a fresh process; a second death
+/// fails it, with an error naming the task and the signal.
+class LocalExecutor final : public TaskExecutor {
+public:
+  struct Options {
+    std::string workerPath;
+    unsigned slots = 1;
+    /// RLIMIT_DATA of each task process; 0: the worker's default (3/4 RAM).
+    uint64_t memoryLimit = 0;
+  };
+  LocalExecutor(cache::Cache &cache, Options options);
+
+  Expected<worker::TaskOutcome> run(const TaskRun &run) override;
+  unsigned concurrency() const override { return slots_.size(); }
+  void describe(flowc::v1::WorkersResponse &out) const override;
+
+private:
+  struct Attempt {
+    Expected<worker::TaskOutcome> outcome;
+    bool died = false; ///< Killed by a signal: worth another process.
+  };
+  Attempt attempt(const TaskRun &run);
+
+  cache::Cache &cache_;
+  Options options_;
+  scheduler::TaskSlots slots_;
+  mutable std::mutex mutex_;
+  struct Running {
+    std::string task;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<pid_t, Running> running_;
+  std::atomic<uint64_t> tasksRun_{0}, tasksRetried_{0}, tasksFailed_{0};
+};
+
+} // namespace flowc::daemon
