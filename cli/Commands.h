@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace flowc::cli {
 
@@ -20,6 +22,24 @@ CommandRunner addStatusCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addDaemonCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addCompileCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addJobsCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global);
+
+/// The compile options `flowc submit` and `flowc compile` share.
+struct CompileFlags {
+  std::string target = "cpu";
+  int optLevel = 2;
+  std::string precision = "fp32";
+  std::vector<std::string> disabledPasses;
+  /// `--input-shape NAME=DIMS` values.
+  std::vector<std::string> inputShapes;
+  bool thin = false;
+};
+
+/// Registers --target, -O, --precision, --disable-pass, --input-shape and
+/// --thin on `cmd`.
+void addCompileFlags(CLI::App *cmd, CompileFlags &flags);
 
 // Shared by the model commands (ReproCommand.cpp) --------------------------
 

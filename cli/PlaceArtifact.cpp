@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <fcntl.h>
+#include <filesystem>
 #include <linux/fs.h>
 #include <random>
 #include <sys/ioctl.h>
@@ -118,6 +119,22 @@ Expected<Placement> placeLocalArtifact(const std::string &source, uint64_t size,
     return errnoStatus(error, "cannot write '" + target + "'");
   }
   return placement;
+}
+
+Status checkOutputPath(const std::string &output) {
+  namespace fs = std::filesystem;
+  fs::path parent = fs::absolute(output).parent_path();
+  std::error_code ec;
+  if (fs::is_directory(output, ec))
+    return invalidArgument("-o '" + output + "' is a directory; name the artifact file");
+  if (!fs::is_directory(parent, ec))
+    return invalidArgument(
+        "cannot write -o '" + output + "': '" + parent.string() +
+        (fs::exists(parent, ec) ? "' is not a directory" : "' does not exist"));
+  if (::access(parent.c_str(), W_OK) != 0)
+    return errnoStatus(errno,
+                       "cannot write -o '" + output + "' in '" + parent.string() + "'");
+  return Status::ok();
 }
 
 } // namespace flowc::cli

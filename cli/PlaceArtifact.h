@@ -25,4 +25,8 @@ const char *placementName(Placement placement);
 Expected<Placement> placeLocalArtifact(const std::string &source, uint64_t size,
                                        const std::string &target);
 
+/// InvalidArgument naming `output` when it is a directory or its directory
+/// does not exist or cannot be written: checked before anything compiles.
+Status checkOutputPath(const std::string &output);
+
 } // namespace flowc::cli

@@ -7,23 +7,29 @@
 
 namespace flowc::cli {
 
+Expected<const void *> loadCliModule(const std::string &library, const char *entrySymbol,
+                                     const std::string &what) {
+  std::string path = executableDirectory() + "/../lib/" + library;
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    return unavailable("cannot load the " + what + " module '" + path +
+                       "': " + dlerror());
+  auto entry = reinterpret_cast<const void *(*)()>(dlsym(handle, entrySymbol));
+  if (!entry)
+    return unavailable("'" + path + "' has no " + entrySymbol);
+  return entry();
+}
+
 Expected<const RuntimeModule *> runtimeModule() {
   static std::once_flag once;
   static Expected<const RuntimeModule *> loaded = unavailable("not loaded");
   std::call_once(once, [] {
-    std::string path = executableDirectory() + "/../lib/libflowc-cli-runtime.so";
-    void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      loaded = unavailable("cannot load the runtime module '" + path + "': " + dlerror());
-      return;
-    }
-    auto entry =
-        reinterpret_cast<const RuntimeModule *(*)()>(dlsym(handle, kRuntimeModuleEntry));
-    if (!entry) {
-      loaded = unavailable("'" + path + "' has no " + kRuntimeModuleEntry);
-      return;
-    }
-    loaded = entry();
+    auto module =
+        loadCliModule("libflowc-cli-runtime.so", kRuntimeModuleEntry, "runtime");
+    if (!module)
+      loaded = module.status();
+    else
+      loaded = static_cast<const RuntimeModule *>(*module);
   });
   return loaded;
 }

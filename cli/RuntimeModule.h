@@ -44,6 +44,12 @@ struct RuntimeModule {
 /// The symbol the module exports: `const RuntimeModule *flowcCliRuntimeModule()`.
 inline constexpr const char *kRuntimeModuleEntry = "flowcCliRuntimeModule";
 
+/// Loads `library` from ../lib beside this executable and returns what its
+/// `entrySymbol` function returns; Unavailable naming the path and the
+/// loader's words when it cannot.
+Expected<const void *> loadCliModule(const std::string &library, const char *entrySymbol,
+                                     const std::string &what);
+
 /// Loads the module from ../lib beside this executable, once. Unavailable
 /// naming the module's path and the loader's words when it cannot.
 Expected<const RuntimeModule *> runtimeModule();

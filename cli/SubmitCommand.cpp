@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <pwd.h>
 #include <sstream>
 #include <unistd.h>
 
@@ -23,16 +24,11 @@ namespace fs = std::filesystem;
 struct SubmitOptions {
   std::string model;
   std::string output;
-  std::string target = "cpu";
-  int optLevel = 2;
-  std::string precision = "fp32";
-  std::vector<std::string> disabledPasses;
+  CompileFlags compile;
   std::string printIrAfter;
   bool json = false;
   bool batch = false;
-  std::vector<std::string> inputShapes;
   bool progress = false;
-  bool thin = false;
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
   bool optLevelGiven = false;
@@ -54,13 +50,13 @@ void applyRecordedOptions(const std::string &dir, SubmitOptions &options) {
     return;
   if (auto target = recorded.find("target");
       !options.targetGiven && target != recorded.end() && target->is_string())
-    options.target = target->get<std::string>();
+    options.compile.target = target->get<std::string>();
   if (auto level = recorded.find("opt_level");
       !options.optLevelGiven && level != recorded.end() && level->is_number_integer())
-    options.optLevel = level->get<int>();
+    options.compile.optLevel = level->get<int>();
   if (auto precision = recorded.find("precision");
       !options.precisionGiven && precision != recorded.end() && precision->is_string())
-    options.precision = precision->get<std::string>();
+    options.compile.precision = precision->get<std::string>();
 }
 
 /// Streams the artifact into `path` (temp file + rename).
@@ -97,23 +93,6 @@ Status downloadArtifact(DaemonClient &client, const std::string &digest,
   return status;
 }
 
-/// InvalidArgument naming `output` when its directory does not exist or is
-/// not one: checked before anything compiles.
-Status checkOutputPath(const std::string &output) {
-  fs::path parent = fs::absolute(output).parent_path();
-  std::error_code ec;
-  if (fs::is_directory(output, ec))
-    return invalidArgument("-o '" + output + "' is a directory; name the artifact file");
-  if (!fs::is_directory(parent, ec))
-    return invalidArgument(
-        "cannot write -o '" + output + "': '" + parent.string() +
-        (fs::exists(parent, ec) ? "' is not a directory" : "' does not exist"));
-  if (::access(parent.c_str(), W_OK) != 0)
-    return errnoStatus(errno,
-                       "cannot write -o '" + output + "' in '" + parent.string() + "'");
-  return Status::ok();
-}
-
 /// Where the artifact came from: the daemon's cache file (linked, cloned or
 /// copied, or already there), else streamed over the connection.
 Expected<std::string> fetchArtifact(DaemonClient &client,
@@ -135,6 +114,15 @@ Expected<std::string> fetchArtifact(DaemonClient &client,
   return std::string("streamed");
 }
 
+/// "user@host": whom the daemon's fair share counts this submit for.
+std::string clientIdentity() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const passwd *user = getpwuid(getuid());
+  return (user ? std::string(user->pw_name) : "uid" + std::to_string(getuid())) + "@" +
+         host;
+}
+
 int runSubmit(SubmitOptions options, GlobalOptions &global) {
   global.resolve();
   auto model = absoluteModelOrReproducer(options.model);
@@ -153,17 +141,18 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
 
   flowc::v1::SubmitRequest request;
   request.set_model_path(*model);
-  request.set_target(options.target);
-  request.set_opt_level(options.optLevel);
-  request.set_precision(options.precision);
-  for (const std::string &pass : options.disabledPasses)
+  request.set_target(options.compile.target);
+  request.set_opt_level(options.compile.optLevel);
+  request.set_precision(options.compile.precision);
+  for (const std::string &pass : options.compile.disabledPasses)
     request.add_disabled_passes(pass);
   request.set_print_ir_after(options.printIrAfter);
   request.set_want_local_path(true);
-  request.set_thin(options.thin);
+  request.set_thin(options.compile.thin);
+  request.set_client(clientIdentity());
   request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
                                      : flowc::v1::PRIORITY_INTERACTIVE);
-  if (Status shapes = addInputShapes(options.inputShapes, request); !shapes)
+  if (Status shapes = addInputShapes(options.compile.inputShapes, request); !shapes)
     return reportError(shapes);
   grpc::ClientContext context;
   auto reader = (*client)->compiler().Submit(&context, request);
@@ -210,7 +199,7 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
                            {"artifact_transfer", *transfer},
                            {"kernels_compiled", result->kernels_compiled()},
                            {"kernels_reused", result->kernels_reused()},
-                           {"thin", options.thin},
+                           {"thin", options.compile.thin},
                            {"job_id", result->job_id()}};
     json["op_counts"] = nlohmann::json::object();
     for (const auto &[op, count] : result->op_counts())
@@ -231,6 +220,27 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
 
 } // namespace
 
+void addCompileFlags(CLI::App *cmd, CompileFlags &flags) {
+  cmd->add_option("--target", flags.target, "Compile target")
+      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("-O,--opt-level", flags.optLevel, "Code optimization level 0..3")
+      ->check(CLI::Range(0, 3));
+  cmd->add_option("--precision", flags.precision,
+                  "Library-kernel arithmetic: fp32 (default) or bf16 (fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string passes;
+  for (const std::string &pass : flowc::compiler::kOptionalPasses)
+    passes += (passes.empty() ? "" : ", ") + pass;
+  cmd->add_option("--disable-pass", flags.disabledPasses,
+                  "Leave out an optional pass (debugging; repeatable): " + passes);
+  cmd->add_option("--input-shape", flags.inputShapes,
+                  "NAME=DIMS (e.g. input_ids=1x128): a static shape for an input with "
+                  "symbolic dimensions; repeatable");
+  cmd->add_flag("--thin", flags.thin,
+                "Thin artifact: weights referred to by digest and mapped from this "
+                "cache when it runs (kilobytes for any model; runs where the cache is)");
+}
+
 CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   auto options = std::make_shared<SubmitOptions>();
   CLI::App *cmd = app.add_subcommand("submit", "Compile a model through the daemon");
@@ -238,30 +248,13 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
       ->required();
   cmd->add_option("-o,--output", options->output,
                   "Artifact path (default: MODEL_STEM.fca)");
-  cmd->add_option("--target", options->target, "Compile target")
-      ->check(CLI::IsMember({"cpu"}));
-  cmd->add_option("-O,--opt-level", options->optLevel, "Code optimization level 0..3")
-      ->check(CLI::Range(0, 3));
-  cmd->add_option("--precision", options->precision,
-                  "Library-kernel arithmetic: fp32 (default) or bf16 (fp32 accumulation)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  std::string passes;
-  for (const std::string &pass : flowc::compiler::kOptionalPasses)
-    passes += (passes.empty() ? "" : ", ") + pass;
-  cmd->add_option("--disable-pass", options->disabledPasses,
-                  "Leave out an optional pass (debugging; repeatable): " + passes);
+  addCompileFlags(cmd, options->compile);
   cmd->add_option("--print-ir-after", options->printIrAfter,
                   "Print the IR after each pass of this name (or 'all') on stderr; "
                   "compiles even on a cache hit");
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
-  cmd->add_option("--input-shape", options->inputShapes,
-                  "NAME=DIMS (e.g. input_ids=1x128): a static shape for an input with "
-                  "symbolic dimensions; repeatable");
   cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
-  cmd->add_flag("--thin", options->thin,
-                "Thin artifact: weights referred to by digest and mapped from this "
-                "cache when it runs (kilobytes for any model; runs where the cache is)");
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;
     options->optLevelGiven = cmd->count("--opt-level") > 0;

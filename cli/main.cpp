@@ -46,12 +46,15 @@ int main(int argc, char **argv) {
     commands.emplace_back(app.get_subcommands({}).back(), std::move(runner));
   };
   add(addSubmitCommand);
+  add(addCompileCommand);
   add(addRunCommand);
   add(addInspectCommand);
   add(addReproCommand);
   add(addStatusCommand);
   add(addDaemonCommand);
   add(addCacheCommand);
+  add(addJobsCommand);
+  add(addWorkersCommand);
   letGlobalOptionsFallThrough(app);
   app.set_version_flag(
       "--version",

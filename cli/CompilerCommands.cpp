@@ -1,0 +1,103 @@
+// libflowc-cli-compiler.so: `flowc compile` (see CompilerModule.h). Its
+// calls into flowc itself (reportError, printJson, placeLocalArtifact)
+// resolve against the executable, which exports them.
+#include "CompilerModule.h"
+#include "PlaceArtifact.h"
+
+#include "flowc/cache/Cache.h"
+#include "flowc/worker/CompileExecutor.h"
+#include "flowc/worker/Tasks.h"
+
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <thread>
+
+namespace flowc::cli {
+
+namespace {
+
+Expected<worker::CompileRequest> compileRequest(const CompileCommandOptions &options) {
+  worker::CompileRequest request;
+  FLOWC_ASSIGN_OR_RETURN(request.modelPath, absoluteModelOrReproducer(options.model));
+  const CompileFlags &flags = options.compile;
+  request.options.target = flags.target;
+  request.options.optLevel = flags.optLevel;
+  request.options.precision = flags.precision;
+  request.options.disabledPasses = flags.disabledPasses;
+  FLOWC_RETURN_IF_ERROR(request.options.validate());
+  for (const std::string &spec : flags.inputShapes) {
+    FLOWC_ASSIGN_OR_RETURN(auto shape, parseInputShape(spec));
+    request.inputShapes[shape.first] = shape.second;
+  }
+  request.kind = flags.thin ? worker::ArtifactKind::Thin : worker::ArtifactKind::Packed;
+  return request;
+}
+
+int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
+  auto request = compileRequest(options);
+  if (!request)
+    return reportError(request.status());
+  std::string output =
+      options.output.empty()
+          ? std::filesystem::path(request->modelPath).stem().string() + ".fca"
+          : options.output;
+  if (Status writable = checkOutputPath(output); !writable)
+    return reportError(writable);
+  auto cache = cache::Cache::open(global.cacheDir, {});
+  if (!cache)
+    return reportError(cache.status());
+  unsigned threads = options.threads ? options.threads
+                                     : std::max(1u, std::thread::hardware_concurrency());
+  worker::InProcessTaskRunner tasks(**cache, FLOWC_BUILD_ID, threads);
+  // A daemon may share this cache: it evicts, knowing what its jobs pin.
+  worker::CompileExecutor executor(**cache, FLOWC_BUILD_ID,
+                                   worker::CompileExecutor::Eviction::Never, &tasks);
+  auto progress = [&](const std::string &stage, const std::string &detail) {
+    if (!options.progress)
+      return;
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - global.started)
+            .count();
+    std::cerr << "flowc: [" << std::fixed << std::setprecision(3) << seconds << "s] "
+              << stage << ": " << detail << "\n";
+  };
+  auto result = executor.compile(*request, progress);
+  if (!result)
+    return reportError(result.status());
+  auto placed = placeLocalArtifact((*cache)->blobPath(result->artifactDigest),
+                                   result->artifactDigest.size, output);
+  if (!placed)
+    return reportError(placed.status());
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - global.started)
+          .count();
+  std::string hit = result->cacheHit ? "hit" : "miss";
+  if (options.json) {
+    printJson({{"artifact", output},
+               {"artifact_digest", result->artifactDigest.toString()},
+               {"model_digest", result->modelDigest.toString()},
+               {"cache", hit},
+               {"code_cache", result->codeCacheHit ? "hit" : "miss"},
+               {"seconds", seconds},
+               {"kernels_compiled", result->kernelsCompiled},
+               {"kernels_reused", result->kernelsReused},
+               {"artifact_transfer", placementName(*placed)},
+               {"threads", threads}});
+    return 0;
+  }
+  std::cout << "flowc: compiled in-process, cache " << hit << " in " << std::fixed
+            << std::setprecision(3) << seconds << " s -> " << output << " "
+            << result->artifactDigest.toString() << std::endl;
+  return 0;
+}
+
+} // namespace
+
+} // namespace flowc::cli
+
+extern "C" __attribute__((visibility("default"))) const flowc::cli::CompilerModule *
+flowcCliCompilerModule() {
+  static const flowc::cli::CompilerModule module = {flowc::cli::runCompile};
+  return &module;
+}

@@ -1,0 +1,34 @@
+// `flowc compile`: a compile in this process, with no daemon, for scripts
+// and for places that cannot host one (a REAPI action, a container step).
+// It needs the compiler (MLIR, LLVM, oneDNN), so it lives in a module,
+// libflowc-cli-compiler.so, that flowc loads for this command only.
+#pragma once
+
+#include "Commands.h"
+
+#include <string>
+#include <vector>
+
+namespace flowc::cli {
+
+struct CompileCommandOptions {
+  std::string model;
+  std::string output;
+  CompileFlags compile;
+  bool json = false;
+  bool progress = false;
+  /// Task threads; 0: one per core.
+  unsigned threads = 0;
+};
+
+struct CompilerModule {
+  /// `flowc compile`; returns the exit status (errors reported on stderr).
+  int (*compile)(const CompileCommandOptions &options, GlobalOptions &global);
+};
+
+inline constexpr const char *kCompilerModuleEntry = "flowcCliCompilerModule";
+
+/// Loads libflowc-cli-compiler.so once.
+Expected<const CompilerModule *> compilerModule();
+
+} // namespace flowc::cli

@@ -1,0 +1,160 @@
+// flowc jobs [--json]; flowc workers [--json]
+#include "Commands.h"
+
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+namespace flowc::cli {
+
+namespace {
+
+nlohmann::json taskJson(const flowc::v1::TaskInfo &task) {
+  return {{"kind", task.kind()},
+          {"name", task.name()},
+          {"state", task.state()},
+          {"executor", task.executor()},
+          {"seconds", task.seconds()},
+          {"input_bytes", task.input_bytes()},
+          {"output_bytes", task.output_bytes()},
+          {"attempts", task.attempts()},
+          {"queued_at_seconds", task.queued_at_seconds()},
+          {"error", task.error()}};
+}
+
+nlohmann::json jobJson(const flowc::v1::JobInfo &job) {
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const flowc::v1::TaskInfo &task : job.tasks())
+    tasks.push_back(taskJson(task));
+  return {
+      {"id", job.id()},
+      {"model", job.model()},
+      {"state", job.state()},
+      {"priority", job.priority() == flowc::v1::PRIORITY_BATCH ? "batch" : "interactive"},
+      {"client", job.client()},
+      {"seconds", job.seconds()},
+      {"error", job.error()},
+      {"tasks", tasks}};
+}
+
+/// "3 local, 9 remote bot-2": where a job's tasks ran.
+std::string placesText(const flowc::v1::JobInfo &job) {
+  std::map<std::string, int> counts;
+  for (const flowc::v1::TaskInfo &task : job.tasks()) {
+    std::string where = task.executor().substr(0, task.executor().find(" pid "));
+    ++counts[where.empty() ? task.state() : where];
+  }
+  std::string text;
+  for (const auto &[where, count] : counts)
+    text += (text.empty() ? "" : ", ") + std::to_string(count) + " " + where;
+  return text.empty() ? "no tasks" : text;
+}
+
+int runJobs(GlobalOptions &global, bool json) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/false);
+  if (!client)
+    return reportError(client.status());
+  grpc::ClientContext context;
+  flowc::v1::JobsResponse response;
+  if (Status status = fromGrpc((*client)->admin().Jobs(&context, {}, &response), "jobs");
+      !status)
+    return reportError(status);
+  if (json) {
+    nlohmann::json jobs = nlohmann::json::array();
+    for (const flowc::v1::JobInfo &job : response.jobs())
+      jobs.push_back(jobJson(job));
+    printJson({{"jobs", jobs}});
+    return 0;
+  }
+  if (response.jobs().empty())
+    std::cout << "no jobs yet\n";
+  for (const flowc::v1::JobInfo &job : response.jobs()) {
+    std::cout << job.id() << "  " << job.state() << "  " << std::fixed
+              << std::setprecision(2) << job.seconds() << " s  " << job.model() << "\n"
+              << "  " << job.tasks_size() << " tasks: " << placesText(job) << "\n";
+    if (!job.error().empty())
+      std::cout << "  error: " << job.error() << "\n";
+  }
+  std::cout << std::flush;
+  return 0;
+}
+
+int runWorkers(GlobalOptions &global, bool json) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/false);
+  if (!client)
+    return reportError(client.status());
+  grpc::ClientContext context;
+  flowc::v1::WorkersResponse r;
+  if (Status status = fromGrpc((*client)->admin().Workers(&context, {}, &r), "workers");
+      !status)
+    return reportError(status);
+  if (json) {
+    nlohmann::json local = nlohmann::json::array();
+    for (const flowc::v1::LocalWorker &worker : r.local())
+      local.push_back({{"pid", worker.pid()},
+                       {"task", worker.task()},
+                       {"seconds", worker.seconds()}});
+    nlohmann::json out = {{"slots", r.slots()},
+                          {"busy", r.busy()},
+                          {"local", local},
+                          {"tasks_run", r.tasks_run()},
+                          {"tasks_retried", r.tasks_retried()},
+                          {"tasks_failed", r.tasks_failed()},
+                          {"remote", nullptr}};
+    if (!r.remote_url().empty())
+      out["remote"] = {{"url", r.remote_url()},
+                       {"instance", r.remote_instance()},
+                       {"state", r.remote_state()},
+                       {"executed", r.remote_executed()},
+                       {"cache_hits", r.remote_cache_hits()},
+                       {"bytes_uploaded", r.remote_bytes_uploaded()},
+                       {"bytes_downloaded", r.remote_bytes_downloaded()},
+                       {"fallbacks", r.remote_fallbacks()},
+                       {"fallback", r.remote_fallback()}};
+    printJson(out);
+    return 0;
+  }
+  std::cout << "local: " << r.busy() << " of " << r.slots() << " slots busy; "
+            << r.tasks_run() << " tasks run, " << r.tasks_retried() << " retried, "
+            << r.tasks_failed() << " failed\n";
+  for (const flowc::v1::LocalWorker &worker : r.local())
+    std::cout << "  pid " << worker.pid() << "  " << worker.task() << "  " << std::fixed
+              << std::setprecision(1) << worker.seconds() << " s\n";
+  if (r.remote_url().empty())
+    std::cout << "remote: none (flowcd --remote-executor)\n";
+  else
+    std::cout << "remote: " << r.remote_url()
+              << (r.remote_instance().empty() ? "" : " instance " + r.remote_instance())
+              << ", " << r.remote_state() << "; " << r.remote_executed() << " executed, "
+              << r.remote_cache_hits() << " action-cache hits, "
+              << humanBytes(r.remote_bytes_uploaded()) << " up, "
+              << humanBytes(r.remote_bytes_downloaded()) << " down, "
+              << r.remote_fallbacks() << " run locally (fallback " << r.remote_fallback()
+              << ")\n";
+  std::cout << std::flush;
+  return 0;
+}
+
+} // namespace
+
+CommandRunner addJobsCommand(CLI::App &app, GlobalOptions &global) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App *cmd = app.add_subcommand(
+      "jobs",
+      "List the daemon's running and recent jobs, their tasks and where they ran");
+  cmd->add_flag("--json", *json, "Print one JSON object");
+  return [json, &global] { return runJobs(global, *json); };
+}
+
+CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App *cmd = app.add_subcommand(
+      "workers", "Show the local worker processes and the remote executor's state");
+  cmd->add_flag("--json", *json, "Print one JSON object");
+  return [json, &global] { return runWorkers(global, *json); };
+}
+
+} // namespace flowc::cli
