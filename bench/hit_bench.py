@@ -51,6 +51,7 @@ BIN = pathlib.Path(os.environ.get("FLOWC_BIN_DIR", ROOT / "build" / "bin"))
 EXPORT_PYTHON = ROOT / ".venv-export" / "bin" / "python"
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "bench"))
+from hostinfo import cpu_line  # noqa: E402
 
 GIB = 1 << 30
 TARGET_P50_MS = 10.0
@@ -77,25 +78,6 @@ int main(int argc, char **argv) {
 
 
 # Host -----------------------------------------------------------------------
-
-def cpu_line():
-    """'CPU: <model>, N cores, ISA: avx2 yes, avx512f no, amx no'."""
-    model, flags = "unknown", set()
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown":
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    amx = sorted(f for f in flags if f.startswith("amx"))
-    isa = (f"avx2 {'yes' if 'avx2' in flags else 'no'}, "
-           f"avx512f {'yes' if 'avx512f' in flags else 'no'}, "
-           f"amx {'/'.join(amx) if amx else 'no'}")
-    return f"CPU: {model}, {os.cpu_count()} cores, ISA: {isa}"
-
 
 def version_of(cmd):
     try:

@@ -63,6 +63,8 @@ import pathlib
 import random
 import sys
 
+from hostinfo import cpu_line
+
 KINDS = ("ingest", "plan", "codegen", "measure", "link")
 LOCAL_KINDS = {"ingest", "link"}
 # Stages of a trace without deps: each task depends on every task of the
@@ -78,27 +80,6 @@ SEVERAL_HUNDRED = 200  # "a compile of several hundred kernels" starts here
 
 class InputError(Exception):
     """Bad input: the message names the file, the task and the field."""
-
-
-# Host -----------------------------------------------------------------------
-
-def cpu_line():
-    """'CPU: <model>, N cores, ISA: avx2 yes, avx512f no, amx no'."""
-    model, flags = "unknown", set()
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown":
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    amx = sorted(f for f in flags if f.startswith("amx"))
-    isa = (f"avx2 {'yes' if 'avx2' in flags else 'no'}, "
-           f"avx512f {'yes' if 'avx512f' in flags else 'no'}, "
-           f"amx {'/'.join(amx) if amx else 'no'}")
-    return f"CPU: {model}, {os.cpu_count()} cores, ISA: {isa}"
 
 
 # The DAG --------------------------------------------------------------------

@@ -12,6 +12,7 @@ unset FLOWC_CACHE_DIR FLOWC_SOCKET
 (cd build && ctest --output-on-failure -j 2)
 bash scripts/fuzz.sh --ci
 # Temp dirs of passed tests go when the run ends (GBs of exported models
-# and artifacts); a failed test's stay for a look.
+# and artifacts); a failed test's stay for a look. tests/reapi starts its
+# own REAPI engine (BuildGrid on PostgreSQL, from .venv-reapi) and stops it.
 .venv/bin/python -m pytest -q --durations=15 -o tmp_path_retention_policy=failed \
-  -o tmp_path_retention_count=1 tests/e2e
+  -o tmp_path_retention_count=1 tests/e2e tests/reapi
