@@ -1,6 +1,7 @@
-// Runs one compile on this machine: ingest the model into the CAS, consult
-// the action cache, compile on a miss (reusing cached code when only weights
-// changed), link the artifact. Used by embedded and, later, remote workers.
+// One compile: ingest the model (Ingest.cpp), consult the action cache
+// (keys: ActionKeys.h), on a miss get the code from tasks (Tasks.h: plan,
+// the kernels the kernel cache misses) or from the code cache when only
+// weights changed, and link the artifact where the weights are (Link.cpp).
 #pragma once
 
 #include "flowc/cache/Cache.h"
@@ -57,6 +58,9 @@ struct IngestedModel {
   std::vector<cache::Digest> weightDigests; ///< In graph.weights order.
   std::string manifest;                     ///< JSON text.
   cache::Digest modelDigest;
+
+  /// The weights' bytes, in graph.weights order.
+  std::vector<std::string_view> weightViews() const;
 };
 
 /// Parses, imports and hashes `path`: an ONNX file, or a reproducer

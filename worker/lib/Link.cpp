@@ -1,0 +1,266 @@
+// Link: the weights the code binds (derived ones evaluated, library
+// kernels' ones packed, each cached by its inputs' digests), the code and
+// the plan into an artifact in the cache. Runs where the weights are.
+#include "flowc/worker/CompileExecutor.h"
+
+#include "ActionKeys.h"
+
+#include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/PackedWeights.h"
+#include "flowc/support/MappedFile.h"
+#include "flowc/worker/Tasks.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace flowc::worker {
+
+namespace {
+
+using cache::Digest;
+using nlohmann::json;
+
+runtime::TensorSpec tensorSpec(const compiler::TensorInfo &info) {
+  return {info.name, compiler::dtypeName(info.dtype), info.shape};
+}
+
+} // namespace
+
+Expected<std::optional<cache::BlobHandle>>
+CompileExecutor::cachedDerivation(const Digest &key, cache::PinGuard &pins) {
+  FLOWC_ASSIGN_OR_RETURN(auto cached,
+                         cache_.lookupAction(cache::ActionKind::DerivedWeight, key));
+  if (!cached)
+    return std::optional<cache::BlobHandle>();
+  // A blob that cannot be read is a miss: the caller derives it again.
+  auto blob = cache_.get(*cached);
+  if (!blob)
+    return std::optional<cache::BlobHandle>();
+  pins.add(*cached);
+  return std::optional<cache::BlobHandle>(std::move(*blob));
+}
+
+Expected<cache::BlobHandle> CompileExecutor::storeDerivation(const Digest &key,
+                                                             std::string_view bytes,
+                                                             cache::PinGuard &pins) {
+  FLOWC_ASSIGN_OR_RETURN(Digest digest, cache_.put(bytes));
+  pins.add(digest);
+  FLOWC_RETURN_IF_ERROR(
+      cache_.recordAction(cache::ActionKind::DerivedWeight, key, digest));
+  return cache_.get(digest);
+}
+
+Expected<cache::BlobHandle>
+CompileExecutor::derivedWeight(const IngestedModel &ingested,
+                               const compiler::DerivedWeight &weight,
+                               cache::PinGuard &pins, int &computed) {
+  // The recipe and the sources' contents decide the result (and the build
+  // that evaluates it): a fine-tune recomputes, another option set reuses.
+  ActionKey key("flowc.derived.v1", buildId_);
+  key.add(weight.recipe);
+  std::vector<Digest> sourceDigests;
+  for (const std::string &input : weight.inputs) {
+    std::optional<size_t> index = ingested.graph.weightIndex(input);
+    if (!index)
+      return internalError("derived weight '" + weight.key + "' reads weight '" + input +
+                           "', which the model does not have");
+    sourceDigests.push_back(ingested.weightDigests[*index]);
+    key.add(sourceDigests.back().toString());
+  }
+  Digest actionKey = key.digest();
+  FLOWC_ASSIGN_OR_RETURN(auto cached, cachedDerivation(actionKey, pins));
+  if (cached)
+    return std::move(*cached);
+  // A miss: only now are the sources mapped.
+  std::vector<cache::BlobHandle> sources;
+  std::vector<std::string_view> views;
+  for (const Digest &digest : sourceDigests) {
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache_.get(digest));
+    views.push_back(blob.bytes());
+    sources.push_back(std::move(blob));
+  }
+  FLOWC_ASSIGN_OR_RETURN(std::string bytes,
+                         compiler::evaluateDerivedWeight(weight, views));
+  ++computed;
+  return storeDerivation(actionKey, bytes, pins);
+}
+
+Expected<std::optional<CompileExecutor::PackedBlob>>
+CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
+                              const cache::BlobHandle &source, cache::PinGuard &pins,
+                              int &computed) {
+  // The layout depends on the kernel, the CPU and the library build; the
+  // bytes on the source's contents too.
+  ActionKey key("flowc.packed.v1", buildId_);
+  key.add(compiler::hostTargetDescription())
+      .add(json({weight.kind, weight.buffer, weight.params}).dump())
+      .add(source.digest().toString());
+  Digest bytesKey = key.digest(), layoutKey = key.digestOf("layout");
+  FLOWC_ASSIGN_OR_RETURN(auto layout, cachedDerivation(layoutKey, pins));
+  if (layout) {
+    // An empty layout records that the kernel reads the weight as it is.
+    if (layout->bytes().empty())
+      return std::optional<PackedBlob>();
+    FLOWC_ASSIGN_OR_RETURN(auto bytes, cachedDerivation(bytesKey, pins));
+    if (bytes)
+      return std::optional<PackedBlob>(
+          PackedBlob{std::string(layout->bytes()), std::move(*bytes)});
+  }
+  FLOWC_ASSIGN_OR_RETURN(
+      std::optional<runtime::PackedWeight> packed,
+      runtime::packKernelWeight(static_cast<runtime::KernelKind>(weight.kind),
+                                weight.params, weight.buffer, source.bytes()));
+  // The source was read whole: its pages go, so linking a model costs no
+  // resident memory per weight byte (the artifact writer does the same).
+  MappedFile::releasePages(source.bytes());
+  FLOWC_RETURN_IF_ERROR(
+      storeDerivation(layoutKey, packed ? packed->layout : "", pins).status());
+  if (!packed)
+    return std::optional<PackedBlob>();
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob,
+                         storeDerivation(bytesKey, packed->bytes, pins));
+  ++computed;
+  return std::optional<PackedBlob>(
+      PackedBlob{std::move(packed->layout), std::move(blob)});
+}
+
+Expected<CompileExecutor::LinkedArtifact>
+CompileExecutor::linkArtifact(const IngestedModel &ingested,
+                              const CompileRequest &request, const CompiledCode &code,
+                              cache::PinGuard &pins, const ProgressFn &progress) {
+  const compiler::CompileOptions &options = request.options;
+  const compiler::ImportedGraph &graph = ingested.graph;
+  runtime::Plan plan;
+  plan.entry = compiler::kEntrySymbol;
+  for (const auto &input : graph.inputs)
+    plan.inputs.push_back(tensorSpec(input));
+  for (const auto &output : graph.outputs)
+    plan.outputs.push_back(tensorSpec(output));
+
+  // Weights are copied from their CAS blobs (one mapping each, no heap
+  // copy), in the order the code binds them.
+  std::vector<cache::BlobHandle> blobs;
+  std::vector<std::string_view> pieces;
+  std::vector<runtime::WeightSpec> specs;
+  int computed = 0;
+  for (const std::string &key : code.weights.keys) {
+    runtime::WeightSpec spec;
+    auto source = [&]() -> Expected<cache::BlobHandle> {
+      if (const compiler::DerivedWeight *derived = code.weights.findDerived(key)) {
+        spec.tensor = tensorSpec(derived->info);
+        return derivedWeight(ingested, *derived, pins, computed);
+      }
+      std::optional<size_t> index = graph.weightIndex(key);
+      if (!index)
+        return internalError("the code binds weight '" + key +
+                             "', which the model does not have");
+      spec.tensor = tensorSpec(graph.weights[*index].info);
+      return cache_.get(ingested.weightDigests[*index]);
+    };
+    FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, source());
+    spec.tensor.name = key;
+    spec.digest = blob.digest().toString();
+    spec.size = blob.bytes().size();
+    pieces.push_back(blob.bytes());
+    specs.push_back(std::move(spec));
+    blobs.push_back(std::move(blob));
+  }
+  if (!code.weights.derived.empty())
+    progress("derive",
+             std::to_string(code.weights.derived.size()) + " derived weights (" +
+                 std::to_string(computed) + " computed, " +
+                 std::to_string(code.weights.derived.size() - computed) + " cached)");
+  // The library kernels' constant weights in the layouts their kernels
+  // read on this CPU, after the bound weights: sessions map them in place.
+  std::vector<runtime::PackedWeightSpec> packedSpecs;
+  int packedComputed = 0;
+  for (const compiler::KernelWeight &weight : code.weights.kernelWeights) {
+    auto bound =
+        std::find(code.weights.keys.begin(), code.weights.keys.end(), weight.key);
+    if (bound == code.weights.keys.end())
+      return internalError("kernel site " + std::to_string(weight.site) +
+                           " reads weight '" + weight.key +
+                           "', which the code does not bind");
+    FLOWC_ASSIGN_OR_RETURN(std::optional<PackedBlob> packed,
+                           packedWeight(weight, blobs[bound - code.weights.keys.begin()],
+                                        pins, packedComputed));
+    if (!packed)
+      continue;
+    packedSpecs.push_back({weight.site, weight.buffer, std::move(packed->layout),
+                           packed->blob.digest().toString(), 0,
+                           packed->blob.bytes().size()});
+    pieces.push_back(packed->blob.bytes());
+    blobs.push_back(std::move(packed->blob));
+  }
+  if (!packedSpecs.empty())
+    progress("pack", std::to_string(packedSpecs.size()) +
+                         " kernel weights in the library's layouts (" +
+                         std::to_string(packedComputed) + " packed, " +
+                         std::to_string(packedSpecs.size() - packedComputed) +
+                         " cached)");
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle codeBlob, cache_.get(code.object));
+
+  json metadata = {{"format", artifactFormat()},
+                   {"model", ingested.model.path},
+                   {"model_digest", ingested.modelDigest.toString()},
+                   {"ir_digest", ingested.irDigest.toString()},
+                   {"code_digest", code.object.toString()},
+                   {"compiler", buildId_},
+                   {"target", options.target},
+                   {"target_description", compiler::hostTargetDescription()},
+                   {"options", options.canonical()},
+                   {"op_counts", graph.opCounts},
+                   {"parameters", graph.parameterCount()},
+                   {"parameter_bytes", graph.parameterBytes()},
+                   {"opset", ingested.model.opsetVersion},
+                   {"thin", request.kind == ArtifactKind::Thin}};
+  // Where a thin artifact's weights are found when it runs.
+  if (request.kind == ArtifactKind::Thin)
+    metadata["weights_cache"] = cache_.root();
+
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "compile"));
+  std::string path = scratch.path() + "/artifact.fca";
+  FLOWC_ASSIGN_OR_RETURN(auto writer, runtime::ArtifactWriter::create(path));
+  FLOWC_RETURN_IF_ERROR(
+      writer->addSection(runtime::SectionKind::Metadata, metadata.dump(2)));
+  FLOWC_RETURN_IF_ERROR(
+      writer->addSection(runtime::SectionKind::GraphIr, graph.irBytecode));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, codeBlob.bytes()));
+  // A thin artifact refers to every weight that is a file in the cache by
+  // digest; small ones (inside the index, no file to map) travel along.
+  LinkedArtifact linked;
+  std::vector<std::string_view> embedded;
+  // pieces[i] are the bytes of blobs[i]: the bound weights, then the packed.
+  auto place = [&](auto &spec, size_t piece) {
+    if (request.kind == ArtifactKind::Thin &&
+        pieces[piece].size() >= cache_.options().inlineThreshold) {
+      spec.external = true;
+      linked.externalWeights.push_back(blobs[piece].digest());
+      return;
+    }
+    embedded.push_back(pieces[piece]);
+  };
+  for (size_t i = 0; i < specs.size(); ++i)
+    place(specs[i], i);
+  for (size_t i = 0; i < packedSpecs.size(); ++i)
+    place(packedSpecs[i], specs.size() + i);
+  FLOWC_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer->addWeights(embedded));
+  size_t next = 0;
+  for (runtime::WeightSpec &spec : specs) {
+    if (!spec.external)
+      spec.offset = offsets[next++];
+    plan.weights.push_back(std::move(spec));
+  }
+  for (runtime::PackedWeightSpec &spec : packedSpecs) {
+    if (!spec.external)
+      spec.offset = offsets[next++];
+    plan.packed.push_back(std::move(spec));
+  }
+  FLOWC_RETURN_IF_ERROR(
+      writer->addSection(runtime::SectionKind::Plan, plan.toJson().dump(2)));
+  FLOWC_RETURN_IF_ERROR(writer->finish());
+  FLOWC_ASSIGN_OR_RETURN(linked.digest, cache_.adoptFile(path));
+  return linked;
+}
+
+} // namespace flowc::worker
