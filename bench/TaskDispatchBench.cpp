@@ -1,12 +1,12 @@
-// The local executor's dispatch overhead: no-op tasks (a flowc-worker
-// process that reads its task.json and does nothing) through the daemon's
-// LocalExecutor, next to the same tasks in process and to a bare spawn of
-// /bin/true (the floor of a process per task). Prints figures; asserts
+// The local executor's dispatch overhead: no-op tasks (a task that reads
+// its task.json and does nothing) through the daemon's LocalExecutor (its
+// pooled flowc-worker processes), next to the same tasks in process, to a
+// fresh `flowc-worker task` process per task, and to a bare spawn of
+// /bin/true (the floor of any process per task). Prints figures; asserts
 // nothing.
 //
 //   task_dispatch_bench [--tasks 400] [--dir /tmp]
 #include "TaskExecutor.h"
-#include "WorkerProcess.h"
 
 #include "flowc/support/Subprocess.h"
 #include "flowc/worker/Tasks.h"
@@ -20,9 +20,13 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <spawn.h>
 #include <string>
 #include <thread>
+#include <sys/wait.h>
 #include <vector>
+
+extern char **environ;
 
 namespace {
 
@@ -67,6 +71,21 @@ double print(const char *what, size_t tasks, Figures figures) {
   std::printf("%-34s %8.1f tasks/s   per task p50 %7.2f ms  p99 %7.2f ms\n", what,
               tasks / figures.seconds, at(0.5) * 1e3, at(0.99) * 1e3);
   return at(0.5);
+}
+
+/// Runs `argv` to its end; false if it did not start or failed.
+bool spawnAndWait(std::vector<std::string> argv) {
+  std::vector<char *> words;
+  for (std::string &word : argv)
+    words.push_back(word.data());
+  words.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, words[0], nullptr, nullptr, words.data(), environ) != 0)
+    return false;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 /// Runs `one(i)` for i < tasks on `threads` threads; each call timed.
@@ -122,17 +141,27 @@ int main(int argc, char **argv) {
     daemon::TaskRun run{*task, scheduler::Priority::Interactive, nullptr, nullptr};
     failed += !local.run(run);
   });
-  double poolMedian = print("local executor (flowc-worker)", tasks, pool);
+  double poolMedian = print("local executor (pooled processes)", tasks, pool);
 
   worker::InProcessTaskRunner inProcess(**cache, FLOWC_BUILD_ID, 1);
   Figures inside =
       timed(tasks, cores, [&](size_t) { failed += !inProcess.run({*task}).front(); });
   print("in process (scratch dir + files)", tasks, inside);
 
-  Figures spawn = timed(tasks, cores, [&](size_t) {
-    auto exit = daemon::runTaskProcess("/bin/true", {}, "", nullptr, nullptr);
-    failed += !exit || exit->status != 0;
+  // The task directory the fresh processes run (each writes nothing).
+  std::string dirs = root + "/fresh";
+  std::filesystem::create_directories(dirs + "/in");
+  if (Status written = worker::materializeTask(**cache, *task, dirs + "/in"); !written) {
+    std::fprintf(stderr, "%s\n", written.toString().c_str());
+    return 1;
+  }
+  Figures fresh = timed(tasks, cores, [&](size_t) {
+    failed += !spawnAndWait(
+        {worker, "task", "--input", dirs + "/in", "--output", dirs + "/out"});
   });
+  print("a flowc-worker task process each", tasks, fresh);
+  Figures spawn =
+      timed(tasks, cores, [&](size_t) { failed += !spawnAndWait({"/bin/true"}); });
   double spawnMedian = print("peer: posix_spawn of /bin/true", tasks, spawn);
   std::printf("local executor vs a bare spawn: %.2f ms more per task (median), %.1fx the "
               "spawn's throughput\n",

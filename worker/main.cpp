@@ -6,7 +6,11 @@
 //    a compile's plan and codegen tasks go back to flowcd to run on its
 //    executors, and their results come in on stdin.
 //  - a task: `flowc-worker task --input DIR --output DIR` runs one compile
-//    task (Tasks.h), as the daemon's local pool and REAPI engines run it.
+//    task (Tasks.h), as a REAPI engine runs it.
+//  - a pooled task process: `flowc-worker serve` runs the task directories
+//    the daemon's local pool sends it (WorkerTask.task_directory on stdin,
+//    a task_done or error reply on fd 3 each), one after another, so a
+//    task costs no process start.
 #include "flowc/cache/Cache.h"
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/support/MappedFile.h"
@@ -19,6 +23,7 @@
 #include <cstring>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
@@ -201,14 +206,26 @@ Status runTask(const flowc::v1::WorkerTask &task) {
 }
 
 constexpr const char *kTaskUsage =
-    "usage: flowc-worker task --input DIR --output DIR [--memory-limit BYTES]";
+    "usage: flowc-worker task --input DIR --output DIR [--memory-limit BYTES]\n"
+    "       flowc-worker serve [--memory-limit BYTES]";
 
-/// `flowc-worker task ...`: one compile task from a directory to a
-/// directory. Exit 0: done; 1: the task failed (the error on stderr); 2: a
-/// bad command line; 3: the task is for another build.
-int runTaskCommand(int argc, char **argv) {
+/// One task directory to another; bad_alloc is this task's failure.
+Status runTaskGuarded(const std::string &input, const std::string &output) {
+  try {
+    return worker::runTaskDirectory(input, output, FLOWC_BUILD_ID);
+  } catch (const std::bad_alloc &) {
+    return resourceExhausted("out of memory (the task's heap limit)");
+  }
+}
+
+/// Parses `[--input DIR] [--output DIR] [--memory-limit BYTES]`; the exit
+/// status of a bad command line otherwise.
+struct TaskFlags {
   std::string input, output;
   rlim_t memoryLimit = 0;
+};
+
+std::optional<int> parseTaskFlags(int argc, char **argv, TaskFlags &flags) {
   for (int i = 2; i < argc; ++i) {
     std::string flag = argv[i];
     if (i + 1 >= argc) {
@@ -218,13 +235,13 @@ int runTaskCommand(int argc, char **argv) {
     }
     std::string value = argv[++i];
     if (flag == "--input") {
-      input = value;
+      flags.input = value;
     } else if (flag == "--output") {
-      output = value;
+      flags.output = value;
     } else if (flag == "--memory-limit") {
       char *end = nullptr;
-      memoryLimit = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || memoryLimit == 0) {
+      flags.memoryLimit = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || flags.memoryLimit == 0) {
         std::cerr << "flowc-worker: error: --memory-limit: '" << value
                   << "' is not a positive number of bytes\n";
         return kExitUsage;
@@ -235,22 +252,67 @@ int runTaskCommand(int argc, char **argv) {
       return kExitUsage;
     }
   }
-  if (input.empty() || output.empty()) {
+  return std::nullopt;
+}
+
+/// `flowc-worker task ...`: one compile task from a directory to a
+/// directory. Exit 0: done; 1: the task failed (the error on stderr); 2: a
+/// bad command line; 3: the task is for another build.
+int runTaskCommand(int argc, char **argv) {
+  TaskFlags flags;
+  if (auto bad = parseTaskFlags(argc, argv, flags))
+    return *bad;
+  if (flags.input.empty() || flags.output.empty()) {
     std::cerr << "flowc-worker: error: --input and --output are required\n"
               << kTaskUsage << "\n";
     return kExitUsage;
   }
-  capHeap(memoryLimit);
-  Status status;
-  try {
-    status = worker::runTaskDirectory(input, output, FLOWC_BUILD_ID);
-  } catch (const std::bad_alloc &) {
-    status = resourceExhausted("out of memory (the task's heap limit)");
-  }
+  capHeap(flags.memoryLimit);
+  Status status = runTaskGuarded(flags.input, flags.output);
   if (status.isOk())
     return 0;
   std::cerr << "flowc-worker: error: " << status.toString() << "\n";
   return status.code() == StatusCode::FailedPrecondition ? kExitWrongBuild : 1;
+}
+
+/// `flowc-worker serve`: task directories from the daemon's pool until it
+/// closes stdin.
+int runServeCommand(int argc, char **argv) {
+  TaskFlags flags;
+  if (auto bad = parseTaskFlags(argc, argv, flags))
+    return *bad;
+  if (!flags.input.empty() || !flags.output.empty() || isatty(STDIN_FILENO)) {
+    std::cerr << "flowc-worker: error: serve runs the tasks flowcd sends it\n"
+              << kTaskUsage << "\n";
+    return kExitUsage;
+  }
+  // No PR_SET_PDEATHSIG here: it fires when the *thread* that started this
+  // process ends, and any thread of the daemon may start a pool process.
+  // A daemon that dies closes this stdin: the loop ends at once, or after
+  // the task in hand (whose answer then goes nowhere).
+  if (getppid() == 1)
+    return 1;
+  capHeap(flags.memoryLimit);
+  while (true) {
+    flowc::v1::WorkerTask task;
+    auto read = worker::readFrame(STDIN_FILENO, task);
+    if (read && !*read)
+      return 0; // The pool let this process go.
+    if (!read || !task.has_task_directory()) {
+      std::cerr << "flowc-worker: error: not a task directory on stdin"
+                << (read ? "" : ": " + read.status().message()) << "\n";
+      return kExitUsage;
+    }
+    Status status =
+        runTaskGuarded(task.task_directory().input(), task.task_directory().output());
+    flowc::v1::WorkerReply reply;
+    if (status.isOk())
+      reply.mutable_task_done();
+    else
+      reply = worker::errorReply(status);
+    if (!send(reply))
+      return 1;
+  }
 }
 
 } // namespace
@@ -264,6 +326,8 @@ int main(int argc, char **argv) {
   spdlog::set_pattern("%l %v");
   if (argc >= 2 && std::strcmp(argv[1], "task") == 0)
     return runTaskCommand(argc, argv);
+  if (argc >= 2 && std::strcmp(argv[1], "serve") == 0)
+    return runServeCommand(argc, argv);
   if (argc != 1 || isatty(STDIN_FILENO)) {
     std::cerr << "flowc-worker: error: runs jobs for flowcd, which starts it, with no "
                  "arguments (see flowcd --help); or one task:\n"

@@ -11,6 +11,36 @@ namespace flowc::daemon {
 LocalExecutor::LocalExecutor(cache::Cache &cache, Options options)
     : cache_(cache), options_(std::move(options)), slots_(options_.slots) {}
 
+namespace {
+
+/// Tasks a pooled process runs before a fresh one takes its place: what a
+/// task leaves behind (heap fragments, caches) never adds up.
+constexpr unsigned kTasksPerProcess = 256;
+
+} // namespace
+
+Expected<std::unique_ptr<ServeProcess>> LocalExecutor::takeProcess() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!idle_.empty()) {
+      std::unique_ptr<ServeProcess> process = std::move(idle_.back());
+      idle_.pop_back();
+      return process;
+    }
+  }
+  std::vector<std::string> args;
+  if (options_.memoryLimit > 0)
+    args = {"--memory-limit", std::to_string(options_.memoryLimit)};
+  return ServeProcess::start(options_.workerPath, args);
+}
+
+void LocalExecutor::giveBack(std::unique_ptr<ServeProcess> process) {
+  if (!process->alive() || process->tasksRun() >= kTasksPerProcess)
+    return;
+  std::lock_guard lock(mutex_);
+  idle_.push_back(std::move(process));
+}
+
 LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
   const worker::Task &task = run.task;
   std::string what = task.kind + " " + task.name;
@@ -22,43 +52,45 @@ LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
   std::filesystem::create_directory(in, ec);
   if (Status written = worker::materializeTask(cache_, task, in); !written)
     return {written.withContext(what)};
-  std::vector<std::string> args = {"task", "--input", in, "--output", out};
-  if (options_.memoryLimit > 0) {
-    args.push_back("--memory-limit");
-    args.push_back(std::to_string(options_.memoryLimit));
+  auto process = takeProcess();
+  if (!process)
+    return {process.status()};
+  pid_t pid = (*process)->pid();
+  {
+    std::lock_guard lock(mutex_);
+    running_[pid] = {what, std::chrono::steady_clock::now()};
   }
-  pid_t pid = 0;
-  auto exit = runTaskProcess(options_.workerPath, args, scratch->path(), run.cancelled,
-                             [&](pid_t started) {
-                               pid = started;
-                               std::lock_guard lock(mutex_);
-                               running_[pid] = {what, std::chrono::steady_clock::now()};
-                               if (run.onStart)
-                                 run.onStart("local pid " + std::to_string(pid));
-                             });
+  if (run.onStart)
+    run.onStart("local pid " + std::to_string(pid));
+  ServeProcess::Outcome outcome = (*process)->run(in, out, run.cancelled);
   {
     std::lock_guard lock(mutex_);
     running_.erase(pid);
   }
-  if (!exit)
-    return {exit.status()};
-  std::string where = "the worker process (pid " + std::to_string(pid) + ")";
-  if (exit->cancelled)
+  giveBack(std::move(*process));
+  if (outcome.cancelled)
     return {Status(StatusCode::Cancelled, what + ": cancelled")};
-  int status = exit->status;
-  if (WIFSIGNALED(status)) {
+  std::string where = "the worker process (pid " + std::to_string(pid) + ")";
+  if (outcome.died) {
+    int status = outcome.waitStatus;
+    std::string said;
+    if (size_t newline = outcome.lastLines.rfind('\n'); !outcome.lastLines.empty())
+      said = " (its last log line: " +
+             outcome.lastLines.substr(newline == std::string::npos ? 0 : newline + 1) +
+             ")";
+    if (!WIFSIGNALED(status))
+      return {internalError(what + ": " + where + " exited with status " +
+                            std::to_string(WEXITSTATUS(status)) + " before answering" +
+                            said),
+              true};
     int sig = WTERMSIG(status);
-    std::string message = what + ": " + where + " died of " + signalName(sig);
+    std::string message = what + ": " + where + " died of " + signalName(sig) + said;
     if (sig == SIGKILL)
       return {resourceExhausted(message + " (most likely out of memory)"), true};
     return {internalError(message), true};
   }
-  if (WEXITSTATUS(status) != 0) {
-    Status error = worker::taskErrorFrom(exit->lastLines);
-    return {Status(error.code(), what + ": " + where + " failed (exit " +
-                                     std::to_string(WEXITSTATUS(status)) +
-                                     "): " + error.message())};
-  }
+  if (!outcome.status.isOk())
+    return {Status(outcome.status.code(), what + ": " + outcome.status.message())};
   auto outputs = worker::collectOutputs(cache_, task, out);
   if (!outputs)
     return {outputs.status().withContext(what)};

@@ -8,6 +8,8 @@
 #include "flowc/v1/flowc.pb.h"
 #include "flowc/worker/Tasks.h"
 
+#include "WorkerProcess.h"
+
 #include <atomic>
 #include <functional>
 #include <map>
@@ -37,10 +39,11 @@ public:
   virtual void describe(flowc::v1::WorkersResponse &out) const = 0;
 };
 
-/// A pool of flowc-worker processes, one per task, at most one per slot (a
-/// task runs one thread). A task whose process dies of a signal (a crash,
-/// an abort, an OOM kill) runs once more on a fresh process; a second death
-/// fails it, with an error naming the task and the signal.
+/// A pool of `flowc-worker serve` processes, one task at a time each, at
+/// most one busy per slot (a task runs one thread); idle ones wait for the
+/// next task, so a task costs no process start. A task whose process dies
+/// (a crash, an abort, an OOM kill) runs once more on a fresh process; a
+/// second death fails it, with an error naming the task and the signal.
 class LocalExecutor final : public TaskExecutor {
 public:
   struct Options {
@@ -61,6 +64,10 @@ private:
     bool died = false; ///< Killed by a signal: worth another process.
   };
   Attempt attempt(const TaskRun &run);
+  /// An idle process of the pool, or a new one.
+  Expected<std::unique_ptr<ServeProcess>> takeProcess();
+  /// Back to the pool, unless it died or has served long enough.
+  void giveBack(std::unique_ptr<ServeProcess> process);
 
   cache::Cache &cache_;
   Options options_;
@@ -71,6 +78,7 @@ private:
     std::chrono::steady_clock::time_point since;
   };
   std::map<pid_t, Running> running_;
+  std::vector<std::unique_ptr<ServeProcess>> idle_;
   std::atomic<uint64_t> tasksRun_{0}, tasksRetried_{0}, tasksFailed_{0};
 };
 

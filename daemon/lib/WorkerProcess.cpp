@@ -261,42 +261,96 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
   return deathStatus(what, pid, status, lastLine);
 }
 
-Expected<TaskProcessExit> runTaskProcess(const std::string &executable,
-                                         const std::vector<std::string> &args,
-                                         const std::string &workingDir,
-                                         const std::function<bool()> &cancelled,
-                                         const std::function<void(pid_t)> &onStart) {
+Expected<std::unique_ptr<ServeProcess>>
+ServeProcess::start(const std::string &executable, const std::vector<std::string> &args) {
+  FLOWC_ASSIGN_OR_RETURN(Pipe taskPipe, makePipe());
+  FLOWC_ASSIGN_OR_RETURN(Pipe replyPipe, makePipe());
   FLOWC_ASSIGN_OR_RETURN(Pipe logPipe, makePipe());
-  FLOWC_ASSIGN_OR_RETURN(
-      pid_t pid, spawnWorker(executable, -1, -1, logPipe.write.get(), args, workingDir));
-  logPipe.write = UniqueFd();
-  if (onStart)
-    onStart(pid);
+  std::vector<std::string> words = {"serve"};
+  words.insert(words.end(), args.begin(), args.end());
+  FLOWC_ASSIGN_OR_RETURN(pid_t pid,
+                         spawnWorker(executable, taskPipe.read.get(),
+                                     replyPipe.write.get(), logPipe.write.get(), words));
+  fcntl(replyPipe.read.get(), F_SETFL, O_NONBLOCK);
   fcntl(logPipe.read.get(), F_SETFL, O_NONBLOCK);
-  TaskProcessExit exit;
-  std::string log;
-  bool open = true;
-  while (open) {
-    pollfd fd = {logPipe.read.get(), POLLIN, 0};
-    int ready = ::poll(&fd, 1, kPollMs);
+  return std::unique_ptr<ServeProcess>(new ServeProcess(pid, std::move(taskPipe.write),
+                                                        std::move(replyPipe.read),
+                                                        std::move(logPipe.read)));
+}
+
+ServeProcess::~ServeProcess() {
+  if (!alive())
+    return;
+  // It exits at the end of its stdin; one that does not is killed.
+  task_ = UniqueFd();
+  for (int i = 0; i < 20; ++i) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_)
+      return;
+    ::usleep(50 * 1000);
+  }
+  ::kill(-pid_, SIGKILL);
+  reap();
+}
+
+int ServeProcess::reap() {
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  return status;
+}
+
+ServeProcess::Outcome ServeProcess::run(const std::string &input,
+                                        const std::string &output,
+                                        const std::function<bool()> &cancelled) {
+  Outcome outcome;
+  ++tasksRun_;
+  flowc::v1::WorkerTask task;
+  task.mutable_task_directory()->set_input(input);
+  task.mutable_task_directory()->set_output(output);
+  // A process that died while idle makes this fail (EPIPE); reaped below.
+  bool sent = worker::writeFrame(task_.get(), task).isOk();
+  bool replyOpen = sent, logOpen = true;
+  while (replyOpen) {
+    pollfd fds[2] = {{reply_.get(), POLLIN, 0}, {logOpen ? log_.get() : -1, POLLIN, 0}};
+    int ready = ::poll(fds, 2, kPollMs);
     if (ready < 0 && errno != EINTR)
       break;
-    if (!exit.cancelled && cancelled && cancelled()) {
-      ::kill(-pid, SIGKILL);
-      exit.cancelled = true;
+    if (cancelled && cancelled()) {
+      ::kill(-pid_, SIGKILL);
+      outcome.cancelled = true;
+      break;
     }
-    if (fd.revents & (POLLIN | POLLHUP | POLLERR)) {
-      open = drain(logPipe.read.get(), log);
-      if (log.size() > kLogTailBytes)
-        log.erase(0, log.size() - kLogTailBytes);
+    if (logOpen && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      logOpen = drain(log_.get(), logTail_);
+      if (logTail_.size() > kLogTailBytes)
+        logTail_.erase(0, logTail_.size() - kLogTailBytes);
+    }
+    if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR)))
+      continue;
+    replyOpen = drain(reply_.get(), replies_);
+    auto frames = worker::takeFrames(replies_);
+    if (!frames) {
+      ::kill(-pid_, SIGKILL);
+      break;
+    }
+    for (const flowc::v1::WorkerReply &reply : *frames) {
+      if (reply.has_task_done() || reply.has_error()) {
+        outcome.status =
+            reply.has_error() ? worker::statusOf(reply.error()) : Status::ok();
+        return outcome;
+      }
     }
   }
-  while (::waitpid(pid, &exit.status, 0) < 0 && errno == EINTR) {
-  }
-  while (!log.empty() && log.back() == '\n')
-    log.pop_back();
-  exit.lastLines = std::move(log);
-  return exit;
+  // It ended (or was killed) without an answer.
+  drain(log_.get(), logTail_);
+  outcome.died = true;
+  outcome.waitStatus = reap();
+  outcome.lastLines = logTail_;
+  while (!outcome.lastLines.empty() && outcome.lastLines.back() == '\n')
+    outcome.lastLines.pop_back();
+  return outcome;
 }
 
 } // namespace flowc::daemon

@@ -2,6 +2,7 @@
 // a kill in the compiler ends that task alone, never the daemon.
 #pragma once
 
+#include "flowc/support/SafeOpen.h"
 #include "flowc/support/Status.h"
 #include "flowc/v1/flowc.pb.h"
 
@@ -35,21 +36,45 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
                      const std::function<bool()> &cancelled,
                      const TaskHandler &onTask = nullptr);
 
-/// How a task process ended.
-struct TaskProcessExit {
-  int status = 0;        ///< As waitpid reports it.
-  std::string lastLines; ///< The end of what it wrote to stdout and stderr.
-  bool cancelled = false;
-};
+/// A long-lived `flowc-worker serve` process of the local pool: it runs one
+/// task directory after another, so a task costs no process start (the
+/// worker maps MLIR and LLVM once). Not thread-safe: one task at a time.
+class ServeProcess {
+public:
+  /// Starts `executable serve ARGS...` in a process group of its own.
+  static Expected<std::unique_ptr<ServeProcess>>
+  start(const std::string &executable, const std::vector<std::string> &args);
+  /// Lets the process go (closes its stdin), killing it if it lingers.
+  ~ServeProcess();
 
-/// Runs `executable` with `args` (argv[1..]) in `workingDir`, in a process
-/// group of its own, killed once `cancelled` says so; `onStart` gets its
-/// pid. Unavailable if it cannot start.
-Expected<TaskProcessExit> runTaskProcess(const std::string &executable,
-                                         const std::vector<std::string> &args,
-                                         const std::string &workingDir,
-                                         const std::function<bool()> &cancelled,
-                                         const std::function<void(pid_t)> &onStart);
+  struct Outcome {
+    Status status;     ///< The task's own result, when the process answered.
+    bool died = false; ///< It ended without answering (waitStatus says how).
+    bool cancelled = false;
+    int waitStatus = 0;
+    std::string lastLines; ///< What it wrote last, for a death's message.
+  };
+  /// Runs the task in `input`, writing `output`; kills the process once
+  /// `cancelled` says so (polled a few times a second).
+  Outcome run(const std::string &input, const std::string &output,
+              const std::function<bool()> &cancelled);
+
+  pid_t pid() const { return pid_; }
+  bool alive() const { return pid_ > 0; }
+  unsigned tasksRun() const { return tasksRun_; }
+
+private:
+  ServeProcess(pid_t pid, UniqueFd task, UniqueFd reply, UniqueFd log)
+      : pid_(pid), task_(std::move(task)), reply_(std::move(reply)),
+        log_(std::move(log)) {}
+  /// Reaps the process after it ended or was killed.
+  int reap();
+
+  pid_t pid_;
+  UniqueFd task_, reply_, log_;
+  std::string replies_, logTail_;
+  unsigned tasksRun_ = 0;
+};
 
 /// "SIGSEGV (Segmentation fault)", for errors.
 std::string signalName(int sig);

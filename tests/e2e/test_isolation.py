@@ -59,7 +59,8 @@ def daemon_pid(flowc) -> int:
 
 def workers_of(pid: int, tasks=False):
     """The flowc-worker processes whose parent is `pid`: the job processes
-    (no arguments), or with `tasks` the task processes (`task --input ...`)."""
+    (no arguments), or with `tasks` the local pool's task processes
+    (`serve`)."""
     found = []
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -76,7 +77,7 @@ def workers_of(pid: int, tasks=False):
             args = (entry / "cmdline").read_bytes().split(b"\0")[1:]
         except OSError:
             continue
-        if (args[:1] == [b"task"]) == tasks:
+        if (args[:1] in ([b"serve"], [b"task"])) == tasks:
             found.append(int(entry.name))
     return found
 
