@@ -1,5 +1,7 @@
-// Runs one task in a flowc-worker process: a crash, a runaway allocation or
-// a kill in the compiler ends that task alone, never the daemon.
+// flowc-worker processes: one per job (a compile's ingest and link, an
+// inspect, a repro), and the local pool's task processes. A crash, a
+// runaway allocation or a kill in the compiler ends that work alone, never
+// the daemon.
 #pragma once
 
 #include "flowc/support/SafeOpen.h"
@@ -29,7 +31,8 @@ using TaskHandler = std::function<void(flowc::v1::TaskRequest &&, TaskAnswer)>;
 /// killed) once `cancelled` says so, polled a few times a second; Internal
 /// naming the signal, with the worker's last log line, when it died, and
 /// ResourceExhausted when it was killed for memory. `what` names the task
-/// in those errors (e.g. the model path).
+/// in those errors (e.g. the model path). The compile tasks a job's worker
+/// asks for go to `onTask`; their answers go back on the worker's stdin.
 Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask &task,
                      const std::string &what,
                      const std::function<void(flowc::v1::WorkerReply &&)> &onReply,

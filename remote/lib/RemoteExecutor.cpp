@@ -43,7 +43,8 @@ constexpr uint64_t kMaxBlobBytes = uint64_t(4) << 30;
 // A response is at most one batch of blobs plus its framing.
 constexpr int kMaxReceiveBytes = 64 << 20;
 
-// Transient failures (UNAVAILABLE) are retried: every call here is
+// Transient failures (UNAVAILABLE, a call the engine cancelled) are
+// retried: every call here is
 // idempotent (CAS writes are keyed by content, Execute by the action
 // digest). Backoff 100, 200, 400 ms... up to 1.6 s: an unreachable engine
 // fails a call within about a second.
@@ -148,8 +149,12 @@ Expected<std::string> readPem(const std::string &path) {
   return text.str();
 }
 
+/// UNAVAILABLE, or CANCELLED on a call this client did not cancel (callers
+/// check their own cancel flag first): an engine shutting down cancels the
+/// calls it has in flight ("Cancelling all calls").
 bool isTransient(const grpc::Status &status) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE;
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
 } // namespace
@@ -186,6 +191,11 @@ struct RemoteExecutor::Impl {
                   const CancelWatch &watch) const {
     if (watch.cancelled())
       return Status(StatusCode::Cancelled, what + " on " + where() + ": cancelled");
+    // Not cancelled here: the engine cancelled it, going away.
+    if (status.error_code() == grpc::StatusCode::CANCELLED)
+      return Status(StatusCode::Unavailable,
+                    what + " on " + where() +
+                        ": CANCELLED by the engine: " + status.error_message());
     return Status(fromRpcCode(status.error_code()),
                   what + " on " + where() + ": " + grpcCodeName(status.error_code()) +
                       ": " + status.error_message());
