@@ -44,9 +44,13 @@ def export(name, workdir):
 
 
 def flowc(cache, socket, *args):
-    return subprocess.run([str(BIN / "flowc"), "--cache-dir", str(cache), "--socket",
-                           str(socket), *map(str, args)], check=True, capture_output=True,
-                          text=True, timeout=3600)
+    result = subprocess.run([str(BIN / "flowc"), "--cache-dir", str(cache), "--socket",
+                             str(socket), *map(str, args)], capture_output=True, text=True,
+                            timeout=3600)
+    if result.returncode != 0:
+        raise RuntimeError(f"flowc {' '.join(map(str, args))} failed "
+                           f"({result.returncode}): {result.stderr.strip()}")
+    return result
 
 
 class Daemon:
@@ -127,6 +131,7 @@ def main():
         for name in args.models.split(","):
             model = export(name, args.workdir)
             run = args.workdir / f"run.{os.getpid()}.{name}"
+            run.mkdir(parents=True, exist_ok=True)
             start = time.perf_counter()
             compiled = json.loads(flowc(run / "alone", run / "none.sock", "compile", model,
                                         "-o", run / "alone.fca", "--json").stdout)

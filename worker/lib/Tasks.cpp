@@ -3,6 +3,7 @@
 #include "flowc/support/MappedFile.h"
 
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -168,7 +169,7 @@ Status runCodegen(TaskDescription &task, const std::string &in, const std::strin
   // otherwise hard to come by on purpose): a kernel whose IR has this text.
   if (const char *crash = std::getenv("FLOWC_WORKER_TEST_CRASH");
       crash && *crash && task.kernel.text.find(crash) != std::string::npos)
-    std::abort();
+    std::raise(SIGSEGV);
   FLOWC_ASSIGN_OR_RETURN(std::string object,
                          compiler::compileKernel(task.kernel, task.options, task.target));
   return writeFileAtomically(out + "/" + kKernelObjectFile, object);
