@@ -287,6 +287,12 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
               dispatch.add(std::move(request), std::move(answer));
             });
         dispatch.finish();
+        {
+          std::lock_guard lock(flight->mutex);
+          if (status.isOk() && !flight->result)
+            status = internalError(submit.model_path() +
+                                   ": the worker ended without a result");
+        }
         context.registry.finish(jobId,
                                 status.isOk()                            ? "done"
                                 : status.code() == StatusCode::Cancelled ? "cancelled"
@@ -306,9 +312,6 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
         std::lock_guard lock(flight->mutex);
         if (!status.isOk())
           flight->failure = status;
-        else if (!flight->result)
-          flight->failure = internalError(task.submit().model_path() +
-                                          ": the worker ended without a result");
         flight->done = true;
         flight->changed.notify_all();
       },
