@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <spdlog/spdlog.h>
 #include <sys/utsname.h>
-#include <thread>
 
 namespace flowc::daemon {
 
@@ -90,7 +89,7 @@ private:
     action.platform = platform_;
     if (run.onStart)
       run.onStart("remote " + options_.url);
-    auto outcome = executeCancellable(action, run.cancelled);
+    auto outcome = remote_->execute(action, run.cancelled);
     if (!outcome) {
       setState(outcome.status().message());
       return outcome.status().withContext(what + ": remote executor " + options_.url);
@@ -117,24 +116,6 @@ private:
       result.outputs.push_back(found->digest);
     }
     return result;
-  }
-
-  /// execute(), abandoned once `cancelled` says so.
-  Expected<remote::ActionOutcome>
-  executeCancellable(const remote::Action &action,
-                     const std::function<bool()> &cancelled) {
-    std::atomic<bool> stop{false}, finished{false};
-    std::thread watcher([&] {
-      while (!finished) {
-        if (cancelled && cancelled())
-          stop = true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    });
-    auto outcome = remote_->execute(action, &stop);
-    finished = true;
-    watcher.join();
-    return outcome;
   }
 
   cache::Cache &cache_;

@@ -1,22 +1,24 @@
-// Abandons gRPC calls when a caller's cancellation flag is raised: a
-// thread polls the flag about every 100 ms and cancels the call in flight.
+// Abandons gRPC calls once a caller's cancellation predicate says so: a
+// thread polls it about every 100 ms and cancels the call in flight.
 #pragma once
 
 #include <grpcpp/client_context.h>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
 namespace flowc::remote {
 
-/// One per execute() call; no thread when there is no flag.
+/// One per execute() call; no thread when there is no predicate. The
+/// predicate is called from this watch's thread and the caller's.
 class CancelWatch {
 public:
-  explicit CancelWatch(const std::atomic<bool> *flag) : flag_(flag) {
-    if (flag_)
+  explicit CancelWatch(std::function<bool()> cancelled)
+      : cancelled_(std::move(cancelled)) {
+    if (cancelled_)
       thread_ = std::thread([this] { run(); });
   }
   ~CancelWatch() {
@@ -32,7 +34,7 @@ public:
   CancelWatch(const CancelWatch &) = delete;
   CancelWatch &operator=(const CancelWatch &) = delete;
 
-  bool cancelled() const { return flag_ && flag_->load(); }
+  bool cancelled() const { return cancelled_ && cancelled_(); }
 
   /// Sleeps `duration`, waking early when cancelled; false if cancelled.
   bool sleepFor(std::chrono::milliseconds duration) {
@@ -74,12 +76,12 @@ private:
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       wake_.wait_for(lock, kPoll);
-      if (context_ && flag_->load())
+      if (context_ && cancelled_())
         context_->TryCancel();
     }
   }
 
-  const std::atomic<bool> *flag_;
+  std::function<bool()> cancelled_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;                  // guarded by mutex_

@@ -805,7 +805,7 @@ Status RemoteExecutor::checkCapabilities() {
 }
 
 Expected<ActionOutcome> RemoteExecutor::execute(const Action &action,
-                                                const std::atomic<bool> *cancelled) {
+                                                const std::function<bool()> &cancelled) {
   FLOWC_ASSIGN_OR_RETURN(EncodedAction encoded, encodeAction(action));
   CancelWatch watch(cancelled);
   FLOWC_RETURN_IF_ERROR(impl_->ensureCapabilities(watch));

@@ -198,7 +198,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < actions.size(); ++i)
     threads.emplace_back([&, i] {
       Expected<remote::ActionOutcome> outcome = (*executor)->execute(
-          actions[i].action, cancelAfterMs >= 0 ? &cancelled : nullptr);
+          actions[i].action, cancelAfterMs >= 0
+                                 ? std::function<bool()>([&] { return cancelled.load(); })
+                                 : nullptr);
       outcomes[i] = outcome ? outcomeJson(*outcome, actions[i].outDir)
                             : json{{"error", errorJson(outcome.status())}};
     });

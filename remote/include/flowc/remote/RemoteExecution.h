@@ -8,7 +8,7 @@
 #include "flowc/cache/Digest.h"
 #include "flowc/support/Status.h"
 
-#include <atomic>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -138,8 +138,9 @@ public:
   /// MiB, ByteStream Write for larger ones), Execute, a lost stream resumed
   /// with WaitExecution (for up to ClientOptions::resumeWindow), then every output and
   /// stdout/stderr fetched (BatchReadBlobs / ByteStream Read) and verified
-  /// by SHA-256. `cancelled`, when given, is polled about every 100 ms and
-  /// abandons the call (Cancelled).
+  /// by SHA-256. `cancelled`, when given, is polled about every 100 ms
+  /// (from a thread of the call's as well as the caller's, so it must be
+  /// thread-safe) and abandons the call (Cancelled).
   /// Errors: InvalidArgument (a bad action: paths, duplicates, sizes);
   /// Unavailable naming the endpoint when it cannot be reached (after a
   /// bounded number of retries); the engine's code and message when
@@ -148,7 +149,7 @@ public:
   /// output's bytes do not match its digest or the result is malformed. A
   /// non-zero exit code is a result (outcome.exitCode), not an error.
   Expected<ActionOutcome> execute(const Action &action,
-                                  const std::atomic<bool> *cancelled = nullptr);
+                                  const std::function<bool()> &cancelled = nullptr);
 
   Counters counters() const;
   const Endpoint &endpoint() const;
