@@ -149,17 +149,15 @@ int main(int argc, char **argv) {
   print("in process (scratch dir + files)", tasks, inside);
 
   // The task directory the fresh processes run (each writes nothing).
-  std::string dirs = root + "/fresh";
-  std::filesystem::create_directories(dirs + "/in");
-  if (Status written = worker::materializeTask(**cache, *task, dirs + "/in"); !written) {
-    std::fprintf(stderr, "%s\n", written.toString().c_str());
+  auto fresh = worker::prepareTask(**cache, *task);
+  if (!fresh) {
+    std::fprintf(stderr, "%s\n", fresh.status().toString().c_str());
     return 1;
   }
-  Figures fresh = timed(tasks, cores, [&](size_t) {
-    failed += !spawnAndWait(
-        {worker, "task", "--input", dirs + "/in", "--output", dirs + "/out"});
+  Figures processes = timed(tasks, cores, [&](size_t) {
+    failed += !spawnAndWait({worker, "task", "--input", fresh->in, "--output", fresh->out});
   });
-  print("a flowc-worker task process each", tasks, fresh);
+  print("a flowc-worker task process each", tasks, processes);
   Figures spawn =
       timed(tasks, cores, [&](size_t) { failed += !spawnAndWait({"/bin/true"}); });
   double spawnMedian = print("peer: posix_spawn of /bin/true", tasks, spawn);

@@ -2,9 +2,7 @@
 
 #include "WorkerProcess.h"
 
-#include <filesystem>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 
 namespace flowc::daemon {
 
@@ -44,14 +42,9 @@ void LocalExecutor::giveBack(std::unique_ptr<ServeProcess> process) {
 LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
   const worker::Task &task = run.task;
   std::string what = task.kind + " " + task.name;
-  auto scratch = worker::ScratchDir::create(cache_, "task");
-  if (!scratch)
-    return {scratch.status()};
-  std::string in = scratch->path() + "/in", out = scratch->path() + "/out";
-  std::error_code ec;
-  std::filesystem::create_directory(in, ec);
-  if (Status written = worker::materializeTask(cache_, task, in); !written)
-    return {written.withContext(what)};
+  auto dir = worker::prepareTask(cache_, task);
+  if (!dir)
+    return {dir.status().withContext(what)};
   auto process = takeProcess();
   if (!process)
     return {process.status()};
@@ -62,7 +55,7 @@ LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
   }
   if (run.onStart)
     run.onStart("local pid " + std::to_string(pid));
-  ServeProcess::Outcome outcome = (*process)->run(in, out, run.cancelled);
+  ServeProcess::Outcome outcome = (*process)->run(dir->in, dir->out, run.cancelled);
   {
     std::lock_guard lock(mutex_);
     running_.erase(pid);
@@ -70,28 +63,11 @@ LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
   giveBack(std::move(*process));
   if (outcome.cancelled)
     return {Status(StatusCode::Cancelled, what + ": cancelled")};
-  std::string where = "the worker process (pid " + std::to_string(pid) + ")";
-  if (outcome.died) {
-    int status = outcome.waitStatus;
-    std::string said;
-    if (size_t newline = outcome.lastLines.rfind('\n'); !outcome.lastLines.empty())
-      said = " (its last log line: " +
-             outcome.lastLines.substr(newline == std::string::npos ? 0 : newline + 1) +
-             ")";
-    if (!WIFSIGNALED(status))
-      return {internalError(what + ": " + where + " exited with status " +
-                            std::to_string(WEXITSTATUS(status)) + " before answering" +
-                            said),
-              true};
-    int sig = WTERMSIG(status);
-    std::string message = what + ": " + where + " died of " + signalName(sig) + said;
-    if (sig == SIGKILL)
-      return {resourceExhausted(message + " (most likely out of memory)"), true};
-    return {internalError(message), true};
-  }
+  if (outcome.died)
+    return {deathStatus(what, pid, outcome.waitStatus, outcome.lastLine), true};
   if (!outcome.status.isOk())
     return {Status(outcome.status.code(), what + ": " + outcome.status.message())};
-  auto outputs = worker::collectOutputs(cache_, task, out);
+  auto outputs = worker::collectOutputs(cache_, task, dir->out);
   if (!outputs)
     return {outputs.status().withContext(what)};
   return {worker::TaskOutcome{std::move(*outputs), "local pid " + std::to_string(pid)}};

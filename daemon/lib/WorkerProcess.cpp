@@ -119,27 +119,6 @@ bool isFinal(const flowc::v1::WorkerReply &reply) {
   return reply.has_result() || reply.has_inspect() || reply.has_error();
 }
 
-/// Why a worker that wrote no final reply ended as it did.
-Status deathStatus(const std::string &what, pid_t pid, int status,
-                   const std::string &lastLine) {
-  std::string said = lastLine.empty() ? "" : " (its last log line: " + lastLine + ")";
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    if (sig == SIGKILL)
-      return resourceExhausted(what + ": the worker process (pid " + std::to_string(pid) +
-                               ") was killed (SIGKILL: most likely out of memory)" +
-                               said + "; the daemon and other jobs are unaffected");
-    return internalError(
-        what + ": the worker process (pid " + std::to_string(pid) + ") died of " +
-        signalName(sig) + said +
-        "; the daemon and other jobs are unaffected (a flowc bug: please report it "
-        "with the model, or what `flowc repro` makes of it)");
-  }
-  return internalError(what + ": the worker process (pid " + std::to_string(pid) +
-                       ") exited with status " + std::to_string(WEXITSTATUS(status)) +
-                       " before answering" + said);
-}
-
 /// The write end of a job worker's stdin, shared with the threads that
 /// answer its tasks: closed once the worker is gone.
 struct TaskChannel {
@@ -161,6 +140,21 @@ struct TaskChannel {
 };
 
 } // namespace
+
+Status deathStatus(const std::string &what, pid_t pid, int status,
+                   const std::string &lastLine) {
+  std::string process = what + ": the worker process (pid " + std::to_string(pid) + ")";
+  std::string said = lastLine.empty() ? "" : " (its last log line: " + lastLine + ")";
+  if (!WIFSIGNALED(status))
+    return internalError(process + " exited with status " +
+                         std::to_string(WEXITSTATUS(status)) + " before answering" +
+                         said);
+  int sig = WTERMSIG(status);
+  if (sig == SIGKILL)
+    return resourceExhausted(process +
+                             " was killed (SIGKILL: most likely out of memory)" + said);
+  return internalError(process + " died of " + signalName(sig) + said);
+}
 
 std::string signalName(int sig) {
   return "SIG" + std::string(sigabbrev_np(sig)) + " (" + strsignal(sig) + ")";
@@ -258,7 +252,16 @@ Status runWorkerTask(const std::string &executable, const flowc::v1::WorkerTask 
   if (!sent.isOk() && WIFEXITED(status))
     return internalError(what +
                          ": cannot hand the task to the worker: " + sent.message());
-  return deathStatus(what, pid, status, lastLine);
+  Status death = deathStatus(what, pid, status, lastLine);
+  if (!WIFSIGNALED(status))
+    return death;
+  // A job's worker is the job alone.
+  return Status(death.code(),
+                death.message() + "; the daemon and other jobs are unaffected" +
+                    (WTERMSIG(status) == SIGKILL
+                         ? ""
+                         : " (a flowc bug: please report it with the model, or what "
+                           "`flowc repro` makes of it)"));
 }
 
 Expected<std::unique_ptr<ServeProcess>>
@@ -347,9 +350,10 @@ ServeProcess::Outcome ServeProcess::run(const std::string &input,
   drain(log_.get(), logTail_);
   outcome.died = true;
   outcome.waitStatus = reap();
-  outcome.lastLines = logTail_;
-  while (!outcome.lastLines.empty() && outcome.lastLines.back() == '\n')
-    outcome.lastLines.pop_back();
+  std::string_view tail = logTail_;
+  while (!tail.empty() && tail.back() == '\n')
+    tail.remove_suffix(1);
+  outcome.lastLine = std::string(tail.substr(tail.rfind('\n') + 1)); // npos + 1: all
   return outcome;
 }
 

@@ -55,7 +55,7 @@ public:
     bool died = false; ///< It ended without answering (waitStatus says how).
     bool cancelled = false;
     int waitStatus = 0;
-    std::string lastLines; ///< What it wrote last, for a death's message.
+    std::string lastLine; ///< What it wrote last, for a death's message.
   };
   /// Runs the task in `input`, writing `output`; kills the process once
   /// `cancelled` says so (polled a few times a second).
@@ -78,6 +78,12 @@ private:
   std::string replies_, logTail_;
   unsigned tasksRun_ = 0;
 };
+
+/// Why a worker process that gave no answer ended as it did, `what` first:
+/// ResourceExhausted for a SIGKILL (most likely out of memory), Internal
+/// naming another signal or the exit status; with its last log line.
+Status deathStatus(const std::string &what, pid_t pid, int status,
+                   const std::string &lastLine);
 
 /// "SIGSEGV (Segmentation fault)", for errors.
 std::string signalName(int sig);

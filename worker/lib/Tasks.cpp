@@ -3,11 +3,13 @@
 #include "flowc/support/MappedFile.h"
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace flowc::worker {
@@ -274,12 +276,18 @@ Status taskErrorFrom(std::string_view output) {
   return internalError(std::string(line));
 }
 
-Status materializeTask(cache::Cache &cache, const Task &task, const std::string &dir) {
+Expected<TaskDirectory> prepareTask(cache::Cache &cache, const Task &task) {
+  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache, "task"));
+  TaskDirectory dir{std::move(scratch), "", ""};
+  dir.in = dir.scratch.path() + "/in";
+  dir.out = dir.scratch.path() + "/out";
+  if (::mkdir(dir.in.c_str(), 0700) != 0)
+    return errnoStatus(errno, "cannot create the task directory '" + dir.in + "'");
   for (const TaskInput &input : task.inputs) {
     FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, cache.get(input.digest));
-    FLOWC_RETURN_IF_ERROR(writeFileAtomically(dir + "/" + input.path, blob.bytes()));
+    FLOWC_RETURN_IF_ERROR(writeFileAtomically(dir.in + "/" + input.path, blob.bytes()));
   }
-  return Status::ok();
+  return dir;
 }
 
 Expected<std::vector<Digest>> collectOutputs(cache::Cache &cache, const Task &task,
@@ -297,13 +305,11 @@ InProcessTaskRunner::InProcessTaskRunner(cache::Cache &cache, std::string buildI
     : cache_(cache), buildId_(std::move(buildId)), threads_(std::max(1u, threads)) {}
 
 Expected<TaskOutcome> InProcessTaskRunner::runOne(const Task &task) {
-  FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "task"));
-  std::string in = scratch.path() + "/in", out = scratch.path() + "/out";
-  std::filesystem::create_directory(in);
-  FLOWC_RETURN_IF_ERROR(materializeTask(cache_, task, in));
-  FLOWC_RETURN_IF_ERROR(
-      runTaskDirectory(in, out, buildId_).withContext(task.kind + " " + task.name));
-  FLOWC_ASSIGN_OR_RETURN(std::vector<Digest> outputs, collectOutputs(cache_, task, out));
+  FLOWC_ASSIGN_OR_RETURN(TaskDirectory dir, prepareTask(cache_, task));
+  FLOWC_RETURN_IF_ERROR(runTaskDirectory(dir.in, dir.out, buildId_)
+                            .withContext(task.kind + " " + task.name));
+  FLOWC_ASSIGN_OR_RETURN(std::vector<Digest> outputs,
+                         collectOutputs(cache_, task, dir.out));
   return TaskOutcome{std::move(outputs), "in-process"};
 }
 

@@ -5,9 +5,9 @@
 //
 // A task is a directory: `task.json` (what to do, the compile options, the
 // target CPU, the build that must run it) and its input files. `flowc-worker
-// task --input DIR --output DIR` runs one; that command line is what a
-// local worker process runs and what a REAPI Action executes. No task reads
-// a weight, so a remote compile of any model ships kilobytes.
+// task --input DIR --output DIR` runs one, as a REAPI Action executes it;
+// the local pool's `flowc-worker serve` processes run one after another.
+// No task reads a weight, so a remote compile of any model ships kilobytes.
 #pragma once
 
 #include "flowc/cache/Cache.h"
@@ -29,7 +29,7 @@ struct TaskInput {
 
 /// A task as its runner sees it: files in, files out.
 struct Task {
-  std::string kind; ///< "plan" or "codegen".
+  std::string kind; ///< "plan", "codegen", or "noop" (benchmarks).
   std::string name; ///< What it works on (a kernel's symbol), for errors and listings.
   std::vector<TaskInput> inputs;
   std::vector<std::string> outputs; ///< Relative to the output directory.
@@ -50,6 +50,20 @@ public:
   /// Runs `tasks` (at once where the runner can); one result per task, in
   /// order. Inputs must be in the cache; outputs are there after.
   virtual std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) = 0;
+};
+
+/// A scratch directory under the cache's tmp/, removed on scope exit.
+class ScratchDir {
+public:
+  static Expected<ScratchDir> create(const cache::Cache &cache, const std::string &what);
+  ScratchDir(ScratchDir &&other) noexcept;
+  ScratchDir &operator=(ScratchDir &&) = delete;
+  ~ScratchDir();
+  const std::string &path() const { return path_; }
+
+private:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
 };
 
 /// The plan task of graph IR (the blob `ir`) for `target`.
@@ -83,8 +97,13 @@ Status runTaskDirectory(const std::string &inputDir, const std::string &outputDi
 /// CODE: message" on stderr), with its code; Internal when there is none.
 Status taskErrorFrom(std::string_view output);
 
-/// Writes a task's input files from the cache into `dir`.
-Status materializeTask(cache::Cache &cache, const Task &task, const std::string &dir);
+/// A task's scratch directory in the cache's tmp/: its inputs written
+/// from the cache under `in`, its outputs to come under `out`.
+struct TaskDirectory {
+  ScratchDir scratch;
+  std::string in, out;
+};
+Expected<TaskDirectory> prepareTask(cache::Cache &cache, const Task &task);
 
 /// Stores the outputs a task wrote in `dir` in the cache.
 Expected<std::vector<cache::Digest>> collectOutputs(cache::Cache &cache, const Task &task,
@@ -110,19 +129,5 @@ private:
 /// unreadable: the code is then compiled again).
 std::string codeWeightsText(const compiler::CodeWeights &weights);
 std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes);
-
-/// A scratch directory under the cache's tmp/, removed on scope exit.
-class ScratchDir {
-public:
-  static Expected<ScratchDir> create(const cache::Cache &cache, const std::string &what);
-  ScratchDir(ScratchDir &&other) noexcept;
-  ScratchDir &operator=(ScratchDir &&) = delete;
-  ~ScratchDir();
-  const std::string &path() const { return path_; }
-
-private:
-  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
 
 } // namespace flowc::worker
