@@ -23,12 +23,12 @@ using nlohmann::json;
 /// digest of the build and the compiler's kernel key. Every model and option
 /// set whose kernels lower alike shares them. A cache that cannot answer
 /// means a compile, never a failed job.
-class CasKernelCache final : public compiler::KernelObjectCache {
+class CasKernelCache {
 public:
   CasKernelCache(cache::Cache &cache, const std::string &buildId)
       : cache_(cache), buildId_(buildId) {}
 
-  std::optional<std::string> lookup(const std::string &key) override {
+  std::optional<std::string> lookup(const std::string &key) {
     auto action = cache_.lookupAction(cache::ActionKind::Kernel, actionKey(key));
     if (!action) {
       spdlog::warn("kernel cache lookup failed: {}", action.status().toString());
@@ -40,15 +40,6 @@ public:
     if (!blob)
       return std::nullopt;
     return std::string(blob->bytes());
-  }
-
-  void store(const std::string &key, const std::string &object) override {
-    auto digest = cache_.put(object);
-    if (!digest) {
-      spdlog::warn("kernel cache store failed: {}", digest.status().toString());
-      return;
-    }
-    record(key, *digest);
   }
 
   /// Records `object`, already a blob, as the object of `key`.
