@@ -289,10 +289,21 @@ def test_the_worker_refuses_anything_but_a_task_from_its_daemon():
                          (["task", "--input"], "--input needs a value"),
                          (["task", "--input", "i", "--output", "o", "--memory-limit", "x"],
                           "--memory-limit: 'x' is not a positive number of bytes"),
-                         (["task", "--frobnicate", "1"], "unknown option '--frobnicate'")):
+                         (["task", "--frobnicate", "1"], "unknown option '--frobnicate'"),
+                         (["serve", "--input", "i"], "serve runs the tasks flowcd sends it")):
         run = subprocess.run([str(BIN / "flowc-worker"), *bad], capture_output=True,
                              text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert run.returncode == 2 and message in run.stderr, (bad, run.stderr)
+    # A pool process takes task directories only.
+    serve = subprocess.run([str(BIN / "flowc-worker"), "serve"], input=b"\x05\x00\x00\x00ab",
+                           capture_output=True, timeout=60)
+    assert serve.returncode == 2 and b"not a task directory on stdin" in serve.stderr, \
+        serve.stderr
+    missing = subprocess.run([str(BIN / "flowc-worker"), "task", "--input", "/nonexistent",
+                              "--output", "/tmp/o"], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    assert missing.returncode == 1 and "/nonexistent/task.json" in missing.stderr, \
+        missing.stderr
     for garbage in (b"", b"\x05\x00\x00\x00ab", b"\xff\xff\xff\x7f"):
         run = subprocess.run([str(BIN / "flowc-worker")], input=garbage, capture_output=True,
                              timeout=60)

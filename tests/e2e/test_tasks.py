@@ -256,6 +256,8 @@ def test_daemon_flags_of_the_executors_are_checked(tmp_path):
              "remote-fallback (local or none)"),
             (["--remote-executor", "grpc://127.0.0.1:1", "--remote-platform", "novalue"],
              "'novalue' is not KEY=VALUE"),
+            (["--remote-executor", "grpc://127.0.0.1:1", "--remote-jobs", "0"],
+             "invalid remote job count '0' (1 to 4096)"),
             (["--task-memory-limit", "1M"], "below the 64 MiB minimum")):
         run = subprocess.run([str(BIN / "flowcd"), "--cache-dir", str(tmp_path / "c"),
                               *flags], capture_output=True, text=True, timeout=60)

@@ -142,5 +142,26 @@ TEST(TasksTest, ACodegenTaskRefusesKernelIrThatDoesNotParse) {
                                 "kernel flowc_loops_bad: its IR does not parse"));
 }
 
+TEST(TasksTest, APlanOutputThatIsNoneIsDataLoss) {
+  EXPECT_THAT(parsePlanOutput("[]", ""),
+              StatusIs(StatusCode::DataLoss, "not a plan (flowc.plan.v1)"));
+  EXPECT_THAT(parsePlanOutput(R"({"format": "flowc.plan.v1"})", ""),
+              StatusIs(StatusCode::DataLoss, "no readable weight list"));
+  std::string weights = codeWeightsText({});
+  EXPECT_THAT(parsePlanOutput(R"({"format": "flowc.plan.v1", "weights": )" + weights +
+                                  R"(, "kernels": [{"symbol": 3}]})",
+                              ""),
+              StatusIs(StatusCode::DataLoss, "a plan task's output is damaged"));
+}
+
+TEST(TasksTest, ATaskErrorKeepsTheCodeTheWorkerWrote) {
+  EXPECT_THAT(taskErrorFrom("log line\nflowc-worker: error: InvalidArgument: kernel k: "
+                            "bad IR\n"),
+              StatusIs(StatusCode::InvalidArgument, "kernel k: bad IR"));
+  EXPECT_THAT(taskErrorFrom("flowc-worker: error: no code here"),
+              StatusIs(StatusCode::Internal, "no code here"));
+  EXPECT_THAT(taskErrorFrom(""), StatusIs(StatusCode::Internal, "it wrote no error"));
+}
+
 } // namespace
 } // namespace flowc::worker

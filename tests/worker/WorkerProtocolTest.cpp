@@ -155,5 +155,16 @@ TEST(StatusOfTest, AnUnknownCodeIsInternal) {
   EXPECT_EQ(statusOf(error).code(), StatusCode::Internal);
 }
 
+TEST(WorkerProtocolTest, ATaskRequestWithABadDigestIsRefused) {
+  Task task{"codegen", "k", {{"task.json", cache::digestOf("{}")}}, {"kernel.o"}};
+  flowc::v1::TaskRequest request = toProto(task, 7);
+  auto back = taskFromProto(request);
+  ASSERT_TRUE(back) << back.status().toString();
+  EXPECT_EQ(back->inputs[0].digest, task.inputs[0].digest);
+  EXPECT_EQ(back->outputs, task.outputs);
+  request.mutable_inputs(0)->set_digest("sha256:nothex/3");
+  EXPECT_EQ(taskFromProto(request).status().code(), StatusCode::InvalidArgument);
+}
+
 } // namespace
 } // namespace flowc::worker
