@@ -1,5 +1,6 @@
 // flowc cache stats|ls|gc|verify|pin|unpin|clear [--json]
 #include "Commands.h"
+#include "CompilerModule.h"
 
 #include "flowc/support/ByteSize.h"
 
@@ -223,7 +224,30 @@ CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global) {
   CLI::App *unpin = sub("unpin", "Let a pinned blob be evicted again");
   unpin->add_option("digest", options->digest, "sha256:<hex>/<size>")->required();
   CLI::App *clear = sub("clear", "Remove every unpinned blob and cached result");
+  auto bundle = std::make_shared<BundleCommandOptions>();
+  CLI::App *exporting = cmd->add_subcommand(
+      "export", "Write a model's complete entries (artifact, code) and their blobs to a "
+                "bundle (a tar) that `flowc cache import` reads into another cache");
+  exporting->add_option("model", bundle->model, "The ONNX model, as it was submitted")
+      ->required();
+  exporting->add_option("-o,--output", bundle->bundle, "The bundle to write")->required();
+  addCompileFlags(exporting, bundle->compile);
+  exporting->add_flag("--json", bundle->json, "Print one JSON object");
+  CLI::App *importing = cmd->add_subcommand(
+      "import", "Read a bundle's entries into this cache: every blob verified, every "
+                "entry recorded at once, or nothing");
+  importing->add_option("bundle", bundle->bundle, "A bundle from `flowc cache export`")
+      ->required();
+  importing->add_flag("--json", bundle->json, "Print one JSON object");
   return [=, &global] {
+    if (exporting->parsed() || importing->parsed()) {
+      global.resolve();
+      auto module = compilerModule();
+      if (!module)
+        return reportError(module.status());
+      return exporting->parsed() ? (*module)->exportBundle(*bundle, global)
+                                 : (*module)->importBundle(*bundle, global);
+    }
     if (!options->maxSize.empty()) {
       auto bytes = parseByteSize(options->maxSize);
       if (!bytes) {

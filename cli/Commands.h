@@ -25,6 +25,7 @@ CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addCompileCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addJobsCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addExplainCommand(CLI::App &app, GlobalOptions &global);
 
 /// The compile options `flowc submit` and `flowc compile` share.
 struct CompileFlags {

@@ -5,6 +5,7 @@
 #include "PlaceArtifact.h"
 
 #include "flowc/cache/Cache.h"
+#include "flowc/worker/Bundle.h"
 #include "flowc/worker/CompileExecutor.h"
 #include "flowc/worker/Tasks.h"
 
@@ -17,10 +18,10 @@ namespace flowc::cli {
 
 namespace {
 
-Expected<worker::CompileRequest> compileRequest(const CompileCommandOptions &options) {
+Expected<worker::CompileRequest> compileRequest(const std::string &model,
+                                                const CompileFlags &flags) {
   worker::CompileRequest request;
-  FLOWC_ASSIGN_OR_RETURN(request.modelPath, absoluteModelOrReproducer(options.model));
-  const CompileFlags &flags = options.compile;
+  FLOWC_ASSIGN_OR_RETURN(request.modelPath, absoluteModelOrReproducer(model));
   request.options.target = flags.target;
   request.options.optLevel = flags.optLevel;
   request.options.precision = flags.precision;
@@ -35,7 +36,7 @@ Expected<worker::CompileRequest> compileRequest(const CompileCommandOptions &opt
 }
 
 int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
-  auto request = compileRequest(options);
+  auto request = compileRequest(options.model, options.compile);
   if (!request)
     return reportError(request.status());
   std::string output =
@@ -92,12 +93,67 @@ int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
   return 0;
 }
 
+void printBundle(const char *verb, const BundleCommandOptions &options,
+                 const worker::BundleReport &report) {
+  if (options.json) {
+    printJson({{"bundle", options.bundle},
+               {"entries", report.entries},
+               {"blobs", report.blobs},
+               {"blobs_present", report.blobsPresent},
+               {"bytes", report.bytes}});
+    return;
+  }
+  std::cout << "flowc: " << verb << " " << report.entries << " entries, " << report.blobs
+            << " blobs (" << humanBytes(report.bytes) << ")"
+            << (report.blobsPresent ? ", " + std::to_string(report.blobsPresent) +
+                                          " blobs already cached"
+                                    : "")
+            << ": " << options.bundle << std::endl;
+}
+
+int runExport(const BundleCommandOptions &options, GlobalOptions &global) {
+  auto request = compileRequest(options.model, options.compile);
+  if (!request)
+    return reportError(request.status());
+  if (Status writable = checkOutputPath(options.bundle); !writable)
+    return reportError(writable);
+  // Reading only: a daemon may own this cache.
+  cache::CacheOptions readOnly;
+  readOnly.access = cache::CacheAccess::ReadOnly;
+  auto cache = cache::Cache::open(global.cacheDir, readOnly);
+  if (!cache)
+    return reportError(cache.status());
+  worker::CompileExecutor executor(**cache, FLOWC_BUILD_ID,
+                                   worker::CompileExecutor::Eviction::Never);
+  auto entries = executor.recordedEntries(*request);
+  if (!entries)
+    return reportError(entries.status());
+  auto report = worker::writeBundle(**cache, *entries, options.bundle);
+  if (!report)
+    return reportError(report.status());
+  printBundle("exported", options, *report);
+  return 0;
+}
+
+int runImport(const BundleCommandOptions &options, GlobalOptions &global) {
+  // Written as a worker writes: the daemon that owns the cache evicts.
+  auto cache = cache::Cache::open(global.cacheDir, {});
+  if (!cache)
+    return reportError(cache.status());
+  auto report = worker::readBundle(**cache, options.bundle);
+  if (!report)
+    return reportError(report.status());
+  printBundle("imported", options, *report);
+  return 0;
+}
+
 } // namespace
 
 } // namespace flowc::cli
 
 extern "C" __attribute__((visibility("default"))) const flowc::cli::CompilerModule *
 flowcCliCompilerModule() {
-  static const flowc::cli::CompilerModule module = {flowc::cli::runCompile};
+  static const flowc::cli::CompilerModule module = {
+      flowc::cli::runCompile, flowc::cli::runExport, flowc::cli::runImport};
   return &module;
 }

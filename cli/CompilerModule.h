@@ -21,9 +21,19 @@ struct CompileCommandOptions {
   unsigned threads = 0;
 };
 
+/// `flowc cache export MODEL -o BUNDLE` / `flowc cache import BUNDLE`.
+struct BundleCommandOptions {
+  std::string model;
+  std::string bundle;
+  CompileFlags compile;
+  bool json = false;
+};
+
 struct CompilerModule {
   /// `flowc compile`; returns the exit status (errors reported on stderr).
   int (*compile)(const CompileCommandOptions &options, GlobalOptions &global);
+  int (*exportBundle)(const BundleCommandOptions &options, GlobalOptions &global);
+  int (*importBundle)(const BundleCommandOptions &options, GlobalOptions &global);
 };
 
 inline constexpr const char *kCompilerModuleEntry = "flowcCliCompilerModule";

@@ -1,4 +1,4 @@
-// flowc jobs [--json]; flowc workers [--json]
+// flowc jobs [--json]; flowc workers [--json]; flowc explain JOB [--json]
 #include "Commands.h"
 
 #include <iomanip>
@@ -35,6 +35,7 @@ nlohmann::json jobJson(const flowc::v1::JobInfo &job) {
       {"client", job.client()},
       {"seconds", job.seconds()},
       {"error", job.error()},
+      {"explain", job.explain()},
       {"tasks", tasks}};
 }
 
@@ -79,6 +80,35 @@ int runJobs(GlobalOptions &global, bool json) {
   }
   std::cout << std::flush;
   return 0;
+}
+
+int runExplain(GlobalOptions &global, const std::string &jobId, bool json) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/false);
+  if (!client)
+    return reportError(client.status());
+  grpc::ClientContext context;
+  flowc::v1::JobsResponse response;
+  if (Status status = fromGrpc((*client)->admin().Jobs(&context, {}, &response), "jobs");
+      !status)
+    return reportError(status);
+  for (const flowc::v1::JobInfo &job : response.jobs()) {
+    if (job.id() != jobId)
+      continue;
+    if (job.explain().empty())
+      return reportError(notFound(
+          "job " + jobId + " has no explanation: it " +
+          (job.state() == "running" ? "has not looked up its entry yet"
+                                    : "ended before it looked up its entry (" +
+                                          job.state() + ")")));
+    if (json)
+      printJson({{"id", job.id()}, {"model", job.model()}, {"explain", job.explain()}});
+    else
+      std::cout << job.id() << "  " << job.model() << "\n" << job.explain() << std::endl;
+    return 0;
+  }
+  return reportError(notFound("no job " + jobId +
+                              " among the daemon's running and recent jobs (flowc jobs)"));
 }
 
 int runWorkers(GlobalOptions &global, bool json) {
@@ -147,6 +177,17 @@ CommandRunner addJobsCommand(CLI::App &app, GlobalOptions &global) {
       "List the daemon's running and recent jobs, their tasks and where they ran");
   cmd->add_flag("--json", *json, "Print one JSON object");
   return [json, &global] { return runJobs(global, *json); };
+}
+
+CommandRunner addExplainCommand(CLI::App &app, GlobalOptions &global) {
+  auto json = std::make_shared<bool>(false);
+  auto job = std::make_shared<std::string>();
+  CLI::App *cmd = app.add_subcommand(
+      "explain", "Say why a past job hit or missed the cache: which entry answered, or "
+                 "what differs from the nearest entry for its model");
+  cmd->add_option("job", *job, "The job id (flowc jobs, submit --json)")->required();
+  cmd->add_flag("--json", *json, "Print one JSON object");
+  return [json, job, &global] { return runExplain(global, *job, *json); };
 }
 
 CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global) {

@@ -47,7 +47,28 @@ int runStatus(GlobalOptions &global, bool json) {
               {"jobs_queued", stats.jobs_queued()},
               {"jobs_running", stats.jobs_running()},
               {"jobs_completed", stats.jobs_completed()},
-              {"jobs_failed", stats.jobs_failed()}});
+              {"jobs_failed", stats.jobs_failed()},
+              {"remote_cache", nullptr}});
+  if (stats.has_remote_cache()) {
+    const flowc::v1::RemoteCacheStatus &remote = stats.remote_cache();
+    const flowc::v1::RemoteCacheCounters &c = remote.counters();
+    out["remote_cache"] = {{"url", remote.url()},
+                           {"instance", remote.instance()},
+                           {"mode", remote.mode()},
+                           {"identity", remote.identity()},
+                           {"state", remote.state()},
+                           {"hits", c.hits()},
+                           {"misses", c.misses()},
+                           {"uploads", c.uploads()},
+                           {"blobs_uploaded", c.blobs_uploaded()},
+                           {"bytes_uploaded", c.bytes_uploaded()},
+                           {"bytes_downloaded", c.bytes_downloaded()},
+                           {"errors", c.errors()},
+                           {"data_loss", c.data_loss()},
+                           {"too_large", c.too_large()},
+                           {"too_large_bytes", c.too_large_bytes()},
+                           {"bad_signatures", c.bad_signatures()}};
+  }
   if (json) {
     printJson(out);
     return 0;
@@ -63,6 +84,20 @@ int runStatus(GlobalOptions &global, bool json) {
             << "jobs: " << stats.jobs_running() << " running, " << stats.jobs_queued()
             << " queued, " << stats.jobs_completed() << " done, " << stats.jobs_failed()
             << " failed" << std::endl;
+  if (stats.has_remote_cache()) {
+    const flowc::v1::RemoteCacheStatus &remote = stats.remote_cache();
+    const flowc::v1::RemoteCacheCounters &c = remote.counters();
+    std::cout << "remote cache: " << remote.url()
+              << (remote.instance().empty() ? "" : " instance " + remote.instance())
+              << ", " << remote.mode() << ", as " << remote.identity() << "; "
+              << remote.state() << "\n  hits " << c.hits() << " / misses " << c.misses()
+              << ", " << c.uploads() << " entries uploaded (" << c.blobs_uploaded()
+              << " blobs, " << humanBytes(c.bytes_uploaded()) << "), "
+              << humanBytes(c.bytes_downloaded()) << " downloaded, " << c.errors()
+              << " errors, " << c.data_loss() << " corrupt, " << c.too_large()
+              << " too large (" << humanBytes(c.too_large_bytes()) << "), "
+              << c.bad_signatures() << " bad signatures" << std::endl;
+  }
   return 0;
 }
 

@@ -29,6 +29,7 @@ struct SubmitOptions {
   bool json = false;
   bool batch = false;
   bool progress = false;
+  bool explain = false;
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
   bool optLevelGiven = false;
@@ -150,6 +151,7 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   request.set_want_local_path(true);
   request.set_thin(options.compile.thin);
   request.set_client(clientIdentity());
+  request.set_explain(options.explain);
   request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
                                      : flowc::v1::PRIORITY_INTERACTIVE);
   if (Status shapes = addInputShapes(options.compile.inputShapes, request); !shapes)
@@ -200,7 +202,10 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
                            {"kernels_compiled", result->kernels_compiled()},
                            {"kernels_reused", result->kernels_reused()},
                            {"thin", options.compile.thin},
-                           {"job_id", result->job_id()}};
+                           {"job_id", result->job_id()},
+                           {"answered_by", result->answered_by()}};
+    if (options.explain)
+      json["explain"] = result->explain();
     json["op_counts"] = nlohmann::json::object();
     for (const auto &[op, count] : result->op_counts())
       json["op_counts"][op] = count;
@@ -215,6 +220,8 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
        << " in " << std::fixed << std::setprecision(3) << seconds << " s (daemon "
        << result->seconds() << " s) -> " << output << " " << result->artifact_digest();
   std::cout << line.str() << std::endl;
+  if (options.explain)
+    std::cout << result->explain() << std::endl;
   return 0;
 }
 
@@ -255,6 +262,10 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
   cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
+  cmd->add_flag("--explain", options->explain,
+                "Say which cache entry answered, or on a miss what differs from the "
+                "nearest entry for a model of the same name (graph node, weights, target, "
+                "option, toolchain)");
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;
     options->optLevelGiven = cmd->count("--opt-level") > 0;

@@ -55,6 +55,7 @@ int main(int argc, char **argv) {
   add(addCacheCommand);
   add(addJobsCommand);
   add(addWorkersCommand);
+  add(addExplainCommand);
   letGlobalOptionsFallThrough(app);
   app.set_version_flag(
       "--version",

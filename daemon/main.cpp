@@ -41,6 +41,76 @@ std::string joined(const std::vector<std::string> &values) {
   return text;
 }
 
+/// The remote cache tier's flags (docs/remote-cache.md).
+struct RemoteCacheFlags {
+  FlagSlot url, readOnly, caFile, clientCert, clientKey, uploadWeights, timeout, signKey;
+  std::vector<std::string> headers, trustKeys;
+  CLI::Option *headersOption, *trustKeysOption, *readOnlyOption;
+  bool readOnlyValue = false;
+
+  explicit RemoteCacheFlags(CLI::App &app) {
+    url.option = app.add_option(
+        "--remote-cache", url.value,
+        "A remote cache behind the local one: grpc[s]://HOST:PORT (REAPI v2: "
+        "bazel-remote, BuildBuddy, Buildbarn, BuildGrid) or http[s]://HOST/PREFIX "
+        "(Bazel HTTP cache: bazel-remote, nginx WebDAV) (env FLOWC_REMOTE_CACHE)");
+    headersOption = app.add_option(
+        "--remote-header", headers,
+        "NAME=VALUE sent with every remote cache request, e.g. "
+        "authorization='Bearer TOKEN' (repeatable; prefer the config file for secrets)");
+    readOnlyOption = app.add_flag(
+        "--remote-read-only", readOnlyValue,
+        "Use remote hits but never write the remote cache (env FLOWC_REMOTE_READ_ONLY)");
+    caFile.option = app.add_option("--remote-ca-file", caFile.value,
+                                   "PEM roots for grpcs:// and https:// remote caches "
+                                   "(default: the system's)");
+    clientCert.option =
+        app.add_option("--remote-client-cert", clientCert.value,
+                       "PEM client certificate for a remote cache that asks for one");
+    clientKey.option = app.add_option("--remote-client-key", clientKey.value,
+                                      "PEM key of --remote-client-cert");
+    uploadWeights.option = app.add_option(
+        "--remote-upload-weights", uploadWeights.value,
+        "missing (upload weights the remote lacks; the default) or never (weights and "
+        "what is derived from them stay on this machine)");
+    timeout.option = app.add_option(
+        "--remote-timeout", timeout.value,
+        "Per remote cache request, e.g. 10s (the default); a slow or dead remote "
+        "means a local compile");
+    signKey.option = app.add_option(
+        "--sign-key", signKey.value,
+        "Ed25519 private key (PEM) that signs every entry written to the remote cache");
+    trustKeysOption = app.add_option(
+        "--trust-key", trustKeys,
+        "Ed25519 public key (PEM) whose signatures remote entries must carry "
+        "(repeatable; unsigned or forged entries are refused)");
+  }
+
+  void fill(flowc::daemon::DaemonFlags &flags) const {
+    flags.remoteCache = url.get();
+    if (headersOption->count()) {
+      std::string text;
+      for (const std::string &header : headers)
+        text += (text.empty() ? "" : "\n") + header;
+      flags.remoteHeaders = text;
+    }
+    if (readOnlyOption->count())
+      flags.remoteReadOnly = "true";
+    flags.remoteCaFile = caFile.get();
+    flags.remoteClientCert = clientCert.get();
+    flags.remoteClientKey = clientKey.get();
+    flags.remoteUploadWeights = uploadWeights.get();
+    flags.remoteTimeout = timeout.get();
+    flags.signKey = signKey.get();
+    if (trustKeysOption->count()) {
+      std::string text;
+      for (const std::string &key : trustKeys)
+        text += (text.empty() ? "" : "\n") + key;
+      flags.trustKeys = text;
+    }
+  }
+};
+
 /// Logs to stderr, or to `path` rotated at kLogFileBytes; InvalidArgument
 /// if the file cannot be opened.
 flowc::Status setUpLogging(const std::string &path) {
@@ -128,6 +198,7 @@ int main(int argc, char **argv) {
       "--read-only", readOnly,
       "Serve hits from a cache it must not write (a read-only mount): misses fail, "
       "nothing is recorded (env FLOWC_CACHE_READ_ONLY; config key read-only)");
+  RemoteCacheFlags remoteCache(app);
   bool version = false;
   app.add_flag("--version", version, "Print the version, build id and library versions");
   try {
@@ -146,14 +217,17 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  auto options = flowc::daemon::resolveDaemonOptions(
-      {cacheDir.get(), socket.get(), listen.get(), workers.get(), maxSize.get(),
-       idleTimeout.get(), logFile.get(),
-       readOnlyFlag->count() ? std::optional<std::string>("true") : std::nullopt,
-       taskMemoryLimit.get(), remoteExecutor.get(), remoteInstance.get(),
-       remotePlatformOption->count() ? std::optional<std::string>(joined(remotePlatform))
-                                     : std::nullopt,
-       remoteFallback.get(), remoteJobs.get(), config.get()});
+  flowc::daemon::DaemonFlags flags{
+      cacheDir.get(), socket.get(), listen.get(), workers.get(), maxSize.get(),
+      idleTimeout.get(), logFile.get(),
+      readOnlyFlag->count() ? std::optional<std::string>("true") : std::nullopt,
+      taskMemoryLimit.get(), remoteExecutor.get(), remoteInstance.get(),
+      remotePlatformOption->count() ? std::optional<std::string>(joined(remotePlatform))
+                                    : std::nullopt,
+      remoteFallback.get(), remoteJobs.get()};
+  flags.configFile = config.get();
+  remoteCache.fill(flags);
+  auto options = flowc::daemon::resolveDaemonOptions(flags);
   if (!options) {
     std::cerr << "flowcd: error: " << options.status().message() << "\n";
     return kExitUsage;

@@ -148,6 +148,19 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
   worker::DaemonTaskRunner tasks;
   worker::CompileExecutor executor(*cache, FLOWC_BUILD_ID,
                                    worker::CompileExecutor::Eviction::Never, &tasks);
+  // The remote tier, when the daemon has one that is not backing off; a
+  // configuration that cannot be used means a local compile, not a failure.
+  std::unique_ptr<worker::RemoteTier> tier;
+  if (task.has_remote_cache()) {
+    auto options = worker::fromProto(task.remote_cache());
+    auto opened = options ? worker::RemoteTier::open(*cache, *options)
+                          : Expected<std::unique_ptr<worker::RemoteTier>>(options.status());
+    if (opened)
+      tier = std::move(*opened);
+    else
+      spdlog::warn("remote cache not used: {}", opened.status().message());
+  }
+  executor.setRemoteTier(tier.get());
   auto progress = [](const std::string &stage, const std::string &detail) {
     flowc::v1::WorkerReply reply;
     reply.mutable_progress()->set_stage(stage);
@@ -157,6 +170,8 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
   };
   FLOWC_ASSIGN_OR_RETURN(worker::CompileResult result,
                          executor.compile(request, progress));
+  if (tier)
+    result.remote = tier->counters();
   flowc::v1::WorkerReply reply;
   worker::toProto(result, *reply.mutable_result());
   return send(reply);

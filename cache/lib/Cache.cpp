@@ -25,6 +25,31 @@ namespace flowc::cache {
 
 namespace fs = std::filesystem;
 
+Expected<std::optional<ActionRecord>> Cache::actionEntry(ActionKind kind,
+                                                         const Digest &key) {
+  FLOWC_ASSIGN_OR_RETURN(auto entry, index_->getAction(kind, key));
+  if (!entry || !contains(entry->first))
+    return std::optional<ActionRecord>();
+  for (const Digest &dep : entry->second)
+    if (!contains(dep))
+      return std::optional<ActionRecord>();
+  return std::optional<ActionRecord>(ActionRecord{kind, key, entry->first, entry->second});
+}
+
+Status Cache::recordActions(const std::vector<ActionRecord> &records) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("record results"));
+  for (const ActionRecord &record : records) {
+    if (!contains(record.result))
+      return failedPrecondition("action result " + record.result.toString() +
+                                " is not in the cache");
+    for (const Digest &dep : record.deps)
+      if (!contains(dep))
+        return failedPrecondition("action dependency " + dep.toString() +
+                                  " is not in the cache");
+  }
+  return index_->putActions(records);
+}
+
 namespace {
 
 constexpr size_t kChunkBytes = 4 << 20;

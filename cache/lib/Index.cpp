@@ -315,8 +315,22 @@ Index::getAction(ActionKind kind, const Digest &key) {
 Status Index::putAction(ActionKind kind, const Digest &key, const Digest &result,
                         const std::vector<Digest> &deps) {
   std::lock_guard lock(mutex_);
-  std::string keyText = key.toString();
   FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  FLOWC_RETURN_IF_ERROR(writeAction(kind, key, result, deps));
+  return txn.commit();
+}
+
+Status Index::putActions(const std::vector<ActionRecord> &records) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  for (const ActionRecord &record : records)
+    FLOWC_RETURN_IF_ERROR(writeAction(record.kind, record.key, record.result, record.deps));
+  return txn.commit();
+}
+
+Status Index::writeAction(ActionKind kind, const Digest &key, const Digest &result,
+                          const std::vector<Digest> &deps) {
+  std::string keyText = key.toString();
   FLOWC_ASSIGN_OR_RETURN(Statement action,
                          db_->prepare("INSERT OR REPLACE INTO actions(kind, key, result, "
                                       "created_ms) VALUES(?1, ?2, ?3, ?4)"));
@@ -334,7 +348,7 @@ Status Index::putAction(ActionKind kind, const Digest &key, const Digest &result
     FLOWC_RETURN_IF_ERROR(
         add.bind(1, actionKindName(kind)).bind(2, keyText).bind(3, dep.toString()).run());
   }
-  return txn.commit();
+  return Status::ok();
 }
 
 Status Index::zeroCounters() {

@@ -54,6 +54,8 @@ public:
   getAction(ActionKind kind, const Digest &key);
   Status putAction(ActionKind kind, const Digest &key, const Digest &result,
                    const std::vector<Digest> &deps);
+  /// putAction for many, in one transaction.
+  Status putActions(const std::vector<ActionRecord> &records);
   Expected<uint64_t> clearActions();
 
   Expected<std::optional<StatMemo>> getStat(const FileIdentity &file,
@@ -73,6 +75,9 @@ public:
 private:
   explicit Index(std::unique_ptr<Database> db) : db_(std::move(db)) {}
   Status migrate(CacheAccess access);
+  /// One entry's rows, inside the caller's transaction and lock.
+  Status writeAction(ActionKind kind, const Digest &key, const Digest &result,
+                     const std::vector<Digest> &deps);
   Expected<int> schemaVersion();
 
   std::unique_ptr<Database> db_;

@@ -35,6 +35,8 @@ grpc::Status AdminService::Stats(grpc::ServerContext *, const flowc::v1::StatsRe
   response->set_jobs_failed(context_.jobsFailed);
   response->set_cache_hits(context_.cacheHits);
   response->set_cache_misses(context_.cacheMisses);
+  if (!context_.remoteCache->status(*response->mutable_remote_cache()))
+    response->clear_remote_cache();
   return grpc::Status::OK;
 }
 

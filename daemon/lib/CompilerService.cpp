@@ -238,6 +238,8 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
                                     const flowc::v1::SubmitRequest &request) {
   flowc::v1::WorkerTask task = workerTask(context_);
   *task.mutable_submit() = request;
+  if (auto remote = context_.remoteCache->forJob())
+    *task.mutable_remote_cache() = std::move(*remote);
   auto priority = request.priority() == flowc::v1::PRIORITY_BATCH
                       ? scheduler::Priority::Batch
                       : scheduler::Priority::Interactive;
@@ -278,6 +280,8 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
                                               std::chrono::steady_clock::now() - started)
                                               .count());
               } else if (reply.has_result()) {
+                context.remoteCache->record(reply.result().remote());
+                context.registry.setExplain(jobId, reply.result().explain());
                 flight->result = std::move(*reply.mutable_result());
               }
               flight->changed.notify_all();

@@ -62,7 +62,13 @@ Expected<Settings> parseConfigFile(const std::string &path) {
       return invalidArgument(where + ": unknown key '" + key + "' (known: " + known +
                              ")");
     }
-    settings[key] = {trim(line.substr(eq + 1)), where};
+    std::string value = trim(line.substr(eq + 1));
+    bool repeatable =
+        std::any_of(std::begin(kRepeatableConfigKeys), std::end(kRepeatableConfigKeys),
+                    [&](const char *name) { return key == name; });
+    if (repeatable && settings.count(key))
+      value = settings[key].value + "\n" + value;
+    settings[key] = {value, where};
   }
   return settings;
 }
@@ -157,6 +163,58 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
         return invalidArgument(setting.origin + ": invalid value '" + value +
                                "' for remote-fallback (local or none)");
       options.remote.fallbackLocal = value == "local";
+    } else if (key == "remote-cache") {
+      options.remoteCache.url = value;
+    } else if (key == "remote-header") {
+      options.remoteCache.headers.clear();
+      for (size_t begin = 0; begin < value.size();) {
+        size_t end = std::min(value.find('\n', begin), value.size());
+        std::string pair = trim(std::string_view(value).substr(begin, end - begin));
+        begin = end + 1;
+        size_t eq = pair.find('=');
+        if (eq == std::string::npos || eq == 0)
+          return invalidArgument(setting.origin + ": header '" +
+                                 pair.substr(0, pair.find('=')) + "' is not NAME=VALUE");
+        options.remoteCache.headers.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
+      }
+    } else if (key == "remote-read-only") {
+      if (value == "true" || value == "yes" || value == "1")
+        options.remoteCache.readOnly = true;
+      else if (value == "false" || value == "no" || value == "0")
+        options.remoteCache.readOnly = false;
+      else
+        return invalidArgument(setting.origin + ": invalid value '" + value +
+                               "' for remote-read-only (true or false)");
+    } else if (key == "remote-ca-file") {
+      options.remoteCache.caFile = value;
+    } else if (key == "remote-client-cert") {
+      options.remoteCache.clientCertFile = value;
+    } else if (key == "remote-client-key") {
+      options.remoteCache.clientKeyFile = value;
+    } else if (key == "remote-upload-weights") {
+      if (value != "missing" && value != "never")
+        return invalidArgument(setting.origin + ": invalid value '" + value +
+                               "' for remote-upload-weights (missing or never)");
+      options.remoteCache.uploadWeights = value;
+    } else if (key == "remote-timeout") {
+      auto seconds = parseDurationSeconds(value);
+      if (!seconds)
+        return bad(setting, seconds.status());
+      if (*seconds == 0 || *seconds > 3600)
+        return invalidArgument(setting.origin + ": remote timeout '" + value +
+                               "' is not between 1 s and 1 h");
+      options.remoteCache.timeoutMs = *seconds * 1000;
+    } else if (key == "sign-key") {
+      options.remoteCache.signKeyFile = value;
+    } else if (key == "trust-key") {
+      options.remoteCache.trustKeyFiles.clear();
+      for (size_t begin = 0; begin < value.size();) {
+        size_t end = std::min(value.find('\n', begin), value.size());
+        std::string path = trim(std::string_view(value).substr(begin, end - begin));
+        begin = end + 1;
+        if (!path.empty())
+          options.remoteCache.trustKeyFiles.push_back(path);
+      }
     } else if (key == "idle-timeout") {
       auto seconds = parseDurationSeconds(value);
       if (!seconds)
@@ -227,6 +285,16 @@ Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags) {
   layer(settings, "remote-platform", flags.remotePlatform, nullptr);
   layer(settings, "remote-fallback", flags.remoteFallback, nullptr);
   layer(settings, "remote-jobs", flags.remoteJobs, nullptr);
+  layer(settings, "remote-cache", flags.remoteCache, "FLOWC_REMOTE_CACHE");
+  layer(settings, "remote-header", flags.remoteHeaders, nullptr);
+  layer(settings, "remote-read-only", flags.remoteReadOnly, "FLOWC_REMOTE_READ_ONLY");
+  layer(settings, "remote-ca-file", flags.remoteCaFile, nullptr);
+  layer(settings, "remote-client-cert", flags.remoteClientCert, nullptr);
+  layer(settings, "remote-client-key", flags.remoteClientKey, nullptr);
+  layer(settings, "remote-upload-weights", flags.remoteUploadWeights, nullptr);
+  layer(settings, "remote-timeout", flags.remoteTimeout, nullptr);
+  layer(settings, "sign-key", flags.signKey, nullptr);
+  layer(settings, "trust-key", flags.trustKeys, nullptr);
 
   DaemonOptions options;
   options.cacheDir = defaultCacheDir();

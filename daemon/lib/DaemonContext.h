@@ -3,6 +3,7 @@
 #pragma once
 
 #include "Jobs.h"
+#include "RemoteCacheState.h"
 #include "TaskExecutor.h"
 
 #include "flowc/cache/Cache.h"
@@ -42,6 +43,8 @@ struct DaemonContext {
   /// Where jobs' tasks run; outlives the job queue that uses it.
   std::unique_ptr<TaskExecutor> tasks;
   JobRegistry registry;
+  /// --remote-cache: what jobs get and report.
+  std::unique_ptr<RemoteCacheState> remoteCache;
   std::unique_ptr<scheduler::JobQueue> jobs;
   /// The flowc-worker binary every compile, inspect and repro runs in.
   std::string workerPath;

@@ -62,6 +62,12 @@ void JobRegistry::update(const std::string &id, size_t task,
     change(*job->info.mutable_tasks(static_cast<int>(task)));
 }
 
+void JobRegistry::setExplain(const std::string &id, const std::string &explain) {
+  std::lock_guard lock(mutex_);
+  if (Job *job = find(id))
+    job->info.set_explain(explain);
+}
+
 void JobRegistry::finish(const std::string &id, const std::string &state,
                          const std::string &error) {
   std::lock_guard lock(mutex_);

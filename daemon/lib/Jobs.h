@@ -32,6 +32,8 @@ public:
               const std::function<void(flowc::v1::TaskInfo &)> &change);
   /// `state`: "done", "failed" or "cancelled".
   void finish(const std::string &id, const std::string &state, const std::string &error);
+  /// What the job's compile said about its cache lookup (flowc explain).
+  void setExplain(const std::string &id, const std::string &explain);
 
   flowc::v1::JobsResponse list() const;
 

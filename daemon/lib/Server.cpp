@@ -8,6 +8,7 @@
 #include "WorkerProcess.h"
 
 #include "flowc/remote/RemoteExecution.h"
+#include "flowc/worker/WorkerProtocol.h"
 #include "flowc/support/UnixSocket.h"
 
 #include <cerrno>
@@ -90,10 +91,27 @@ Status DaemonOptions::validate() {
     auto endpoint = remote::parseEndpoint(remote.url, remote.instance);
     if (!endpoint)
       return invalidArgument("--remote-executor: " + endpoint.status().message());
-  } else if (!remote.instance.empty() || !remote.platform.empty() ||
-             remote.fallbackLocal) {
-    return invalidArgument("--remote-instance, --remote-platform and --remote-fallback "
-                           "need --remote-executor");
+  } else if (!remote.platform.empty() || remote.fallbackLocal) {
+    return invalidArgument("--remote-platform and --remote-fallback need "
+                           "--remote-executor");
+  } else if (!remote.instance.empty() && remoteCache.url.empty()) {
+    return invalidArgument("--remote-instance needs --remote-executor or --remote-cache");
+  }
+  bool remoteCacheSettings = !remoteCache.headers.empty() || remoteCache.readOnly ||
+                             !remoteCache.caFile.empty() ||
+                             !remoteCache.clientCertFile.empty() ||
+                             !remoteCache.signKeyFile.empty() ||
+                             !remoteCache.trustKeyFiles.empty();
+  if (remoteCache.url.empty() && remoteCacheSettings)
+    return invalidArgument("--remote-header, --remote-read-only, --remote-ca-file, "
+                           "--remote-client-cert, --sign-key and --trust-key need "
+                           "--remote-cache");
+  if (!remoteCache.url.empty()) {
+    RemoteCacheState state(*this);
+    auto options = worker::fromProto(*state.forJob());
+    Status usable = options ? worker::checkRemoteTierOptions(*options) : options.status();
+    if (!usable)
+      return invalidArgument("--remote-cache: " + usable.message());
   }
   return Status::ok();
 }
@@ -148,6 +166,13 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
       std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
   FLOWC_ASSIGN_OR_RETURN(context.tasks, makeTaskExecutor(context));
   context.jobs = std::make_unique<scheduler::JobQueue>(options.workers);
+  context.remoteCache = std::make_unique<RemoteCacheState>(options);
+  if (context.remoteCache->configured())
+    spdlog::info("remote cache {} instance={} mode={} upload_weights={}",
+                 options.remoteCache.url,
+                 options.remote.instance.empty() ? "-" : options.remote.instance,
+                 options.remoteCache.readOnly ? "read-only" : "read-write",
+                 options.remoteCache.uploadWeights);
 
   if (unixSocketAccepts(options.socketPath))
     return failedPrecondition("another flowcd is already listening on '" +

@@ -47,6 +47,8 @@ struct ConfigTest : ::testing::Test {
   ScopedEnv noConfig{"FLOWC_CONFIG", nullptr};
   ScopedEnv noSocket{"FLOWC_SOCKET", nullptr};
   ScopedEnv noReadOnly{"FLOWC_CACHE_READ_ONLY", nullptr};
+  ScopedEnv noRemoteCache{"FLOWC_REMOTE_CACHE", nullptr};
+  ScopedEnv noRemoteReadOnly{"FLOWC_REMOTE_READ_ONLY", nullptr};
   DaemonFlags flags() const {
     DaemonFlags flags;
     flags.cacheDir = dir.path();
@@ -191,6 +193,54 @@ TEST_F(ConfigTest, ABadReadOnlyValueNamesWhereItCameFrom) {
   EXPECT_THAT(resolveDaemonOptions(flags()),
               StatusIs(StatusCode::InvalidArgument,
                        "FLOWC_CACHE_READ_ONLY: invalid value 'ro' for read-only"));
+}
+
+TEST_F(ConfigTest, RemoteCacheSettingsFromTheFileRepeatHeadersAndKeys) {
+  writeFile(dir.file("flowcd.conf"), "remote-cache = grpcs://cache.example:443\n"
+                                     "remote-instance = ci/main\n"
+                                     "remote-header = authorization=Bearer abc\n"
+                                     "remote-header = x-tenant=ml\n"
+                                     "remote-read-only = true\n"
+                                     "remote-upload-weights = never\n"
+                                     "remote-timeout = 30s\n"
+                                     "trust-key = /keys/a.pub\n"
+                                     "trust-key = /keys/b.pub\n");
+  auto options = resolveDaemonOptions(flags());
+  ASSERT_TRUE(options) << options.status().toString();
+  const RemoteCacheOptions &remote = options->remoteCache;
+  EXPECT_EQ(remote.url, "grpcs://cache.example:443");
+  EXPECT_EQ(options->remote.instance, "ci/main");
+  ASSERT_EQ(remote.headers.size(), 2u);
+  EXPECT_EQ(remote.headers[0].first, "authorization");
+  EXPECT_EQ(remote.headers[0].second, "Bearer abc");
+  EXPECT_EQ(remote.headers[1].first, "x-tenant");
+  EXPECT_TRUE(remote.readOnly);
+  EXPECT_EQ(remote.uploadWeights, "never");
+  EXPECT_EQ(remote.timeoutMs, 30000u);
+  EXPECT_EQ(remote.trustKeyFiles, (std::vector<std::string>{"/keys/a.pub", "/keys/b.pub"}));
+
+  // A flag replaces the file's value; the environment sits between.
+  ScopedEnv env("FLOWC_REMOTE_CACHE", "http://127.0.0.1:8080/cache");
+  DaemonFlags withFlag = flags();
+  withFlag.remoteHeaders = "authorization=Bearer other";
+  options = resolveDaemonOptions(withFlag);
+  ASSERT_TRUE(options);
+  EXPECT_EQ(options->remoteCache.url, "http://127.0.0.1:8080/cache");
+  ASSERT_EQ(options->remoteCache.headers.size(), 1u);
+  EXPECT_EQ(options->remoteCache.headers[0].second, "Bearer other");
+}
+
+TEST_F(ConfigTest, BadRemoteCacheSettingsNameTheirOrigin) {
+  for (auto [line, message] :
+       {std::pair{"remote-header = no-equals", "flowcd.conf:1: header 'no-equals'"},
+        std::pair{"remote-upload-weights = some", "missing or never"},
+        std::pair{"remote-timeout = 0", "not between 1 s and 1 h"},
+        std::pair{"remote-read-only = maybe", "true or false"}}) {
+    writeFile(dir.file("flowcd.conf"), std::string(line) + "\n");
+    EXPECT_THAT(resolveDaemonOptions(flags()),
+                StatusIs(StatusCode::InvalidArgument, message))
+        << line;
+  }
 }
 
 } // namespace

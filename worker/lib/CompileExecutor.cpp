@@ -1,6 +1,7 @@
 #include "flowc/worker/CompileExecutor.h"
 
 #include "ActionKeys.h"
+#include "KeyFactors.h"
 
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/worker/Reproducer.h"
@@ -25,8 +26,8 @@ using nlohmann::json;
 /// means a compile, never a failed job.
 class CasKernelCache {
 public:
-  CasKernelCache(cache::Cache &cache, const std::string &buildId)
-      : cache_(cache), buildId_(buildId) {}
+  CasKernelCache(cache::Cache &cache, const std::string &buildId, RemoteTier *remote)
+      : cache_(cache), buildId_(buildId), remote_(remote) {}
 
   std::optional<std::string> lookup(const std::string &key) {
     auto action = cache_.lookupAction(cache::ActionKind::Kernel, actionKey(key));
@@ -34,6 +35,8 @@ public:
       spdlog::warn("kernel cache lookup failed: {}", action.status().toString());
       return std::nullopt;
     }
+    if (!*action && remote_)
+      *action = remote_->fetch(cache::ActionKind::Kernel, actionKey(key));
     if (!*action)
       return std::nullopt;
     auto blob = cache_.get(**action);
@@ -46,8 +49,12 @@ public:
   void record(const std::string &key, const Digest &object) {
     Status status =
         cache_.recordAction(cache::ActionKind::Kernel, actionKey(key), object);
-    if (!status.isOk())
+    if (!status.isOk()) {
       spdlog::warn("kernel cache store failed: {}", status.toString());
+      return;
+    }
+    if (remote_)
+      remote_->publish(cache::ActionKind::Kernel, actionKey(key), TierEntry::of(object));
   }
 
 private:
@@ -57,6 +64,7 @@ private:
 
   cache::Cache &cache_;
   const std::string &buildId_;
+  RemoteTier *remote_;
 };
 
 } // namespace
@@ -135,7 +143,7 @@ Status CompileExecutor::recordMemo(const cache::FileIdentity &file,
 Expected<std::optional<CompileResult>>
 CompileExecutor::cachedResult(const CompileRequest &request) {
   auto start = std::chrono::steady_clock::now();
-  if (!request.options.printIrAfter.empty())
+  if (!request.options.printIrAfter.empty() || request.explain)
     return std::optional<CompileResult>();
   FLOWC_ASSIGN_OR_RETURN(cache::FileIdentity file,
                          cache::FileIdentity::of(request.modelPath));
@@ -165,9 +173,12 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   // Printing IR means compiling: no cached answer has it.
   bool printsIr = !request.options.printIrAfter.empty();
   FLOWC_ASSIGN_OR_RETURN(auto memoized, memoizedResult(file, request));
-  if (memoized && !printsIr) {
+  if (memoized && !printsIr && !request.explain) {
     memoized->seconds = elapsed();
     progress("cache", "hit " + memoized->artifactDigest.toString() + " (file unchanged)");
+    memoized->answeredBy = "local";
+    memoized->explain = "hit: answered by the local cache: the model file is unchanged "
+                        "since it was compiled";
     return *memoized;
   }
   progress("ingest", request.modelPath);
@@ -178,16 +189,23 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   result.modelDigest = ingested.modelDigest;
   result.opCounts = ingested.graph.opCounts;
   Digest key = artifactKey(ingested.modelDigest, request.options, request.kind);
+  std::string factors = keyFactors(ingested, request, buildId_, key).dump();
+  std::string answeredBy, cachedFactors;
   FLOWC_ASSIGN_OR_RETURN(auto cached,
-                         cache_.lookupAction(cache::ActionKind::Artifact, key));
-  if (cached && cache_.contains(ingested.modelDigest) && !printsIr && servable(*cached)) {
+                         printsIr ? std::optional<Digest>()
+                                  : lookupArtifact(key, ingested, answeredBy,
+                                                   &cachedFactors));
+  if (cached && cache_.contains(ingested.modelDigest) && servable(*cached)) {
     FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
+    result.answeredBy = answeredBy;
+    result.explain = explainHit(cachedFactors, answeredBy, factors);
     result.seconds = elapsed();
-    progress("cache", "hit " + cached->toString());
+    progress("cache", answeredBy + " hit " + cached->toString());
     return result;
   }
+  result.explain = explainMiss(factors);
 
   // A read-only cache answers hits only (it was opened so on purpose).
   if (cache_.readOnly())
@@ -223,10 +241,8 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
                          linkArtifact(ingested, request, code, pins, progress));
   result.artifactDigest = linked.digest;
   pins.add(result.artifactDigest);
-  std::vector<Digest> deps = std::move(linked.externalWeights);
-  deps.push_back(manifest);
-  FLOWC_RETURN_IF_ERROR(
-      cache_.recordAction(cache::ActionKind::Artifact, key, result.artifactDigest, deps));
+  FLOWC_RETURN_IF_ERROR(recordArtifact(key, result.artifactDigest, {manifest},
+                                       linked.externalWeights, factors));
   FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
   // Over the size cap, least-recently-used blobs go; this job's are pinned.
   if (eviction_ == Eviction::AfterCompile)
@@ -236,10 +252,8 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   return result;
 }
 
-Expected<CompileExecutor::CompiledCode>
-CompileExecutor::codeFor(const IngestedModel &ingested,
-                         const compiler::CompileOptions &options,
-                         const ProgressFn &progress, bool &hit) {
+std::pair<Digest, Digest> CompileExecutor::codeKeys(const IngestedModel &ingested,
+                                                    const compiler::CompileOptions &options) const {
   // Weight metadata, never contents: a fine-tune that keeps every shape
   // reuses the code and only re-links.
   ActionKey key("flowc.code.v1", buildId_);
@@ -249,14 +263,45 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
   for (const compiler::WeightRef &weight : ingested.graph.weights)
     key.add(weight.key + ":" + compiler::dtypeName(weight.info.dtype) + ":" +
             json(weight.info.shape).dump());
-  Digest codeKey = key.digest();
-  Digest weightsKey = key.digestOf("weights");
-  FLOWC_ASSIGN_OR_RETURN(auto cached,
-                         cache_.lookupAction(cache::ActionKind::Code, codeKey));
+  return {key.digest(), key.digestOf("weights")};
+}
+
+Expected<std::vector<cache::ActionRecord>>
+CompileExecutor::recordedEntries(const CompileRequest &request) {
+  FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested,
+                         ingestModel(request.modelPath, request.inputShapes));
+  Digest key = artifactKey(ingested.modelDigest, request.options, request.kind);
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, cache_.actionEntry(cache::ActionKind::Artifact, key));
+  if (!artifact)
+    return failedPrecondition(request.modelPath + " is not compiled with these options in '" +
+                              cache_.root() + "' (no complete artifact entry " +
+                              key.toString() + "): submit it first");
+  std::vector<cache::ActionRecord> entries{*artifact};
+  // The code entries let a reader re-link after a weights-only change.
+  auto [codeKey, weightsKey] = codeKeys(ingested, request.options);
+  FLOWC_ASSIGN_OR_RETURN(auto code, cache_.actionEntry(cache::ActionKind::Code, codeKey));
+  FLOWC_ASSIGN_OR_RETURN(auto weights,
+                         cache_.actionEntry(cache::ActionKind::Code, weightsKey));
+  if (code && weights) {
+    entries.push_back(*code);
+    entries.push_back(*weights);
+  }
+  return entries;
+}
+
+Expected<CompileExecutor::CompiledCode>
+CompileExecutor::codeFor(const IngestedModel &ingested,
+                         const compiler::CompileOptions &options,
+                         const ProgressFn &progress, bool &hit) {
+  auto [codeKey, weightsKey] = codeKeys(ingested, options);
+  FLOWC_ASSIGN_OR_RETURN(auto cached, lookupTiered(cache::ActionKind::Code, codeKey));
   // The weight list belongs to the same answer: one lookup in the figures.
-  FLOWC_ASSIGN_OR_RETURN(auto cachedWeights,
-                         cache_.lookupAction(cache::ActionKind::Code, weightsKey,
-                                             cache::Cache::CountLookup::No));
+  std::optional<Digest> cachedWeights;
+  if (cached) {
+    FLOWC_ASSIGN_OR_RETURN(cachedWeights,
+                           lookupTiered(cache::ActionKind::Code, weightsKey,
+                                        cache::Cache::CountLookup::No));
+  }
   if (cached && cachedWeights && options.printIrAfter.empty()) {
     auto blob = cache_.get(*cachedWeights);
     std::optional<compiler::CodeWeights> weights;
@@ -279,6 +324,9 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
       cache_.recordAction(cache::ActionKind::Code, codeKey, compiled.object));
   FLOWC_RETURN_IF_ERROR(
       cache_.recordAction(cache::ActionKind::Code, weightsKey, weights));
+  // The weight list first: a reader that finds the code finds its list.
+  publish(cache::ActionKind::Code, weightsKey, TierEntry::of(weights));
+  publish(cache::ActionKind::Code, codeKey, TierEntry::of(compiled.object));
   return compiled;
 }
 
@@ -332,7 +380,7 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
       parsePlanOutput(planBlob.bytes(), std::string(graphBlob.bytes())));
 
   // The kernel cache first: only the kernels it misses become tasks.
-  CasKernelCache kernelCache(cache_, buildId_);
+  CasKernelCache kernelCache(cache_, buildId_, remote_);
   std::vector<std::string> objects(plan.kernels.size());
   std::vector<size_t> missing;
   std::vector<Task> tasks;

@@ -28,8 +28,7 @@ runtime::TensorSpec tensorSpec(const compiler::TensorInfo &info) {
 
 Expected<std::optional<cache::BlobHandle>>
 CompileExecutor::cachedDerivation(const Digest &key, cache::PinGuard &pins) {
-  FLOWC_ASSIGN_OR_RETURN(auto cached,
-                         cache_.lookupAction(cache::ActionKind::DerivedWeight, key));
+  FLOWC_ASSIGN_OR_RETURN(auto cached, lookupTiered(cache::ActionKind::DerivedWeight, key));
   if (!cached)
     return std::optional<cache::BlobHandle>();
   // A blob that cannot be read is a miss: the caller derives it again.
@@ -47,6 +46,7 @@ Expected<cache::BlobHandle> CompileExecutor::storeDerivation(const Digest &key,
   pins.add(digest);
   FLOWC_RETURN_IF_ERROR(
       cache_.recordAction(cache::ActionKind::DerivedWeight, key, digest));
+  publish(cache::ActionKind::DerivedWeight, key, TierEntry::of(digest));
   return cache_.get(digest);
 }
 

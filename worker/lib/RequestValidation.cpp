@@ -70,6 +70,7 @@ Expected<CompileRequest> validateSubmitRequest(const flowc::v1::SubmitRequest &r
   CompileRequest compile;
   FLOWC_RETURN_IF_ERROR(requireModelPath(request.model_path()));
   compile.modelPath = request.model_path();
+  compile.explain = request.explain();
   FLOWC_ASSIGN_OR_RETURN(compile.inputShapes, inputShapesOf(request.input_shapes()));
   FLOWC_ASSIGN_OR_RETURN(
       compile.options,

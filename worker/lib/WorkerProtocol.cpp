@@ -146,6 +146,48 @@ void toProto(const CompileResult &result, flowc::v1::CompileResult &out) {
   out.set_kernels_reused(result.kernelsReused);
   for (const auto &[op, count] : result.opCounts)
     (*out.mutable_op_counts())[op] = count;
+  out.set_answered_by(result.answeredBy);
+  out.set_explain(result.explain);
+  toProto(result.remote, *out.mutable_remote());
+}
+
+void toProto(const RemoteTierCounters &counters, flowc::v1::RemoteCacheCounters &out) {
+  out.set_hits(counters.hits);
+  out.set_misses(counters.misses);
+  out.set_uploads(counters.uploads);
+  out.set_blobs_uploaded(counters.blobsUploaded);
+  out.set_bytes_uploaded(counters.bytesUploaded);
+  out.set_bytes_downloaded(counters.bytesDownloaded);
+  out.set_errors(counters.errors);
+  out.set_data_loss(counters.dataLoss);
+  out.set_too_large(counters.tooLarge);
+  out.set_too_large_bytes(counters.tooLargeBytes);
+  out.set_bad_signatures(counters.badSignatures);
+  out.set_last_error(counters.lastError);
+}
+
+Expected<RemoteTierOptions> fromProto(const flowc::v1::RemoteCacheConfig &config) {
+  RemoteTierOptions options;
+  options.client.url = config.url();
+  options.client.instance = config.instance();
+  for (const flowc::v1::Header &header : config.headers())
+    options.client.headers.emplace_back(header.name(), header.value());
+  options.client.caFile = config.ca_file();
+  options.client.clientCertFile = config.client_cert_file();
+  options.client.clientKeyFile = config.client_key_file();
+  if (config.timeout_ms())
+    options.client.timeout = std::chrono::milliseconds(config.timeout_ms());
+  options.readOnly = config.read_only();
+  if (config.upload_weights() == "never")
+    options.uploadWeights = UploadWeights::Never;
+  else if (!config.upload_weights().empty() && config.upload_weights() != "missing")
+    return invalidArgument("remote cache: upload_weights '" + config.upload_weights() +
+                           "' is not missing or never");
+  options.signKeyFile = config.sign_key_file();
+  options.trustKeyFiles.assign(config.trust_key_files().begin(),
+                               config.trust_key_files().end());
+  FLOWC_RETURN_IF_ERROR(options.client.validate());
+  return options;
 }
 
 Expected<flowc::v1::InspectResponse> inspectModel(const std::string &path,

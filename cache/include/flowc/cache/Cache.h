@@ -54,6 +54,15 @@ struct CacheOptions {
 /// weight. Each kind is its own key space.
 enum class ActionKind { Code, Artifact, Kernel, DerivedWeight };
 
+/// One action-cache entry: (kind, key) -> result, and the further blobs the
+/// result needs.
+struct ActionRecord {
+  ActionKind kind = ActionKind::Artifact;
+  Digest key;
+  Digest result;
+  std::vector<Digest> deps;
+};
+
 /// One measured candidate of a tunable kernel on a device.
 struct TuningRecord {
   std::string signature;
@@ -248,6 +257,13 @@ public:
   /// (evicting any of them drops the entry).
   Status recordAction(ActionKind kind, const Digest &key, const Digest &result,
                       const std::vector<Digest> &deps = {});
+
+  /// The entry for (kind, key) with its dependencies, only if the result
+  /// and every dependency are present; not counted, no access time.
+  Expected<std::optional<ActionRecord>> actionEntry(ActionKind kind, const Digest &key);
+  /// Records every entry in one transaction: all of them or none (an
+  /// imported bundle). FailedPrecondition naming a blob that is absent.
+  Status recordActions(const std::vector<ActionRecord> &records);
 
   // Stat memo -------------------------------------------------------------
 

@@ -29,6 +29,17 @@ struct DaemonFlags {
   std::optional<std::string> remotePlatform;
   std::optional<std::string> remoteFallback;
   std::optional<std::string> remoteJobs;
+  std::optional<std::string> remoteCache;
+  /// Repeatable values joined by newlines.
+  std::optional<std::string> remoteHeaders;
+  std::optional<std::string> remoteReadOnly;
+  std::optional<std::string> remoteCaFile;
+  std::optional<std::string> remoteClientCert;
+  std::optional<std::string> remoteClientKey;
+  std::optional<std::string> remoteUploadWeights;
+  std::optional<std::string> remoteTimeout;
+  std::optional<std::string> signKey;
+  std::optional<std::string> trustKeys;
   /// --config FILE (else FLOWC_CONFIG, else CACHE_DIR/flowcd.conf if it exists).
   std::optional<std::string> configFile;
 };
@@ -39,7 +50,12 @@ inline constexpr const char *kConfigKeys[] = {
     "cache-dir",         "socket",          "listen",          "workers",
     "max-size",          "idle-timeout",    "log-file",        "read-only",
     "task-memory-limit", "remote-executor", "remote-instance", "remote-platform",
-    "remote-fallback",   "remote-jobs"};
+    "remote-fallback",   "remote-jobs",     "remote-cache",    "remote-header",
+    "remote-read-only",  "remote-ca-file",  "remote-client-cert", "remote-client-key",
+    "remote-upload-weights", "remote-timeout", "sign-key",     "trust-key"};
+
+/// Keys that may be given more than once (a config file repeats the line).
+inline constexpr const char *kRepeatableConfigKeys[] = {"remote-header", "trust-key"};
 
 /// Resolves the options. InvalidArgument naming the flag, variable or
 /// file:line and the bad value (an unknown config key, a size such as

@@ -26,6 +26,26 @@ struct RemoteOptions {
   unsigned jobs = 32;
 };
 
+/// The remote cache tier behind the local cache (docs/remote-cache.md).
+/// Its instance name is RemoteOptions::instance (--remote-instance).
+struct RemoteCacheOptions {
+  /// grpc[s]://HOST:PORT (REAPI) or http[s]://HOST/PREFIX (Bazel HTTP
+  /// cache); empty: local only.
+  std::string url;
+  /// Sent with every request ("authorization", "Bearer …").
+  std::vector<std::pair<std::string, std::string>> headers;
+  /// Hits only; nothing is ever written to the remote.
+  bool readOnly = false;
+  std::string caFile, clientCertFile, clientKeyFile;
+  /// "missing" (upload weights the remote lacks) or "never".
+  std::string uploadWeights = "missing";
+  uint32_t timeoutMs = 10000;
+  /// Sign written entries (Ed25519 private key, PEM); accept only entries
+  /// signed by one of these public keys.
+  std::string signKeyFile;
+  std::vector<std::string> trustKeyFiles;
+};
+
 struct DaemonOptions {
   std::string cacheDir;
   /// Unix socket path; default `<cacheDir>/flowcd.sock`.
@@ -38,6 +58,7 @@ struct DaemonOptions {
   /// RLIMIT_DATA of each local task process; 0: 3/4 of the machine's memory.
   uint64_t taskMemoryLimit = 0;
   RemoteOptions remote;
+  RemoteCacheOptions remoteCache;
   /// Cache size cap and inline threshold.
   cache::CacheOptions cache;
   /// Exit after this many seconds with no request and no job; 0 = never.

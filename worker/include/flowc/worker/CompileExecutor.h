@@ -6,6 +6,7 @@
 
 #include "flowc/cache/Cache.h"
 #include "flowc/compiler/Compiler.h"
+#include "flowc/worker/RemoteTier.h"
 #include "flowc/worker/Tasks.h"
 
 #include <functional>
@@ -28,6 +29,9 @@ struct CompileRequest {
   /// Link a thin artifact: weights stored as files in this cache are
   /// referred to by digest instead of copied in (part of the artifact key).
   ArtifactKind kind = ArtifactKind::Packed;
+  /// Say which entry answered, or what differs from the nearest entry for
+  /// the same model name (CompileResult::explain). Never the memo's answer.
+  bool explain = false;
 };
 
 struct CompileResult {
@@ -43,6 +47,13 @@ struct CompileResult {
   unsigned kernelsReused = 0;
   double seconds = 0;
   std::map<std::string, int> opCounts;
+  /// Which tier answered the artifact: "local", "remote", or "" (compiled).
+  std::string answeredBy;
+  /// Which entry answered, or what differs from the nearest one (first
+  /// line "hit: …" or "miss: …", then one line per differing factor).
+  std::string explain;
+  /// What the remote tier did for this compile (all zero without one).
+  RemoteTierCounters remote;
 };
 
 /// Called from the compiling thread with a stage name and a detail.
@@ -84,6 +95,16 @@ public:
                   TaskRunner *runner = nullptr)
       : cache_(cache), buildId_(std::move(buildId)), eviction_(eviction),
         runner_(runner) {}
+
+  /// The complete entries a compile of `request` recorded in this cache:
+  /// its artifact, and its code object and weight list when present (a
+  /// bundle's contents). Reads the model (to make the keys); compiles
+  /// nothing. FailedPrecondition when the artifact entry is not complete.
+  Expected<std::vector<cache::ActionRecord>> recordedEntries(const CompileRequest &request);
+
+  /// Consults `tier` after each local miss and publishes to it what is
+  /// recorded locally; it must outlive the executor's compiles.
+  void setRemoteTier(RemoteTier *tier) { remote_ = tier; }
 
   /// Thread-safe; compiles run concurrently. Errors name the model and the
   /// node or op at fault; on error the cache keeps only complete blobs.
@@ -136,6 +157,9 @@ private:
                                      const compiler::CompileOptions &options,
                                      const ProgressFn &progress);
   TaskRunner &runner();
+  /// The code object's key and its weight list's.
+  std::pair<cache::Digest, cache::Digest> codeKeys(const IngestedModel &ingested,
+                                                   const compiler::CompileOptions &options) const;
   Expected<CompiledCode> codeFor(const IngestedModel &ingested,
                                  const compiler::CompileOptions &options,
                                  const ProgressFn &progress, bool &hit);
@@ -174,7 +198,30 @@ private:
                                         const CompiledCode &code, cache::PinGuard &pins,
                                         const ProgressFn &progress);
 
+  /// The artifact for `key`: the local action cache, else the remote tier
+  /// (whose hit is then local too); sets `answeredBy`.
+  Expected<std::optional<cache::Digest>> lookupArtifact(const cache::Digest &key,
+                                                        const IngestedModel &ingested,
+                                                        std::string &answeredBy,
+                                                        std::string *factors);
+  /// Records and publishes the artifact's entry and its model-name index.
+  Status recordArtifact(const cache::Digest &key, const cache::Digest &artifact,
+                        const std::vector<cache::Digest> &deps,
+                        const std::vector<cache::Digest> &weights,
+                        const std::string &factors);
+  /// The --explain text of a hit (which entry) or a miss (what differs).
+  std::string explainHit(const std::string &factors, const std::string &answeredBy,
+                         const std::string &wantedFactors);
+  std::string explainMiss(const std::string &wantedFactors);
+  /// Local lookup of (kind, key), then the remote tier's.
+  Expected<std::optional<cache::Digest>>
+  lookupTiered(cache::ActionKind kind, const cache::Digest &key,
+               cache::Cache::CountLookup count = cache::Cache::CountLookup::Yes);
+  /// Publishes a locally recorded entry (no-op without a tier).
+  void publish(cache::ActionKind kind, const cache::Digest &key, TierEntry entry);
+
   cache::Cache &cache_;
+  RemoteTier *remote_ = nullptr;
   std::string buildId_;
   Eviction eviction_;
   TaskRunner *runner_;

@@ -31,6 +31,10 @@ Expected<bool> readFrame(int fd, google::protobuf::MessageLite &message);
 Expected<std::vector<flowc::v1::WorkerReply>> takeFrames(std::string &buffer);
 
 void toProto(const CompileResult &result, flowc::v1::CompileResult &out);
+void toProto(const RemoteTierCounters &counters, flowc::v1::RemoteCacheCounters &out);
+/// The remote tier's options as the daemon sends them; InvalidArgument
+/// naming the bad field.
+Expected<RemoteTierOptions> fromProto(const flowc::v1::RemoteCacheConfig &config);
 
 /// What `flowc inspect` shows of a model: identity, signature, op counts,
 /// the profile. Reads and imports the model.
