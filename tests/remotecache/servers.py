@@ -83,29 +83,44 @@ def _port_open(port):
         return False
 
 
-def make_self_signed(directory, name="server"):
-    """A self-signed certificate for 127.0.0.1 and localhost: (cert, key)."""
-    directory = Path(directory)
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-         "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        check=True, capture_output=True, timeout=60,
-    )
-    return cert, key
+def _openssl(*args):
+    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+
+
+def make_pki(directory):
+    """A test CA, a server certificate it signed for 127.0.0.1 and localhost,
+    and a client certificate it signed (CN flowc-ci):
+    {"ca": ca.pem, "server_cert", "server_key", "client_cert", "client_key"}."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", d / "ca.key",
+             "-out", d / "ca.pem", "-subj", "/CN=flowc-test-ca")
+    out = {"ca": d / "ca.pem"}
+    for name, cn, ext in (("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+                          ("client", "flowc-ci", "extendedKeyUsage=clientAuth")):
+        (d / f"{name}.ext").write_text(ext + "\n")
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", d / f"{name}.key", "-out", d / f"{name}.csr",
+                 "-subj", f"/CN={cn}")
+        _openssl("x509", "-req", "-in", d / f"{name}.csr", "-CA", d / "ca.pem", "-CAkey", d / "ca.key",
+                 "-CAcreateserial", "-days", "2", "-out", d / f"{name}.pem", "-extfile", d / f"{name}.ext")
+        out[f"{name}_cert"], out[f"{name}_key"] = d / f"{name}.pem", d / f"{name}.key"
+    return out
 
 
 class NginxCache:
     # One line per request: method, the path as sent, status, body bytes in.
     LOG_FORMAT = "$request_method $request_uri $status $request_length"
 
-    def __init__(self, workdir, token=None, tls=False):
+    def __init__(self, workdir, token=None, tls=False, client_certs=False):
         """token: requests must carry "Authorization: Bearer <token>" (401
-        otherwise). tls: https with a self-signed certificate (ca_file)."""
+        otherwise). tls: https with a certificate from a test CA (ca_file).
+        client_certs: also a client certificate from that CA (pki
+        "client_cert", "client_key"; 401 without one)."""
         self.workdir = Path(workdir).resolve()
         self.token = token
-        self.tls = tls
+        self.tls = tls or client_certs
+        self.client_certs = client_certs
+        self.pki = None
         self.root = self.workdir / "root"
         self.access_log = self.workdir / "access.log"
         self.error_log = self.workdir / "error.log"
@@ -146,13 +161,18 @@ class NginxCache:
         tls = ""
         listen = f"127.0.0.1:{self.port}"
         if self.tls:
-            cert, key = make_self_signed(self.workdir)
-            self.ca_file = cert
+            self.pki = make_pki(self.workdir / "pki")
+            self.ca_file = self.pki["ca"]
             listen += " ssl"
-            tls = f"ssl_certificate {cert};\n    ssl_certificate_key {key};"
+            tls = f"ssl_certificate {self.pki['server_cert']};\n    ssl_certificate_key {self.pki['server_key']};"
+        if self.client_certs:
+            # optional + a check: a missing certificate is a 401, not nginx's 400.
+            tls += f"\n    ssl_client_certificate {self.ca_file};\n    ssl_verify_client optional;"
         auth = ""
         if self.token is not None:
             auth = f'if ($http_authorization != "Bearer {self.token}") {{ return 401; }}'
+        if self.client_certs:
+            auth += '\n      if ($ssl_client_verify != SUCCESS) { return 401; }'
         # Workers of a root master would run as nobody, who cannot write here.
         user = f"user {pwd.getpwuid(os.geteuid()).pw_name};" if os.geteuid() == 0 else ""
         w = self.workdir
@@ -239,9 +259,18 @@ http {{
 
 
 class BuildGridCache:
-    def __init__(self, workdir, instance="main"):
+    def __init__(self, workdir, instance="main", tls=False, client_certs=False, allow_updates=True):
+        """allow_updates=False: a read-only action cache (Capabilities says
+        so, UpdateActionResult is refused). tls: grpcs with a certificate from a test CA (ca_file).
+        client_certs: clients must also present a certificate from that CA
+        (pki "client_cert", "client_key")."""
         self.workdir = Path(workdir).resolve()
         self.instance = instance
+        self.tls = tls or client_certs
+        self.client_certs = client_certs
+        self.allow_updates = allow_updates
+        self.pki = None
+        self.ca_file = None
         self.storage = self.workdir / "storage"
         self.server_log = self.workdir / "bgd.log"
         self.config = self.workdir / "bgd.yml"
@@ -251,7 +280,7 @@ class BuildGridCache:
 
     @property
     def url(self):
-        return f"grpc://127.0.0.1:{self.port}"
+        return f"{'grpcs' if self.tls else 'grpc'}://127.0.0.1:{self.port}"
 
     def start(self):
         self.venv = reapi_venv()
@@ -259,11 +288,20 @@ class BuildGridCache:
         self.storage.mkdir(exist_ok=True)
         if self.port is None:
             self.port = free_port()
+        channel = "    insecure-mode: true"
+        if self.tls:
+            self.pki = make_pki(self.workdir / "pki")
+            self.ca_file = self.pki["ca"]
+            channel = ("    insecure-mode: false\n    credentials:\n"
+                       f"      tls-server-key: {yaml_str(self.pki['server_key'])}\n"
+                       f"      tls-server-cert: {yaml_str(self.pki['server_cert'])}")
+            if self.client_certs:
+                channel += f"\n      tls-client-certs: {yaml_str(self.ca_file)}"
         self.config.write_text(f"""\
 server:
   - !channel
     address: "127.0.0.1:{self.port}"
-    insecure-mode: true
+{channel}
 grpc-server-options:
   grpc.so_reuseport: 0
 authorization:
@@ -275,7 +313,7 @@ caches:
   - !lru-action-cache &ac
     storage: *cas
     max-cached-refs: 100000
-    allow-updates: true
+    allow-updates: {"true" if self.allow_updates else "false"}
     cache-failed-actions: false
 instances:
   - name: {yaml_str(self.instance)}
@@ -303,10 +341,15 @@ thread-pool-size: 32
             "import grpc,sys\n"
             "from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as r, "
             "remote_execution_pb2_grpc as g\n"
-            "c=grpc.insecure_channel(sys.argv[1])\n"
+            "rd=lambda p: open(p,'rb').read() if p else None\n"
+            "c=grpc.secure_channel(sys.argv[1],grpc.ssl_channel_credentials(rd(sys.argv[3]),rd(sys.argv[5]),"
+            "rd(sys.argv[4]))) if sys.argv[3] else grpc.insecure_channel(sys.argv[1])\n"
             "g.CapabilitiesStub(c).GetCapabilities(r.GetCapabilitiesRequest(instance_name=sys.argv[2]),timeout=5)\n"
         )
-        out = subprocess.run([self.venv / "bin" / "python", "-c", probe, f"127.0.0.1:{self.port}", self.instance],
+        pki = self.pki or {}
+        client = [pki.get("client_cert", ""), pki.get("client_key", "")] if self.client_certs else ["", ""]
+        out = subprocess.run([self.venv / "bin" / "python", "-c", probe, f"127.0.0.1:{self.port}", self.instance,
+                              self.ca_file or "", *map(str, client)],
                              capture_output=True, timeout=30)
         return out.returncode == 0
 

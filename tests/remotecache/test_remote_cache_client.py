@@ -188,6 +188,25 @@ def test_read_only_endpoint_refuses_writes(nginx_cache, tmp_path):
     assert (tmp_path / "out").read_bytes() == data
 
 
+def test_read_only_action_cache_says_so_and_refuses_entries(tmp_path):
+    # BuildGrid with allow-updates: false announces it in Capabilities
+    # (what a daemon reads to go read-only) and refuses UpdateActionResult.
+    server = BuildGridCache(tmp_path / "bgd-ro", allow_updates=False).start()
+    try:
+        c = client_for(server)
+        assert c.ok("capabilities")["action_cache_writable"] is False
+        data = patterned(100, seed=65)
+        d = digest_of(data)
+        c.ok("put-file", d, write(tmp_path / "blob", data))
+        key = digest_of(os.urandom(16))
+        r = c.run("put-entry", key, f"artifact={d}")
+        assert r.rc == 4, r
+        assert "Unimplemented" in r.stderr and "UpdateActionResult" in r.stderr, r
+        assert c.ok("get-entry", key)["hit"] is False
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def token_nginx(tmp_path_factory):
     server = NginxCache(tmp_path_factory.mktemp("nginx-token"), token="s3cret-token").start()
@@ -222,26 +241,50 @@ def test_instance_separates_entries_over_http(nginx_cache, tmp_path):
     assert Client(nginx_cache.url, "--instance", "tenant-b").ok("find-missing", d)["missing"] == [d]
 
 
-# --- TLS -----------------------------------------------------------------------
+# --- TLS ---------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tls_nginx(tmp_path_factory):
-    server = NginxCache(tmp_path_factory.mktemp("nginx-tls"), tls=True).start()
+@pytest.fixture(scope="module", params=["nginx", "buildgrid"])
+def mtls_server(request, tmp_path_factory):
+    """Each server over TLS, requiring a client certificate from the test CA."""
+    cls = NginxCache if request.param == "nginx" else BuildGridCache
+    server = cls(tmp_path_factory.mktemp(f"{request.param}-mtls"), client_certs=True).start()
     yield server
     server.stop()
 
 
-def test_https_with_a_ca_file(tls_nginx, tmp_path):
+def test_tls_with_a_ca_file_and_a_client_certificate(mtls_server, tmp_path):
     data = patterned(700, seed=90)
     d = digest_of(data)
-    c = Client(tls_nginx.url, "--ca", tls_nginx.ca_file)
+    pki = mtls_server.pki
+    base = client_for(mtls_server)
+    assert base.url.startswith(("https://", "grpcs://"))
+    c = base.with_options("--ca", pki["ca"], "--cert", pki["client_cert"], "--key", pki["client_key"])
     c.ok("put-file", d, write(tmp_path / "blob", data))
     c.ok("get-file", d, tmp_path / "out")
     assert (tmp_path / "out").read_bytes() == data
-    # Without the CA the self-signed server is not trusted.
-    r = Client(tls_nginx.url).run("find-missing", d)
-    assert r.rc == EXIT_BAD_INPUT, r
-    assert "FailedPrecondition" in r.stderr and "CA file" in r.stderr, r
+    # Without the CA the server is not trusted.
+    r = base.run("find-missing", d)
+    assert r.rc != 0 and "find-missing" not in r.stdout, r
+    if isinstance(mtls_server, NginxCache):
+        assert r.rc == EXIT_BAD_INPUT and "FailedPrecondition" in r.stderr and "CA file" in r.stderr, r
+    else:
+        assert r.rc == EXIT_UNAVAILABLE and "Unavailable" in r.stderr, r
+    # Trusted, but without a client certificate: refused.
+    r = base.with_options("--ca", pki["ca"]).run("find-missing", d)
+    if isinstance(mtls_server, NginxCache):
+        assert r.rc == EXIT_OTHER and "Unauthenticated" in r.stderr and "HTTP 401" in r.stderr, r
+    else:
+        # gRPC reports a refused handshake as UNAVAILABLE.
+        assert r.rc == EXIT_UNAVAILABLE and "Unavailable" in r.stderr and mtls_server.url in r.stderr, r
+
+
+def test_client_key_that_is_not_pem_is_refused(tmp_path):
+    cert = write(tmp_path / "c.pem", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    key = write(tmp_path / "k.pem", b"not a key")
+    for url in ("https://127.0.0.1:1/cache", "grpcs://127.0.0.1:1"):
+        r = Client(url, "--cert", cert, "--key", key).run("capabilities")
+        assert r.rc == EXIT_BAD_INPUT, r
+        assert "remote cache client key" in r.stderr and "no PEM private key" in r.stderr, r
 
 
 # --- a server that goes away -------------------------------------------------
