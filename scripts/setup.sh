@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what flowc needs, pinned, idempotently:
 #   setup.sh demo   build flowc (Debian packages: MLIR/LLVM 22, gRPC, protobuf,
-#                   SQLite, spdlog, GoogleTest, OpenSSL, CLI11, oneDNN, ...)
+#                   SQLite, spdlog, GoogleTest, OpenSSL, libcurl, CLI11,
+#                   oneDNN, ...)
 #                   and .venv (onnx, numpy, onnxruntime, pytest) for the
 #                   example generator: what README command (1) needs;
 #   setup.sh test   (the default) also Debian's torch and torchvision and
 #                   .venv-export (transformers) for exporting the real models
 #                   of the e2e tests: README command (2); and PostgreSQL 15
 #                   and .venv-reapi (BuildGrid, Python >= 3.13) for the
-#                   REAPI engine of the integration tests (tests/reapi/).
+#                   REAPI engine of the integration tests (tests/reapi/),
+#                   and nginx for the HTTP remote cache (tests/remotecache/).
 # Installs run without recommended packages, so everything the build needs
 # is named here; scripts/check-fresh-machine.sh proves it on a bare root.
 set -euo pipefail
@@ -37,6 +39,9 @@ DEBIAN_PACKAGES=(
   libsqlite3-dev=3.40.1-2+deb12u2
   sqlite3=3.40.1-2+deb12u2
   libssl-dev=3.0.22-1~deb12u2
+  # The remote cache's HTTP protocol (remote/lib/HttpRemoteCache.cpp).
+  libcurl4-openssl-dev=7.88.1-10+deb12u15
+  libcurl4=7.88.1-10+deb12u15
   libgtest-dev=1.12.1-0.2
   libgmock-dev=1.12.1-0.2
   libdnnl-dev=2.6.3-1
@@ -70,6 +75,9 @@ TEST_PACKAGES=(
   # BuildGrid's scheduler database (tests/reapi/cluster.py runs its own
   # server on a temp dir; no system service is used).
   postgresql-15=15.18-0+deb12u1
+  # The HTTP remote cache of the integration tests (tests/remotecache/
+  # servers.py runs its own nginx on a temp dir; no system service is used).
+  nginx=1.22.1-9+deb12u11
 )
 [[ "$PROFILE" == test ]] && DEBIAN_PACKAGES+=("${TEST_PACKAGES[@]}")
 

@@ -13,6 +13,7 @@ unset FLOWC_CACHE_DIR FLOWC_SOCKET
 bash scripts/fuzz.sh --ci
 # Temp dirs of passed tests go when the run ends (GBs of exported models
 # and artifacts); a failed test's stay for a look. tests/reapi starts its
-# own REAPI engine (BuildGrid on PostgreSQL, from .venv-reapi) and stops it.
+# own REAPI engine (BuildGrid on PostgreSQL, from .venv-reapi) and stops it;
+# tests/remotecache its own nginx and BuildGrid caches.
 .venv/bin/python -m pytest -q --durations=15 -o tmp_path_retention_policy=failed \
-  -o tmp_path_retention_count=1 tests/e2e tests/reapi
+  -o tmp_path_retention_count=1 tests/e2e tests/reapi tests/remotecache

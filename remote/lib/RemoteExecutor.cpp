@@ -2,6 +2,7 @@
 
 #include "CancelWatch.h"
 #include "ProtoDigest.h"
+#include "RemoteSupport.h"
 #include "flowc/remote/ActionEncoding.h"
 
 #include "build/bazel/remote/execution/v2/remote_execution.grpc.pb.h"
@@ -13,11 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <random>
-#include <sstream>
 #include <thread>
 
 namespace flowc::remote {
@@ -53,109 +51,7 @@ constexpr auto kUnaryDeadline = 60s;
 // Transfers get the unary deadline plus this rate's worth of time.
 constexpr uint64_t kSlowestBytesPerSecond = 1 << 20;
 
-std::chrono::milliseconds backoff(int attempt) {
-  return std::chrono::milliseconds(100 << std::min(attempt - 1, 4));
-}
-
-std::chrono::system_clock::time_point deadlineFor(uint64_t bytes) {
-  return std::chrono::system_clock::now() + kUnaryDeadline +
-         std::chrono::seconds(bytes / kSlowestBytesPerSecond);
-}
-
-const char *grpcCodeName(int code) {
-  static constexpr const char *kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  if (code < 0 || code >= static_cast<int>(std::size(kNames)))
-    return "UNKNOWN_CODE";
-  return kNames[code];
-}
-
-// google.rpc.Code (the gRPC codes) to flowc's. DEADLINE_EXCEEDED from an
-// engine means the action ran out of its time, a property of the task, so
-// it is not Unavailable (which a caller may answer by retrying elsewhere).
-StatusCode fromRpcCode(int code) {
-  switch (static_cast<grpc::StatusCode>(code)) {
-  case grpc::StatusCode::OK:
-    return StatusCode::Ok;
-  case grpc::StatusCode::CANCELLED:
-    return StatusCode::Cancelled;
-  case grpc::StatusCode::INVALID_ARGUMENT:
-  case grpc::StatusCode::OUT_OF_RANGE:
-    return StatusCode::InvalidArgument;
-  case grpc::StatusCode::DEADLINE_EXCEEDED:
-  case grpc::StatusCode::RESOURCE_EXHAUSTED:
-    return StatusCode::ResourceExhausted;
-  case grpc::StatusCode::NOT_FOUND:
-    return StatusCode::NotFound;
-  case grpc::StatusCode::ALREADY_EXISTS:
-    return StatusCode::AlreadyExists;
-  case grpc::StatusCode::PERMISSION_DENIED:
-  case grpc::StatusCode::UNAUTHENTICATED:
-  case grpc::StatusCode::FAILED_PRECONDITION:
-  case grpc::StatusCode::ABORTED:
-    return StatusCode::FailedPrecondition;
-  case grpc::StatusCode::UNIMPLEMENTED:
-    return StatusCode::Unimplemented;
-  case grpc::StatusCode::UNAVAILABLE:
-    return StatusCode::Unavailable;
-  case grpc::StatusCode::DATA_LOSS:
-    return StatusCode::DataLoss;
-  default:
-    return StatusCode::Internal;
-  }
-}
-
 std::string blobKey(const cache::Digest &digest) { return digest.toString(); }
-
-std::string randomUuid() {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
-  std::uniform_int_distribution<int> nibble(0, 15);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string uuid;
-  for (int i = 0; i < 32; ++i) {
-    if (i == 8 || i == 12 || i == 16 || i == 20)
-      uuid += '-';
-    // Version 4, variant 1 (RFC 4122), as engines that parse it expect.
-    int value = i == 12 ? 4 : i == 16 ? 8 + nibble(generator) % 4 : nibble(generator);
-    uuid += kHex[value];
-  }
-  return uuid;
-}
-
-Expected<std::string> readPem(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return invalidArgument("remote root certificates '" + path + "': cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos)
-    return invalidArgument("remote root certificates '" + path +
-                           "': no PEM certificate in the file");
-  return text.str();
-}
-
-/// UNAVAILABLE, or CANCELLED on a call this client did not cancel (callers
-/// check their own cancel flag first): an engine shutting down cancels the
-/// calls it has in flight ("Cancelling all calls").
-bool isTransient(const grpc::Status &status) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         status.error_code() == grpc::StatusCode::CANCELLED;
-}
 
 } // namespace
 
@@ -221,7 +117,7 @@ struct RemoteExecutor::Impl {
       if (attempt > 0 && !watch.sleepFor(backoff(attempt)))
         break;
       grpc::ClientContext context;
-      context.set_deadline(deadlineFor(bytes));
+      context.set_deadline(deadlineFor(kUnaryDeadline, bytes, kSlowestBytesPerSecond));
       CancelWatch::Scope scope(watch, context);
       status = call(context);
       if (status.ok() || !isTransient(status) || watch.cancelled())
@@ -769,7 +665,8 @@ RemoteExecutor::connect(const Endpoint &endpoint, const ClientOptions &options) 
   if (tls) {
     grpc::SslCredentialsOptions options;
     if (!parsed.rootCertsPath.empty()) {
-      FLOWC_ASSIGN_OR_RETURN(options.pem_root_certs, readPem(parsed.rootCertsPath));
+      FLOWC_ASSIGN_OR_RETURN(options.pem_root_certs,
+                             readPem(parsed.rootCertsPath, "remote root certificates"));
     }
     credentials = grpc::SslCredentials(options);
   } else {

@@ -29,6 +29,10 @@ const char *statusCodeName(StatusCode code) {
     return "Internal";
   case StatusCode::Cancelled:
     return "Cancelled";
+  case StatusCode::Unauthenticated:
+    return "Unauthenticated";
+  case StatusCode::PermissionDenied:
+    return "PermissionDenied";
   }
   return "Unknown";
 }

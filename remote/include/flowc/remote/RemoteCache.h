@@ -72,6 +72,9 @@ struct TransferCounters {
   uint64_t requests = 0;
   uint64_t blobsUploaded = 0, bytesUploaded = 0;
   uint64_t blobsDownloaded = 0, bytesDownloaded = 0;
+  /// Of the blobs above, those that went through ByteStream Write/Read
+  /// (gRPC, over the batch limit); 0 for http, where every blob streams.
+  uint64_t blobsStreamed = 0;
 };
 
 /// A connection to one remote cache. Thread-safe. Every call is bounded by
@@ -84,7 +87,8 @@ class RemoteCache {
 public:
   /// Creates the client; makes no request. InvalidArgument for bad options
   /// or unreadable TLS files.
-  static Expected<std::unique_ptr<RemoteCache>> connect(const RemoteCacheOptions &options);
+  static Expected<std::unique_ptr<RemoteCache>>
+  connect(const RemoteCacheOptions &options);
   virtual ~RemoteCache() = default;
 
   /// REAPI GetCapabilities (must take SHA256); for http, no request: no

@@ -23,6 +23,11 @@ enum class StatusCode {
   Unimplemented,
   Internal,
   Cancelled,
+  /// No or bad credentials (HTTP 401, gRPC UNAUTHENTICATED).
+  Unauthenticated,
+  /// Credentials that do not allow the operation (HTTP 403, gRPC
+  /// PERMISSION_DENIED): a read-only token or endpoint asked to write.
+  PermissionDenied,
 };
 
 /// Short stable name of a code ("InvalidArgument"), used in logs and JSON.
@@ -76,6 +81,12 @@ inline Status failedPrecondition(std::string m) {
 }
 inline Status unimplemented(std::string m) {
   return Status(StatusCode::Unimplemented, std::move(m));
+}
+inline Status unauthenticated(std::string m) {
+  return Status(StatusCode::Unauthenticated, std::move(m));
+}
+inline Status permissionDenied(std::string m) {
+  return Status(StatusCode::PermissionDenied, std::move(m));
 }
 inline Status internalError(std::string m) {
   return Status(StatusCode::Internal, std::move(m));
