@@ -151,7 +151,8 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
   // The remote tier, when the daemon has one that is not backing off; a
   // configuration that cannot be used means a local compile, not a failure.
   std::unique_ptr<worker::RemoteTier> tier;
-  if (task.has_remote_cache()) {
+  // A read-only local cache cannot take what the remote would give.
+  if (task.has_remote_cache() && !task.cache_read_only()) {
     auto options = worker::fromProto(task.remote_cache());
     auto opened = options ? worker::RemoteTier::open(*cache, *options)
                           : Expected<std::unique_ptr<worker::RemoteTier>>(options.status());

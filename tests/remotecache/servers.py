@@ -394,3 +394,45 @@ thread-pool-size: 32
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class Remote:
+    """One server of either kind as the daemon's tests use it: its URL and
+    instance for --remote-cache, tamper(), kill(), and writes(), the
+    requests that changed what it stores (from its own log)."""
+
+    def __init__(self, kind, workdir, **options):
+        self.kind = kind
+        server_class = NginxCache if kind == "nginx" else BuildGridCache
+        self.server = server_class(workdir, **options).start()
+
+    @property
+    def url(self):
+        return self.server.url
+
+    @property
+    def instance(self):
+        return getattr(self.server, "instance", "")
+
+    def tamper(self, digest):
+        self.server.tamper(digest)
+
+    def writes(self):
+        if self.kind == "nginx":
+            return [r for r in self.server.requests() if r[0] in ("PUT", "DELETE", "MKCOL")]
+        return [m for m in self.server.requests()
+                if m in ("Write", "BatchUpdateBlobs", "UpdateActionResult")]
+
+    def kill(self):
+        self.server.kill()
+
+    def stop(self):
+        self.server.stop()
+
+    def logs(self):
+        return self.server.logs()
+
+
+def start(kind, workdir, **options):
+    """A started Remote: kind "nginx" or "buildgrid"."""
+    return Remote(kind, workdir, **options)

@@ -72,6 +72,7 @@ struct RemoteTier::Impl {
   /// Set by the first error that says the remote cannot be reached: every
   /// later call of this process goes local at once instead of waiting.
   bool down = false;
+  bool writesRefused = false;
   std::optional<remote::RemoteCapabilities> capabilities;
 
   Impl(cache::Cache &local, RemoteTierOptions options)
@@ -86,17 +87,23 @@ struct RemoteTier::Impl {
   /// rest of this process.
   void failed(const char *what, const Status &status) {
     std::lock_guard lock(mutex);
-    ++counters.errors;
     counters.lastError = std::string(what) + ": " + status.message();
-    // Unreachable, timed out or failing on its side (RemoteCache.h).
-    bool unreachable = status.code() == StatusCode::Unavailable;
-    if (unreachable && !down)
+    // A refused write (a read-only endpoint or token) leaves reads on; any
+    // other failure (unreachable, timed out, TLS, credentials) turns the
+    // remote off for this process rather than failing each request again.
+    if (status.code() == StatusCode::PermissionDenied) {
+      if (!writesRefused)
+        spdlog::warn("remote cache {}: {} refused ({}); nothing more is written (use "
+                     "--remote-read-only with a read-only endpoint)",
+                     client->describe(), what, status.message());
+      writesRefused = true;
+      return;
+    }
+    ++counters.errors;
+    if (!down)
       spdlog::warn("remote cache {}: {} failed ({}); going on with the local cache",
                    client->describe(), what, status.message());
-    else
-      spdlog::warn("remote cache {}: {} failed: {}", client->describe(), what,
-                   status.message());
-    down = down || unreachable;
+    down = true;
   }
 
   /// Copies one blob of an entry into the local CAS, verified.
@@ -259,8 +266,11 @@ struct RemoteTier::Impl {
   }
 
   void publish(cache::ActionKind kind, const Digest &key, const TierEntry &tierEntry) {
-    if (options.readOnly || isDown())
-      return;
+    {
+      std::lock_guard lock(mutex);
+      if (options.readOnly || down || writesRefused)
+        return;
+    }
     bool weightsStay = options.uploadWeights == UploadWeights::Never;
     // A derived weight is a weight: under `never` it stays here.
     if (weightsStay && kind == cache::ActionKind::DerivedWeight)
