@@ -32,7 +32,6 @@ constexpr int64_t kBatchOverheadBytes = 4096;
 constexpr size_t kChunkBytes = 1 << 20;
 // Digests per FindMissingBlobs request: about 0.8 MB of request.
 constexpr size_t kFindMissingChunk = 10000;
-constexpr uint64_t kMaxInMemoryBytes = uint64_t(64) << 20;
 // A response is at most one batch or one ByteStream chunk plus framing.
 constexpr int kMaxMessageBytes = 64 << 20;
 // Enough in flight for a LAN's bandwidth-delay product (10 Gbit/s at 6 ms).
@@ -59,17 +58,12 @@ StatusCode cacheCode(grpc::StatusCode code) {
   }
 }
 
-bool isEmptyBlob(const cache::Digest &digest) {
-  static const cache::Digest kEmpty = cache::digestOf("");
-  return digest == kEmpty;
-}
-
-class GrpcRemoteCache final : public RemoteCache {
+class GrpcRemoteCache final : public RemoteCacheBase {
 public:
   GrpcRemoteCache(RemoteCacheOptions options, CacheUrl url,
                   std::shared_ptr<grpc::Channel> channel)
-      : options_(std::move(options)), url_(std::move(url)), channel_(std::move(channel)),
-        actionCache_(reapi::ActionCache::NewStub(channel_)),
+      : RemoteCacheBase(std::move(options)), url_(std::move(url)),
+        channel_(std::move(channel)), actionCache_(reapi::ActionCache::NewStub(channel_)),
         cas_(reapi::ContentAddressableStorage::NewStub(channel_)),
         capabilitiesStub_(reapi::Capabilities::NewStub(channel_)),
         byteStream_(bytestream::ByteStream::NewStub(channel_)) {
@@ -91,23 +85,6 @@ public:
   Status downloadToFile(const cache::Digest &digest, int fd) override;
   Expected<std::string> downloadBytes(const cache::Digest &digest) override;
 
-  TransferCounters counters() const override {
-    TransferCounters counters;
-    counters.requests = requests_;
-    counters.blobsUploaded = blobsUploaded_;
-    counters.bytesUploaded = bytesUploaded_;
-    counters.blobsDownloaded = blobsDownloaded_;
-    counters.bytesDownloaded = bytesDownloaded_;
-    counters.blobsStreamed = blobsStreamed_;
-    return counters;
-  }
-
-  std::string describe() const override {
-    if (options_.instance.empty())
-      return options_.url;
-    return options_.url + " instance " + options_.instance;
-  }
-
 private:
   using Sink = std::function<Status(std::string_view)>;
 
@@ -122,6 +99,15 @@ private:
     return Status(cacheCode(status.error_code()), what + " on " + describe() + ": " +
                                                       grpcCodeName(status.error_code()) +
                                                       ": " + status.error_message());
+  }
+
+  /// A batch of one blob gets one answer; a server that says otherwise is
+  /// broken, and another try may find a healthy one.
+  Status oneAnswer(const std::string &what, int answers) const {
+    if (answers == 1)
+      return Status::ok();
+    return unavailable(what + " on " + describe() + ": " + std::to_string(answers) +
+                       " answers for one blob");
   }
 
   Status blobError(const std::string &what, const google::rpc::Status &status) const {
@@ -161,7 +147,6 @@ private:
   Status upload(const cache::Digest &digest, const BlobSource &source);
   Status download(const cache::Digest &digest, const Sink &sink);
 
-  const RemoteCacheOptions options_;
   const CacheUrl url_;
   std::vector<std::pair<std::string, std::string>> metadata_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -173,9 +158,6 @@ private:
   std::mutex mutex_;
   std::optional<RemoteCapabilities> capabilities_; // guarded by mutex_
   int64_t batchBytes_ = kDefaultBatchBytes;        // guarded by mutex_
-
-  std::atomic<uint64_t> requests_{0}, blobsUploaded_{0}, bytesUploaded_{0},
-      blobsDownloaded_{0}, bytesDownloaded_{0}, blobsStreamed_{0};
 };
 
 Expected<RemoteCapabilities> GrpcRemoteCache::capabilities() {
@@ -301,10 +283,7 @@ Status GrpcRemoteCache::batchUpload(const cache::Digest &digest, std::string_vie
   const std::string what = "BatchUpdateBlobs " + digest.toString();
   if (!status.ok())
     return rpcError(what, status);
-  if (response.responses_size() != 1)
-    return unavailable(what + " on " + describe() + ": " +
-                       std::to_string(response.responses_size()) +
-                       " answers for one blob");
+  FLOWC_RETURN_IF_ERROR(oneAnswer(what, response.responses_size()));
   if (response.responses(0).status().code() != 0)
     return blobError(what, response.responses(0).status());
   return Status::ok();
@@ -379,6 +358,8 @@ Status GrpcRemoteCache::streamUpload(const cache::Digest &digest,
 }
 
 Status GrpcRemoteCache::upload(const cache::Digest &digest, const BlobSource &source) {
+  if (isEmptyBlob(digest))
+    return Status::ok();
   FLOWC_ASSIGN_OR_RETURN(bool small, fitsBatch(digest.size));
   if (small) {
     std::string bytes(digest.size, '\0');
@@ -418,10 +399,7 @@ Expected<std::string> GrpcRemoteCache::batchRead(const cache::Digest &digest) {
   const std::string what = "BatchReadBlobs " + digest.toString();
   if (!status.ok())
     return rpcError(what, status);
-  if (response.responses_size() != 1)
-    return unavailable(what + " on " + describe() + ": " +
-                       std::to_string(response.responses_size()) +
-                       " answers for one blob");
+  FLOWC_RETURN_IF_ERROR(oneAnswer(what, response.responses_size()));
   reapi::BatchReadBlobsResponse::Response &blob = *response.mutable_responses(0);
   if (blob.status().code() == static_cast<int>(grpc::StatusCode::NOT_FOUND))
     return notFound("blob " + digest.toString() + " is not in " + describe());
@@ -515,16 +493,10 @@ Status GrpcRemoteCache::downloadToFile(const cache::Digest &digest, int fd) {
 }
 
 Expected<std::string> GrpcRemoteCache::downloadBytes(const cache::Digest &digest) {
-  if (digest.size > kMaxInMemoryBytes)
-    return invalidArgument("blob " + digest.toString() + " is over the " +
-                           std::to_string(kMaxInMemoryBytes >> 20) +
-                           " MiB read into memory (download it to a file)");
+  FLOWC_RETURN_IF_ERROR(checkInMemorySize(digest));
   std::string bytes;
   bytes.reserve(digest.size);
-  FLOWC_RETURN_IF_ERROR(download(digest, [&bytes](std::string_view data) {
-    bytes.append(data);
-    return Status::ok();
-  }));
+  FLOWC_RETURN_IF_ERROR(download(digest, appendTo(bytes).first));
   return bytes;
 }
 
@@ -550,14 +522,7 @@ Expected<std::unique_ptr<RemoteCache>> connectGrpcCache(const RemoteCacheOptions
     }
     credentials = grpc::SslCredentials(ssl);
   }
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
-  // gRPC waits up to 120 s between reconnects by default, failing every
-  // call meanwhile; a cache that is back should be used at once.
-  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  grpc::ChannelArguments arguments = channelArguments(kMaxMessageBytes);
   // A fixed receive window: with BDP probing gRPC grows it as far as a fast
   // server pushes, buffering a download's bytes faster than they reach
   // the file, so memory would grow with the blob.

@@ -28,7 +28,6 @@ namespace {
 
 // An entry is a list of digests: a few KiB; more is not an entry.
 constexpr uint64_t kMaxEntryBytes = 16 << 20;
-constexpr uint64_t kMaxInMemoryBytes = uint64_t(64) << 20;
 constexpr int kAttempts = 3;
 // A blob transfer's deadline: the request timeout plus 1 s per 16 MiB.
 constexpr uint64_t kSlowestBytesPerSecond = 16 << 20;
@@ -161,10 +160,10 @@ size_t writeBody(char *data, size_t size, size_t count, void *user) {
   return length;
 }
 
-class HttpRemoteCache final : public RemoteCache {
+class HttpRemoteCache final : public RemoteCacheBase {
 public:
   HttpRemoteCache(RemoteCacheOptions options, CacheUrl url)
-      : options_(std::move(options)), url_(std::move(url)) {
+      : RemoteCacheBase(std::move(options)), url_(std::move(url)) {
     base_ = url_.target + (options_.instance.empty() ? "" : "/" + options_.instance);
     for (const auto &[name, value] : options_.headers)
       headers_ = curl_slist_append(headers_, (name + ": " + value).c_str());
@@ -184,22 +183,6 @@ public:
   Status uploadFile(const cache::Digest &digest, const std::string &path) override;
   Status downloadToFile(const cache::Digest &digest, int fd) override;
   Expected<std::string> downloadBytes(const cache::Digest &digest) override;
-
-  TransferCounters counters() const override {
-    TransferCounters counters;
-    counters.requests = requests_;
-    counters.blobsUploaded = blobsUploaded_;
-    counters.bytesUploaded = bytesUploaded_;
-    counters.blobsDownloaded = blobsDownloaded_;
-    counters.bytesDownloaded = bytesDownloaded_;
-    return counters;
-  }
-
-  std::string describe() const override {
-    if (options_.instance.empty())
-      return options_.url;
-    return options_.url + " instance " + options_.instance;
-  }
 
 private:
   struct Response {
@@ -244,14 +227,11 @@ private:
              const std::function<Status(std::string_view)> &sink,
              const std::function<Status()> &rewind);
 
-  const RemoteCacheOptions options_;
   const CacheUrl url_;
   std::string base_;
   curl_slist *headers_ = nullptr;
   std::mutex mutex_;
   std::vector<CURL *> idle_; // guarded by mutex_
-  std::atomic<uint64_t> requests_{0}, blobsUploaded_{0}, bytesUploaded_{0},
-      blobsDownloaded_{0}, bytesDownloaded_{0};
 };
 
 Expected<HttpRemoteCache::Response> HttpRemoteCache::perform(Method method,
@@ -403,16 +383,8 @@ Status HttpRemoteCache::get(const std::string &url, const cache::Digest *digest,
 
 Expected<std::optional<RemoteEntry>> HttpRemoteCache::getEntry(const cache::Digest &key) {
   std::string bytes;
-  Status status = get(
-      acUrl(key), nullptr, kMaxEntryBytes,
-      [&bytes](std::string_view data) {
-        bytes.append(data);
-        return Status::ok();
-      },
-      [&bytes] {
-        bytes.clear();
-        return Status::ok();
-      });
+  auto [sink, rewind] = appendTo(bytes);
+  Status status = get(acUrl(key), nullptr, kMaxEntryBytes, sink, rewind);
   if (status.code() == StatusCode::NotFound)
     return std::optional<RemoteEntry>();
   FLOWC_RETURN_IF_ERROR(status);
@@ -435,6 +407,10 @@ Expected<std::vector<cache::Digest>>
 HttpRemoteCache::findMissing(const std::vector<cache::Digest> &digests) {
   std::vector<cache::Digest> missing;
   for (const cache::Digest &digest : digests) {
+    // As in REAPI: the empty blob is always there (an HTTP cache may not
+    // take an empty PUT).
+    if (isEmptyBlob(digest))
+      continue;
     Exchange exchange;
     exchange.sink = [](std::string_view) { return Status::ok(); };
     exchange.limit = std::numeric_limits<uint64_t>::max();
@@ -460,7 +436,8 @@ Status HttpRemoteCache::uploadBytes(const cache::Digest &digest, std::string_vie
   if (bytes.size() != digest.size)
     return invalidArgument("upload of " + digest.toString() + ": " +
                            std::to_string(bytes.size()) + " bytes given");
-  FLOWC_RETURN_IF_ERROR(put(casUrl(digest), BlobSource::fromBytes(bytes), &digest));
+  if (!isEmptyBlob(digest))
+    FLOWC_RETURN_IF_ERROR(put(casUrl(digest), BlobSource::fromBytes(bytes), &digest));
   ++blobsUploaded_;
   bytesUploaded_ += digest.size;
   return Status::ok();
@@ -468,13 +445,18 @@ Status HttpRemoteCache::uploadBytes(const cache::Digest &digest, std::string_vie
 
 Status HttpRemoteCache::uploadFile(const cache::Digest &digest, const std::string &path) {
   FLOWC_ASSIGN_OR_RETURN(BlobSource source, BlobSource::fromFile(path, digest));
-  FLOWC_RETURN_IF_ERROR(put(casUrl(digest), source, &digest));
+  if (!isEmptyBlob(digest))
+    FLOWC_RETURN_IF_ERROR(put(casUrl(digest), source, &digest));
   ++blobsUploaded_;
   bytesUploaded_ += digest.size;
   return Status::ok();
 }
 
 Status HttpRemoteCache::downloadToFile(const cache::Digest &digest, int fd) {
+  if (isEmptyBlob(digest)) {
+    ++blobsDownloaded_;
+    return Status::ok();
+  }
   const off_t start = ::lseek(fd, 0, SEEK_CUR);
   bool rewound = false;
   auto rewind = [&]() -> Status {
@@ -501,22 +483,12 @@ Status HttpRemoteCache::downloadToFile(const cache::Digest &digest, int fd) {
 }
 
 Expected<std::string> HttpRemoteCache::downloadBytes(const cache::Digest &digest) {
-  if (digest.size > kMaxInMemoryBytes)
-    return invalidArgument("blob " + digest.toString() + " is over the " +
-                           std::to_string(kMaxInMemoryBytes >> 20) +
-                           " MiB read into memory (download it to a file)");
+  FLOWC_RETURN_IF_ERROR(checkInMemorySize(digest));
   std::string bytes;
   bytes.reserve(digest.size);
-  FLOWC_RETURN_IF_ERROR(get(
-      casUrl(digest), &digest, digest.size,
-      [&bytes](std::string_view data) {
-        bytes.append(data);
-        return Status::ok();
-      },
-      [&bytes] {
-        bytes.clear();
-        return Status::ok();
-      }));
+  auto [sink, rewind] = appendTo(bytes);
+  if (!isEmptyBlob(digest))
+    FLOWC_RETURN_IF_ERROR(get(casUrl(digest), &digest, digest.size, sink, rewind));
   ++blobsDownloaded_;
   bytesDownloaded_ += digest.size;
   return bytes;

@@ -152,6 +152,49 @@ bool isReservedHeader(std::string_view lowerName) {
   return std::find(kReserved.begin(), kReserved.end(), lowerName) != kReserved.end();
 }
 
+TransferCounters RemoteCacheBase::counters() const {
+  TransferCounters counters;
+  counters.requests = requests_;
+  counters.blobsUploaded = blobsUploaded_;
+  counters.bytesUploaded = bytesUploaded_;
+  counters.blobsDownloaded = blobsDownloaded_;
+  counters.bytesDownloaded = bytesDownloaded_;
+  counters.blobsStreamed = blobsStreamed_;
+  return counters;
+}
+
+std::string RemoteCacheBase::describe() const {
+  if (options_.instance.empty())
+    return options_.url;
+  return options_.url + " instance " + options_.instance;
+}
+
+std::pair<std::function<Status(std::string_view)>, std::function<Status()>>
+appendTo(std::string &bytes) {
+  return {[&bytes](std::string_view data) {
+            bytes.append(data);
+            return Status::ok();
+          },
+          [&bytes] {
+            bytes.clear();
+            return Status::ok();
+          }};
+}
+
+bool isEmptyBlob(const cache::Digest &digest) {
+  static const cache::Digest kEmpty = cache::digestOf("");
+  return digest == kEmpty;
+}
+
+Status checkInMemorySize(const cache::Digest &digest) {
+  constexpr uint64_t kMaxInMemoryBytes = uint64_t(64) << 20;
+  if (digest.size <= kMaxInMemoryBytes)
+    return Status::ok();
+  return invalidArgument("blob " + digest.toString() + " is over the " +
+                         std::to_string(kMaxInMemoryBytes >> 20) +
+                         " MiB read into memory (download it to a file)");
+}
+
 CacheUrl splitCacheUrl(const std::string &url) {
   const Scheme *scheme = schemeOf(url);
   assert(scheme && "splitCacheUrl on a URL validate() refused");

@@ -6,6 +6,7 @@
 
 #include "ProtoDigest.h"
 
+#include <atomic>
 #include <functional>
 
 namespace flowc::remote {
@@ -18,6 +19,30 @@ struct CacheUrl {
   /// "HOST:PORT" for gRPC; "http[s]://HOST[:PORT]/PREFIX" for HTTP.
   std::string target;
 };
+
+/// What both backends share: their options, their counters and their name.
+class RemoteCacheBase : public RemoteCache {
+public:
+  explicit RemoteCacheBase(RemoteCacheOptions options) : options_(std::move(options)) {}
+  TransferCounters counters() const final;
+  std::string describe() const final;
+
+protected:
+  const RemoteCacheOptions options_;
+  std::atomic<uint64_t> requests_{0}, blobsUploaded_{0}, bytesUploaded_{0},
+      blobsDownloaded_{0}, bytesDownloaded_{0}, blobsStreamed_{0};
+};
+
+/// A sink appending to `bytes`, and the rewind that empties it again.
+std::pair<std::function<Status(std::string_view)>, std::function<Status()>>
+appendTo(std::string &bytes);
+
+/// The empty blob, which every REAPI server holds without an upload and
+/// flowc never sends or fetches.
+bool isEmptyBlob(const cache::Digest &digest);
+
+/// InvalidArgument for a blob over the 64 MiB downloadBytes() takes.
+Status checkInMemorySize(const cache::Digest &digest);
 
 /// Splits a URL that RemoteCacheOptions::validate() accepted.
 CacheUrl splitCacheUrl(const std::string &url);

@@ -676,14 +676,7 @@ RemoteExecutor::connect(const Endpoint &endpoint, const ClientOptions &options) 
                              " (use grpcs://)");
     credentials = grpc::InsecureChannelCredentials();
   }
-  grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  arguments.SetMaxSendMessageSize(kMaxReceiveBytes);
-  // gRPC waits up to 120 s between reconnects by default, failing every
-  // call meanwhile; an engine that is back should be used at once.
-  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  grpc::ChannelArguments arguments = channelArguments(kMaxReceiveBytes);
   auto impl = std::make_unique<Impl>();
   impl->endpoint = std::move(parsed);
   impl->options = options;

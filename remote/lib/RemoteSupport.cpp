@@ -80,6 +80,16 @@ bool isTransient(const grpc::Status &status) {
          status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
+grpc::ChannelArguments channelArguments(int maxMessageBytes) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(maxMessageBytes);
+  arguments.SetMaxSendMessageSize(maxMessageBytes);
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return arguments;
+}
+
 Expected<std::string> readPem(const std::string &path, std::string_view what,
                               PemKind kind) {
   std::ifstream in(path, std::ios::binary);

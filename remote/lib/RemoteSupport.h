@@ -5,6 +5,7 @@
 
 #include "flowc/support/Status.h"
 
+#include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/status.h>
 
 #include <chrono>
@@ -39,6 +40,11 @@ bool isTransient(const grpc::Status &status);
 
 /// A random version-4 UUID, for ByteStream upload resource names.
 std::string randomUuid();
+
+/// Messages up to `maxMessageBytes` both ways, and reconnects within 2 s:
+/// gRPC waits up to 120 s between reconnects by default, failing every
+/// call meanwhile, and a server that is back should be used at once.
+grpc::ChannelArguments channelArguments(int maxMessageBytes);
 
 enum class PemKind { Certificate, PrivateKey };
 

@@ -81,6 +81,19 @@ def stop_group(proc, sig=signal.SIGTERM, grace_s=10.0):
     proc.wait()
 
 
+def wait_until(ready, proc, what, log_path, timeout_s=START_TIMEOUT_S):
+    """Polls ready() until true; ClusterError with the log's tail if `proc`
+    exits first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ClusterError(f"{what} exited with {proc.returncode} while starting:\n{tail(log_path)}")
+        if ready():
+            return
+        time.sleep(0.2)
+    raise ClusterError(f"{what} not ready after {timeout_s:g} s:\n{tail(log_path)}")
+
+
 def yaml_str(s):
     return json.dumps(str(s))  # a JSON string is a YAML double-quoted scalar
 
@@ -379,14 +392,7 @@ thread-pool-size: 128
     # ---------------------------------------------------------------------
 
     def _wait(self, ready, proc, what, log_path, timeout_s=START_TIMEOUT_S):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise ClusterError(f"{what} exited with {proc.returncode} while starting:\n{tail(log_path)}")
-            if ready():
-                return
-            time.sleep(0.2)
-        raise ClusterError(f"{what} not ready after {timeout_s:g} s:\n{tail(log_path)}")
+        wait_until(ready, proc, what, log_path, timeout_s)
 
 
 def cluster_fixture(bots=2, scope="function", **kwargs):

@@ -30,14 +30,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reapi"))
-from cluster import ClusterError, free_port, reapi_venv, stop_group, tail, yaml_str  # noqa: E402
+from cluster import ClusterError, free_port, reapi_venv, stop_group, tail, wait_until, yaml_str  # noqa: E402
 
 NGINX = Path("/usr/sbin/nginx")
-START_TIMEOUT_S = 60.0
 
 
 def digest_hex(digest):
@@ -60,17 +58,6 @@ def flip_bytes(path):
             byte = f.read(1)
             f.seek(offset)
             f.write(bytes([byte[0] ^ 0xFF]))
-
-
-def _wait_until(ready, proc, what, log_path, timeout_s=START_TIMEOUT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ClusterError(f"{what} exited with {proc.returncode} while starting:\n{tail(log_path)}")
-        if ready():
-            return
-        time.sleep(0.1)
-    raise ClusterError(f"{what} not ready after {timeout_s:g} s:\n{tail(log_path)}")
 
 
 def _port_open(port):
@@ -107,7 +94,41 @@ def make_pki(directory):
     return out
 
 
-class NginxCache:
+class _Server:
+    """A server process in its own session under `workdir`, on a free port."""
+
+    def __init__(self, workdir, tls, client_certs):
+        self.workdir = Path(workdir).resolve()
+        self.tls = tls or client_certs
+        self.client_certs = client_certs
+        self.pki = None
+        self.ca_file = None
+        self.port = None
+        self._proc = None
+
+    def _make_pki(self):
+        self.pki = make_pki(self.workdir / "pki")
+        self.ca_file = self.pki["ca"]
+
+    def kill(self):
+        """SIGKILL the server and its children, as a crash."""
+        if self._proc is not None:
+            stop_group(self._proc, sig=signal.SIGKILL, grace_s=5)
+            self._proc = None
+
+    def _stop(self, sig):
+        if self._proc is not None:
+            stop_group(self._proc, sig=sig, grace_s=10)
+            self._proc = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class NginxCache(_Server):
     # One line per request: method, the path as sent, status, body bytes in.
     LOG_FORMAT = "$request_method $request_uri $status $request_length"
 
@@ -116,18 +137,12 @@ class NginxCache:
         otherwise). tls: https with a certificate from a test CA (ca_file).
         client_certs: also a client certificate from that CA (pki
         "client_cert", "client_key"; 401 without one)."""
-        self.workdir = Path(workdir).resolve()
+        super().__init__(workdir, tls, client_certs)
         self.token = token
-        self.tls = tls or client_certs
-        self.client_certs = client_certs
-        self.pki = None
         self.root = self.workdir / "root"
         self.access_log = self.workdir / "access.log"
         self.error_log = self.workdir / "error.log"
         self.config = self.workdir / "nginx.conf"
-        self.ca_file = None
-        self.port = None
-        self._proc = None
 
     @property
     def url(self):
@@ -154,15 +169,14 @@ class NginxCache:
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir,
         )
         log.close()
-        _wait_until(lambda: _port_open(self.port), self._proc, "nginx", self.error_log)
+        wait_until(lambda: _port_open(self.port), self._proc, "nginx", self.error_log)
         return self
 
     def _write_config(self):
         tls = ""
         listen = f"127.0.0.1:{self.port}"
         if self.tls:
-            self.pki = make_pki(self.workdir / "pki")
-            self.ca_file = self.pki["ca"]
+            self._make_pki()
             listen += " ssl"
             tls = f"ssl_certificate {self.pki['server_cert']};\n    ssl_certificate_key {self.pki['server_key']};"
         if self.client_certs:
@@ -223,7 +237,7 @@ http {{
         return out
 
     def blob_path(self, digest, instance=""):
-        return self.root / instance / "cas" / digest_hex(digest) if instance else self.root / "cas" / digest_hex(digest)
+        return (self.root / instance if instance else self.root) / "cas" / digest_hex(digest)
 
     def entry_path(self, key, instance=""):
         return (self.root / instance if instance else self.root) / "ac" / digest_hex(key)
@@ -231,52 +245,27 @@ http {{
     def tamper(self, digest, instance=""):
         flip_bytes(self.blob_path(digest, instance))
 
-    def upload_in_progress(self):
-        """Whether nginx is receiving a request body (a temp file under client_body)."""
-        return any(p.is_file() and p.stat().st_size > 0 for p in (self.workdir / "client_body").rglob("*"))
-
-    def kill(self):
-        """SIGKILL master and workers, as a crashed server."""
-        if self._proc is not None:
-            stop_group(self._proc, sig=signal.SIGKILL, grace_s=5)
-            self._proc = None
-
     def stop(self):
-        if self._proc is not None:
-            # SIGQUIT: nginx's graceful shutdown.
-            stop_group(self._proc, sig=signal.SIGQUIT, grace_s=10)
-            self._proc = None
+        self._stop(signal.SIGQUIT)  # nginx's graceful shutdown
 
     def logs(self):
         return (f"== nginx error log ({self.error_log})\n{tail(self.error_log)}\n"
                 f"== nginx access log ({self.access_log})\n{tail(self.access_log)}")
 
-    def __enter__(self):
-        return self.start()
 
-    def __exit__(self, *exc):
-        self.stop()
-
-
-class BuildGridCache:
+class BuildGridCache(_Server):
     def __init__(self, workdir, instance="main", tls=False, client_certs=False, allow_updates=True):
         """allow_updates=False: a read-only action cache (Capabilities says
         so, UpdateActionResult is refused). tls: grpcs with a certificate from a test CA (ca_file).
         client_certs: clients must also present a certificate from that CA
         (pki "client_cert", "client_key")."""
-        self.workdir = Path(workdir).resolve()
+        super().__init__(workdir, tls, client_certs)
         self.instance = instance
-        self.tls = tls or client_certs
-        self.client_certs = client_certs
         self.allow_updates = allow_updates
-        self.pki = None
-        self.ca_file = None
         self.storage = self.workdir / "storage"
         self.server_log = self.workdir / "bgd.log"
         self.config = self.workdir / "bgd.yml"
-        self.port = None
         self.venv = None
-        self._proc = None
 
     @property
     def url(self):
@@ -290,8 +279,7 @@ class BuildGridCache:
             self.port = free_port()
         channel = "    insecure-mode: true"
         if self.tls:
-            self.pki = make_pki(self.workdir / "pki")
-            self.ca_file = self.pki["ca"]
+            self._make_pki()
             channel = ("    insecure-mode: false\n    credentials:\n"
                        f"      tls-server-key: {yaml_str(self.pki['server_key'])}\n"
                        f"      tls-server-cert: {yaml_str(self.pki['server_cert'])}")
@@ -331,7 +319,7 @@ thread-pool-size: 32
                 [self.venv / "bin" / "bgd", "server", "start", "-vv", self.config],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir,
             )
-        _wait_until(self._answers, self._proc, "BuildGrid", self.server_log)
+        wait_until(self._answers, self._proc, "BuildGrid", self.server_log)
         return self
 
     def _answers(self):
@@ -357,11 +345,6 @@ thread-pool-size: 32
         h = digest_hex(digest)
         return self.storage / "cas" / "objects" / h[:2] / h[2:]
 
-    def blobs(self):
-        """Hex digests of every blob stored, the server's own record of writes."""
-        objects = self.storage / "cas" / "objects"
-        return sorted(p.parent.name + p.name for p in objects.rglob("*") if p.is_file())
-
     def tamper(self, digest):
         flip_bytes(self.blob_path(digest))
 
@@ -376,15 +359,8 @@ thread-pool-size: 32
         text = self.server_log.read_text(errors="replace") if self.server_log.exists() else ""
         return re.findall(r'(Write|Read) request completed\. digest="([0-9a-f]+/\d+)"', text)
 
-    def kill(self):
-        if self._proc is not None:
-            stop_group(self._proc, sig=signal.SIGKILL, grace_s=5)
-            self._proc = None
-
     def stop(self):
-        if self._proc is not None:
-            stop_group(self._proc, grace_s=10)
-            self._proc = None
+        self._stop(signal.SIGTERM)
 
     def logs(self):
         return f"== BuildGrid ({self.server_log})\n{tail(self.server_log)}"

@@ -56,6 +56,17 @@ def test_small_blob_round_trips(server, tmp_path):
     assert got["counters"]["blobs_streamed"] == 0
 
 
+def test_empty_blob_is_always_there(server, tmp_path):
+    # As REAPI has it: no request stores or fetches the empty blob.
+    c = client_for(server)
+    d = digest_of(b"")
+    assert c.ok("find-missing", d)["missing"] == []
+    assert c.ok("put-file", d, write(tmp_path / "empty", b""))["counters"]["requests"] == 0
+    got = c.ok("get-file", d, tmp_path / "out")
+    assert (tmp_path / "out").read_bytes() == b""
+    assert got["counters"]["requests"] == 0
+
+
 def test_large_blob_goes_through_bytestream(server, tmp_path):
     # Over the 4 MiB batch limit: ByteStream Write and Read for gRPC (the
     # client's counters and BuildGrid's own log say so); one streamed PUT
