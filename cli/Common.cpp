@@ -235,6 +235,10 @@ int exitCodeFor(StatusCode code) {
   case StatusCode::Unavailable:
   case StatusCode::ResourceExhausted:
     return kExitUnavailable;
+  // Credentials the daemon or a server refused: the user's input is wrong.
+  case StatusCode::Unauthenticated:
+  case StatusCode::PermissionDenied:
+    return kExitBadInput;
   default:
     return kExitFailure;
   }

@@ -37,6 +37,12 @@ grpc::Status toGrpcStatus(const Status &status) {
   case StatusCode::Cancelled:
     code = grpc::StatusCode::CANCELLED;
     break;
+  case StatusCode::Unauthenticated:
+    code = grpc::StatusCode::UNAUTHENTICATED;
+    break;
+  case StatusCode::PermissionDenied:
+    code = grpc::StatusCode::PERMISSION_DENIED;
+    break;
   }
   return grpc::Status(code, status.message());
 }
