@@ -80,8 +80,28 @@ int main(int argc, char **argv) {
   socket.option = app.add_option(
       "--socket", socket.value,
       "Unix socket to listen on (env FLOWC_SOCKET; default CACHE_DIR/flowcd.sock)");
-  listen.option =
-      app.add_option("--listen", listen.value, "Also listen on TCP host:port");
+  listen.option = app.add_option(
+      "--listen", listen.value,
+      "Also listen on TCP host:port: needs --tls-cert, --tls-key and --tokens, or "
+      "--insecure-loopback");
+  FlagSlot tlsCert, tlsKey, tlsClientCa, tokens;
+  tlsCert.option = app.add_option("--tls-cert", tlsCert.value,
+                                  "PEM certificate chain of the TCP port");
+  tlsKey.option = app.add_option(
+      "--tls-key", tlsKey.value,
+      "PEM private key of the TCP port (mode 600: no group or other access)");
+  tlsClientCa.option =
+      app.add_option("--tls-client-ca", tlsClientCa.value,
+                     "PEM CA bundle: TCP clients must present a certificate it signed");
+  tokens.option = app.add_option(
+      "--tokens", tokens.value,
+      "Bearer tokens of the TCP port, one 'NAME ROLE sha256:HEX' per line (roles read, "
+      "submit, admin; mode 600)");
+  bool insecureLoopback = false;
+  CLI::Option *insecureLoopbackFlag = app.add_flag(
+      "--insecure-loopback", insecureLoopback,
+      "Plaintext TCP, allowed only on 127.0.0.1, ::1 or localhost; without --tokens "
+      "every local client has every role (development)");
   workers.option = app.add_option(
       "--workers", workers.value,
       "Local worker processes running tasks at once, each one thread (default 0: one "
@@ -146,14 +166,31 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  std::optional<std::string> insecureLoopbackSet;
+  if (insecureLoopbackFlag->count())
+    insecureLoopbackSet = "true";
   auto options = flowc::daemon::resolveDaemonOptions(
-      {cacheDir.get(), socket.get(), listen.get(), workers.get(), maxSize.get(),
-       idleTimeout.get(), logFile.get(),
+      {cacheDir.get(),
+       socket.get(),
+       listen.get(),
+       workers.get(),
+       maxSize.get(),
+       idleTimeout.get(),
+       logFile.get(),
        readOnlyFlag->count() ? std::optional<std::string>("true") : std::nullopt,
-       taskMemoryLimit.get(), remoteExecutor.get(), remoteInstance.get(),
+       taskMemoryLimit.get(),
+       remoteExecutor.get(),
+       remoteInstance.get(),
        remotePlatformOption->count() ? std::optional<std::string>(joined(remotePlatform))
                                      : std::nullopt,
-       remoteFallback.get(), remoteJobs.get(), config.get()});
+       remoteFallback.get(),
+       remoteJobs.get(),
+       config.get(),
+       tlsCert.get(),
+       tlsKey.get(),
+       tlsClientCa.get(),
+       tokens.get(),
+       insecureLoopbackSet});
   if (!options) {
     std::cerr << "flowcd: error: " << options.status().message() << "\n";
     return kExitUsage;
