@@ -182,7 +182,8 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   if (!compile)
     return toGrpcStatus(compile.status());
   const std::string &path = compile->modelPath;
-  if (Status local = authorizeModelPath(*context, path); !local)
+  // What the client named, not where the daemon keeps an upload.
+  if (Status local = authorizeModelPath(*context, request->model_path()); !local)
     return toGrpcStatus(local);
   auto fail = [&](const std::string &jobId, const Status &status) {
     ++context_.jobsFailed;
