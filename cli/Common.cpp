@@ -5,10 +5,12 @@
 #include "flowc/support/Subprocess.h"
 #include "flowc/support/UnixSocket.h"
 
+#include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -29,6 +31,17 @@ void GlobalOptions::resolve() {
     cacheDir = absolute.lexically_normal().string();
   if (const char *autostartEnv = std::getenv("FLOWC_AUTOSTART"))
     autostart = std::string(autostartEnv) != "0";
+  auto fromEnvironment = [](std::string &field, const char *variable) {
+    if (const char *value = std::getenv(variable); field.empty() && value && *value)
+      field = value;
+  };
+  fromEnvironment(daemonUrl, "FLOWC_DAEMON");
+  fromEnvironment(tlsCa, "FLOWC_TLS_CA");
+  fromEnvironment(tlsCert, "FLOWC_TLS_CERT");
+  fromEnvironment(tlsKey, "FLOWC_TLS_KEY");
+  fromEnvironment(token, "FLOWC_TOKEN");
+  if (daemonUrl.starts_with("unix:"))
+    socketPath = daemonUrl.substr(5);
   if (socketPath.empty()) {
     const char *socket = std::getenv("FLOWC_SOCKET");
     socketPath = socket && *socket ? socket : cacheDir + "/flowcd.sock";
@@ -68,6 +81,12 @@ Status fromGrpc(const grpc::Status &status, const std::string &what) {
     return failedPrecondition(status.error_message());
   case grpc::StatusCode::UNAVAILABLE:
     return unavailable(what + ": daemon unavailable: " + status.error_message());
+  // Refused by the daemon's front door: the token or its role, not the
+  // input, is wrong.
+  case grpc::StatusCode::UNAUTHENTICATED:
+    return failedPrecondition(what + ": unauthenticated: " + status.error_message());
+  case grpc::StatusCode::PERMISSION_DENIED:
+    return failedPrecondition(what + ": permission denied: " + status.error_message());
   default:
     return internalError(what + ": " + status.error_message());
   }
@@ -79,8 +98,13 @@ Expected<flowc::v1::HealthResponse> DaemonClient::health(int timeoutMs) {
                        std::chrono::milliseconds(timeoutMs));
   flowc::v1::HealthResponse response;
   grpc::Status status = admin_->Health(&context, flowc::v1::HealthRequest(), &response);
+  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      status.error_code() == grpc::StatusCode::PERMISSION_DENIED)
+    return fromGrpc(status, "health");
   if (!status.ok())
-    return unavailable(status.error_message());
+    return unavailable(remote_ ? "health: daemon " + endpoint_ +
+                                     " unavailable: " + status.error_message()
+                               : status.error_message());
   return response;
 }
 
@@ -130,8 +154,141 @@ Status requireOwnSocket(const GlobalOptions &options) {
 
 } // namespace
 
+namespace {
+
+/// Adds the bearer token to every call's metadata: one place for every
+/// stub and command.
+class BearerInterceptor : public grpc::experimental::Interceptor {
+public:
+  explicit BearerInterceptor(const std::string &header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods *methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA))
+      methods->GetSendInitialMetadata()->insert({"authorization", header_});
+    methods->Proceed();
+  }
+
+private:
+  const std::string &header_;
+};
+
+class BearerInterceptorFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+public:
+  explicit BearerInterceptorFactory(std::string token) : header_("Bearer " + token) {}
+  grpc::experimental::Interceptor *
+  CreateClientInterceptor(grpc::experimental::ClientRpcInfo *) override {
+    return new BearerInterceptor(header_);
+  }
+
+private:
+  // Lives as long as the channel, which outlives its calls.
+  const std::string header_;
+};
+
+bool isLoopbackHost(const std::string &host) {
+  if (host == "localhost" || host == "::1")
+    return true;
+  in_addr v4{};
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
+/// "HOST:PORT" or "[V6]:PORT" with a port of 1 to 65535; the host, or
+/// InvalidArgument quoting the URL.
+Expected<std::string> hostOfAuthority(const std::string &url,
+                                      const std::string &authority) {
+  auto bad = [&] {
+    return invalidArgument(
+        "--daemon '" + url +
+        "': expected unix:/PATH, grpc://HOST:PORT or grpcs://HOST:PORT");
+  };
+  size_t colon = authority.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == authority.size())
+    return bad();
+  std::string host = authority.substr(0, colon);
+  std::string port = authority.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) == 0 || std::stoi(port) > 65535)
+    return bad();
+  if (host.starts_with("[")) {
+    if (!host.ends_with("]") || host.size() < 3)
+      return bad();
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.find_first_of("/@?# ") != std::string::npos)
+    return bad();
+  return host;
+}
+
+Expected<std::string> readOptionFile(const std::string &path, const std::string &flag) {
+  auto text = readFileToString(path);
+  if (!text)
+    return invalidArgument(flag + " '" + path + "': " + text.status().message());
+  return text;
+}
+
+} // namespace
+
+Expected<std::unique_ptr<DaemonClient>>
+DaemonClient::connectTcp(const GlobalOptions &options) {
+  const std::string &url = options.daemonUrl;
+  bool tls = url.starts_with("grpcs://");
+  std::string authority = url.substr(url.find("://") + 3);
+  FLOWC_ASSIGN_OR_RETURN(std::string host, hostOfAuthority(url, authority));
+  if (!tls && !isLoopbackHost(host))
+    return invalidArgument("--daemon '" + url +
+                           "': plaintext grpc:// is for loopback only (127.0.0.1, ::1, "
+                           "localhost); use grpcs://");
+  // A header value is visible ASCII; the token itself is never quoted.
+  if (!std::all_of(options.token.begin(), options.token.end(),
+                   [](char c) { return c > 0x20 && c < 0x7f; }))
+    return invalidArgument("--token / FLOWC_TOKEN holds a space or a character that is "
+                           "not printable ASCII");
+  if (!tls && (!options.tlsCa.empty() || !options.tlsCert.empty()))
+    return invalidArgument("--tls-ca and --tls-cert need a grpcs:// --daemon");
+  if (options.tlsCert.empty() != options.tlsKey.empty())
+    return invalidArgument("--tls-cert and --tls-key go together");
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tlsCa.empty()) {
+      FLOWC_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                             readOptionFile(options.tlsCa, "--tls-ca"));
+    }
+    if (!options.tlsCert.empty()) {
+      FLOWC_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                             readOptionFile(options.tlsCert, "--tls-cert"));
+      FLOWC_ASSIGN_OR_RETURN(ssl.pem_private_key,
+                             readOptionFile(options.tlsKey, "--tls-key"));
+    }
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  if (!options.token.empty())
+    interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));
+  auto client = std::make_unique<DaemonClient>();
+  client->remote_ = true;
+  client->endpoint_ = url;
+  client->attach(grpc::experimental::CreateCustomChannelWithInterceptors(
+      authority, credentials, grpc::ChannelArguments(), std::move(interceptors)));
+  return client;
+}
+
 Expected<std::unique_ptr<DaemonClient>>
 DaemonClient::connect(const GlobalOptions &options, bool autostart) {
+  if (options.daemonUrl.starts_with("grpc://") ||
+      options.daemonUrl.starts_with("grpcs://"))
+    return connectTcp(options);
+  if (!options.daemonUrl.empty() && !options.daemonUrl.starts_with("unix:"))
+    return invalidArgument(
+        "--daemon '" + options.daemonUrl +
+        "': expected unix:/PATH, grpc://HOST:PORT or grpcs://HOST:PORT");
+  if (!options.token.empty() || !options.tlsCa.empty() || !options.tlsCert.empty())
+    return invalidArgument("--token, --tls-ca and --tls-cert are for a TCP --daemon; the "
+                           "unix socket needs none");
   // gRPC would otherwise retry a path it cannot bind or connect to until
   // the deadline, and say nothing useful.
   if (options.socketPath.size() > kMaxUnixSocketPath)
@@ -143,6 +300,7 @@ DaemonClient::connect(const GlobalOptions &options, bool autostart) {
                            "--cache-dir)");
   FLOWC_RETURN_IF_ERROR(requireOwnSocket(options));
   auto client = std::make_unique<DaemonClient>();
+  client->endpoint_ = options.socketPath;
   client->attach(makeChannel(options.socketPath));
   // A plain connect() says whether a daemon listens, in microseconds; the
   // channel then connects on its first call. (A health RPC here would add a

@@ -16,6 +16,16 @@ namespace flowc::cli {
 struct GlobalOptions {
   std::string cacheDir;   ///< --cache-dir / FLOWC_CACHE_DIR / XDG default.
   std::string socketPath; ///< --socket / FLOWC_SOCKET / CACHE_DIR/flowcd.sock.
+  /// --daemon / FLOWC_DAEMON: `unix:/PATH` (sets socketPath),
+  /// `grpcs://HOST:PORT`, or `grpc://HOST:PORT` on loopback; empty: the
+  /// unix socket.
+  std::string daemonUrl;
+  std::string tlsCa;   ///< --tls-ca / FLOWC_TLS_CA: a grpcs:// daemon's CA.
+  std::string tlsCert; ///< --tls-cert / FLOWC_TLS_CERT: client certificate.
+  std::string tlsKey;  ///< --tls-key / FLOWC_TLS_KEY.
+  /// --token / FLOWC_TOKEN: sent as `authorization: Bearer TOKEN`, never
+  /// printed.
+  std::string token;
   /// Start flowcd when none answers; FLOWC_AUTOSTART=0 turns it off (CI
   /// farms and supervisors that manage the daemon themselves).
   bool autostart = true;
@@ -28,14 +38,22 @@ struct GlobalOptions {
   void resolve();
 };
 
-/// A connection to flowcd over its unix socket.
+/// A connection to flowcd over its unix socket, or over TCP.
 class DaemonClient {
 public:
   /// Connects; with `autostart`, starts `flowcd` from the directory of this
-  /// executable when nothing answers and waits for it to become healthy.
-  /// Unavailable (naming the socket and the daemon log) otherwise.
+  /// executable when nothing answers on the unix socket and waits for it to
+  /// become healthy. Unavailable (naming the socket and the daemon log)
+  /// otherwise. A TCP daemon is never started; its channel connects on the
+  /// first call. InvalidArgument for a bad --daemon URL, a plaintext one
+  /// off loopback, an unreadable TLS file or a token that is not printable.
   static Expected<std::unique_ptr<DaemonClient>> connect(const GlobalOptions &options,
                                                          bool autostart);
+
+  /// True for a daemon on TCP: it cannot open this machine's paths.
+  bool isRemote() const { return remote_; }
+  /// The socket path or the URL, for messages.
+  const std::string &endpoint() const { return endpoint_; }
 
   flowc::v1::Compiler::Stub &compiler() { return *compiler_; }
   flowc::v1::Admin::Stub &admin() { return *admin_; }
@@ -46,6 +64,10 @@ public:
 
 private:
   void attach(std::shared_ptr<grpc::Channel> channel);
+  static Expected<std::unique_ptr<DaemonClient>> connectTcp(const GlobalOptions &options);
+
+  bool remote_ = false;
+  std::string endpoint_;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<flowc::v1::Compiler::Stub> compiler_;

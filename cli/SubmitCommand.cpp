@@ -139,6 +139,12 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   auto client = DaemonClient::connect(global, /*autostart=*/true);
   if (!client)
     return reportError(client.status());
+  // A path means nothing on another machine, and the daemon refuses one
+  // over TCP.
+  if ((*client)->isRemote())
+    return reportError(unimplemented("remote submit: " + (*client)->endpoint() +
+                                     " is a TCP daemon, which takes a model by upload, "
+                                     "not by path; this flowc cannot upload yet"));
 
   flowc::v1::SubmitRequest request;
   request.set_model_path(*model);

@@ -37,6 +37,21 @@ int main(int argc, char **argv) {
   GlobalOptions global;
   app.add_option("--cache-dir", global.cacheDir, "Cache directory (env FLOWC_CACHE_DIR)");
   app.add_option("--socket", global.socketPath, "Daemon socket (env FLOWC_SOCKET)");
+  app.add_option(
+      "--daemon", global.daemonUrl,
+      "The daemon to use: unix:/PATH, grpcs://HOST:PORT, or grpc://HOST:PORT on "
+      "loopback only (env FLOWC_DAEMON; default the unix socket)");
+  app.add_option("--tls-ca", global.tlsCa,
+                 "PEM CA bundle that signed a grpcs:// daemon's certificate (env "
+                 "FLOWC_TLS_CA; default the system's)");
+  app.add_option("--tls-cert", global.tlsCert,
+                 "PEM client certificate for a grpcs:// daemon that requires one (env "
+                 "FLOWC_TLS_CERT)");
+  app.add_option("--tls-key", global.tlsKey,
+                 "PEM private key of --tls-cert (env FLOWC_TLS_KEY)");
+  app.add_option("--token", global.token,
+                 "Bearer token for a TCP daemon (env FLOWC_TOKEN, which other users "
+                 "cannot see in ps)");
   app.add_flag("--trust-daemon", global.trustForeignDaemon,
                "Use a daemon socket that another user owns (flowc runs the code such a "
                "daemon returns; refused by default)");

@@ -150,8 +150,28 @@ int main(int argc, char **argv) {
   socket.option = app.add_option(
       "--socket", socket.value,
       "Unix socket to listen on (env FLOWC_SOCKET; default CACHE_DIR/flowcd.sock)");
-  listen.option =
-      app.add_option("--listen", listen.value, "Also listen on TCP host:port");
+  listen.option = app.add_option(
+      "--listen", listen.value,
+      "Also listen on TCP host:port: needs --tls-cert, --tls-key and --tokens, or "
+      "--insecure-loopback");
+  FlagSlot tlsCert, tlsKey, tlsClientCa, tokens;
+  tlsCert.option = app.add_option("--tls-cert", tlsCert.value,
+                                  "PEM certificate chain of the TCP port");
+  tlsKey.option = app.add_option(
+      "--tls-key", tlsKey.value,
+      "PEM private key of the TCP port (mode 600: no group or other access)");
+  tlsClientCa.option =
+      app.add_option("--tls-client-ca", tlsClientCa.value,
+                     "PEM CA bundle: TCP clients must present a certificate it signed");
+  tokens.option = app.add_option(
+      "--tokens", tokens.value,
+      "Bearer tokens of the TCP port, one 'NAME ROLE sha256:HEX' per line (roles read, "
+      "submit, admin; mode 600)");
+  bool insecureLoopback = false;
+  CLI::Option *insecureLoopbackFlag = app.add_flag(
+      "--insecure-loopback", insecureLoopback,
+      "Plaintext TCP, allowed only on 127.0.0.1, ::1 or localhost; without --tokens "
+      "every local client has every role (development)");
   workers.option = app.add_option(
       "--workers", workers.value,
       "Local worker processes running tasks at once, each one thread (default 0: one "
@@ -226,6 +246,12 @@ int main(int argc, char **argv) {
                                     : std::nullopt,
       remoteFallback.get(), remoteJobs.get()};
   flags.configFile = config.get();
+  flags.tlsCert = tlsCert.get();
+  flags.tlsKey = tlsKey.get();
+  flags.tlsClientCa = tlsClientCa.get();
+  flags.tokensFile = tokens.get();
+  if (insecureLoopbackFlag->count())
+    flags.insecureLoopback = "true";
   remoteCache.fill(flags);
   auto options = flowc::daemon::resolveDaemonOptions(flags);
   if (!options) {

@@ -1,5 +1,6 @@
 #include "CompilerService.h"
 
+#include "Auth.h"
 #include "GrpcStatus.h"
 #include "WorkerProcess.h"
 
@@ -42,23 +43,6 @@ bool streamChunks(grpc::ServerContext *context,
       break;
   }
   return true;
-}
-
-/// A client on this machine: it can read the cache's files itself.
-bool isLocalPeer(const grpc::ServerContext &context) {
-  return context.peer().starts_with("unix:");
-}
-
-/// A model path names a file on the daemon's machine, read with the
-/// daemon's rights: only a client on the unix socket (which only the
-/// daemon's own user and root can reach) may name one.
-Status requireLocalPeer(const grpc::ServerContext &context, const std::string &path) {
-  if (isLocalPeer(context))
-    return Status::ok();
-  return failedPrecondition("model_path '" + path +
-                            "' is a path on the daemon's machine, which only clients on "
-                            "its unix socket may name (a TCP client would upload the "
-                            "model, which this daemon does not support yet)");
 }
 
 flowc::v1::WorkerTask workerTask(const DaemonContext &context) {
@@ -138,7 +122,7 @@ grpc::Status CompilerService::Inspect(grpc::ServerContext *context,
   auto shapes = worker::validateInspectRequest(*request);
   if (!shapes)
     return toGrpcStatus(shapes.status());
-  if (Status local = requireLocalPeer(*context, path); !local)
+  if (Status local = authorizeModelPath(*context, path); !local)
     return toGrpcStatus(local);
   flowc::v1::WorkerTask task = workerTask(context_);
   *task.mutable_inspect() = *request;
@@ -168,7 +152,7 @@ grpc::Status CompilerService::Repro(grpc::ServerContext *context,
   const std::string &path = request->model_path();
   if (auto valid = worker::validateReproRequest(*request); !valid)
     return toGrpcStatus(valid.status());
-  if (Status local = requireLocalPeer(*context, path); !local)
+  if (Status local = authorizeModelPath(*context, path); !local)
     return toGrpcStatus(local);
   flowc::v1::WorkerTask task = workerTask(context_);
   *task.mutable_repro() = *request;
@@ -198,7 +182,8 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   if (!compile)
     return toGrpcStatus(compile.status());
   const std::string &path = compile->modelPath;
-  if (Status local = requireLocalPeer(*context, path); !local)
+  // What the client named, not where the daemon keeps an upload.
+  if (Status local = authorizeModelPath(*context, request->model_path()); !local)
     return toGrpcStatus(local);
   auto fail = [&](const std::string &jobId, const Status &status) {
     ++context_.jobsFailed;
@@ -388,7 +373,7 @@ CompilerService::finishSubmit(grpc::ServerContext *context,
   // Artifacts are adopted as files; one stored inline by an older flowc has
   // none, and the client, finding none, streams it.
   auto digest = cache::Digest::parse(result.artifact_digest());
-  if (request.want_local_path() && isLocalPeer(*context) && digest)
+  if (request.want_local_path() && isUnixPeer(*context) && digest)
     result.set_artifact_path(context_.cache->blobPath(*digest));
   flowc::v1::SubmitEvent event;
   *event.mutable_result() = std::move(result);

@@ -98,6 +98,22 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
       options.socketPath = value;
     } else if (key == "listen") {
       options.tcpAddress = value;
+    } else if (key == "tls-cert") {
+      options.frontDoor.tlsCert = value;
+    } else if (key == "tls-key") {
+      options.frontDoor.tlsKey = value;
+    } else if (key == "tls-client-ca") {
+      options.frontDoor.tlsClientCa = value;
+    } else if (key == "tokens") {
+      options.frontDoor.tokensFile = value;
+    } else if (key == "insecure-loopback") {
+      if (value == "true" || value == "yes" || value == "1")
+        options.frontDoor.insecureLoopback = true;
+      else if (value == "false" || value == "no" || value == "0")
+        options.frontDoor.insecureLoopback = false;
+      else
+        return invalidArgument(setting.origin + ": invalid value '" + value +
+                               "' for insecure-loopback (true or false)");
     } else if (key == "log-file") {
       options.logFile = value;
     } else if (key == "workers") {
@@ -274,6 +290,11 @@ Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags) {
   layer(settings, "cache-dir", flags.cacheDir, "FLOWC_CACHE_DIR");
   layer(settings, "socket", flags.socketPath, "FLOWC_SOCKET");
   layer(settings, "listen", flags.tcpAddress, nullptr);
+  layer(settings, "tls-cert", flags.tlsCert, nullptr);
+  layer(settings, "tls-key", flags.tlsKey, nullptr);
+  layer(settings, "tls-client-ca", flags.tlsClientCa, nullptr);
+  layer(settings, "tokens", flags.tokensFile, nullptr);
+  layer(settings, "insecure-loopback", flags.insecureLoopback, nullptr);
   layer(settings, "workers", flags.workers, nullptr);
   layer(settings, "max-size", flags.maxSize, "FLOWC_CACHE_MAX_SIZE");
   layer(settings, "idle-timeout", flags.idleTimeout, nullptr);

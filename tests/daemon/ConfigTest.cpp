@@ -243,5 +243,32 @@ TEST_F(ConfigTest, BadRemoteCacheSettingsNameTheirOrigin) {
   }
 }
 
+TEST_F(ConfigTest, FrontDoorSettingsComeFromFlagsOrTheFile) {
+  // The config file sets the TCP port's TLS, tokens and client CA.
+  writeFile(dir.file("flowcd.conf"),
+            "listen = 0.0.0.0:7411\ntls-cert = /etc/c.pem\ntls-key = /etc/k.pem\n"
+            "tls-client-ca = /etc/ca.pem\ntokens = /etc/tokens\n");
+  auto fromFile = resolveDaemonOptions(flags());
+  ASSERT_TRUE(fromFile) << fromFile.status().toString();
+  EXPECT_EQ(fromFile->frontDoor.tlsCert, "/etc/c.pem");
+  EXPECT_EQ(fromFile->frontDoor.tlsKey, "/etc/k.pem");
+  EXPECT_EQ(fromFile->frontDoor.tlsClientCa, "/etc/ca.pem");
+  EXPECT_EQ(fromFile->frontDoor.tokensFile, "/etc/tokens");
+  EXPECT_FALSE(fromFile->frontDoor.insecureLoopback);
+  // A flag beats the file.
+  DaemonFlags withFlags = flags();
+  withFlags.tokensFile = "/run/tokens";
+  withFlags.insecureLoopback = "true";
+  auto fromFlags = resolveDaemonOptions(withFlags);
+  ASSERT_TRUE(fromFlags);
+  EXPECT_EQ(fromFlags->frontDoor.tokensFile, "/run/tokens");
+  EXPECT_TRUE(fromFlags->frontDoor.insecureLoopback);
+  // A value that is no boolean names the file and line.
+  writeFile(dir.file("flowcd.conf"), "insecure-loopback = sure\n");
+  EXPECT_THAT(resolveDaemonOptions(flags()),
+              StatusIs(StatusCode::InvalidArgument,
+                       "flowcd.conf:1: invalid value 'sure' for insecure-loopback"));
+}
+
 } // namespace
 } // namespace flowc::daemon

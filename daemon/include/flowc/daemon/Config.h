@@ -42,17 +42,27 @@ struct DaemonFlags {
   std::optional<std::string> trustKeys;
   /// --config FILE (else FLOWC_CONFIG, else CACHE_DIR/flowcd.conf if it exists).
   std::optional<std::string> configFile;
+  /// The TCP front door (FrontDoorOptions); --insecure-loopback given: "true".
+  std::optional<std::string> tlsCert;
+  std::optional<std::string> tlsKey;
+  std::optional<std::string> tlsClientCa;
+  std::optional<std::string> tokensFile;
+  std::optional<std::string> insecureLoopback;
 };
 
 /// The keys a config file may set (one `key = value` per line, `#`
 /// comments); the same names as the long flags.
 inline constexpr const char *kConfigKeys[] = {
-    "cache-dir",         "socket",          "listen",          "workers",
-    "max-size",          "idle-timeout",    "log-file",        "read-only",
-    "task-memory-limit", "remote-executor", "remote-instance", "remote-platform",
-    "remote-fallback",   "remote-jobs",     "remote-cache",    "remote-header",
-    "remote-read-only",  "remote-ca-file",  "remote-client-cert", "remote-client-key",
-    "remote-upload-weights", "remote-timeout", "sign-key",     "trust-key"};
+    "cache-dir",       "socket",          "listen",
+    "tls-cert",        "tls-key",         "tls-client-ca",
+    "tokens",          "insecure-loopback", "workers",
+    "max-size",        "idle-timeout",    "log-file",
+    "read-only",       "task-memory-limit", "remote-executor",
+    "remote-instance", "remote-platform", "remote-fallback",
+    "remote-jobs",     "remote-cache",    "remote-header",
+    "remote-read-only", "remote-ca-file", "remote-client-cert",
+    "remote-client-key", "remote-upload-weights", "remote-timeout",
+    "sign-key",        "trust-key"};
 
 /// Keys that may be given more than once (a config file repeats the line).
 inline constexpr const char *kRepeatableConfigKeys[] = {"remote-header", "trust-key"};

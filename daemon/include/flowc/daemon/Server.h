@@ -46,12 +46,28 @@ struct RemoteCacheOptions {
   std::vector<std::string> trustKeyFiles;
 };
 
+/// How the TCP port (DaemonOptions::tcpAddress) admits clients.
+struct FrontDoorOptions {
+  /// PEM certificate chain and private key of the TCP port; both or none.
+  std::string tlsCert;
+  std::string tlsKey;
+  /// PEM CA bundle: when set, a client must present a certificate it signed.
+  std::string tlsClientCa;
+  /// Bearer tokens with roles (Auth.h's parseTokens format); required on
+  /// TCP unless insecureLoopback.
+  std::string tokensFile;
+  /// Plaintext TCP, allowed only on a loopback address; without tokensFile
+  /// every local client has every role (development).
+  bool insecureLoopback = false;
+};
+
 struct DaemonOptions {
   std::string cacheDir;
   /// Unix socket path; default `<cacheDir>/flowcd.sock`.
   std::string socketPath;
-  /// Optional "host:port" to listen on TCP as well (no TLS yet: loopback).
+  /// Optional "host:port" to listen on TCP as well, through frontDoor.
   std::string tcpAddress;
+  FrontDoorOptions frontDoor;
   /// Local task processes at once (each runs one thread), and jobs at
   /// once; 0 means one per core.
   unsigned workers = 0;
@@ -69,6 +85,10 @@ struct DaemonOptions {
 
   /// Fills defaults; InvalidArgument naming the bad field.
   Status validate();
+  /// InvalidArgument unless the TCP port is TLS with tokens, or plaintext
+  /// on a loopback address with insecureLoopback; front-door settings
+  /// without --listen are refused too.
+  Status validateFrontDoor() const;
 };
 
 class Server {
