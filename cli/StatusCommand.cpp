@@ -40,6 +40,7 @@ int runStatus(GlobalOptions &global, bool json) {
   nlohmann::json out = cacheStatsJson(cache);
   out.update({{"running", true},
               {"socket", global.socketPath},
+              {"daemon", (*client)->endpoint()},
               {"pid", health->pid()},
               {"version", health->version()},
               {"uptime_seconds", health->uptime_seconds()},
@@ -76,7 +77,9 @@ int runStatus(GlobalOptions &global, bool json) {
   std::cout << "flowcd: running pid " << health->pid() << " (" << health->version()
             << "), " << health->workers() << " workers, up "
             << static_cast<int>(health->uptime_seconds()) << " s\n"
-            << "socket: " << global.socketPath << "\ncache: " << health->cache_dir()
+            << ((*client)->isRemote() ? "daemon: " + (*client)->endpoint()
+                                      : "socket: " + global.socketPath)
+            << "\ncache: " << health->cache_dir()
             << ", " << cache.blob_count() << " blobs, " << humanBytes(cache.blob_bytes())
             << ", " << cache.action_count() << " actions; artifact hits " << cache.hits()
             << " / misses " << cache.misses() << " ("
