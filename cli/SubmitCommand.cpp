@@ -1,6 +1,7 @@
 // flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
 #include "Commands.h"
 #include "PlaceArtifact.h"
+#include "RemoteSubmit.h"
 
 #include "flowc/compiler/Compiler.h"
 #include "flowc/support/MappedFile.h"
@@ -29,6 +30,8 @@ struct SubmitOptions {
   bool json = false;
   bool batch = false;
   bool progress = false;
+  /// Upload the model's blobs instead of naming its path (RemoteSubmit.h).
+  bool upload = false;
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
   bool optLevelGiven = false;
@@ -140,14 +143,22 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
     return reportError(client.status());
 
   flowc::v1::SubmitRequest request;
-  request.set_model_path(*model);
+  std::optional<UploadReport> uploaded;
+  if (options.upload) {
+    auto report = uploadModel(**client, *model, global.cacheDir + "/client", request);
+    if (!report)
+      return reportError(report.status());
+    uploaded = *report;
+  } else {
+    request.set_model_path(*model);
+    request.set_want_local_path(true);
+  }
   request.set_target(options.compile.target);
   request.set_opt_level(options.compile.optLevel);
   request.set_precision(options.compile.precision);
   for (const std::string &pass : options.compile.disabledPasses)
     request.add_disabled_passes(pass);
   request.set_print_ir_after(options.printIrAfter);
-  request.set_want_local_path(true);
   request.set_thin(options.compile.thin);
   request.set_client(clientIdentity());
   request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
@@ -201,6 +212,15 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
                            {"kernels_reused", result->kernels_reused()},
                            {"thin", options.compile.thin},
                            {"job_id", result->job_id()}};
+    if (uploaded) {
+      json["uploaded_blobs"] = uploaded->uploadedBlobs;
+      json["uploaded_bytes"] = uploaded->uploadedBytes;
+      json["model_blobs"] = uploaded->modelBlobs;
+      json["model_bytes"] = uploaded->modelBytes;
+      json["hashed_bytes"] = uploaded->hashedBytes;
+      json["hash_seconds"] = uploaded->hashSeconds;
+      json["upload_seconds"] = uploaded->uploadSeconds;
+    }
     json["op_counts"] = nlohmann::json::object();
     for (const auto &[op, count] : result->op_counts())
       json["op_counts"][op] = count;
@@ -208,6 +228,10 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
     return 0;
   }
   std::ostringstream line;
+  if (uploaded)
+    line << "flowc: uploaded " << uploaded->uploadedBlobs << " of "
+         << uploaded->modelBlobs << " blobs (" << humanBytes(uploaded->uploadedBytes)
+         << " of " << humanBytes(uploaded->modelBytes) << ")\n";
   line << "flowc: cache " << cache
        << (result->cache_hit()        ? ""
            : result->code_cache_hit() ? " (code reused, weights re-linked)"
@@ -255,6 +279,9 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
   cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
+  cmd->add_flag("--upload", options->upload,
+                "Upload the model's files as blobs (only those the daemon lacks) "
+                "instead of naming its path: for a daemon that cannot read them");
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;
     options->optLevelGiven = cmd->count("--opt-level") > 0;
