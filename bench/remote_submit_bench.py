@@ -3,7 +3,7 @@
 already holds, and the client's hashing time with a cold and a warm stat
 memo. Prints figures; asserts nothing. Not run by CI (4 GB by default).
 
-    .venv/bin/python bench/remote_submit_bench.py [--size-gb 4] [--dir WORKDIR] [--keep]
+    .venv/bin/python bench/remote_submit_bench.py [--size-gib 4] [--dir WORKDIR] [--keep]
 
 The model is bench/ingest_bench.py's synthetic external-data chain
 (8192 x 8192 float32 MatMul weights in one data file next to the .onnx,
@@ -52,15 +52,15 @@ def graph_variant(model_path: pathlib.Path) -> pathlib.Path:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-gb", type=float, default=4.0,
-                        help="external weights, GB (default 4)")
+    parser.add_argument("--size-gib", type=float, default=4.0,
+                        help="external weights, GiB (default 4)")
     parser.add_argument("--dir", type=pathlib.Path, help="work directory (kept models)")
     parser.add_argument("--keep", action="store_true", help="keep the cache afterwards")
     args = parser.parse_args()
     work = args.dir or pathlib.Path(tempfile.mkdtemp(prefix="flowc-rsubmit-bench."))
     models = work / "models"
     models.mkdir(parents=True, exist_ok=True)
-    model, weight_bytes = generate(models, "external", int(args.size_gb * 1e9), files=1)
+    model, weight_bytes = generate(models, "external", int(args.size_gib * (1 << 30)), files=1)
     variant = graph_variant(model)
     # The client memoizes no file changed in the last 2 s (a writer may
     # still be at work): a freshly generated model would be hashed twice.

@@ -217,7 +217,9 @@ CompilerService::submitPath(grpc::ServerContext *context,
   if (!compile)
     return toGrpcStatus(compile.status());
   const std::string &path = compile->modelPath;
-  if (Status local = requireLocalPeer(*context, path); !materialized && !local)
+  // The daemon made a materialized model's directory itself.
+  if (Status local = materialized ? Status::ok() : requireLocalPeer(*context, path);
+      !local)
     return toGrpcStatus(local);
   auto fail = [&](const std::string &jobId, const Status &status) {
     ++context_.jobsFailed;
