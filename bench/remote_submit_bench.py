@@ -81,9 +81,20 @@ def main():
         return result
 
     memo = cache / "client" / "upload-hashes.json"
+    status = json.loads(subprocess.run(base + ["status", "--json"], check=True,
+                                       capture_output=True, text=True).stdout)
+
+    def daemon_peak_mib():
+        for line in pathlib.Path(f"/proc/{status['pid']}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
     try:
-        runs = [("cold (nothing anywhere)", submit(model)),
-                ("graph changed, same weights", submit(variant))]
+        before = daemon_peak_mib()
+        runs = [("cold (nothing anywhere)", submit(model))]
+        after = daemon_peak_mib()
+        runs.append(("graph changed, same weights", submit(variant)))
         memo.unlink()
         runs.append(("client memo removed", submit(variant)))
         runs.append(("unchanged", submit(variant)))
@@ -101,6 +112,8 @@ def main():
         print(f"{name:<30} {r['uploaded_bytes']:>16,} {r['uploaded_blobs']:>6} "
               f"{r['hashed_bytes']:>12,} {r['hash_seconds']:>8.3f} {rate:>9} "
               f"{r['cache']:>6} {r['wall_s']:>8.2f}")
+    print(f"daemon peak RSS (VmHWM): {before:.0f} MiB before the cold upload, "
+          f"{after:.0f} MiB after it")
     changed = runs[1][1]["uploaded_bytes"]
     print(f"graph change: {changed:,} bytes sent of {model_bytes:,} "
           f"({changed / model_bytes:.2e} of the model)")
