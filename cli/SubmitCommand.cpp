@@ -1,6 +1,7 @@
 // flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
 #include "Commands.h"
 #include "PlaceArtifact.h"
+#include "RemoteSubmit.h"
 
 #include "flowc/compiler/Compiler.h"
 #include "flowc/support/MappedFile.h"
@@ -30,6 +31,8 @@ struct SubmitOptions {
   bool batch = false;
   bool progress = false;
   bool explain = false;
+  /// Upload the model's blobs instead of naming its path (RemoteSubmit.h).
+  bool upload = false;
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
   bool optLevelGiven = false;
@@ -139,22 +142,25 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   auto client = DaemonClient::connect(global, /*autostart=*/true);
   if (!client)
     return reportError(client.status());
-  // A path means nothing on another machine, and the daemon refuses one
-  // over TCP.
-  if ((*client)->isRemote())
-    return reportError(unimplemented("remote submit: " + (*client)->endpoint() +
-                                     " is a TCP daemon, which takes a model by upload, "
-                                     "not by path; this flowc cannot upload yet"));
-
   flowc::v1::SubmitRequest request;
-  request.set_model_path(*model);
+  std::optional<UploadReport> uploaded;
+  // A path means nothing on another machine, and the daemon refuses one
+  // over TCP: the model goes by upload.
+  if (options.upload || (*client)->isRemote()) {
+    auto report = uploadModel(**client, *model, global.cacheDir + "/client", request);
+    if (!report)
+      return reportError(report.status());
+    uploaded = *report;
+  } else {
+    request.set_model_path(*model);
+    request.set_want_local_path(true);
+  }
   request.set_target(options.compile.target);
   request.set_opt_level(options.compile.optLevel);
   request.set_precision(options.compile.precision);
   for (const std::string &pass : options.compile.disabledPasses)
     request.add_disabled_passes(pass);
   request.set_print_ir_after(options.printIrAfter);
-  request.set_want_local_path(true);
   request.set_thin(options.compile.thin);
   request.set_client(clientIdentity());
   request.set_explain(options.explain);
@@ -212,6 +218,15 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
                            {"answered_by", result->answered_by()}};
     if (options.explain)
       json["explain"] = result->explain();
+    if (uploaded) {
+      json["uploaded_blobs"] = uploaded->uploadedBlobs;
+      json["uploaded_bytes"] = uploaded->uploadedBytes;
+      json["model_blobs"] = uploaded->modelBlobs;
+      json["model_bytes"] = uploaded->modelBytes;
+      json["hashed_bytes"] = uploaded->hashedBytes;
+      json["hash_seconds"] = uploaded->hashSeconds;
+      json["upload_seconds"] = uploaded->uploadSeconds;
+    }
     json["op_counts"] = nlohmann::json::object();
     for (const auto &[op, count] : result->op_counts())
       json["op_counts"][op] = count;
@@ -219,6 +234,10 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
     return 0;
   }
   std::ostringstream line;
+  if (uploaded)
+    line << "flowc: uploaded " << uploaded->uploadedBlobs << " of "
+         << uploaded->modelBlobs << " blobs (" << humanBytes(uploaded->uploadedBytes)
+         << " of " << humanBytes(uploaded->modelBytes) << ")\n";
   line << "flowc: cache " << cache
        << (result->cache_hit()        ? ""
            : result->code_cache_hit() ? " (code reused, weights re-linked)"
@@ -272,6 +291,9 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
                 "Say which cache entry answered, or on a miss what differs from the "
                 "nearest entry for a model of the same name (graph node, weights, target, "
                 "option, toolchain)");
+  cmd->add_flag("--upload", options->upload,
+                "Upload the model's files as blobs (only those the daemon lacks) "
+                "instead of naming its path: for a daemon that cannot read them");
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;
     options->optLevelGiven = cmd->count("--opt-level") > 0;

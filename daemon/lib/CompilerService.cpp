@@ -111,7 +111,8 @@ struct CompilerService::Flights {
 };
 
 CompilerService::CompilerService(DaemonContext &context)
-    : context_(context), flights_(std::make_shared<Flights>()) {}
+    : context_(context), flights_(std::make_shared<Flights>()), uploads_(*context.cache) {
+}
 
 CompilerService::~CompilerService() = default;
 
@@ -178,12 +179,33 @@ grpc::Status CompilerService::Repro(grpc::ServerContext *context,
 grpc::Status CompilerService::Submit(grpc::ServerContext *context,
                                      const flowc::v1::SubmitRequest *request,
                                      grpc::ServerWriter<flowc::v1::SubmitEvent> *writer) {
+  if (!request->has_model())
+    return submitPath(context, request, writer, nullptr);
+  // A remote submit names blobs, not a path: compiled as a path submit of
+  // the model materialized in a directory of the daemon's own, removed
+  // when this returns.
+  auto model = uploads_.materialize(*request);
+  if (!model) {
+    spdlog::warn("submit manifest status={}", model.status().toString());
+    return toGrpcStatus(model.status());
+  }
+  return (*model)->scrub(submitPath(context, &(*model)->request(), writer, model->get()));
+}
+
+grpc::Status
+CompilerService::submitPath(grpc::ServerContext *context,
+                            const flowc::v1::SubmitRequest *request,
+                            grpc::ServerWriter<flowc::v1::SubmitEvent> *writer,
+                            const MaterializedModel *materialized) {
   auto compile = worker::validateSubmitRequest(*request);
   if (!compile)
     return toGrpcStatus(compile.status());
   const std::string &path = compile->modelPath;
-  // What the client named, not where the daemon keeps an upload.
-  if (Status local = authorizeModelPath(*context, request->model_path()); !local)
+  // The daemon made a materialized model's directory itself; any other
+  // path is one the client must be able to open.
+  if (Status local =
+          materialized ? Status::ok() : authorizeModelPath(*context, request->model_path());
+      !local)
     return toGrpcStatus(local);
   auto fail = [&](const std::string &jobId, const Status &status) {
     ++context_.jobsFailed;
@@ -397,6 +419,26 @@ CompilerService::FetchArtifact(grpc::ServerContext *context,
     return grpc::Status::CANCELLED;
   spdlog::info("fetch artifact={} bytes={}", request->digest(), bytes.size());
   return grpc::Status::OK;
+}
+
+grpc::Status
+CompilerService::FindMissingBlobs(grpc::ServerContext *,
+                                  const flowc::v1::FindMissingBlobsRequest *request,
+                                  flowc::v1::FindMissingBlobsResponse *response) {
+  return uploads_.findMissingBlobs(*request, response);
+}
+
+grpc::Status
+CompilerService::UploadBlob(grpc::ServerContext *context,
+                            grpc::ServerReader<flowc::v1::UploadChunk> *reader,
+                            flowc::v1::UploadBlobResponse *response) {
+  return uploads_.uploadBlob(context, reader, response);
+}
+
+grpc::Status CompilerService::QueryUpload(grpc::ServerContext *,
+                                          const flowc::v1::QueryUploadRequest *request,
+                                          flowc::v1::QueryUploadResponse *response) {
+  return uploads_.queryUpload(*request, response);
 }
 
 } // namespace flowc::daemon

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "DaemonContext.h"
+#include "UploadService.h"
 
 #include "flowc/v1/flowc.grpc.pb.h"
 
@@ -29,11 +30,27 @@ public:
                        flowc::v1::InspectResponse *response) override;
   grpc::Status Repro(grpc::ServerContext *context, const flowc::v1::ReproRequest *request,
                      grpc::ServerWriter<flowc::v1::ReproChunk> *writer) override;
+  // Remote submit's uploads (UploadService).
+  grpc::Status FindMissingBlobs(grpc::ServerContext *context,
+                                const flowc::v1::FindMissingBlobsRequest *request,
+                                flowc::v1::FindMissingBlobsResponse *response) override;
+  grpc::Status UploadBlob(grpc::ServerContext *context,
+                          grpc::ServerReader<flowc::v1::UploadChunk> *reader,
+                          flowc::v1::UploadBlobResponse *response) override;
+  grpc::Status QueryUpload(grpc::ServerContext *context,
+                           const flowc::v1::QueryUploadRequest *request,
+                           flowc::v1::QueryUploadResponse *response) override;
 
 private:
   struct Flight;
   struct Flights;
 
+  /// Submit of a model path: the client's, or (`materialized`) the
+  /// daemon's own copy of an uploaded model.
+  grpc::Status submitPath(grpc::ServerContext *context,
+                          const flowc::v1::SubmitRequest *request,
+                          grpc::ServerWriter<flowc::v1::SubmitEvent> *writer,
+                          const MaterializedModel *materialized);
   /// Queues the compile that `flight` stands for.
   Status startFlight(const std::shared_ptr<Flight> &flight, const std::string &key,
                      const flowc::v1::SubmitRequest &request);
@@ -49,6 +66,7 @@ private:
 
   DaemonContext &context_;
   std::shared_ptr<Flights> flights_;
+  UploadService uploads_;
 };
 
 } // namespace flowc::daemon
