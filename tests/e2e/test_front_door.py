@@ -263,15 +263,22 @@ def test_token_roles_over_tls(tmp_path, pki, model):
         result = daemon.tcp("cache", "clear", token=build, ca=ca)
         assert result.returncode == 3 and "role submit; Cache.Clear needs admin" in \
             result.stderr, result.stderr
-        # The CLI never sends a path to a TCP daemon.
-        result = daemon.tcp("submit", model, "-o", tmp_path / "remote.fca", token=build,
+        # A read token cannot upload a model either.
+        result = daemon.tcp("submit", model, "-o", tmp_path / "remote.fca", token=read,
                             ca=ca)
         outputs.append(result)
-        assert result.returncode == 4, result.stderr
-        assert "remote submit: grpcs://127.0.0.1:" in result.stderr, result.stderr
+        assert result.returncode == 3 and "needs submit" in result.stderr, result.stderr
         assert not (tmp_path / "remote.fca").exists()
         # Every refusal left the cache as it was, and the daemon up.
         assert cache_stats(daemon) == before
+        # The CLI never sends a path to a TCP daemon: it uploads the model.
+        result = daemon.tcp("submit", model, "-o", tmp_path / "remote.fca", "--json",
+                            token=build, ca=ca)
+        outputs.append(result)
+        assert result.returncode == 0, result.stderr
+        uploaded = json.loads(result.stdout)
+        assert uploaded["uploaded_bytes"] == model.stat().st_size, uploaded
+        assert (tmp_path / "remote.fca").exists()
         # A plaintext client on the TLS port gets nowhere.
         assert daemon.probe("health")["code"] == UNAVAILABLE
 
