@@ -105,9 +105,9 @@ void printBundle(const char *verb, const BundleCommandOptions &options,
   }
   std::cout << "flowc: " << verb << " " << report.entries << " entries, " << report.blobs
             << " blobs (" << humanBytes(report.bytes) << ")"
-            << (report.blobsPresent ? ", " + std::to_string(report.blobsPresent) +
-                                          " blobs already cached"
-                                    : "")
+            << (report.blobsPresent
+                    ? ", " + std::to_string(report.blobsPresent) + " blobs already cached"
+                    : "")
             << ": " << options.bundle << std::endl;
 }
 

@@ -52,16 +52,21 @@ std::string placesText(const flowc::v1::JobInfo &job) {
   return text.empty() ? "no tasks" : text;
 }
 
-int runJobs(GlobalOptions &global, bool json) {
+/// The daemon's running and recent jobs (no daemon is started for this).
+Expected<flowc::v1::JobsResponse> fetchJobs(GlobalOptions &global) {
   global.resolve();
-  auto client = DaemonClient::connect(global, /*autostart=*/false);
-  if (!client)
-    return reportError(client.status());
+  FLOWC_ASSIGN_OR_RETURN(auto client, DaemonClient::connect(global, /*autostart=*/false));
   grpc::ClientContext context;
   flowc::v1::JobsResponse response;
-  if (Status status = fromGrpc((*client)->admin().Jobs(&context, {}, &response), "jobs");
-      !status)
-    return reportError(status);
+  FLOWC_RETURN_IF_ERROR(fromGrpc(client->admin().Jobs(&context, {}, &response), "jobs"));
+  return response;
+}
+
+int runJobs(GlobalOptions &global, bool json) {
+  auto jobs = fetchJobs(global);
+  if (!jobs)
+    return reportError(jobs.status());
+  const flowc::v1::JobsResponse &response = *jobs;
   if (json) {
     nlohmann::json jobs = nlohmann::json::array();
     for (const flowc::v1::JobInfo &job : response.jobs())
@@ -83,32 +88,26 @@ int runJobs(GlobalOptions &global, bool json) {
 }
 
 int runExplain(GlobalOptions &global, const std::string &jobId, bool json) {
-  global.resolve();
-  auto client = DaemonClient::connect(global, /*autostart=*/false);
-  if (!client)
-    return reportError(client.status());
-  grpc::ClientContext context;
-  flowc::v1::JobsResponse response;
-  if (Status status = fromGrpc((*client)->admin().Jobs(&context, {}, &response), "jobs");
-      !status)
-    return reportError(status);
-  for (const flowc::v1::JobInfo &job : response.jobs()) {
+  auto jobs = fetchJobs(global);
+  if (!jobs)
+    return reportError(jobs.status());
+  for (const flowc::v1::JobInfo &job : jobs->jobs()) {
     if (job.id() != jobId)
       continue;
     if (job.explain().empty())
-      return reportError(notFound(
-          "job " + jobId + " has no explanation: it " +
-          (job.state() == "running" ? "has not looked up its entry yet"
-                                    : "ended before it looked up its entry (" +
-                                          job.state() + ")")));
+      return reportError(
+          notFound("job " + jobId + " has no explanation: it " +
+                   (job.state() == "running"
+                        ? "has not looked up its entry yet"
+                        : "ended before it looked up its entry (" + job.state() + ")")));
     if (json)
       printJson({{"id", job.id()}, {"model", job.model()}, {"explain", job.explain()}});
     else
       std::cout << job.id() << "  " << job.model() << "\n" << job.explain() << std::endl;
     return 0;
   }
-  return reportError(notFound("no job " + jobId +
-                              " among the daemon's running and recent jobs (flowc jobs)"));
+  return reportError(notFound(
+      "no job " + jobId + " among the daemon's running and recent jobs (flowc jobs)"));
 }
 
 int runWorkers(GlobalOptions &global, bool json) {

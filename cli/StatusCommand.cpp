@@ -79,9 +79,9 @@ int runStatus(GlobalOptions &global, bool json) {
             << static_cast<int>(health->uptime_seconds()) << " s\n"
             << ((*client)->isRemote() ? "daemon: " + (*client)->endpoint()
                                       : "socket: " + global.socketPath)
-            << "\ncache: " << health->cache_dir()
-            << ", " << cache.blob_count() << " blobs, " << humanBytes(cache.blob_bytes())
-            << ", " << cache.action_count() << " actions; artifact hits " << cache.hits()
+            << "\ncache: " << health->cache_dir() << ", " << cache.blob_count()
+            << " blobs, " << humanBytes(cache.blob_bytes()) << ", "
+            << cache.action_count() << " actions; artifact hits " << cache.hits()
             << " / misses " << cache.misses() << " ("
             << hitRateText(cache.hits(), cache.misses()) << ")\n"
             << "jobs: " << stats.jobs_running() << " running, " << stats.jobs_queued()

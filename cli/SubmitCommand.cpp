@@ -287,10 +287,11 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
   cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
-  cmd->add_flag("--explain", options->explain,
-                "Say which cache entry answered, or on a miss what differs from the "
-                "nearest entry for a model of the same name (graph node, weights, target, "
-                "option, toolchain)");
+  cmd->add_flag(
+      "--explain", options->explain,
+      "Say which cache entry answered, or on a miss what differs from the "
+      "nearest entry for a model of the same name (graph node, weights, target, "
+      "option, toolchain)");
   cmd->add_flag("--upload", options->upload,
                 "Upload the model's files as blobs (only those the daemon lacks) "
                 "instead of naming its path: for a daemon that cannot read them");

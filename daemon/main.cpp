@@ -34,10 +34,10 @@ struct FlagSlot {
   }
 };
 
-std::string joined(const std::vector<std::string> &values) {
+std::string joined(const std::vector<std::string> &values, const char *separator = ",") {
   std::string text;
   for (const std::string &value : values)
-    text += (text.empty() ? "" : ",") + value;
+    text += (text.empty() ? "" : separator) + value;
   return text;
 }
 
@@ -88,12 +88,10 @@ struct RemoteCacheFlags {
 
   void fill(flowc::daemon::DaemonFlags &flags) const {
     flags.remoteCache = url.get();
-    if (headersOption->count()) {
-      std::string text;
-      for (const std::string &header : headers)
-        text += (text.empty() ? "" : "\n") + header;
-      flags.remoteHeaders = text;
-    }
+    // Repeatable values travel joined by newlines (a config file repeats
+    // the line): a header value may hold a comma.
+    if (headersOption->count())
+      flags.remoteHeaders = joined(headers, "\n");
     if (readOnlyOption->count())
       flags.remoteReadOnly = "true";
     flags.remoteCaFile = caFile.get();
@@ -102,12 +100,8 @@ struct RemoteCacheFlags {
     flags.remoteUploadWeights = uploadWeights.get();
     flags.remoteTimeout = timeout.get();
     flags.signKey = signKey.get();
-    if (trustKeysOption->count()) {
-      std::string text;
-      for (const std::string &key : trustKeys)
-        text += (text.empty() ? "" : "\n") + key;
-      flags.trustKeys = text;
-    }
+    if (trustKeysOption->count())
+      flags.trustKeys = joined(trustKeys, "\n");
   }
 };
 
@@ -237,14 +231,23 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  flowc::daemon::DaemonFlags flags{
-      cacheDir.get(), socket.get(), listen.get(), workers.get(), maxSize.get(),
-      idleTimeout.get(), logFile.get(),
-      readOnlyFlag->count() ? std::optional<std::string>("true") : std::nullopt,
-      taskMemoryLimit.get(), remoteExecutor.get(), remoteInstance.get(),
-      remotePlatformOption->count() ? std::optional<std::string>(joined(remotePlatform))
-                                    : std::nullopt,
-      remoteFallback.get(), remoteJobs.get()};
+  flowc::daemon::DaemonFlags flags;
+  flags.cacheDir = cacheDir.get();
+  flags.socketPath = socket.get();
+  flags.tcpAddress = listen.get();
+  flags.workers = workers.get();
+  flags.maxSize = maxSize.get();
+  flags.idleTimeout = idleTimeout.get();
+  flags.logFile = logFile.get();
+  if (readOnlyFlag->count())
+    flags.readOnly = "true";
+  flags.taskMemoryLimit = taskMemoryLimit.get();
+  flags.remoteExecutor = remoteExecutor.get();
+  flags.remoteInstance = remoteInstance.get();
+  if (remotePlatformOption->count())
+    flags.remotePlatform = joined(remotePlatform);
+  flags.remoteFallback = remoteFallback.get();
+  flags.remoteJobs = remoteJobs.get();
   flags.configFile = config.get();
   flags.tlsCert = tlsCert.get();
   flags.tlsKey = tlsKey.get();

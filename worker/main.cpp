@@ -154,8 +154,9 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
   // A read-only local cache cannot take what the remote would give.
   if (task.has_remote_cache() && !task.cache_read_only()) {
     auto options = worker::fromProto(task.remote_cache());
-    auto opened = options ? worker::RemoteTier::open(*cache, *options)
-                          : Expected<std::unique_ptr<worker::RemoteTier>>(options.status());
+    auto opened = options
+                      ? worker::RemoteTier::open(*cache, *options)
+                      : Expected<std::unique_ptr<worker::RemoteTier>>(options.status());
     if (opened)
       tier = std::move(*opened);
     else

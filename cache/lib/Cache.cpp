@@ -33,7 +33,8 @@ Expected<std::optional<ActionRecord>> Cache::actionEntry(ActionKind kind,
   for (const Digest &dep : entry->second)
     if (!contains(dep))
       return std::optional<ActionRecord>();
-  return std::optional<ActionRecord>(ActionRecord{kind, key, entry->first, entry->second});
+  return std::optional<ActionRecord>(
+      ActionRecord{kind, key, entry->first, entry->second});
 }
 
 Status Cache::recordActions(const std::vector<ActionRecord> &records) {

@@ -324,7 +324,8 @@ Status Index::putActions(const std::vector<ActionRecord> &records) {
   std::lock_guard lock(mutex_);
   FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
   for (const ActionRecord &record : records)
-    FLOWC_RETURN_IF_ERROR(writeAction(record.kind, record.key, record.result, record.deps));
+    FLOWC_RETURN_IF_ERROR(
+        writeAction(record.kind, record.key, record.result, record.deps));
   return txn.commit();
 }
 

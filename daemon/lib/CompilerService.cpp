@@ -203,8 +203,8 @@ CompilerService::submitPath(grpc::ServerContext *context,
   const std::string &path = compile->modelPath;
   // The daemon made a materialized model's directory itself; any other
   // path is one the client must be able to open.
-  if (Status local =
-          materialized ? Status::ok() : authorizeModelPath(*context, request->model_path());
+  if (Status local = materialized ? Status::ok()
+                                  : authorizeModelPath(*context, request->model_path());
       !local)
     return toGrpcStatus(local);
   auto fail = [&](const std::string &jobId, const Status &status) {

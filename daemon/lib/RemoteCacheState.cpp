@@ -22,7 +22,8 @@ std::string identityOf(const RemoteCacheOptions &options) {
   return identity.empty() ? "anonymous" : identity;
 }
 
-void add(flowc::v1::RemoteCacheCounters &total, const flowc::v1::RemoteCacheCounters &job) {
+void add(flowc::v1::RemoteCacheCounters &total,
+         const flowc::v1::RemoteCacheCounters &job) {
   total.set_hits(total.hits() + job.hits());
   total.set_misses(total.misses() + job.misses());
   total.set_uploads(total.uploads() + job.uploads());

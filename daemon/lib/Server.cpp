@@ -277,11 +277,10 @@ Status DaemonOptions::validate() {
   } else if (!remote.instance.empty() && remoteCache.url.empty()) {
     return invalidArgument("--remote-instance needs --remote-executor or --remote-cache");
   }
-  bool remoteCacheSettings = !remoteCache.headers.empty() || remoteCache.readOnly ||
-                             !remoteCache.caFile.empty() ||
-                             !remoteCache.clientCertFile.empty() ||
-                             !remoteCache.signKeyFile.empty() ||
-                             !remoteCache.trustKeyFiles.empty();
+  bool remoteCacheSettings =
+      !remoteCache.headers.empty() || remoteCache.readOnly ||
+      !remoteCache.caFile.empty() || !remoteCache.clientCertFile.empty() ||
+      !remoteCache.signKeyFile.empty() || !remoteCache.trustKeyFiles.empty();
   if (remoteCache.url.empty() && remoteCacheSettings)
     return invalidArgument("--remote-header, --remote-read-only, --remote-ca-file, "
                            "--remote-client-cert, --sign-key and --trust-key need "

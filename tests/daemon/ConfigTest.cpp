@@ -217,7 +217,8 @@ TEST_F(ConfigTest, RemoteCacheSettingsFromTheFileRepeatHeadersAndKeys) {
   EXPECT_TRUE(remote.readOnly);
   EXPECT_EQ(remote.uploadWeights, "never");
   EXPECT_EQ(remote.timeoutMs, 30000u);
-  EXPECT_EQ(remote.trustKeyFiles, (std::vector<std::string>{"/keys/a.pub", "/keys/b.pub"}));
+  EXPECT_EQ(remote.trustKeyFiles,
+            (std::vector<std::string>{"/keys/a.pub", "/keys/b.pub"}));
 
   // A flag replaces the file's value; the environment sits between.
   ScopedEnv env("FLOWC_REMOTE_CACHE", "http://127.0.0.1:8080/cache");

@@ -46,14 +46,15 @@ def test_a_model_not_compiled_with_those_options_is_refused(daemon, tmp_path):
 def test_a_damaged_bundle_changes_nothing(daemon, tmp_path):
     model = elementwise_chain(tmp_path / "chain.onnx", blocks=2)
     first = daemon(name="first")
-    first.flowc.submit(model, tmp_path / "a.fca")
+    first_artifact = first.flowc.submit(model, tmp_path / "a.fca")["artifact_digest"]
     bundle = tmp_path / "good.tar"
     first.flowc.run("cache", "export", model, "-o", bundle)
     good = bundle.read_bytes()
     second = daemon(name="second")
     before = json.loads(second.flowc.run("cache", "stats", "--json").stdout)
     flipped = bytearray(good)
-    flipped[len(good) - 1024 - 600] ^= 0x20
+    artifact = good.index(b"blobs/" + first_artifact.split(":")[1].split("/")[0].encode())
+    flipped[artifact + 512 + 100] ^= 0x20
     cases = {"truncated": (good[:len(good) // 2], "truncated"),
              "flipped": (bytes(flipped), "hashes to"),
              "not a tar": (b"x" * 4096, "not a ustar header"),

@@ -19,8 +19,8 @@ namespace flowc::worker {
 namespace {
 
 using namespace flowc::testing;
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 constexpr const char *kBuild = "flowc-test-build";
 
@@ -40,7 +40,8 @@ CompiledModel compiled(const TempDir &dir, const std::string &cacheName) {
   CompiledModel made;
   made.cache = std::move(*cache::Cache::open(dir.file(cacheName), {}));
   InProcessTaskRunner runner(*made.cache, kBuild, 1);
-  CompileExecutor executor(*made.cache, kBuild, CompileExecutor::Eviction::Never, &runner);
+  CompileExecutor executor(*made.cache, kBuild, CompileExecutor::Eviction::Never,
+                           &runner);
   made.request.modelPath = dir.file("m.onnx");
   made.result = *executor.compile(made.request, [](auto &, auto &) {});
   return made;
@@ -96,27 +97,33 @@ TEST(BundleTest, ADamagedBundleChangesNothing) {
     std::string name, bytes, message;
     StatusCode code;
   };
+  // A byte inside the artifact's data (its member's header, then the data).
   std::string flipped = good;
-  flipped[flipped.size() - 1024 - 700] ^= 0x40; // inside the last blob's data
+  size_t artifact = good.find("blobs/" + source.result.artifactDigest.hex());
+  ASSERT_NE(artifact, std::string::npos);
+  flipped[artifact + 512 + 100] ^= 0x40;
   std::string unfinished = good;
   size_t complete = unfinished.find("\"complete\": true");
   ASSERT_NE(complete, std::string::npos);
   unfinished.replace(complete, 16, "\"complete\":false");
   std::vector<Case> cases = {
       {"empty", "", "truncated", StatusCode::DataLoss},
-      {"not a tar", std::string(2048, 'x'), "not a ustar header", StatusCode::InvalidArgument},
+      {"not a tar", std::string(2048, 'x'), "not a ustar header",
+       StatusCode::InvalidArgument},
       {"cut", good.substr(0, good.size() / 2), "truncated", StatusCode::DataLoss},
       {"a flipped byte", flipped, "blobs/", StatusCode::DataLoss},
       {"unfinished", unfinished, "", StatusCode::DataLoss},
   };
   for (const Case &c : cases) {
-    auto target = cache::Cache::open(dir.file("t-" + std::to_string(&c - cases.data())), {});
+    auto target =
+        cache::Cache::open(dir.file("t-" + std::to_string(&c - cases.data())), {});
     ASSERT_TRUE(target);
     writeFile(dir.file("bad.tar"), c.bytes);
     auto read = readBundle(**target, dir.file("bad.tar"));
     ASSERT_FALSE(read) << c.name;
     if (c.name != "unfinished") {
-      EXPECT_EQ(read.status().code(), c.code) << c.name << ": " << read.status().toString();
+      EXPECT_EQ(read.status().code(), c.code)
+          << c.name << ": " << read.status().toString();
       EXPECT_THAT(read.status().message(), HasSubstr(c.message)) << c.name;
     }
     auto stats = (*target)->stats();

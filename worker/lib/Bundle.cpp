@@ -60,7 +60,8 @@ std::string header(const std::string &name, uint64_t size) {
   std::snprintf(block.data() + 108, 8, "%07o", 0);
   std::snprintf(block.data() + 116, 8, "%07o", 0);
   if (size < (uint64_t(1) << 33)) {
-    std::snprintf(block.data() + 124, 12, "%011llo", static_cast<unsigned long long>(size));
+    std::snprintf(block.data() + 124, 12, "%011llo",
+                  static_cast<unsigned long long>(size));
   } else {
     block[124] = static_cast<char>(0x80);
     for (int i = 11; i >= 1; --i, size >>= 8)
@@ -175,10 +176,12 @@ Expected<std::vector<cache::ActionRecord>> parseEntries(std::string_view text,
                                                         const std::string &path) {
   json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object() || manifest.value("format", "") != kFormat)
-    return invalidArgument(path + ": " + kManifest + " is not a " + kFormat + " manifest");
+    return invalidArgument(path + ": " + kManifest + " is not a " + kFormat +
+                           " manifest");
   if (!manifest.value("complete", false))
-    return failedPrecondition(path + ": the bundle was not finished (written before every "
-                                     "part was compiled); refused");
+    return failedPrecondition(path +
+                              ": the bundle was not finished (written before every "
+                              "part was compiled); refused");
   if (!manifest.contains("entries") || !manifest["entries"].is_array() ||
       manifest["entries"].empty())
     return invalidArgument(path + ": " + kManifest + " lists no entries");
@@ -242,8 +245,9 @@ Expected<BundleReport> writeBundle(cache::Cache &cache,
   for (const Digest &digest : blobs) {
     auto blob = cache.get(digest);
     if (!blob)
-      return failedPrecondition("blob " + digest.toString() + " of the bundle is gone from '" +
-                                cache.root() + "': " + blob.status().message());
+      return failedPrecondition("blob " + digest.toString() +
+                                " of the bundle is gone from '" + cache.root() +
+                                "': " + blob.status().message());
     FLOWC_RETURN_IF_ERROR(writeMember(fd, temp, memberName(digest), blob->bytes()));
     ++report.blobs;
     report.bytes += digest.size;
@@ -293,8 +297,8 @@ Expected<BundleReport> readBundle(cache::Cache &cache, const std::string &path) 
     }
     std::string_view bytes = blobs[memberName(digest)];
     if (Status stored = cache.putVerified(digest, bytes); !stored)
-      return Status(stored.code(), path + ": member '" + memberName(digest) +
-                                       "': " + stored.message());
+      return Status(stored.code(),
+                    path + ": member '" + memberName(digest) + "': " + stored.message());
     MappedFile::releasePages(bytes);
     ++report.blobs;
     report.bytes += digest.size;

@@ -117,6 +117,9 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
   result.modelDigest = *modelDigest;
   result.artifactDigest = *artifact;
   result.cacheHit = result.codeCacheHit = true;
+  result.answeredBy = "local";
+  result.explain = "hit: answered by the local cache: the model file is unchanged since "
+                   "it was compiled";
   auto parsed = json::parse(manifest->bytes(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object() && parsed.contains("op_counts"))
     result.opCounts = parsed["op_counts"].get<std::map<std::string, int>>();
@@ -176,9 +179,6 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   if (memoized && !printsIr && !request.explain) {
     memoized->seconds = elapsed();
     progress("cache", "hit " + memoized->artifactDigest.toString() + " (file unchanged)");
-    memoized->answeredBy = "local";
-    memoized->explain = "hit: answered by the local cache: the model file is unchanged "
-                        "since it was compiled";
     return *memoized;
   }
   progress("ingest", request.modelPath);
@@ -191,10 +191,9 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   Digest key = artifactKey(ingested.modelDigest, request.options, request.kind);
   std::string factors = keyFactors(ingested, request, buildId_, key).dump();
   std::string answeredBy, cachedFactors;
-  FLOWC_ASSIGN_OR_RETURN(auto cached,
-                         printsIr ? std::optional<Digest>()
-                                  : lookupArtifact(key, ingested, answeredBy,
-                                                   &cachedFactors));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto cached, printsIr ? std::optional<Digest>()
+                            : lookupArtifact(key, ingested, answeredBy, &cachedFactors));
   if (cached && cache_.contains(ingested.modelDigest) && servable(*cached)) {
     FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
     result.artifactDigest = *cached;
@@ -252,8 +251,9 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   return result;
 }
 
-std::pair<Digest, Digest> CompileExecutor::codeKeys(const IngestedModel &ingested,
-                                                    const compiler::CompileOptions &options) const {
+std::pair<Digest, Digest>
+CompileExecutor::codeKeys(const IngestedModel &ingested,
+                          const compiler::CompileOptions &options) const {
   // Weight metadata, never contents: a fine-tune that keeps every shape
   // reuses the code and only re-links.
   ActionKey key("flowc.code.v1", buildId_);
@@ -271,11 +271,12 @@ CompileExecutor::recordedEntries(const CompileRequest &request) {
   FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested,
                          ingestModel(request.modelPath, request.inputShapes));
   Digest key = artifactKey(ingested.modelDigest, request.options, request.kind);
-  FLOWC_ASSIGN_OR_RETURN(auto artifact, cache_.actionEntry(cache::ActionKind::Artifact, key));
+  FLOWC_ASSIGN_OR_RETURN(auto artifact,
+                         cache_.actionEntry(cache::ActionKind::Artifact, key));
   if (!artifact)
-    return failedPrecondition(request.modelPath + " is not compiled with these options in '" +
-                              cache_.root() + "' (no complete artifact entry " +
-                              key.toString() + "): submit it first");
+    return failedPrecondition(
+        request.modelPath + " is not compiled with these options in '" + cache_.root() +
+        "' (no complete artifact entry " + key.toString() + "): submit it first");
   std::vector<cache::ActionRecord> entries{*artifact};
   // The code entries let a reader re-link after a weights-only change.
   auto [codeKey, weightsKey] = codeKeys(ingested, request.options);
@@ -298,9 +299,9 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
   // The weight list belongs to the same answer: one lookup in the figures.
   std::optional<Digest> cachedWeights;
   if (cached) {
-    FLOWC_ASSIGN_OR_RETURN(cachedWeights,
-                           lookupTiered(cache::ActionKind::Code, weightsKey,
-                                        cache::Cache::CountLookup::No));
+    FLOWC_ASSIGN_OR_RETURN(
+        cachedWeights,
+        lookupTiered(cache::ActionKind::Code, weightsKey, cache::Cache::CountLookup::No));
   }
   if (cached && cachedWeights && options.printIrAfter.empty()) {
     auto blob = cache_.get(*cachedWeights);

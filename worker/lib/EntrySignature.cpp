@@ -19,7 +19,8 @@ Expected<std::shared_ptr<void>> readKey(const std::string &path, KeyReader reade
   std::fclose(file);
   if (!key)
     return invalidArgument(std::string(what) + " '" + path + "': not a PEM " + what);
-  std::shared_ptr<void> owned(key, [](void *k) { EVP_PKEY_free(static_cast<EVP_PKEY *>(k)); });
+  std::shared_ptr<void> owned(key,
+                              [](void *k) { EVP_PKEY_free(static_cast<EVP_PKEY *>(k)); });
   if (EVP_PKEY_id(key) != EVP_PKEY_ED25519)
     return invalidArgument(std::string(what) + " '" + path +
                            "': not an Ed25519 key (make one with `openssl genpkey "
@@ -37,7 +38,7 @@ Expected<SigningKey> SigningKey::load(const std::string &path) {
 
 Expected<std::string> SigningKey::sign(std::string_view message) const {
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
-                                                                   EVP_MD_CTX_free);
+                                                                  EVP_MD_CTX_free);
   std::string signature(64, '\0');
   size_t length = signature.size();
   auto *key = static_cast<EVP_PKEY *>(key_.get());
@@ -63,15 +64,14 @@ Expected<TrustedKeys> TrustedKeys::load(const std::vector<std::string> &paths) {
 bool TrustedKeys::verifies(std::string_view message, std::string_view signature) const {
   for (const auto &key : keys_) {
     std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
-                                                                     EVP_MD_CTX_free);
+                                                                    EVP_MD_CTX_free);
     if (!context || EVP_DigestVerifyInit(context.get(), nullptr, nullptr, nullptr,
                                          static_cast<EVP_PKEY *>(key.get())) != 1)
       continue;
-    if (EVP_DigestVerify(context.get(),
-                         reinterpret_cast<const unsigned char *>(signature.data()),
-                         signature.size(),
-                         reinterpret_cast<const unsigned char *>(message.data()),
-                         message.size()) == 1)
+    if (EVP_DigestVerify(
+            context.get(), reinterpret_cast<const unsigned char *>(signature.data()),
+            signature.size(), reinterpret_cast<const unsigned char *>(message.data()),
+            message.size()) == 1)
       return true;
   }
   return false;

@@ -35,7 +35,9 @@ std::string hostName() {
   return name;
 }
 
-std::string text(const json &value) { return value.is_string() ? value.get<std::string>() : value.dump(); }
+std::string text(const json &value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
 
 } // namespace
 
@@ -44,9 +46,10 @@ json keyFactors(const IngestedModel &ingested, const CompileRequest &request,
   json weights = json::array();
   for (size_t i = 0; i < ingested.graph.weights.size(); ++i) {
     const compiler::WeightRef &weight = ingested.graph.weights[i];
-    weights.push_back({weight.key, compiler::dtypeName(weight.info.dtype) +
-                                       json(weight.info.shape).dump(),
-                       ingested.weightDigests[i].toString()});
+    weights.push_back(
+        {weight.key,
+         compiler::dtypeName(weight.info.dtype) + json(weight.info.shape).dump(),
+         ingested.weightDigests[i].toString()});
   }
   json nodes = json::array();
   for (const compiler::NodeRecord &node : ingested.graph.nodes)
@@ -59,8 +62,8 @@ json keyFactors(const IngestedModel &ingested, const CompileRequest &request,
       {"nodes", std::move(nodes)},
       {"weights", std::move(weights)},
       {"target", compiler::hostTargetDescription()},
-      {"options", request.options.canonical() + ";shapes=" +
-                      compiler::canonicalInputShapes(request.inputShapes) +
+      {"options", request.options.canonical() +
+                      ";shapes=" + compiler::canonicalInputShapes(request.inputShapes) +
                       (request.kind == ArtifactKind::Thin ? ";thin" : "")},
       {"toolchain", buildId + " " + artifactFormat()},
       {"host", hostName()},
@@ -89,12 +92,14 @@ std::optional<std::string> graphDifference(const json &wanted, const json &neare
       return "graph: node " + std::to_string(i) + " differs: " + text(a[i]) +
              " (cached: " + text(b[i]) + ")";
   if (a.size() != b.size())
-    return "graph: " + std::to_string(a.size()) + " nodes (cached: " +
-           std::to_string(b.size()) + "); node " + std::to_string(count) +
+    return "graph: " + std::to_string(a.size()) +
+           " nodes (cached: " + std::to_string(b.size()) + "); node " +
+           std::to_string(count) +
            (a.size() > b.size() ? " is new: " + text(a[count])
                                 : " is gone: " + text(b[count]));
   return "graph: every node's op and tensors are the same, so an attribute differs "
-         "(IR " + text(wanted["graph"]) + ", cached " + text(nearest["graph"]) + ")";
+         "(IR " +
+         text(wanted["graph"]) + ", cached " + text(nearest["graph"]) + ")";
 }
 
 std::optional<std::string> weightDifference(const json &wanted, const json &nearest) {
@@ -140,7 +145,8 @@ std::optional<std::string> valueDifference(const json &wanted, const json &neare
                                            const char *factor) {
   if (wanted.value(factor, json()) == nearest.value(factor, json()))
     return std::nullopt;
-  std::string a = text(wanted.value(factor, json())), b = text(nearest.value(factor, json()));
+  std::string a = text(wanted.value(factor, json())),
+              b = text(nearest.value(factor, json()));
   // Long values (a target's feature list) differ in a few parts: name those.
   std::vector<std::string> partsA, partsB, only;
   auto split = [](const std::string &value, std::vector<std::string> &parts) {

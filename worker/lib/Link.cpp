@@ -28,7 +28,8 @@ runtime::TensorSpec tensorSpec(const compiler::TensorInfo &info) {
 
 Expected<std::optional<cache::BlobHandle>>
 CompileExecutor::cachedDerivation(const Digest &key, cache::PinGuard &pins) {
-  FLOWC_ASSIGN_OR_RETURN(auto cached, lookupTiered(cache::ActionKind::DerivedWeight, key));
+  FLOWC_ASSIGN_OR_RETURN(auto cached,
+                         lookupTiered(cache::ActionKind::DerivedWeight, key));
   if (!cached)
     return std::optional<cache::BlobHandle>();
   // A blob that cannot be read is a miss: the caller derives it again.

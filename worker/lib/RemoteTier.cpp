@@ -112,8 +112,8 @@ struct RemoteTier::Impl {
       FLOWC_ASSIGN_OR_RETURN(std::string bytes, client->downloadBytes(digest));
       return local.putVerified(digest, bytes);
     }
-    std::string path = local.tmpDir() + "/remote." + std::to_string(local.tempOwner()) +
-                       ".XXXXXX";
+    std::string path =
+        local.tmpDir() + "/remote." + std::to_string(local.tempOwner()) + ".XXXXXX";
     int fd = ::mkstemp(path.data());
     if (fd < 0)
       return errnoStatus(errno, "cannot create a file in '" + local.tmpDir() + "'");
@@ -185,7 +185,8 @@ struct RemoteTier::Impl {
       if (local.contains(output.digest))
         continue;
       Status stored;
-      if (const std::string_view *bytes = localBytes ? localBytes(output.digest) : nullptr)
+      if (const std::string_view *bytes =
+              localBytes ? localBytes(output.digest) : nullptr)
         stored = local.putVerified(output.digest, *bytes);
       else {
         stored = download(output.digest);
@@ -357,7 +358,8 @@ struct RemoteTier::Impl {
 Expected<std::unique_ptr<RemoteTier>> RemoteTier::open(cache::Cache &local,
                                                        RemoteTierOptions options) {
   auto impl = std::make_unique<Impl>(local, std::move(options));
-  FLOWC_ASSIGN_OR_RETURN(impl->client, remote::RemoteCache::connect(impl->options.client));
+  FLOWC_ASSIGN_OR_RETURN(impl->client,
+                         remote::RemoteCache::connect(impl->options.client));
   if (!impl->options.signKeyFile.empty()) {
     FLOWC_ASSIGN_OR_RETURN(SigningKey key, SigningKey::load(impl->options.signKeyFile));
     impl->signingKey = std::move(key);

@@ -38,7 +38,7 @@ json indexEntries(cache::Cache &cache, const Digest &index) {
     return json::array();
   json parsed = parseObject(blob->bytes());
   return parsed.contains("entries") && parsed["entries"].is_array() ? parsed["entries"]
-                                                                     : json::array();
+                                                                    : json::array();
 }
 
 std::string describeEntry(const json &factors) {
@@ -56,16 +56,17 @@ std::string describeEntry(const json &factors) {
 
 } // namespace
 
-Expected<std::optional<Digest>> CompileExecutor::lookupTiered(cache::ActionKind kind,
-                                                              const Digest &key,
-                                                              cache::Cache::CountLookup count) {
+Expected<std::optional<Digest>>
+CompileExecutor::lookupTiered(cache::ActionKind kind, const Digest &key,
+                              cache::Cache::CountLookup count) {
   FLOWC_ASSIGN_OR_RETURN(auto cached, cache_.lookupAction(kind, key, count));
   if (cached || !remote_)
     return cached;
   return remote_->fetch(kind, key);
 }
 
-void CompileExecutor::publish(cache::ActionKind kind, const Digest &key, TierEntry entry) {
+void CompileExecutor::publish(cache::ActionKind kind, const Digest &key,
+                              TierEntry entry) {
   if (remote_)
     remote_->publish(kind, key, entry);
 }
@@ -111,7 +112,8 @@ Status CompileExecutor::recordArtifact(const Digest &key, const Digest &artifact
   json wanted = parseObject(factors);
   Digest indexKey = nameIndexKey(wanted.value("model", std::string()));
   FLOWC_ASSIGN_OR_RETURN(Digest factorsBlob, cache_.put(factors));
-  json entries = json::array({{{"key", key.toString()}, {"factors", factorsBlob.toString()}}});
+  json entries =
+      json::array({{{"key", key.toString()}, {"factors", factorsBlob.toString()}}});
   std::vector<json> known;
   auto local = cache_.lookupAction(cache::ActionKind::Artifact, indexKey,
                                    cache::Cache::CountLookup::No);
@@ -139,7 +141,8 @@ Status CompileExecutor::recordArtifact(const Digest &key, const Digest &artifact
   FLOWC_ASSIGN_OR_RETURN(Digest indexBlob, cache_.put(index.dump()));
   FLOWC_RETURN_IF_ERROR(
       cache_.recordAction(cache::ActionKind::Artifact, indexKey, indexBlob, factorBlobs));
-  publish(cache::ActionKind::Artifact, indexKey, TierEntry{indexBlob, factorBlobs, {}, {}});
+  publish(cache::ActionKind::Artifact, indexKey,
+          TierEntry{indexBlob, factorBlobs, {}, {}});
   return Status::ok();
 }
 

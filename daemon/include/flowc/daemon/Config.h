@@ -52,17 +52,35 @@ struct DaemonFlags {
 
 /// The keys a config file may set (one `key = value` per line, `#`
 /// comments); the same names as the long flags.
-inline constexpr const char *kConfigKeys[] = {
-    "cache-dir",       "socket",          "listen",
-    "tls-cert",        "tls-key",         "tls-client-ca",
-    "tokens",          "insecure-loopback", "workers",
-    "max-size",        "idle-timeout",    "log-file",
-    "read-only",       "task-memory-limit", "remote-executor",
-    "remote-instance", "remote-platform", "remote-fallback",
-    "remote-jobs",     "remote-cache",    "remote-header",
-    "remote-read-only", "remote-ca-file", "remote-client-cert",
-    "remote-client-key", "remote-upload-weights", "remote-timeout",
-    "sign-key",        "trust-key"};
+inline constexpr const char *kConfigKeys[] = {"cache-dir",
+                                              "socket",
+                                              "listen",
+                                              "tls-cert",
+                                              "tls-key",
+                                              "tls-client-ca",
+                                              "tokens",
+                                              "insecure-loopback",
+                                              "workers",
+                                              "max-size",
+                                              "idle-timeout",
+                                              "log-file",
+                                              "read-only",
+                                              "task-memory-limit",
+                                              "remote-executor",
+                                              "remote-instance",
+                                              "remote-platform",
+                                              "remote-fallback",
+                                              "remote-jobs",
+                                              "remote-cache",
+                                              "remote-header",
+                                              "remote-read-only",
+                                              "remote-ca-file",
+                                              "remote-client-cert",
+                                              "remote-client-key",
+                                              "remote-upload-weights",
+                                              "remote-timeout",
+                                              "sign-key",
+                                              "trust-key"};
 
 /// Keys that may be given more than once (a config file repeats the line).
 inline constexpr const char *kRepeatableConfigKeys[] = {"remote-header", "trust-key"};

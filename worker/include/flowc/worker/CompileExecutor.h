@@ -100,7 +100,8 @@ public:
   /// its artifact, and its code object and weight list when present (a
   /// bundle's contents). Reads the model (to make the keys); compiles
   /// nothing. FailedPrecondition when the artifact entry is not complete.
-  Expected<std::vector<cache::ActionRecord>> recordedEntries(const CompileRequest &request);
+  Expected<std::vector<cache::ActionRecord>>
+  recordedEntries(const CompileRequest &request);
 
   /// Consults `tier` after each local miss and publishes to it what is
   /// recorded locally; it must outlive the executor's compiles.
@@ -158,8 +159,8 @@ private:
                                      const ProgressFn &progress);
   TaskRunner &runner();
   /// The code object's key and its weight list's.
-  std::pair<cache::Digest, cache::Digest> codeKeys(const IngestedModel &ingested,
-                                                   const compiler::CompileOptions &options) const;
+  std::pair<cache::Digest, cache::Digest>
+  codeKeys(const IngestedModel &ingested, const compiler::CompileOptions &options) const;
   Expected<CompiledCode> codeFor(const IngestedModel &ingested,
                                  const compiler::CompileOptions &options,
                                  const ProgressFn &progress, bool &hit);
