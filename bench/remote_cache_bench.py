@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "remotecache"))
 from hostinfo import cpu_line  # noqa: E402
-from conftest import client_for, digest_of_file  # noqa: E402
+from probe import client_for, digest_of_file  # noqa: E402
 from servers import BuildGridCache, NginxCache  # noqa: E402
 
 MiB = 1 << 20

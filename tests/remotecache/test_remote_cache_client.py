@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Client, client_for, digest_of, digest_of_file
+from probe import Client, client_for, digest_of, digest_of_file
+from probe import buildgrid_cache, nginx_cache, server  # noqa: F401 (fixtures)
 from servers import BuildGridCache, NginxCache, digest_hex
 
 MiB = 1 << 20

@@ -1,4 +1,6 @@
-"""Fixtures for the remote cache tests: real servers on loopback
+"""Fixtures and helpers for the remote cache tests (a module of its own,
+not a conftest.py: tests/e2e/conftest.py is the `conftest` that e2e modules
+import, and one pytest run collects both directories): real servers on loopback
 (servers.py), started per module and stopped after it, and a client that
 runs build/bin/remote_cache_probe against them."""
 
