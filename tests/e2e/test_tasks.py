@@ -251,7 +251,8 @@ def test_daemon_flags_of_the_executors_are_checked(tmp_path):
     for flags, message in (
             (["--remote-executor", "http://x:1"], "--remote-executor"),
             (["--remote-executor", "grpc://host"], "--remote-executor"),
-            (["--remote-instance", "main"], "need --remote-executor"),
+            (["--remote-instance", "main"],
+             "--remote-instance needs --remote-executor or --remote-cache"),
             (["--remote-executor", "grpc://127.0.0.1:1", "--remote-fallback", "maybe"],
              "remote-fallback (local or none)"),
             (["--remote-executor", "grpc://127.0.0.1:1", "--remote-platform", "novalue"],
