@@ -85,6 +85,18 @@ void layer(Settings &settings, const std::string &key,
       settings[key] = {value, variable};
 }
 
+/// The values of a repeatable key (joined by newlines), each trimmed.
+std::vector<std::string> repeatedValues(const std::string &value) {
+  std::vector<std::string> values;
+  for (size_t begin = 0; begin < value.size();) {
+    size_t end = std::min(value.find('\n', begin), value.size());
+    std::string item = trim(std::string_view(value).substr(begin, end - begin));
+    begin = end + 1;
+    values.push_back(std::move(item));
+  }
+  return values;
+}
+
 Status bad(const Setting &setting, const Status &why) {
   return invalidArgument(setting.origin + ": " + why.message());
 }
@@ -183,10 +195,7 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
       options.remoteCache.url = value;
     } else if (key == "remote-header") {
       options.remoteCache.headers.clear();
-      for (size_t begin = 0; begin < value.size();) {
-        size_t end = std::min(value.find('\n', begin), value.size());
-        std::string pair = trim(std::string_view(value).substr(begin, end - begin));
-        begin = end + 1;
+      for (const std::string &pair : repeatedValues(value)) {
         size_t eq = pair.find('=');
         if (eq == std::string::npos || eq == 0)
           return invalidArgument(setting.origin + ": header '" +
@@ -224,13 +233,9 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
       options.remoteCache.signKeyFile = value;
     } else if (key == "trust-key") {
       options.remoteCache.trustKeyFiles.clear();
-      for (size_t begin = 0; begin < value.size();) {
-        size_t end = std::min(value.find('\n', begin), value.size());
-        std::string path = trim(std::string_view(value).substr(begin, end - begin));
-        begin = end + 1;
+      for (std::string &path : repeatedValues(value))
         if (!path.empty())
-          options.remoteCache.trustKeyFiles.push_back(path);
-      }
+          options.remoteCache.trustKeyFiles.push_back(std::move(path));
     } else if (key == "idle-timeout") {
       auto seconds = parseDurationSeconds(value);
       if (!seconds)

@@ -1,6 +1,7 @@
 #include "flowc/worker/Bundle.h"
 
 #include "flowc/support/MappedFile.h"
+#include "flowc/worker/RemoteTier.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -25,24 +26,10 @@ constexpr char kFormat[] = "flowc.bundle.v1";
 /// Written in slices, each released from memory once written.
 constexpr size_t kWriteSlice = 8 << 20;
 
-const char *kindName(cache::ActionKind kind) {
-  switch (kind) {
-  case cache::ActionKind::Artifact:
-    return "artifact";
-  case cache::ActionKind::Code:
-    return "code";
-  case cache::ActionKind::Kernel:
-    return "kernel";
-  case cache::ActionKind::DerivedWeight:
-    return "derived";
-  }
-  return "?";
-}
-
 std::optional<cache::ActionKind> kindNamed(const std::string &name) {
   for (auto kind : {cache::ActionKind::Artifact, cache::ActionKind::Code,
                     cache::ActionKind::Kernel, cache::ActionKind::DerivedWeight})
-    if (name == kindName(kind))
+    if (name == actionKindName(kind))
       return kind;
   return std::nullopt;
 }
@@ -107,7 +94,7 @@ json entryJson(const cache::ActionRecord &entry) {
   json deps = json::array();
   for (const Digest &dep : entry.deps)
     deps.push_back(dep.toString());
-  return {{"kind", kindName(entry.kind)},
+  return {{"kind", actionKindName(entry.kind)},
           {"key", entry.key.toString()},
           {"result", entry.result.toString()},
           {"deps", deps}};
@@ -284,7 +271,8 @@ Expected<BundleReport> readBundle(cache::Cache &cache, const std::string &path) 
         continue;
       if (!blobs.count(memberName(digest)) && !cache.contains(digest))
         return invalidArgument(path + ": blob " + digest.toString() + " of a " +
-                               kindName(entry.kind) + " entry is not in the bundle");
+                               actionKindName(entry.kind) +
+                               " entry is not in the bundle");
       needed.push_back(digest);
     }
   }

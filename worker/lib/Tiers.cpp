@@ -41,6 +41,13 @@ json indexEntries(cache::Cache &cache, const Digest &index) {
                                                                     : json::array();
 }
 
+/// The local name index's entries for `indexKey` (none if it has none).
+json localIndexEntries(cache::Cache &cache, const Digest &indexKey) {
+  auto index = cache.lookupAction(cache::ActionKind::Artifact, indexKey,
+                                  cache::Cache::CountLookup::No);
+  return index && *index ? indexEntries(cache, **index) : json::array();
+}
+
 std::string describeEntry(const json &factors) {
   std::string when = "?";
   if (factors.contains("when") && factors["when"].is_number_integer()) {
@@ -115,11 +122,8 @@ Status CompileExecutor::recordArtifact(const Digest &key, const Digest &artifact
   json entries =
       json::array({{{"key", key.toString()}, {"factors", factorsBlob.toString()}}});
   std::vector<json> known;
-  auto local = cache_.lookupAction(cache::ActionKind::Artifact, indexKey,
-                                   cache::Cache::CountLookup::No);
-  if (local && *local)
-    for (const json &entry : indexEntries(cache_, **local))
-      known.push_back(entry);
+  for (const json &entry : localIndexEntries(cache_, indexKey))
+    known.push_back(entry);
   if (remote_)
     if (auto fetched = remote_->fetchEntry(cache::ActionKind::Artifact, indexKey))
       for (const json &entry : indexEntries(cache_, fetched->result))
@@ -154,14 +158,11 @@ std::string CompileExecutor::explainHit(const std::string &factors,
   if (found.empty()) {
     // A local hit: its manifest is in the name index.
     Digest indexKey = nameIndexKey(wanted.value("model", std::string()));
-    auto index = cache_.lookupAction(cache::ActionKind::Artifact, indexKey,
-                                     cache::Cache::CountLookup::No);
-    if (index && *index)
-      for (const json &entry : indexEntries(cache_, **index))
-        if (entry.value("key", json()) == wanted["key"])
-          if (auto digest = Digest::parse(entry.value("factors", std::string())))
-            if (auto blob = cache_.get(*digest))
-              found = parseObject(blob->bytes());
+    for (const json &entry : localIndexEntries(cache_, indexKey))
+      if (entry.value("key", json()) == wanted["key"])
+        if (auto digest = Digest::parse(entry.value("factors", std::string())))
+          if (auto blob = cache_.get(*digest))
+            found = parseObject(blob->bytes());
   }
   if (found.empty())
     found = {{"key", wanted.value("key", std::string())}};
@@ -173,19 +174,16 @@ std::string CompileExecutor::explainMiss(const std::string &wantedFactors) {
   std::string model = wanted.value("model", std::string());
   Digest indexKey = nameIndexKey(model);
   std::vector<json> candidates;
-  auto collect = [&](const Digest &index) {
-    for (const json &entry : indexEntries(cache_, index))
+  auto collect = [&](const json &entries) {
+    for (const json &entry : entries)
       if (auto digest = Digest::parse(entry.value("factors", std::string())))
         if (auto blob = cache_.get(*digest))
           candidates.push_back(parseObject(blob->bytes()));
   };
-  auto local = cache_.lookupAction(cache::ActionKind::Artifact, indexKey,
-                                   cache::Cache::CountLookup::No);
-  if (local && *local)
-    collect(**local);
+  collect(localIndexEntries(cache_, indexKey));
   if (remote_)
     if (auto fetched = remote_->fetchEntry(cache::ActionKind::Artifact, indexKey))
-      collect(fetched->result);
+      collect(indexEntries(cache_, fetched->result));
   const json *nearest = nullptr;
   size_t best = 0;
   for (const json &candidate : candidates) {
