@@ -1,18 +1,15 @@
 // flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
 #include "Commands.h"
 #include "PlaceArtifact.h"
-#include "RemoteSubmit.h"
+#include "Submit.h"
 
 #include "flowc/compiler/Compiler.h"
 #include "flowc/support/MappedFile.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <fcntl.h>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <pwd.h>
 #include <sstream>
 #include <unistd.h>
 
@@ -63,70 +60,6 @@ void applyRecordedOptions(const std::string &dir, SubmitOptions &options) {
     options.compile.precision = precision->get<std::string>();
 }
 
-/// Streams the artifact into `path` (temp file + rename).
-Status downloadArtifact(DaemonClient &client, const std::string &digest,
-                        const std::string &path) {
-  std::string tmp = path + ".part";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return errnoStatus(errno, "cannot write '" + tmp + "'");
-  grpc::ClientContext context;
-  flowc::v1::FetchArtifactRequest request;
-  request.set_digest(digest);
-  auto reader = client.compiler().FetchArtifact(&context, request);
-  flowc::v1::ArtifactChunk chunk;
-  Status status;
-  uint64_t total = 0;
-  while (status.isOk() && reader->Read(&chunk)) {
-    const std::string &data = chunk.data();
-    if (::pwrite(fd, data.data(), data.size(), static_cast<off_t>(chunk.offset())) !=
-        static_cast<ssize_t>(data.size()))
-      status = errnoStatus(errno, "cannot write '" + tmp + "'");
-    total += data.size();
-  }
-  grpc::Status rpc = reader->Finish();
-  if (status.isOk())
-    status = fromGrpc(rpc, "fetch artifact " + digest);
-  if (status.isOk() && fsync(fd) != 0)
-    status = errnoStatus(errno, "cannot fsync '" + tmp + "'");
-  ::close(fd);
-  if (status.isOk() && std::rename(tmp.c_str(), path.c_str()) != 0)
-    status = errnoStatus(errno, "cannot rename '" + tmp + "' to '" + path + "'");
-  if (!status.isOk())
-    ::unlink(tmp.c_str());
-  return status;
-}
-
-/// Where the artifact came from: the daemon's cache file (linked, cloned or
-/// copied, or already there), else streamed over the connection.
-Expected<std::string> fetchArtifact(DaemonClient &client,
-                                    const flowc::v1::CompileResult &result,
-                                    const std::string &output) {
-  const std::string &digest = result.artifact_digest();
-  size_t slash = digest.rfind('/');
-  uint64_t size = slash == std::string::npos
-                      ? 0
-                      : std::strtoull(digest.c_str() + slash + 1, nullptr, 10);
-  if (!result.artifact_path().empty() && size > 0) {
-    auto placed = placeLocalArtifact(result.artifact_path(), size, output);
-    if (placed)
-      return std::string(placementName(*placed));
-    if (placed.status().code() != StatusCode::FailedPrecondition)
-      return placed.status();
-  }
-  FLOWC_RETURN_IF_ERROR(downloadArtifact(client, result.artifact_digest(), output));
-  return std::string("streamed");
-}
-
-/// "user@host": whom the daemon's fair share counts this submit for.
-std::string clientIdentity() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  const passwd *user = getpwuid(getuid());
-  return (user ? std::string(user->pw_name) : "uid" + std::to_string(getuid())) + "@" +
-         host;
-}
-
 int runSubmit(SubmitOptions options, GlobalOptions &global) {
   global.resolve();
   auto model = absoluteModelOrReproducer(options.model);
@@ -142,54 +75,34 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   auto client = DaemonClient::connect(global, /*autostart=*/true);
   if (!client)
     return reportError(client.status());
-  flowc::v1::SubmitRequest request;
-  std::optional<UploadReport> uploaded;
-  // A path means nothing on another machine, and the daemon refuses one
-  // over TCP: the model goes by upload.
-  if (options.upload || (*client)->isRemote()) {
-    auto report = uploadModel(**client, *model, global.cacheDir + "/client", request);
-    if (!report)
-      return reportError(report.status());
-    uploaded = *report;
-  } else {
-    request.set_model_path(*model);
-    request.set_want_local_path(true);
-  }
-  request.set_target(options.compile.target);
-  request.set_opt_level(options.compile.optLevel);
-  request.set_precision(options.compile.precision);
-  for (const std::string &pass : options.compile.disabledPasses)
-    request.add_disabled_passes(pass);
-  request.set_print_ir_after(options.printIrAfter);
-  request.set_thin(options.compile.thin);
-  request.set_client(clientIdentity());
-  request.set_explain(options.explain);
-  request.set_priority(options.batch ? flowc::v1::PRIORITY_BATCH
-                                     : flowc::v1::PRIORITY_INTERACTIVE);
-  if (Status shapes = addInputShapes(options.compile.inputShapes, request); !shapes)
-    return reportError(shapes);
-  grpc::ClientContext context;
-  auto reader = (*client)->compiler().Submit(&context, request);
-  flowc::v1::SubmitEvent event;
-  std::optional<flowc::v1::CompileResult> result;
+  SubmitSpec spec;
+  spec.model = *model;
+  spec.compile = options.compile;
+  spec.printIrAfter = options.printIrAfter;
+  spec.batch = options.batch;
+  spec.explain = options.explain;
+  spec.upload = options.upload;
   bool showProgress = options.progress || (!options.json && isatty(STDERR_FILENO));
-  while (reader->Read(&event)) {
-    if (event.has_result()) {
-      result = event.result();
-      continue;
-    }
-    // IR text asked for with --print-ir-after: always shown, verbatim.
-    if (event.progress().stage() == "ir") {
-      std::cerr << event.progress().detail();
-      continue;
-    }
-    if (showProgress)
-      std::cerr << "flowc: [" << std::fixed << std::setprecision(3)
-                << event.progress().elapsed_seconds() << "s] " << event.progress().stage()
-                << ": " << event.progress().detail() << "\n";
-  }
-  if (Status status = fromGrpc(reader->Finish(), "submit " + options.model); !status)
-    return reportError(status);
+  grpc::ClientContext context;
+  auto reply = submitModel(
+      **client, global, spec, context, [&](const flowc::v1::SubmitEvent &event) {
+        if (!event.has_progress())
+          return;
+        // IR text asked for with --print-ir-after: always shown, verbatim.
+        if (event.progress().stage() == "ir") {
+          std::cerr << event.progress().detail();
+          return;
+        }
+        if (showProgress)
+          std::cerr << "flowc: [" << std::fixed << std::setprecision(3)
+                    << event.progress().elapsed_seconds() << "s] "
+                    << event.progress().stage() << ": " << event.progress().detail()
+                    << "\n";
+      });
+  if (!reply)
+    return reportError(reply.status());
+  std::optional<flowc::v1::CompileResult> &result = reply->result;
+  std::optional<UploadReport> &uploaded = reply->uploaded;
   if (!result)
     return reportError(
         internalError("the daemon sent no result for '" + options.model + "'"));

@@ -1,0 +1,128 @@
+#include "Submit.h"
+
+#include "PlaceArtifact.h"
+
+#include <cstdlib>
+#include <fcntl.h>
+#include <pwd.h>
+#include <unistd.h>
+
+namespace flowc::cli {
+
+namespace {
+
+/// Streams the artifact into `path` (temp file + rename).
+Status downloadArtifact(DaemonClient &client, const std::string &digest,
+                        const std::string &path) {
+  std::string tmp = path + ".part";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errnoStatus(errno, "cannot write '" + tmp + "'");
+  grpc::ClientContext context;
+  flowc::v1::FetchArtifactRequest request;
+  request.set_digest(digest);
+  auto reader = client.compiler().FetchArtifact(&context, request);
+  flowc::v1::ArtifactChunk chunk;
+  Status status;
+  uint64_t total = 0;
+  while (status.isOk() && reader->Read(&chunk)) {
+    const std::string &data = chunk.data();
+    if (::pwrite(fd, data.data(), data.size(), static_cast<off_t>(chunk.offset())) !=
+        static_cast<ssize_t>(data.size()))
+      status = errnoStatus(errno, "cannot write '" + tmp + "'");
+    total += data.size();
+  }
+  grpc::Status rpc = reader->Finish();
+  if (status.isOk())
+    status = fromGrpc(rpc, "fetch artifact " + digest);
+  if (status.isOk() && fsync(fd) != 0)
+    status = errnoStatus(errno, "cannot fsync '" + tmp + "'");
+  ::close(fd);
+  if (status.isOk() && std::rename(tmp.c_str(), path.c_str()) != 0)
+    status = errnoStatus(errno, "cannot rename '" + tmp + "' to '" + path + "'");
+  if (!status.isOk())
+    ::unlink(tmp.c_str());
+  return status;
+}
+
+Status buildRequest(DaemonClient &client, const GlobalOptions &global,
+                    const SubmitSpec &spec, flowc::v1::SubmitRequest &request,
+                    std::optional<UploadReport> &uploaded) {
+  // A path means nothing on another machine, and the daemon refuses one
+  // over TCP: the model goes by upload.
+  if (spec.upload || client.isRemote()) {
+    FLOWC_ASSIGN_OR_RETURN(
+        uploaded, uploadModel(client, spec.model, global.cacheDir + "/client", request));
+  } else {
+    request.set_model_path(spec.model);
+    request.set_want_local_path(true);
+  }
+  request.set_target(spec.compile.target);
+  request.set_opt_level(spec.compile.optLevel);
+  request.set_precision(spec.compile.precision);
+  for (const std::string &pass : spec.compile.disabledPasses)
+    request.add_disabled_passes(pass);
+  request.set_print_ir_after(spec.printIrAfter);
+  request.set_thin(spec.compile.thin);
+  request.set_client(clientIdentity());
+  request.set_explain(spec.explain);
+  request.set_detach(spec.detach);
+  request.set_timeout_seconds(spec.timeoutSeconds);
+  request.set_priority(spec.batch ? flowc::v1::PRIORITY_BATCH
+                                  : flowc::v1::PRIORITY_INTERACTIVE);
+  return addInputShapes(spec.compile.inputShapes, request);
+}
+
+} // namespace
+
+Expected<SubmitReply> submitModel(DaemonClient &client, const GlobalOptions &global,
+                                  const SubmitSpec &spec, grpc::ClientContext &context,
+                                  const SubmitEventFn &onEvent) {
+  flowc::v1::SubmitRequest request;
+  SubmitReply reply;
+  FLOWC_RETURN_IF_ERROR(buildRequest(client, global, spec, request, reply.uploaded));
+  auto reader = client.compiler().Submit(&context, request);
+  flowc::v1::SubmitEvent event;
+  while (reader->Read(&event)) {
+    if (event.has_result()) {
+      reply.result = event.result();
+      reply.jobId = event.result().job_id();
+      continue;
+    }
+    if (event.has_accepted())
+      reply.jobId = event.accepted().job_id();
+    if (onEvent)
+      onEvent(event);
+  }
+  FLOWC_RETURN_IF_ERROR(fromGrpc(reader->Finish(), "submit " + spec.model));
+  return reply;
+}
+
+Expected<std::string> fetchArtifact(DaemonClient &client,
+                                    const flowc::v1::CompileResult &result,
+                                    const std::string &output) {
+  const std::string &digest = result.artifact_digest();
+  size_t slash = digest.rfind('/');
+  uint64_t size = slash == std::string::npos
+                      ? 0
+                      : std::strtoull(digest.c_str() + slash + 1, nullptr, 10);
+  if (!result.artifact_path().empty() && size > 0) {
+    auto placed = placeLocalArtifact(result.artifact_path(), size, output);
+    if (placed)
+      return std::string(placementName(*placed));
+    if (placed.status().code() != StatusCode::FailedPrecondition)
+      return placed.status();
+  }
+  FLOWC_RETURN_IF_ERROR(downloadArtifact(client, result.artifact_digest(), output));
+  return std::string("streamed");
+}
+
+std::string clientIdentity() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const passwd *user = getpwuid(getuid());
+  return (user ? std::string(user->pw_name) : "uid" + std::to_string(getuid())) + "@" +
+         host;
+}
+
+} // namespace flowc::cli
