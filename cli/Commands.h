@@ -16,6 +16,7 @@ namespace flowc::cli {
 using CommandRunner = std::function<int()>;
 
 CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addWatchCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addInspectCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addStatusCommand(CLI::App &app, GlobalOptions &global);

@@ -262,6 +262,24 @@ Expected<std::string> checkLocation(const std::string &model, const Location &wh
   return text;
 }
 
+/// The external-data locations of the model open on `fd`, normalized, each
+/// once, without the model's own file name.
+Expected<std::vector<std::string>> scanExternalData(int fd,
+                                                    const std::string &modelPath) {
+  FLOWC_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::fromFd(fd, modelPath));
+  LocationScanner scanner(mapped.view());
+  if (Status scanned = scanner.model(); !scanned)
+    return invalidArgument(modelPath + ": " + scanned.message());
+  std::vector<std::string> relatives;
+  std::set<std::string> seen{fs::path(modelPath).filename().string()};
+  for (const Location &location : scanner.locations) {
+    FLOWC_ASSIGN_OR_RETURN(std::string relative, checkLocation(modelPath, location));
+    if (seen.insert(relative).second)
+      relatives.push_back(relative);
+  }
+  return relatives;
+}
+
 // ---------------------------------------------------------------------------
 // The client's stat memo: a file whose identity (device, inode, size,
 // mtime, ctime) is unchanged since it was hashed has the same digest, so an
@@ -535,21 +553,9 @@ Expected<UploadReport> uploadModel(DaemonClient &client, const std::string &mode
   FLOWC_ASSIGN_OR_RETURN(ModelPart model,
                          openRegular(std::move(modelFd), modelPath, name));
 
-  // The locations its tensors name, each file once.
-  std::vector<std::string> relatives;
-  {
-    FLOWC_ASSIGN_OR_RETURN(MappedFile mapped,
-                           MappedFile::fromFd(model.fd.get(), modelPath));
-    LocationScanner scanner(mapped.view());
-    if (Status scanned = scanner.model(); !scanned)
-      return invalidArgument(modelPath + ": " + scanned.message());
-    std::set<std::string> seen{name};
-    for (const Location &location : scanner.locations) {
-      FLOWC_ASSIGN_OR_RETURN(std::string relative, checkLocation(modelPath, location));
-      if (seen.insert(relative).second)
-        relatives.push_back(relative);
-    }
-  }
+  // Scanned from the descriptor that is hashed: the file checked is the file sent.
+  FLOWC_ASSIGN_OR_RETURN(std::vector<std::string> relatives,
+                         scanExternalData(model.fd.get(), modelPath));
   std::vector<ModelPart> parts;
   parts.push_back(std::move(model));
   if (!relatives.empty()) {
@@ -610,6 +616,16 @@ Expected<UploadReport> uploadModel(DaemonClient &client, const std::string &mode
     file->set_digest(part.digest);
   }
   return report;
+}
+
+Expected<std::vector<std::string>> externalDataFiles(const std::string &modelPath) {
+  UniqueFd fd(::open(modelPath.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd)
+    return errnoStatus(errno, "cannot open '" + modelPath + "'");
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    return invalidArgument("'" + modelPath + "' is not a regular file");
+  return scanExternalData(fd.get(), modelPath);
 }
 
 } // namespace flowc::cli

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace flowc::cli {
 
@@ -34,5 +35,14 @@ struct UploadReport {
 Expected<UploadReport> uploadModel(DaemonClient &client, const std::string &modelPath,
                                    const std::string &memoDir,
                                    flowc::v1::SubmitRequest &request);
+
+/// The external-data files the tensors of the ONNX model at `modelPath`
+/// name, relative to its directory, normalized, each once, in the order
+/// first named (the files a watch of the model must see change). The
+/// locations are checked with the ingest's rules (relative, no `..`).
+/// InvalidArgument for a file that is not a regular file or not a
+/// scannable ONNX protobuf, or a bad location (file and tensor named);
+/// errno statuses when it cannot be opened.
+Expected<std::vector<std::string>> externalDataFiles(const std::string &modelPath);
 
 } // namespace flowc::cli

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -214,6 +215,71 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
   return 0;
 }
 
+/// min, max, mean (over the values that are not NaN), the NaN count and the
+/// first `count` values of `tensor`.
+nlohmann::json outputSummary(const std::string &name, const runtime::Tensor &tensor,
+                             size_t count) {
+  size_t total = static_cast<size_t>(tensor.elementCount());
+  double low = 0, high = 0, sum = 0;
+  size_t numbers = 0, nans = 0;
+  nlohmann::json values = nlohmann::json::array();
+  for (size_t k = 0; k < total; ++k) {
+    double value = tensor.element(k);
+    if (k < count)
+      values.push_back(value); // a NaN becomes null in JSON
+    if (std::isnan(value)) {
+      ++nans;
+      continue;
+    }
+    low = numbers == 0 ? value : std::min(low, value);
+    high = numbers == 0 ? value : std::max(high, value);
+    sum += value;
+    ++numbers;
+  }
+  nlohmann::json summary = {{"name", name},          {"shape", tensor.shape},
+                            {"dtype", tensor.dtype}, {"elements", total},
+                            {"nan", nans},           {"values", std::move(values)}};
+  summary["min"] = numbers ? nlohmann::json(low) : nlohmann::json(nullptr);
+  summary["max"] = numbers ? nlohmann::json(high) : nlohmann::json(nullptr);
+  summary["mean"] = numbers ? nlohmann::json(sum / static_cast<double>(numbers))
+                            : nlohmann::json(nullptr);
+  return summary;
+}
+
+Expected<nlohmann::json> runSummary(const RunOptions &options, GlobalOptions &global) {
+  auto start = std::chrono::steady_clock::now();
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, openArtifact(options.artifact, global));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto session, runtime::Session::create(std::move(artifact), {options.threads}));
+  FLOWC_ASSIGN_OR_RETURN(auto inputs, readInputs(options, session->plan()));
+  auto outputs = session->run(inputs);
+  if (!outputs)
+    return outputs.status().withContext("run '" + options.artifact + "'");
+  double firstRunMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
+  // Three runs after the first: the steady latency, cheap enough to follow
+  // every save.
+  std::vector<double> samples;
+  for (int i = 0; i < 3; ++i) {
+    auto runStart = std::chrono::steady_clock::now();
+    auto again = session->run(inputs);
+    if (!again)
+      return again.status().withContext("run '" + options.artifact + "'");
+    samples.push_back(std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - runStart)
+                          .count());
+  }
+  std::sort(samples.begin(), samples.end());
+  nlohmann::json json = {{"outputs", nlohmann::json::array()},
+                         {"first_run_ms", firstRunMs},
+                         {"latency_ms", samples[samples.size() / 2]}};
+  for (size_t i = 0; i < outputs->size(); ++i)
+    json["outputs"].push_back(outputSummary(session->plan().outputs[i].name,
+                                            (*outputs)[i], options.printCount));
+  return json;
+}
+
 nlohmann::json specJson(const runtime::TensorSpec &spec) {
   return {{"name", spec.name}, {"dtype", spec.dtype}, {"shape", spec.shape}};
 }
@@ -283,6 +349,7 @@ std::string versionText(const std::string &program) {
 extern "C" __attribute__((visibility("default"))) const flowc::cli::RuntimeModule *
 flowcCliRuntimeModule() {
   static const flowc::cli::RuntimeModule module = {
-      flowc::cli::runRun, flowc::cli::describeArtifact, flowc::cli::versionText};
+      flowc::cli::runRun, flowc::cli::describeArtifact, flowc::cli::versionText,
+      flowc::cli::runSummary};
   return &module;
 }

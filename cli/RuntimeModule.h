@@ -39,6 +39,15 @@ struct RuntimeModule {
                                                GlobalOptions &global);
   /// The `--version` text of `program`.
   std::string (*versionText)(const std::string &program);
+  /// `flowc watch --run`: runs `options.artifact` once on `options.inputs`
+  /// and then three times more for its latency. Returns {"outputs": [{name,
+  /// shape, dtype, min, max, mean, nan, values (the first
+  /// options.printCount)}], "first_run_ms" (open, session and first run),
+  /// "latency_ms" (the median of the three)}; min, max and mean leave NaNs
+  /// out and are null when nothing is left. Errors naming the artifact or
+  /// the input file; nothing is printed.
+  Expected<nlohmann::json> (*runSummary)(const RunOptions &options,
+                                         GlobalOptions &global);
 };
 
 /// The symbol the module exports: `const RuntimeModule *flowcCliRuntimeModule()`.

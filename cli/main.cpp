@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
     commands.emplace_back(app.get_subcommands({}).back(), std::move(runner));
   };
   add(addSubmitCommand);
+  add(addWatchCommand);
   add(addCompileCommand);
   add(addRunCommand);
   add(addInspectCommand);
