@@ -324,7 +324,7 @@ def test_the_daemon_restarting_is_survived(flowc, tmp_path, cnn):
         watch.event("compiled")
         pid = daemon_pid(flowc)
         os.kill(pid, signal.SIGKILL)
-        while flowc.run("status", "--json", check=False).returncode == 0:
+        while json.loads(flowc.run("status", "--json").stdout)["running"]:
             time.sleep(0.05)
         replace(weights_variant(template, 21), path)
         down, _ = watch.event("daemon_unavailable")
