@@ -311,6 +311,12 @@ def test_external_data_changes_are_seen(flowc, tmp_path, cnn):
         assert watch.stop() == 0
 
 
+def daemon_running(flowc):
+    """False once status says no daemon runs (or, while it dies, fails)."""
+    status = flowc.run("status", "--json", check=False)
+    return status.returncode == 0 and json.loads(status.stdout)["running"]
+
+
 def daemon_pid(flowc):
     return json.loads(flowc.run("status", "--json").stdout)["pid"]
 
@@ -324,7 +330,7 @@ def test_the_daemon_restarting_is_survived(flowc, tmp_path, cnn):
         watch.event("compiled")
         pid = daemon_pid(flowc)
         os.kill(pid, signal.SIGKILL)
-        while json.loads(flowc.run("status", "--json").stdout)["running"]:
+        while daemon_running(flowc):
             time.sleep(0.05)
         replace(weights_variant(template, 21), path)
         down, _ = watch.event("daemon_unavailable")
@@ -412,3 +418,15 @@ def test_bad_command_lines_are_refused(flowc, tmp_path, cnn, args, code, message
     assert result.returncode == code, result
     assert message in result.stderr, result.stderr
     assert result.stderr.startswith("flowc: error: "), result.stderr
+
+
+def test_an_error_at_start_is_a_json_object_with_json(flowc, tmp_path):
+    result = subprocess.run([str(BIN / "flowc"), "--cache-dir", str(flowc.cache_dir), "--socket",
+                             str(flowc.socket), "watch", "missing.onnx", "--json"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=WAIT_S)
+    assert result.returncode == 3, result
+    (line,) = result.stdout.splitlines()
+    error = json.loads(line)
+    assert error["event"] == "error" and error["kind"] == "NotFound", error
+    assert error["exit_code"] == 3 and "missing.onnx" in error["message"], error
+    assert result.stderr.startswith("flowc: error: cannot read model 'missing.onnx'"), result.stderr
