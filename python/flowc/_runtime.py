@@ -107,13 +107,22 @@ class TensorSpec:
     """An input or output of an artifact: name, dtype (numpy's name) and
     shape."""
 
-    __slots__ = ("name", "dtype", "shape", "byte_size")
+    __slots__ = ("name", "dtype", "shape", "byte_size", "_c_name", "_c_dtype", "_c_shape",
+                 "_np_dtype")
 
     def __init__(self, info):
         self.name = info.name.decode()
         self.dtype = info.dtype.decode()
         self.shape = tuple(info.shape[i] for i in range(info.rank))
         self.byte_size = info.byte_size
+        # What a run passes for a tensor of exactly this spec, made once:
+        # building them per call is most of the binding's cost.
+        self._c_name, self._c_dtype = info.name, info.dtype
+        self._c_shape = _shape_pointer(self.shape)
+        try:
+            self._np_dtype = np.dtype(self.dtype)
+        except TypeError:
+            self._np_dtype = None
 
     def to_dict(self):
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
@@ -122,12 +131,16 @@ class TensorSpec:
         return f"TensorSpec({self.name!r}, {self.dtype}, {list(self.shape)})"
 
 
+def _shape_pointer(shape):
+    return ctypes.cast((ctypes.c_int64 * max(len(shape), 1))(*shape),
+                       ctypes.POINTER(ctypes.c_int64))
+
+
 def _numpy_dtype(spec):
-    try:
-        return np.dtype(spec.dtype)
-    except TypeError:
+    if spec._np_dtype is None:
         raise errors.Unsupported(f"{spec.name!r} is {spec.dtype}, which numpy has no type "
-                                 "for", kind="unimplemented") from None
+                                 "for", kind="unimplemented")
+    return spec._np_dtype
 
 
 class RuntimeArtifact:
@@ -147,6 +160,7 @@ class RuntimeArtifact:
                                   self._c.flowc_artifact_input)
         self.outputs = self._specs(self._c.flowc_artifact_output_count,
                                    self._c.flowc_artifact_output)
+        self._by_name = {spec.name: spec for spec in self.inputs}
         text = ctypes.c_char_p()
         _check(self._c, self._c.flowc_artifact_metadata(self._artifact, ctypes.byref(text)))
         self.metadata = json.loads(text.value.decode())
@@ -174,24 +188,20 @@ class RuntimeArtifact:
         """Runs on `inputs` (name -> array-like); returns the outputs in plan
         order as new arrays that the code wrote in place."""
         session = self.session(threads)
-        keep, structs = [], []
-        for name, value in inputs.items():
-            array = _input_array(value, self._spec_of(name))
-            keep.append(array)
-            structs.append(_tensor(name, array))
+        arrays = []
+        in_structs = (_Tensor * max(len(inputs), 1))()
+        for i, (name, value) in enumerate(inputs.items()):
+            spec = self._by_name.get(name)
+            array = _input_array(value, spec)
+            arrays.append(array)
+            _fill(in_structs[i], spec, name, array)
         outputs = [np.empty(spec.shape, _numpy_dtype(spec)) for spec in self.outputs]
-        out_structs = [_tensor(spec.name, array) for spec, array in zip(self.outputs, outputs)]
-        in_array = (_Tensor * max(len(structs), 1))(*structs)
-        out_array = (_Tensor * max(len(out_structs), 1))(*out_structs)
-        _check(self._c, self._c.flowc_session_run(session, in_array, len(structs), out_array,
-                                                  len(out_structs)))
+        out_structs = (_Tensor * max(len(outputs), 1))()
+        for i, (spec, array) in enumerate(zip(self.outputs, outputs)):
+            _fill(out_structs[i], spec, spec.name, array)
+        _check(self._c, self._c.flowc_session_run(session, in_structs, len(inputs),
+                                                  out_structs, len(outputs)))
         return outputs
-
-    def _spec_of(self, name):
-        for spec in self.inputs:
-            if spec.name == name:
-                return spec
-        return None
 
     def close(self):
         if getattr(self, "_session", None):
@@ -223,11 +233,16 @@ def _input_array(value, spec):
     return array
 
 
-def _tensor(name, array):
-    shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
-    tensor = _Tensor(name.encode(), array.dtype.name.encode(), array.ndim,
-                     ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
-                     array.ctypes.data, array.nbytes)
-    # The shape array must outlive the call: the struct holds only a pointer.
-    tensor._shape = shape
-    return tensor
+def _fill(tensor, spec, name, array):
+    """Points `tensor` at `array`. An array that matches `spec` takes the
+    spec's prepared name, dtype and shape; any other gets its own, so that
+    the C API names what differs. `array` must outlive the call."""
+    if spec is not None and array.dtype == spec._np_dtype and array.shape == spec.shape:
+        tensor.name, tensor.dtype, tensor.shape = spec._c_name, spec._c_dtype, spec._c_shape
+        tensor.rank = len(spec.shape)
+    else:
+        tensor.name, tensor.dtype = name.encode(), array.dtype.name.encode()
+        tensor.shape = _shape_pointer(array.shape)
+        tensor.rank = array.ndim
+    tensor.data = array.ctypes.data
+    tensor.byte_size = array.nbytes

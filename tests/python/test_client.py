@@ -225,7 +225,6 @@ def test_progress_events_reach_the_caller(client, tmp_path):
     events = []
     artifact = flowc.compile(cnn(tmp_path, seed=7), progress=True, on_event=events.append)
     kinds = [e.WhichOneof("event") for e in events]
-    print(kinds)
     accepted = [e.accepted.job_id for e in events if e.WhichOneof("event") == "accepted"]
     assert accepted == [artifact.result["job_id"]], kinds
     stages = [e.progress.stage for e in events if e.WhichOneof("event") == "progress"]
