@@ -177,6 +177,9 @@ class RuntimeArtifact:
 
     def session(self, threads=0):
         with self._session_lock:
+            if self._artifact is None:
+                raise errors.FailedPrecondition("the artifact is closed",
+                                                kind="failed_precondition")
             if self._session is None:
                 handle = ctypes.c_void_p()
                 _check(self._c, self._c.flowc_session_create(self._artifact, int(threads),
@@ -220,10 +223,12 @@ def _input_array(value, spec):
     the C API names a mismatch instead of a silent cast."""
     if isinstance(value, np.ndarray):
         array = value
-    elif spec is not None:
-        array = np.asarray(value, dtype=_numpy_dtype(spec))
     else:
-        array = np.asarray(value)
+        try:
+            array = np.asarray(value, dtype=_numpy_dtype(spec) if spec else None)
+        except (TypeError, ValueError, OverflowError) as error:
+            what = f"input '{spec.name}'" if spec else "an input"
+            raise errors.InvalidModel(f"{what} is not an array of numbers: {error}") from None
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     if not array.flags.c_contiguous:

@@ -196,9 +196,17 @@ def test_bad_run_inputs_raise_naming_the_input(client, tmp_path):
     np.testing.assert_array_equal(artifact.run(image=wide)[name], artifact.run(image=x)[name])
     np.testing.assert_array_equal(artifact.run(image=x.astype(">f4"))[name],
                                   artifact.run(image=x)[name])
+    with pytest.raises(flowc.InvalidModel, match="input 'image' is not an array of numbers"):
+        artifact.run(image="not numbers")
+    with pytest.raises(flowc.InvalidModel, match="input 'image' is object, the model expects"):
+        artifact.run(image=np.array([object()]))
     # A list is taken as the input's dtype.
     np.testing.assert_array_equal(artifact.run(image=x.tolist())[name],
                                   artifact.run(image=x)[name])
+    # A closed artifact says so.
+    artifact.close()
+    with pytest.raises(flowc.FailedPrecondition, match="the artifact is closed"):
+        artifact.run(image=x)
 
 
 def test_opening_what_is_no_artifact_raises(client, tmp_path):
