@@ -47,6 +47,11 @@ class Watch:
         self._thread.start()
         return self
 
+    def __repr__(self):
+        state = "watching" if self._thread.is_alive() else "stopped"
+        return (f"<flowc watch: {state} {self.path} as `{self.name}`: {self.compiles} compiles, "
+                f"{self.errors} errors>")
+
     def stop(self, wait=True):
         self._stop.set()
         if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
