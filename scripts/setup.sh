@@ -3,11 +3,14 @@
 #   setup.sh demo   build flowc (Debian packages: MLIR/LLVM 22, gRPC, protobuf,
 #                   SQLite, spdlog, GoogleTest, OpenSSL, libcurl, CLI11,
 #                   oneDNN, ...)
-#                   and .venv (onnx, numpy, onnxruntime, pytest) for the
+#                   and .venv (onnx, numpy, onnxruntime, pytest; grpcio,
+#                   tqdm, ipython and the Python client, python/) for the
 #                   example generator: what README command (1) needs;
 #   setup.sh test   (the default) also Debian's torch and torchvision and
 #                   .venv-export (transformers) for exporting the real models
-#                   of the e2e tests: README command (2); and PostgreSQL 15
+#                   of the e2e tests, .venv-torch (the Python client next to
+#                   Debian's torch, for tests/python): README command (2);
+#                   and PostgreSQL 15
 #                   and .venv-reapi (BuildGrid, Python >= 3.13) for the
 #                   REAPI engine of the integration tests (tests/reapi/),
 #                   and nginx for the HTTP remote cache (tests/remotecache/).
@@ -112,6 +115,28 @@ if ! cmp -s scripts/requirements.txt .venv/.requirements.installed; then
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
   cp scripts/requirements.txt .venv/.requirements.installed
 fi
+# The Python client (python/, docs/python.md): a pure-Python wheel built
+# once with .venv's pinned grpcio-tools and setuptools (the protocol's
+# modules generated from proto/), installed into each venv that uses it;
+# rebuilt when python/ or proto/ changes.
+client_stamp=$(find python proto -type f -not -path 'python/build/*' -not -path '*.egg-info/*' \
+  -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+client_wheel_dir=$(mktemp -d)
+trap 'rm -rf "$client_wheel_dir"' EXIT
+install_client() {
+  local venv=$1
+  [[ "$(cat "$venv/.flowc-client.installed" 2>/dev/null)" == "$client_stamp" ]] && return 0
+  if ! compgen -G "$client_wheel_dir/flowc-*.whl" >/dev/null; then
+    .venv/bin/pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
+      -w "$client_wheel_dir" ./python
+    rm -rf python/build python/flowc.egg-info
+  fi
+  echo "setup: installing the Python client into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall \
+    "$client_wheel_dir"/flowc-*.whl
+  echo "$client_stamp" >"$venv/.flowc-client.installed"
+}
+install_client .venv
 if [[ "$PROFILE" == demo ]]; then
   echo "setup: dependencies ready (demo)"
   exit 0
@@ -126,6 +151,18 @@ if ! cmp -s scripts/requirements-export.txt .venv-export/.requirements.installed
   .venv-export/bin/pip install -q --disable-pip-version-check -r scripts/requirements-export.txt
   cp scripts/requirements-export.txt .venv-export/.requirements.installed
 fi
+# The Python client next to Debian's torch (tests/python compiles a
+# torch.nn.Module there): a venv over the system Python, like .venv-export,
+# with the client's own dependencies.
+if [[ ! -x .venv-torch/bin/python ]]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv-torch
+fi
+if ! cmp -s scripts/requirements-torch.txt .venv-torch/.requirements.installed; then
+  echo "setup: installing the Python client's packages into .venv-torch"
+  .venv-torch/bin/pip install -q --disable-pip-version-check -r scripts/requirements-torch.txt
+  cp scripts/requirements-torch.txt .venv-torch/.requirements.installed
+fi
+install_client .venv-torch
 # BuildGrid, the REAPI engine of the integration tests, needs Python >= 3.13:
 # pyenv's on these machines, else a python3.13 on PATH.
 reapi_python=""

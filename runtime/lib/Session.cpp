@@ -3,6 +3,7 @@
 #include "flowc/runtime/KernelAbi.h"
 #include "flowc/support/Format.h"
 
+#include <cassert>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -141,7 +142,7 @@ void Session::applyThreads() const {
 
 Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &inputs) {
   const Plan &plan = artifact_->plan();
-  std::vector<void *> args;
+  std::vector<const void *> inputBuffers;
   for (const TensorSpec &spec : plan.inputs) {
     auto it = inputs.find(spec.name);
     if (it == inputs.end())
@@ -154,8 +155,7 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
     if (it->second.dtype != spec.dtype)
       return invalidArgument("input '" + spec.name + "' is " + it->second.dtype +
                              ", the model expects " + spec.dtype);
-    // The generated code only reads inputs.
-    args.push_back(const_cast<void *>(it->second.data()));
+    inputBuffers.push_back(it->second.data());
   }
   for (const auto &[name, tensor] : inputs) {
     bool known = false;
@@ -164,10 +164,6 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
     if (!known)
       return invalidArgument("the model has no input named '" + name + "'");
   }
-  // Weights are bound in place from the mapped artifact (or, for a thin
-  // one, the mapped cache files).
-  for (size_t i = 0; i < plan.weights.size(); ++i)
-    args.push_back(const_cast<char *>(artifact_->weightBytes(i).data()));
   std::vector<Tensor> outputs;
   // The plan's shapes passed validation, but may still not fit in memory.
   try {
@@ -181,15 +177,34 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
     return resourceExhausted("the outputs of '" + artifact_->path() +
                              "' exceed what can be allocated");
   }
+  std::vector<void *> outputBuffers;
   for (Tensor &output : outputs)
-    args.push_back(output.data());
+    outputBuffers.push_back(output.data());
+  FLOWC_RETURN_IF_ERROR(runInPlace(inputBuffers, outputBuffers));
+  return outputs;
+}
+
+Status Session::runInPlace(const std::vector<const void *> &inputs,
+                           const std::vector<void *> &outputs) {
+  const Plan &plan = artifact_->plan();
+  assert(inputs.size() == plan.inputs.size() && outputs.size() == plan.outputs.size() &&
+         "one buffer per plan input and output");
+  // The generated code only reads inputs.
+  std::vector<void *> args;
+  for (const void *input : inputs)
+    args.push_back(const_cast<void *>(input));
+  // Weights are bound in place from the mapped artifact (or, for a thin
+  // one, the mapped cache files).
+  for (size_t i = 0; i < plan.weights.size(); ++i)
+    args.push_back(const_cast<char *>(artifact_->weightBytes(i).data()));
+  args.insert(args.end(), outputs.begin(), outputs.end());
   if (arena_)
     args.push_back(arena_.get());
   applyThreads();
   entry_(args.data());
   if (kernels_)
     FLOWC_RETURN_IF_ERROR(takeKernelFailure(*kernels_));
-  return outputs;
+  return Status::ok();
 }
 
 } // namespace flowc::runtime

@@ -48,6 +48,13 @@ public:
   /// order. Not thread-safe: one run at a time per session.
   Expected<std::vector<Tensor>> run(const std::map<std::string, Tensor> &inputs);
 
+  /// Runs the graph once on caller memory: `inputs[i]` holds plan().inputs[i]
+  /// and the code writes plan().outputs[i] into `outputs[i]`, each buffer
+  /// dense, of exactly its spec's size and aligned to its element size (the
+  /// caller checks; this does not: the C API and run() do). Not thread-safe.
+  Status runInPlace(const std::vector<const void *> &inputs,
+                    const std::vector<void *> &outputs);
+
 private:
   void applyThreads() const;
   Status allocateArena();
