@@ -1,5 +1,8 @@
-// flowc jobs [--json]; flowc workers [--json]; flowc explain JOB [--json]
+// flowc jobs [--json]; flowc workers [--json]; flowc explain JOB [--json];
+// flowc cancel JOB [--json]; flowc trace JOB [-o FILE]
 #include "Commands.h"
+
+#include "flowc/support/MappedFile.h"
 
 #include <iomanip>
 #include <iostream>
@@ -36,6 +39,7 @@ nlohmann::json jobJson(const flowc::v1::JobInfo &job) {
       {"seconds", job.seconds()},
       {"error", job.error()},
       {"explain", job.explain()},
+      {"superseded_by", job.superseded_by()},
       {"tasks", tasks}};
 }
 
@@ -108,6 +112,53 @@ int runExplain(GlobalOptions &global, const std::string &jobId, bool json) {
   }
   return reportError(notFound(
       "no job " + jobId + " among the daemon's running and recent jobs (flowc jobs)"));
+}
+
+int runCancel(GlobalOptions &global, const std::string &jobId, bool json) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/false);
+  if (!client)
+    return reportError(client.status());
+  grpc::ClientContext context;
+  flowc::v1::CancelRequest request;
+  request.set_job_id(jobId);
+  flowc::v1::CancelResponse response;
+  if (Status status = fromGrpc((*client)->admin().Cancel(&context, request, &response),
+                               "cancel " + jobId);
+      !status)
+    return reportError(status);
+  if (json)
+    printJson({{"job_id", jobId}, {"state", response.state()}});
+  else if (response.state() == "cancelled")
+    std::cout << "flowc: job " << jobId << " cancelled" << std::endl;
+  else
+    std::cout << "flowc: job " << jobId << " had ended: " << response.state()
+              << std::endl;
+  return 0;
+}
+
+int runTrace(GlobalOptions &global, const std::string &jobId, const std::string &output) {
+  global.resolve();
+  auto client = DaemonClient::connect(global, /*autostart=*/false);
+  if (!client)
+    return reportError(client.status());
+  grpc::ClientContext context;
+  flowc::v1::TraceRequest request;
+  request.set_job_id(jobId);
+  flowc::v1::TraceResponse response;
+  if (Status status = fromGrpc((*client)->admin().Trace(&context, request, &response),
+                               "trace " + jobId);
+      !status)
+    return reportError(status);
+  if (output.empty() || output == "-") {
+    std::cout << response.trace_json() << std::endl;
+    return 0;
+  }
+  if (Status written = writeFileAtomically(output, response.trace_json()); !written)
+    return reportError(written);
+  std::cerr << "flowc: trace of job " << jobId << " written to " << output
+            << " (open it in https://ui.perfetto.dev or chrome://tracing)" << std::endl;
+  return 0;
 }
 
 int runWorkers(GlobalOptions &global, bool json) {
@@ -187,6 +238,28 @@ CommandRunner addExplainCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("job", *job, "The job id (flowc jobs, submit --json)")->required();
   cmd->add_flag("--json", *json, "Print one JSON object");
   return [json, job, &global] { return runExplain(global, *job, *json); };
+}
+
+CommandRunner addCancelCommand(CLI::App &app, GlobalOptions &global) {
+  auto json = std::make_shared<bool>(false);
+  auto job = std::make_shared<std::string>();
+  CLI::App *cmd = app.add_subcommand(
+      "cancel", "Cancel a queued or running job: its worker is stopped, its queued "
+                "tasks dropped, and every client following it ends with CANCELLED");
+  cmd->add_option("job", *job, "The job id (flowc jobs, submit --json)")->required();
+  cmd->add_flag("--json", *json, "Print one JSON object");
+  return [json, job, &global] { return runCancel(global, *job, *json); };
+}
+
+CommandRunner addTraceCommand(CLI::App &app, GlobalOptions &global) {
+  auto job = std::make_shared<std::string>();
+  auto output = std::make_shared<std::string>();
+  CLI::App *cmd = app.add_subcommand(
+      "trace", "Fetch a job's trace in Chrome trace-event format (phases, passes, "
+               "each kernel's compile), for Perfetto or chrome://tracing");
+  cmd->add_option("job", *job, "The job id (flowc jobs, submit --json)")->required();
+  cmd->add_option("-o,--output", *output, "Write the trace here (default: stdout)");
+  return [job, output, &global] { return runTrace(global, *job, *output); };
 }
 
 CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global) {
