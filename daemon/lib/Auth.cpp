@@ -42,9 +42,6 @@ constexpr std::pair<std::string_view, Role> kMethodRoles[] = {
     {"/flowc.v1.Admin/Shutdown", Role::Admin},
     {"/flowc.v1.Admin/Jobs", Role::Read},
     {"/flowc.v1.Admin/Workers", Role::Read},
-    // Whoever may submit may stop a job; a trace is read-only.
-    {"/flowc.v1.Admin/Cancel", Role::Submit},
-    {"/flowc.v1.Admin/Trace", Role::Read},
     {"/flowc.v1.Cache/Stats", Role::Read},
     {"/flowc.v1.Cache/List", Role::Read},
     {"/flowc.v1.Cache/Gc", Role::Admin},
