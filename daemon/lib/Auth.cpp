@@ -42,6 +42,9 @@ constexpr std::pair<std::string_view, Role> kMethodRoles[] = {
     {"/flowc.v1.Admin/Shutdown", Role::Admin},
     {"/flowc.v1.Admin/Jobs", Role::Read},
     {"/flowc.v1.Admin/Workers", Role::Read},
+    // Any submitter may cancel a job, as it may submit one that supersedes it.
+    {"/flowc.v1.Admin/Cancel", Role::Submit},
+    {"/flowc.v1.Admin/Trace", Role::Read},
     {"/flowc.v1.Cache/Stats", Role::Read},
     {"/flowc.v1.Cache/List", Role::Read},
     {"/flowc.v1.Cache/Gc", Role::Admin},
