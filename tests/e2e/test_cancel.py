@@ -112,8 +112,8 @@ def test_timeout_cancels_the_job_saying_so(daemon, tmp_path):
                          check=False)
     assert result.returncode == 1, result
     assert "exceeded --timeout 1 s and was cancelled" in result.stderr, result.stderr
-    job = job_of(d, model)
-    assert job["state"] == "cancelled" and "exceeded --timeout 1 s" in job["error"], job
+    assert wait_for(lambda: job_of(d, model)["state"] == "cancelled", seconds=60), d.jobs()
+    assert "exceeded --timeout 1 s" in job_of(d, model)["error"], d.jobs()
     assert wait_for(lambda: nothing_runs(d, pid), seconds=60), (workers_of(pid), d.workers())
     # A bad limit is refused by the CLI.
     bad = d.flowc.run("submit", model, "--timeout", "-3", check=False)
@@ -132,12 +132,15 @@ def test_a_detached_job_finishes_without_its_client(daemon, tmp_path):
     hit = json.loads(d.flowc.run("submit", model, "-o", tmp_path / "c.fca",
                                  "--json").stdout)
     assert hit["cache"] == "hit", hit
-    # The text form names the job; a hit is answered as usual.
+    # The text form names the job.
     other = elementwise_chain(tmp_path / "other.onnx", blocks=5, last="Tanh")
     text = d.flowc.run("submit", other, "--detach").stdout
     assert text.startswith("flowc: job job-") and text.endswith(" accepted (detached)\n")
-    again = d.flowc.run("submit", model, "-o", tmp_path / "d.fca", "--detach").stdout
-    assert "flowc: cache hit" in again, again
+    # A detached submit of an uploaded model is refused: the daemon's copy
+    # lives only as long as the submit.
+    upload = d.flowc.run("submit", other, "--detach", "--upload", check=False)
+    assert upload.returncode == 3, upload
+    assert "--detach needs a model the daemon reads in place" in upload.stderr, upload
 
 
 def test_a_newer_submit_supersedes_the_older_and_keeps_its_kernels(daemon, tmp_path):
