@@ -31,6 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "build" / "bin"
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "examples"))
 from hostinfo import cpu_line  # noqa: E402
 from test_isolation import workers_of  # noqa: E402
 from test_tasks import elementwise_chain, relu_model  # noqa: E402
