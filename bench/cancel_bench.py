@@ -107,7 +107,7 @@ def main():
         d = Daemon(tmp / "cold", args.workers)
         model = elementwise_chain(tmp / "cold.onnx", blocks=args.blocks)
         start = time.perf_counter()
-        out = json.loads(d.run("submit", model, "--json").stdout)
+        out = json.loads(d.run("submit", model, "-o", tmp / "cold.fca", "--json").stdout)
         print(f"cold compile: {time.perf_counter() - start:.2f} s, "
               f"{out['kernels_compiled']} kernels compiled")
         d.stop()
@@ -151,7 +151,7 @@ def main():
         tasks = d.job(job["id"])["tasks"]
         finished = sum(t["kind"] == "codegen" and t["state"] == "done" for t in tasks)
         model.write_bytes(first_version)
-        again = json.loads(d.run("submit", model, "--json").stdout)
+        again = json.loads(d.run("submit", model, "-o", tmp / "again.fca", "--json").stdout)
         verify = json.loads(d.run("cache", "verify", "--json").stdout)
         print(f"supersede: older submit exited (rc {older.returncode}) "
               f"{exited * 1000:.0f} ms after the newer submit began; the older job "
