@@ -27,6 +27,8 @@ CommandRunner addCompileCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addJobsCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addExplainCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addCancelCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addTraceCommand(CLI::App &app, GlobalOptions &global);
 
 /// The compile options `flowc submit` and `flowc compile` share.
 struct CompileFlags {

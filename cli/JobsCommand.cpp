@@ -1,5 +1,8 @@
-// flowc jobs [--json]; flowc workers [--json]; flowc explain JOB [--json]
+// flowc jobs [--json]; flowc workers [--json]; flowc explain JOB [--json];
+// flowc cancel JOB [--json]; flowc trace JOB [-o FILE]
 #include "Commands.h"
+
+#include "flowc/support/MappedFile.h"
 
 #include <iomanip>
 #include <iostream>
@@ -36,6 +39,7 @@ nlohmann::json jobJson(const flowc::v1::JobInfo &job) {
       {"seconds", job.seconds()},
       {"error", job.error()},
       {"explain", job.explain()},
+      {"superseded_by", job.superseded_by()},
       {"tasks", tasks}};
 }
 
@@ -52,14 +56,27 @@ std::string placesText(const flowc::v1::JobInfo &job) {
   return text.empty() ? "no tasks" : text;
 }
 
-/// The daemon's running and recent jobs (no daemon is started for this).
-Expected<flowc::v1::JobsResponse> fetchJobs(GlobalOptions &global) {
+/// One call of an Admin method on the running daemon (none is started for
+/// it); the daemon's status, with `what` for context, on failure.
+template <typename Request, typename Response>
+Expected<Response>
+callAdmin(GlobalOptions &global,
+          grpc::Status (flowc::v1::Admin::Stub::*method)(grpc::ClientContext *,
+                                                         const Request &, Response *),
+          const Request &request, const std::string &what) {
   global.resolve();
   FLOWC_ASSIGN_OR_RETURN(auto client, DaemonClient::connect(global, /*autostart=*/false));
   grpc::ClientContext context;
-  flowc::v1::JobsResponse response;
-  FLOWC_RETURN_IF_ERROR(fromGrpc(client->admin().Jobs(&context, {}, &response), "jobs"));
+  Response response;
+  FLOWC_RETURN_IF_ERROR(
+      fromGrpc((client->admin().*method)(&context, request, &response), what));
   return response;
+}
+
+/// The daemon's running and recent jobs.
+Expected<flowc::v1::JobsResponse> fetchJobs(GlobalOptions &global) {
+  return callAdmin(global, &flowc::v1::Admin::Stub::Jobs, flowc::v1::JobsRequest(),
+                   "jobs");
 }
 
 int runJobs(GlobalOptions &global, bool json) {
@@ -110,16 +127,47 @@ int runExplain(GlobalOptions &global, const std::string &jobId, bool json) {
       "no job " + jobId + " among the daemon's running and recent jobs (flowc jobs)"));
 }
 
+int runCancel(GlobalOptions &global, const std::string &jobId, bool json) {
+  flowc::v1::CancelRequest request;
+  request.set_job_id(jobId);
+  auto response =
+      callAdmin(global, &flowc::v1::Admin::Stub::Cancel, request, "cancel " + jobId);
+  if (!response)
+    return reportError(response.status());
+  if (json)
+    printJson({{"job_id", jobId}, {"state", response->state()}});
+  else if (response->state() == "cancelled")
+    std::cout << "flowc: job " << jobId << " cancelled" << std::endl;
+  else
+    std::cout << "flowc: job " << jobId << " had ended: " << response->state()
+              << std::endl;
+  return 0;
+}
+
+int runTrace(GlobalOptions &global, const std::string &jobId, const std::string &output) {
+  flowc::v1::TraceRequest request;
+  request.set_job_id(jobId);
+  auto response =
+      callAdmin(global, &flowc::v1::Admin::Stub::Trace, request, "trace " + jobId);
+  if (!response)
+    return reportError(response.status());
+  if (output.empty() || output == "-") {
+    std::cout << response->trace_json() << std::endl;
+    return 0;
+  }
+  if (Status written = writeFileAtomically(output, response->trace_json()); !written)
+    return reportError(written);
+  std::cerr << "flowc: trace of job " << jobId << " written to " << output
+            << " (open it in https://ui.perfetto.dev or chrome://tracing)" << std::endl;
+  return 0;
+}
+
 int runWorkers(GlobalOptions &global, bool json) {
-  global.resolve();
-  auto client = DaemonClient::connect(global, /*autostart=*/false);
-  if (!client)
-    return reportError(client.status());
-  grpc::ClientContext context;
-  flowc::v1::WorkersResponse r;
-  if (Status status = fromGrpc((*client)->admin().Workers(&context, {}, &r), "workers");
-      !status)
-    return reportError(status);
+  auto workers = callAdmin(global, &flowc::v1::Admin::Stub::Workers,
+                           flowc::v1::WorkersRequest(), "workers");
+  if (!workers)
+    return reportError(workers.status());
+  const flowc::v1::WorkersResponse &r = *workers;
   if (json) {
     nlohmann::json local = nlohmann::json::array();
     for (const flowc::v1::LocalWorker &worker : r.local())
@@ -187,6 +235,28 @@ CommandRunner addExplainCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("job", *job, "The job id (flowc jobs, submit --json)")->required();
   cmd->add_flag("--json", *json, "Print one JSON object");
   return [json, job, &global] { return runExplain(global, *job, *json); };
+}
+
+CommandRunner addCancelCommand(CLI::App &app, GlobalOptions &global) {
+  auto json = std::make_shared<bool>(false);
+  auto job = std::make_shared<std::string>();
+  CLI::App *cmd = app.add_subcommand(
+      "cancel", "Cancel a queued or running job: its worker is stopped, its queued "
+                "tasks dropped, and every client following it ends with CANCELLED");
+  cmd->add_option("job", *job, "The job id (flowc jobs, submit --json)")->required();
+  cmd->add_flag("--json", *json, "Print one JSON object");
+  return [json, job, &global] { return runCancel(global, *job, *json); };
+}
+
+CommandRunner addTraceCommand(CLI::App &app, GlobalOptions &global) {
+  auto job = std::make_shared<std::string>();
+  auto output = std::make_shared<std::string>();
+  CLI::App *cmd = app.add_subcommand(
+      "trace", "Fetch a job's trace in Chrome trace-event format (phases, passes, "
+               "each kernel's compile), for Perfetto or chrome://tracing");
+  cmd->add_option("job", *job, "The job id (flowc jobs, submit --json)")->required();
+  cmd->add_option("-o,--output", *output, "Write the trace here (default: stdout)");
+  return [job, output, &global] { return runTrace(global, *job, *output); };
 }
 
 CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global) {

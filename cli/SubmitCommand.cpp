@@ -30,6 +30,9 @@ struct SubmitOptions {
   bool explain = false;
   /// Upload the model's blobs instead of naming its path (RemoteSubmit.h).
   bool upload = false;
+  /// Return once the job is accepted; it runs on without this client.
+  bool detach = false;
+  double timeoutSeconds = 0;
   /// Set on the command line; otherwise a reproducer's recorded value wins.
   bool targetGiven = false;
   bool optLevelGiven = false;
@@ -82,6 +85,8 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   spec.batch = options.batch;
   spec.explain = options.explain;
   spec.upload = options.upload;
+  spec.detach = options.detach;
+  spec.timeoutSeconds = options.timeoutSeconds;
   bool showProgress = options.progress || (!options.json && isatty(STDERR_FILENO));
   grpc::ClientContext context;
   auto reply = submitModel(
@@ -101,6 +106,14 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
       });
   if (!reply)
     return reportError(reply.status());
+  // Detached: the job runs on in the daemon; a hit is answered as usual.
+  if (options.detach && !reply->result) {
+    if (options.json)
+      printJson({{"job_id", reply->jobId}, {"detached", true}});
+    else
+      std::cout << "flowc: job " << reply->jobId << " accepted (detached)" << std::endl;
+    return 0;
+  }
   std::optional<flowc::v1::CompileResult> &result = reply->result;
   std::optional<UploadReport> &uploaded = reply->uploaded;
   if (!result)
@@ -208,6 +221,12 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_flag("--upload", options->upload,
                 "Upload the model's files as blobs (only those the daemon lacks) "
                 "instead of naming its path: for a daemon that cannot read them");
+  cmd->add_flag("--detach", options->detach,
+                "Return once the daemon accepted the job (its id is printed); the job "
+                "runs on without this client instead of being cancelled when it leaves");
+  cmd->add_option("--timeout", options->timeoutSeconds,
+                  "Cancel the job after this many seconds of wall time (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
   return [cmd, options, &global] {
     options->targetGiven = cmd->count("--target") > 0;
     options->optLevelGiven = cmd->count("--opt-level") > 0;

@@ -72,6 +72,8 @@ int main(int argc, char **argv) {
   add(addJobsCommand);
   add(addWorkersCommand);
   add(addExplainCommand);
+  add(addCancelCommand);
+  add(addTraceCommand);
   letGlobalOptionsFallThrough(app);
   app.set_version_flag(
       "--version",

@@ -1,8 +1,11 @@
 #include "AdminService.h"
 
+#include "Auth.h"
 #include "GrpcStatus.h"
+#include "Trace.h"
 
 #include <csignal>
+#include <pwd.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -59,6 +62,63 @@ grpc::Status AdminService::Workers(grpc::ServerContext *,
                                    const flowc::v1::WorkersRequest *,
                                    flowc::v1::WorkersResponse *response) {
   context_.tasks->describe(*response);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+/// Who called: the unix peer's user, or the TCP peer's address.
+std::string callerName(const grpc::ServerContext &context) {
+  auto peer = unixPeerCredentials(context);
+  if (!peer)
+    return context.peer();
+  const passwd *user = getpwuid(peer->uid);
+  return (user ? std::string(user->pw_name) + " " : std::string()) + "(uid " +
+         std::to_string(peer->uid) + ")";
+}
+
+Status unknownJob(const std::string &jobId) {
+  return notFound("no job '" + jobId +
+                  "' among the daemon's queued, running and recent jobs (flowc jobs)");
+}
+
+} // namespace
+
+grpc::Status AdminService::Cancel(grpc::ServerContext *context,
+                                  const flowc::v1::CancelRequest *request,
+                                  flowc::v1::CancelResponse *response) {
+  const std::string &jobId = request->job_id();
+  if (!isJobId(jobId))
+    return toGrpcStatus(unknownJob(jobId));
+  Status why(StatusCode::Cancelled,
+             "job " + jobId + " was cancelled by " + callerName(*context));
+  if (context_.controls.stop(jobId, why)) {
+    spdlog::info("job={} {}", jobId, why.message());
+    response->set_state("cancelled");
+    return grpc::Status::OK;
+  }
+  // Ended already: its state says how.
+  if (auto job = context_.registry.job(jobId)) {
+    response->set_state(job->state());
+    spdlog::info("cancel job={}: it had ended ({})", jobId, job->state());
+    return grpc::Status::OK;
+  }
+  spdlog::warn("cancel job={}: no such job", jobId);
+  return toGrpcStatus(unknownJob(jobId));
+}
+
+grpc::Status AdminService::Trace(grpc::ServerContext *,
+                                 const flowc::v1::TraceRequest *request,
+                                 flowc::v1::TraceResponse *response) {
+  const std::string &jobId = request->job_id();
+  if (auto trace = isJobId(jobId) ? context_.registry.trace(jobId) : std::nullopt) {
+    response->set_trace_json(std::move(*trace));
+    return grpc::Status::OK;
+  }
+  auto stored = readTraceFile(context_.traceDir(), jobId);
+  if (!stored)
+    return toGrpcStatus(stored.status());
+  response->set_trace_json(std::move(*stored));
   return grpc::Status::OK;
 }
 

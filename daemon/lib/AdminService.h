@@ -6,7 +6,8 @@
 
 namespace flowc::daemon {
 
-/// flowc.v1.Admin: health, statistics, jobs, workers and shutdown.
+/// flowc.v1.Admin: health, statistics, jobs (list, cancel, trace), workers
+/// and shutdown.
 class AdminService final : public flowc::v1::Admin::Service {
 public:
   explicit AdminService(DaemonContext &context) : context_(context) {}
@@ -21,6 +22,15 @@ public:
                     flowc::v1::JobsResponse *response) override;
   grpc::Status Workers(grpc::ServerContext *, const flowc::v1::WorkersRequest *,
                        flowc::v1::WorkersResponse *response) override;
+  /// Stops a queued or running job; its clients end with CANCELLED naming
+  /// the caller. The state of a job that had ended; NOT_FOUND otherwise.
+  grpc::Status Cancel(grpc::ServerContext *context,
+                      const flowc::v1::CancelRequest *request,
+                      flowc::v1::CancelResponse *response) override;
+  /// A running or recent job's trace, or one written to the trace
+  /// directory; NOT_FOUND otherwise.
+  grpc::Status Trace(grpc::ServerContext *, const flowc::v1::TraceRequest *request,
+                     flowc::v1::TraceResponse *response) override;
 
 private:
   DaemonContext &context_;

@@ -9,6 +9,7 @@
 #include "flowc/worker/WorkerProtocol.h"
 
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -21,6 +22,8 @@ namespace {
 constexpr size_t kChunkBytes = 1 << 20;
 /// How often a waiting request looks whether its client went away.
 constexpr auto kCancelPoll = std::chrono::milliseconds(100);
+/// The longest --timeout: a year.
+constexpr double kMaxTimeout = 365.0 * 24 * 3600;
 
 /// Sends `bytes` in chunks of at most kChunkBytes (one empty chunk when
 /// there are none); false when the client went away.
@@ -53,60 +56,124 @@ flowc::v1::WorkerTask workerTask(const DaemonContext &context) {
   return task;
 }
 
-/// What identical submits share: the request less what only concerns one
-/// client, and the model file's identity (a changed file is another flight).
-std::string flightKey(const flowc::v1::SubmitRequest &request,
-                      const cache::FileIdentity &file) {
-  flowc::v1::SubmitRequest shared = request;
-  shared.clear_priority();
-  shared.clear_want_local_path();
-  shared.clear_client();
-  std::string key;
-  shared.SerializeToString(&key);
-  return key + "\n" + std::to_string(file.device) + ":" + std::to_string(file.inode) +
-         ":" + std::to_string(file.size) + ":" + std::to_string(file.mtimeNs) + ":" +
-         std::to_string(file.ctimeNs);
+/// The Cancelled status of a job stopped by its --timeout.
+Status timeoutStatus(const std::string &jobId, double seconds) {
+  char limit[32];
+  std::snprintf(limit, sizeof limit, "%g", seconds);
+  return Status(StatusCode::Cancelled,
+                "job " + jobId + " exceeded --timeout " + limit + " s and was cancelled");
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 } // namespace
 
 /// One compile in a worker process that every identical submit arriving
 /// while it runs waits for (single flight): each sees every progress event,
-/// then the one outcome. It is cancelled once no client waits any more.
+/// then the one outcome. It is cancelled once no client waits any more,
+/// unless a detached submit asked for it.
 struct CompilerService::Flight {
   std::mutex mutex;
   std::condition_variable changed;
+  /// Set before it is shared: its flight key and supersede key (Jobs.h).
+  std::string key, supersedeKey;
   std::string jobId;
   std::vector<flowc::v1::Progress> progress;
   std::optional<flowc::v1::CompileResult> result;
   std::optional<Status> failure;
   bool done = false;
   int waiting = 0;
-  std::atomic<bool> abandoned{false};
+  /// A detached submit asked for it: it runs on with no client.
+  bool detached = false;
+  /// The --timeout of the submit that started it, counted from then.
+  double timeoutSeconds = 0;
+  std::chrono::steady_clock::time_point accepted;
+  /// Why it stops before its end, once it does: what its clients end with.
+  std::optional<Status> stopped;
+  std::string supersededBy;
+  std::atomic<JobStop> stop{JobStop::None};
 };
 
 struct CompilerService::Flights {
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<Flight>> byKey;
+  /// The newest flight of each supersede key.
+  std::unordered_map<std::string, std::shared_ptr<Flight>> latest;
   /// Worker processes running submits; the last one out evicts.
   int running = 0;
 
   /// The flight for `key` and whether the caller leads it (must start it).
-  std::pair<std::shared_ptr<Flight>, bool> join(const std::string &key) {
+  std::pair<std::shared_ptr<Flight>, bool> join(const std::string &key,
+                                                const std::string &supersedeKey) {
     std::lock_guard lock(mutex);
     auto [it, added] = byKey.try_emplace(key);
-    if (added)
+    if (added) {
       it->second = std::make_shared<Flight>();
+      it->second->key = key;
+      it->second->supersedeKey = supersedeKey;
+    }
     std::lock_guard flightLock(it->second->mutex);
     ++it->second->waiting;
     return {it->second, added};
   }
-  /// Forgets `flight` (ended or abandoned): a later submit starts anew.
-  void remove(const std::string &key, const std::shared_ptr<Flight> &flight) {
+  /// Forgets `flight` (ended or stopping): a later submit starts anew.
+  void remove(const std::shared_ptr<Flight> &flight) {
     std::lock_guard lock(mutex);
-    auto it = byKey.find(key);
-    if (it != byKey.end() && it->second == flight)
+    if (auto it = byKey.find(flight->key); it != byKey.end() && it->second == flight)
       byKey.erase(it);
+    if (auto it = latest.find(flight->supersedeKey);
+        it != latest.end() && it->second == flight)
+      latest.erase(it);
+  }
+  /// Makes `flight` the newest of `supersedeKey` (none, for a submit the
+  /// cache answered); returns the one it replaces, if any.
+  std::shared_ptr<Flight> succeed(const std::string &supersedeKey,
+                                  const std::shared_ptr<Flight> &flight) {
+    if (supersedeKey.empty())
+      return nullptr;
+    std::lock_guard lock(mutex);
+    auto it = latest.find(supersedeKey);
+    std::shared_ptr<Flight> older =
+        it == latest.end() || it->second == flight ? nullptr : it->second;
+    if (flight)
+      latest[supersedeKey] = flight;
+    else if (it != latest.end())
+      latest.erase(it);
+    return older;
+  }
+  /// Stops `flight` as `how` says (a Kill may follow a Drain); its clients
+  /// end with `why`, the first reason given. False when it had ended.
+  bool stop(const std::shared_ptr<Flight> &flight, JobStop how, const Status &why) {
+    {
+      std::lock_guard lock(flight->mutex);
+      if (flight->done)
+        return false;
+      if (!flight->stopped)
+        flight->stopped = why;
+      if (static_cast<int>(how) > static_cast<int>(flight->stop.load()))
+        flight->stop = how;
+      flight->changed.notify_all();
+    }
+    remove(flight);
+    return true;
+  }
+  /// Stops `flight` if its --timeout has passed; whether it is stopping.
+  bool checkDeadline(const std::shared_ptr<Flight> &flight) {
+    std::string jobId;
+    double limit = 0;
+    {
+      std::lock_guard lock(flight->mutex);
+      if (flight->timeoutSeconds <= 0 || flight->stopped || flight->done ||
+          secondsSince(flight->accepted) < flight->timeoutSeconds)
+        return flight->stop.load() != JobStop::None;
+      jobId = flight->jobId;
+      limit = flight->timeoutSeconds;
+    }
+    spdlog::info("job={} cancelled: it exceeded --timeout {} s", jobId, limit);
+    stop(flight, JobStop::Kill, timeoutStatus(jobId, limit));
+    return true;
   }
 };
 
@@ -200,6 +267,17 @@ CompilerService::submitPath(grpc::ServerContext *context,
   auto compile = worker::validateSubmitRequest(*request);
   if (!compile)
     return toGrpcStatus(compile.status());
+  if (double limit = request->timeout_seconds(); !(limit >= 0 && limit <= kMaxTimeout))
+    return toGrpcStatus(
+        invalidArgument("timeout_seconds " + std::to_string(limit) +
+                        " is not a number of seconds from 0 "
+                        "(no limit) to " +
+                        std::to_string(static_cast<int64_t>(kMaxTimeout))));
+  // The daemon's copy of an uploaded model lives as long as its submit.
+  if (request->detach() && materialized)
+    return toGrpcStatus(failedPrecondition(
+        "--detach needs a model the daemon reads in place; an uploaded model is kept "
+        "only while its submit waits"));
   const std::string &path = compile->modelPath;
   // The daemon made a materialized model's directory itself; any other
   // path is one the client must be able to open.
@@ -219,29 +297,75 @@ CompilerService::submitPath(grpc::ServerContext *context,
   if (*cached) {
     flowc::v1::CompileResult result;
     worker::toProto(**cached, result);
-    return finishSubmit(context, *request, context_.jobs->newId(), std::move(result),
-                        writer);
+    // The newest save wins also when the cache answers it.
+    std::string jobId = context_.jobs->newId();
+    supersedeOlder(nullptr, jobId, *request);
+    return finishSubmit(context, *request, jobId, std::move(result), writer);
   }
   auto file = cache::FileIdentity::of(path);
   if (!file)
     return fail("-", file.status());
-  std::string key = flightKey(*request, *file);
-  auto [flight, leads] = flights_->join(key);
+  auto [flight, leads] =
+      flights_->join(flightKey(*request, *file), supersedeKey(*request));
   if (leads) {
-    if (Status started = startFlight(flight, key, *request); !started) {
-      flights_->remove(key, flight);
+    if (Status started = startFlight(flight, *request); !started) {
+      flights_->remove(flight);
       return fail("-", started);
     }
+    std::string jobId;
+    {
+      std::lock_guard lock(flight->mutex);
+      jobId = flight->jobId;
+    }
+    supersedeOlder(flight, jobId, *request);
   } else {
     std::lock_guard lock(flight->mutex);
     spdlog::info("model={} joins job={}, which compiles the same request", path,
                  flight->jobId);
   }
-  return followFlight(context, flight, key, *request, writer);
+  if (!request->detach())
+    return followFlight(context, flight, *request, writer, leads);
+  // Detached: the job runs on without this client, whoever else follows it.
+  std::string jobId;
+  {
+    std::lock_guard lock(flight->mutex);
+    flight->detached = true;
+    --flight->waiting;
+    jobId = flight->jobId;
+  }
+  spdlog::info("job={} model={} detached", jobId, path);
+  flowc::v1::SubmitEvent event;
+  event.mutable_accepted()->set_job_id(jobId);
+  writer->Write(event);
+  return grpc::Status::OK;
+}
+
+void CompilerService::supersedeOlder(const std::shared_ptr<Flight> &flight,
+                                     const std::string &newer,
+                                     const flowc::v1::SubmitRequest &request) {
+  std::shared_ptr<Flight> older = flights_->succeed(supersedeKey(request), flight);
+  if (!older)
+    return;
+  std::string olderId;
+  {
+    std::lock_guard lock(older->mutex);
+    olderId = older->jobId;
+    older->supersededBy = newer;
+  }
+  // Its queued tasks are dropped, its running ones finish into the kernel
+  // cache: no work is lost.
+  if (!flights_->stop(older, JobStop::Drain,
+                      Status(StatusCode::Cancelled,
+                             "job " + olderId + " was superseded by job " + newer +
+                                 ": a newer submit of " + request.model_path() + " by " +
+                                 request.client())))
+    return;
+  context_.registry.setSupersededBy(olderId, newer);
+  spdlog::info("job={} model={} superseded by job={}", olderId, request.model_path(),
+               newer);
 }
 
 Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
-                                    const std::string &key,
                                     const flowc::v1::SubmitRequest &request) {
   flowc::v1::WorkerTask task = workerTask(context_);
   *task.mutable_submit() = request;
@@ -254,12 +378,13 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
   // context (which joins the job queue before its cache goes) and shared state.
   DaemonContext &context = context_;
   std::shared_ptr<Flights> flights = flights_;
-  auto started = std::chrono::steady_clock::now();
   std::lock_guard lock(flight->mutex);
+  flight->accepted = std::chrono::steady_clock::now();
+  flight->timeoutSeconds = request.timeout_seconds();
   std::string client = request.client().empty() ? "-" : request.client();
   flight->jobId = context.jobs->submit(
       priority,
-      [&context, flights, flight, key, task, started, priority] {
+      [&context, flights, flight, task, priority] {
         {
           std::lock_guard lock(flights->mutex);
           ++flights->running;
@@ -271,45 +396,74 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
         }
         const flowc::v1::SubmitRequest &submit = task.submit();
         context.registry.start(jobId, submit.model_path(), submit.priority(),
-                               submit.client());
-        // The job's plan and codegen tasks run on the daemon's executors as
-        // its worker asks; whatever is left when it ends is cancelled.
-        TaskDispatch dispatch(*context.tasks, context.registry, jobId, priority,
-                              [&] { return flight->abandoned.load(); });
-        Status status = runWorkerTask(
-            context.workerPath, task, submit.model_path(),
-            [&](flowc::v1::WorkerReply &&reply) {
-              std::lock_guard lock(flight->mutex);
-              if (reply.has_progress()) {
-                flowc::v1::Progress &event =
-                    flight->progress.emplace_back(reply.progress());
-                event.set_elapsed_seconds(std::chrono::duration<double>(
-                                              std::chrono::steady_clock::now() - started)
-                                              .count());
-              } else if (reply.has_result()) {
-                context.remoteCache->record(reply.result().remote());
-                context.registry.setExplain(jobId, reply.result().explain());
-                flight->result = std::move(*reply.mutable_result());
-              }
-              flight->changed.notify_all();
-            },
-            [&] { return flight->abandoned.load(); },
-            [&](flowc::v1::TaskRequest &&request, TaskAnswer answer) {
-              dispatch.add(std::move(request), std::move(answer));
-            });
-        dispatch.finish();
+                               submit.client(), flight->accepted);
+        auto stopping = [&] { return flights->checkDeadline(flight); };
+        // Progress of the job's worker and of its task processes, stamped
+        // with the time since the job was accepted.
+        auto relay = [&](flowc::v1::Progress &&progress) {
+          std::lock_guard lock(flight->mutex);
+          flowc::v1::Progress &event = flight->progress.emplace_back(std::move(progress));
+          event.set_elapsed_seconds(secondsSince(flight->accepted));
+          context.registry.addProgress(jobId, event);
+          flight->changed.notify_all();
+        };
+        Status status = Status::ok();
+        // A job stopped while queued never starts.
+        if (!stopping()) {
+          // The job's plan and codegen tasks run on the daemon's executors
+          // as its worker asks; what is left when it ends is cancelled, or,
+          // when it was superseded, left to finish into the kernel cache.
+          bool readOnly = context.options.cache.access == cache::CacheAccess::ReadOnly;
+          TaskDispatch dispatch(
+              *context.tasks, context.registry, readOnly ? nullptr : context.cache.get(),
+              jobId, priority, [&] { return flight->stop.load(); }, relay);
+          status = runWorkerTask(
+              context.workerPath, task, submit.model_path(),
+              [&](flowc::v1::WorkerReply &&reply) {
+                if (reply.has_progress()) {
+                  relay(std::move(*reply.mutable_progress()));
+                  return;
+                }
+                std::lock_guard lock(flight->mutex);
+                if (reply.has_result()) {
+                  context.remoteCache->record(reply.result().remote());
+                  context.registry.setExplain(jobId, reply.result().explain());
+                  flight->result = std::move(*reply.mutable_result());
+                }
+                flight->changed.notify_all();
+              },
+              stopping,
+              [&](flowc::v1::TaskRequest &&request, TaskAnswer answer) {
+                dispatch.add(std::move(request), std::move(answer));
+              });
+          dispatch.finish();
+        }
+        std::string supersededBy;
         {
           std::lock_guard lock(flight->mutex);
-          if (status.isOk() && !flight->result)
+          supersededBy = flight->supersededBy;
+          // Stopped on purpose: the reason, whatever the worker said as it
+          // was killed.
+          if (flight->stopped && !(status.isOk() && flight->result))
+            status = *flight->stopped;
+          else if (status.isOk() && !flight->result)
             status = internalError(submit.model_path() +
                                    ": the worker ended without a result");
         }
-        context.registry.finish(jobId,
-                                status.isOk()                            ? "done"
-                                : status.code() == StatusCode::Cancelled ? "cancelled"
-                                                                         : "failed",
-                                status.isOk() ? "" : status.message());
-        flights->remove(key, flight);
+        std::string state = status.isOk()                            ? "done"
+                            : !supersededBy.empty()                  ? "superseded"
+                            : status.code() == StatusCode::Cancelled ? "cancelled"
+                                                                     : "failed";
+        if (!supersededBy.empty())
+          context.registry.setSupersededBy(jobId, supersededBy);
+        context.registry.finish(jobId, state, status.isOk() ? "" : status.message());
+        context.controls.remove(jobId);
+        if (auto trace = context.registry.trace(jobId))
+          if (Status written = writeTraceFile(context.traceDir(), jobId, *trace,
+                                              DaemonContext::kKeptTraces);
+              !written)
+            spdlog::warn("job={} trace not written: {}", jobId, written.toString());
+        flights->remove(flight);
         bool last = false;
         {
           std::lock_guard lock(flights->mutex);
@@ -329,36 +483,66 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
       client);
   if (flight->jobId.empty())
     return unavailable("the daemon is shutting down");
+  std::weak_ptr<Flight> weak = flight;
+  context.controls.add(flight->jobId, [flights, weak](const Status &why) {
+    std::shared_ptr<Flight> stopped = weak.lock();
+    return stopped && flights->stop(stopped, JobStop::Kill, why);
+  });
   return Status::ok();
 }
 
 grpc::Status CompilerService::followFlight(
     grpc::ServerContext *context, const std::shared_ptr<Flight> &flight,
-    const std::string &key, const flowc::v1::SubmitRequest &request,
-    grpc::ServerWriter<flowc::v1::SubmitEvent> *writer) {
+    const flowc::v1::SubmitRequest &request,
+    grpc::ServerWriter<flowc::v1::SubmitEvent> *writer, bool leads) {
+  // A joiner's --timeout limits its own wait; the leader's is the job's.
+  double ownLimit = leads ? 0 : request.timeout_seconds();
+  auto joined = std::chrono::steady_clock::now();
   size_t sent = 0;
   std::unique_lock lock(flight->mutex);
+  {
+    flowc::v1::SubmitEvent accepted;
+    accepted.mutable_accepted()->set_job_id(flight->jobId);
+    lock.unlock();
+    writer->Write(accepted);
+    lock.lock();
+  }
   while (true) {
     flight->changed.wait_for(lock, kCancelPoll, [&] {
-      return flight->progress.size() > sent || flight->done;
+      return flight->progress.size() > sent || flight->done || flight->stopped;
     });
-    if (context->IsCancelled()) {
-      // The last client gone: the compile stops, and a later submit of the
-      // same request starts a new one rather than joining a dying one.
-      if (--flight->waiting == 0 && !flight->done) {
-        flight->abandoned = true;
-        lock.unlock();
-        flights_->remove(key, flight);
-        spdlog::info("job={} model={} cancelled: its client went away", flight->jobId,
-                     request.model_path());
-      }
-      return grpc::Status::CANCELLED;
+    if (flight->stopped && !flight->done) {
+      // Its clients end at once; a superseded job's running tasks finish
+      // without them.
+      --flight->waiting;
+      Status why = *flight->stopped;
+      lock.unlock();
+      spdlog::info("job={} model={} status={}", flight->jobId, request.model_path(),
+                   why.toString());
+      return toGrpcStatus(why);
+    }
+    bool timedOut = ownLimit > 0 && secondsSince(joined) >= ownLimit;
+    if (context->IsCancelled() || timedOut) {
+      // The last client gone: the compile stops (unless it was detached),
+      // and a later submit of the same request starts a new one rather
+      // than joining a dying one.
+      std::string jobId = flight->jobId;
+      bool last = --flight->waiting == 0 && !flight->done && !flight->detached;
+      lock.unlock();
+      Status why = timedOut
+                       ? timeoutStatus(jobId, ownLimit)
+                       : Status(StatusCode::Cancelled,
+                                "job " + jobId + " was cancelled: its client went away");
+      if (last && flights_->stop(flight, JobStop::Kill, why))
+        spdlog::info("job={} model={} {}", jobId, request.model_path(), why.message());
+      return toGrpcStatus(why);
     }
     std::vector<flowc::v1::Progress> fresh(flight->progress.begin() + sent,
                                            flight->progress.end());
     sent = flight->progress.size();
     bool done = flight->done;
     lock.unlock();
+    flights_->checkDeadline(flight);
     for (flowc::v1::Progress &progress : fresh) {
       flowc::v1::SubmitEvent event;
       *event.mutable_progress() = std::move(progress);

@@ -52,13 +52,20 @@ private:
                           grpc::ServerWriter<flowc::v1::SubmitEvent> *writer,
                           const MaterializedModel *materialized);
   /// Queues the compile that `flight` stands for.
-  Status startFlight(const std::shared_ptr<Flight> &flight, const std::string &key,
+  Status startFlight(const std::shared_ptr<Flight> &flight,
                      const flowc::v1::SubmitRequest &request);
-  /// Streams `flight`'s progress to this client and answers with its outcome.
+  /// Supersedes the older flight of the same client, path and options
+  /// that `request`'s job `newer` replaces, if any (docs/jobs.md); `flight`
+  /// is that job's, just started, or null for a submit the cache answered.
+  void supersedeOlder(const std::shared_ptr<Flight> &flight, const std::string &newer,
+                      const flowc::v1::SubmitRequest &request);
+  /// Sends `flight`'s job id, streams its progress to this client and
+  /// answers with its outcome, or with why it stopped.
   grpc::Status followFlight(grpc::ServerContext *context,
-                            const std::shared_ptr<Flight> &flight, const std::string &key,
+                            const std::shared_ptr<Flight> &flight,
                             const flowc::v1::SubmitRequest &request,
-                            grpc::ServerWriter<flowc::v1::SubmitEvent> *writer);
+                            grpc::ServerWriter<flowc::v1::SubmitEvent> *writer,
+                            bool leads);
   grpc::Status finishSubmit(grpc::ServerContext *context,
                             const flowc::v1::SubmitRequest &request,
                             const std::string &jobId, flowc::v1::CompileResult result,

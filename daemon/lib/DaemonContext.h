@@ -43,6 +43,8 @@ struct DaemonContext {
   /// Where jobs' tasks run; outlives the job queue that uses it.
   std::unique_ptr<TaskExecutor> tasks;
   JobRegistry registry;
+  /// Stops queued and running jobs (Admin.Cancel).
+  JobControls controls;
   /// --remote-cache: what jobs get and report.
   std::unique_ptr<RemoteCacheState> remoteCache;
   std::unique_ptr<scheduler::JobQueue> jobs;
@@ -53,6 +55,11 @@ struct DaemonContext {
   std::atomic<uint64_t> cacheMisses{0};
   std::atomic<uint64_t> jobsFailed{0};
   Activity activity;
+
+  /// Where finished jobs' traces are written (Trace.h), the newest
+  /// kKeptTraces of them.
+  static constexpr size_t kKeptTraces = 200;
+  std::string traceDir() const { return cache->root() + "/traces"; }
 };
 
 } // namespace flowc::daemon

@@ -2,7 +2,9 @@
 
 #include "flowc/worker/WorkerProtocol.h"
 
+#include <atomic>
 #include <spdlog/spdlog.h>
+#include <utility>
 
 namespace flowc::daemon {
 
@@ -19,13 +21,41 @@ uint64_t inputBytes(const worker::Task &task) {
   return bytes;
 }
 
+/// The request less what only concerns one client.
+std::string sharedRequest(const flowc::v1::SubmitRequest &request) {
+  flowc::v1::SubmitRequest shared = request;
+  shared.clear_priority();
+  shared.clear_want_local_path();
+  shared.clear_client();
+  shared.clear_detach();
+  shared.clear_timeout_seconds();
+  std::string key;
+  // Deterministic: the same request makes the same bytes in one process.
+  shared.SerializeToString(&key);
+  return key;
+}
+
 } // namespace
 
+std::string flightKey(const flowc::v1::SubmitRequest &request,
+                      const cache::FileIdentity &file) {
+  return sharedRequest(request) + "\n" + std::to_string(file.device) + ":" +
+         std::to_string(file.inode) + ":" + std::to_string(file.size) + ":" +
+         std::to_string(file.mtimeNs) + ":" + std::to_string(file.ctimeNs);
+}
+
+std::string supersedeKey(const flowc::v1::SubmitRequest &request) {
+  if (request.client().empty() || request.model_path().empty())
+    return "";
+  return request.client() + "\n" + sharedRequest(request);
+}
+
 void JobRegistry::start(const std::string &id, const std::string &model,
-                        flowc::v1::Priority priority, const std::string &client) {
+                        flowc::v1::Priority priority, const std::string &client,
+                        std::chrono::steady_clock::time_point since) {
   std::lock_guard lock(mutex_);
   Job &job = jobs_.emplace_back();
-  job.started = std::chrono::steady_clock::now();
+  job.started = since;
   job.info.set_id(id);
   job.info.set_model(model);
   job.info.set_state("running");
@@ -33,11 +63,15 @@ void JobRegistry::start(const std::string &id, const std::string &model,
   job.info.set_client(client);
 }
 
-JobRegistry::Job *JobRegistry::find(const std::string &id) {
+const JobRegistry::Job *JobRegistry::find(const std::string &id) const {
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it)
     if (it->info.id() == id)
       return &*it;
   return nullptr;
+}
+
+JobRegistry::Job *JobRegistry::find(const std::string &id) {
+  return const_cast<Job *>(std::as_const(*this).find(id));
 }
 
 size_t JobRegistry::addTask(const std::string &id, const worker::Task &task) {
@@ -51,7 +85,56 @@ size_t JobRegistry::addTask(const std::string &id, const worker::Task &task) {
   info->set_state("queued");
   info->set_input_bytes(inputBytes(task));
   info->set_queued_at_seconds(secondsSince(job->started));
+  job->taskStarts.push_back(-1);
   return static_cast<size_t>(job->info.tasks_size() - 1);
+}
+
+void JobRegistry::taskStarted(const std::string &id, size_t task) {
+  std::lock_guard lock(mutex_);
+  Job *job = find(id);
+  if (job && task < job->taskStarts.size())
+    job->taskStarts[task] = secondsSince(job->started);
+}
+
+void JobRegistry::addProgress(const std::string &id, const flowc::v1::Progress &event) {
+  // IR text is for the client that asked; a trace has no use for it.
+  if (event.stage() == "ir")
+    return;
+  std::lock_guard lock(mutex_);
+  if (Job *job = find(id))
+    job->progress.push_back(event);
+}
+
+void JobRegistry::setSupersededBy(const std::string &id, const std::string &newer) {
+  std::lock_guard lock(mutex_);
+  if (Job *job = find(id))
+    job->info.set_superseded_by(newer);
+}
+
+std::optional<flowc::v1::JobInfo> JobRegistry::job(const std::string &id) const {
+  std::lock_guard lock(mutex_);
+  const Job *job = find(id);
+  if (!job)
+    return std::nullopt;
+  return job->info;
+}
+
+std::optional<std::string> JobRegistry::trace(const std::string &id) const {
+  TraceInput input;
+  {
+    std::lock_guard lock(mutex_);
+    const Job *job = find(id);
+    if (!job)
+      return std::nullopt;
+    input.jobId = id;
+    input.model = job->info.model();
+    input.events = job->progress;
+    input.tasks.assign(job->info.tasks().begin(), job->info.tasks().end());
+    input.taskStarts = job->taskStarts;
+    input.seconds =
+        job->info.state() == "running" ? secondsSince(job->started) : job->info.seconds();
+  }
+  return chromeTrace(input);
 }
 
 void JobRegistry::update(const std::string &id, size_t task,
@@ -102,15 +185,61 @@ flowc::v1::JobsResponse JobRegistry::list() const {
   return response;
 }
 
+void JobControls::add(const std::string &id, StopFn stop) {
+  std::lock_guard lock(mutex_);
+  stops_[id] = std::move(stop);
+}
+
+void JobControls::remove(const std::string &id) {
+  std::lock_guard lock(mutex_);
+  stops_.erase(id);
+}
+
+bool JobControls::stop(const std::string &id, const Status &why) {
+  StopFn stop;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = stops_.find(id);
+    if (it == stops_.end())
+      return false;
+    stop = it->second;
+  }
+  return stop(why);
+}
+
+namespace {
+
+/// The answer to a task its job no longer wants.
+flowc::v1::TaskResult cancelledResult(const flowc::v1::TaskRequest &request,
+                                      const std::string &jobId) {
+  flowc::v1::TaskResult result;
+  result.set_id(request.id());
+  *result.mutable_error() =
+      worker::errorReply(Status(StatusCode::Cancelled, request.kind() + " " +
+                                                           request.name() + ": job " +
+                                                           jobId + " is stopping"))
+          .error();
+  return result;
+}
+
+} // namespace
+
 TaskDispatch::TaskDispatch(TaskExecutor &executor, JobRegistry &registry,
-                           std::string jobId, scheduler::Priority priority,
-                           std::function<bool()> cancelled)
-    : executor_(executor), registry_(registry), jobId_(std::move(jobId)),
-      priority_(priority), cancelled_(std::move(cancelled)) {}
+                           cache::Cache *kernels, std::string jobId,
+                           scheduler::Priority priority, std::function<JobStop()> stop,
+                           std::function<void(flowc::v1::Progress &&)> onProgress)
+    : executor_(executor), registry_(registry), kernels_(kernels),
+      jobId_(std::move(jobId)), priority_(priority), stop_(std::move(stop)),
+      onProgress_(std::move(onProgress)) {}
 
 TaskDispatch::~TaskDispatch() { finish(); }
 
 void TaskDispatch::add(flowc::v1::TaskRequest &&request, TaskAnswer answer) {
+  // A stopping job starts nothing new.
+  if (stop_() != JobStop::None) {
+    answer(cancelledResult(request, jobId_));
+    return;
+  }
   std::lock_guard lock(mutex_);
   if (ended_)
     return;
@@ -122,12 +251,15 @@ void TaskDispatch::add(flowc::v1::TaskRequest &&request, TaskAnswer answer) {
 }
 
 void TaskDispatch::finish() {
+  std::deque<std::pair<flowc::v1::TaskRequest, TaskAnswer>> dropped;
   {
     std::lock_guard lock(mutex_);
     ended_ = true;
-    queue_.clear();
+    dropped.swap(queue_);
     queued_.notify_all();
   }
+  for (auto &[request, answer] : dropped)
+    answer(cancelledResult(request, jobId_));
   for (std::thread &thread : threads_)
     if (thread.joinable())
       thread.join();
@@ -146,6 +278,10 @@ void TaskDispatch::loop() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
+    if (stop_() != JobStop::None) {
+      next.second(cancelledResult(next.first, jobId_));
+      continue;
+    }
     runOne(next.first, next.second);
   }
 }
@@ -163,28 +299,52 @@ void TaskDispatch::runOne(flowc::v1::TaskRequest &request, const TaskAnswer &ans
   // From the start of its (last) attempt: the time waiting for a slot is not
   // the task's.
   auto started = std::chrono::steady_clock::now();
-  auto stopped = [this] {
-    {
-      std::lock_guard lock(mutex_);
-      if (ended_)
-        return true;
-    }
-    return cancelled_();
+  // A task that has begun runs to its end when the job drains (its output
+  // goes to the kernel cache); one still waiting for a slot does not.
+  std::atomic<bool> begun{false};
+  auto stopped = [this, &begun] {
+    JobStop stop = stop_();
+    if (stop == JobStop::Kill || (stop == JobStop::Drain && !begun))
+      return true;
+    if (stop == JobStop::Drain)
+      return false;
+    std::lock_guard lock(mutex_);
+    return ended_;
   };
-  TaskRun run{*task, priority_, stopped, [&](const std::string &where) {
+  std::string where;
+  TaskRun run{*task, priority_, stopped,
+              [&](const std::string &executor) {
                 started = std::chrono::steady_clock::now();
+                begun = true;
+                {
+                  std::lock_guard lock(mutex_);
+                  where = executor;
+                }
+                registry_.taskStarted(jobId_, index);
                 registry_.update(jobId_, index, [&](flowc::v1::TaskInfo &info) {
                   info.set_state("running");
-                  info.set_executor(where);
+                  info.set_executor(executor);
                   info.set_attempts(info.attempts() + 1);
                 });
+              },
+              [&](flowc::v1::Progress &&event) {
+                if (!onProgress_)
+                  return;
+                {
+                  std::lock_guard lock(mutex_);
+                  event.set_executor(where);
+                }
+                onProgress_(std::move(event));
               }};
   auto outcome = executor_.run(run);
+  if (outcome)
+    recordKernel(request, *outcome);
   double seconds = secondsSince(started);
   registry_.update(jobId_, index, [&](flowc::v1::TaskInfo &info) {
     info.set_seconds(seconds);
     if (!outcome) {
-      info.set_state("failed");
+      info.set_state(outcome.status().code() == StatusCode::Cancelled ? "cancelled"
+                                                                      : "failed");
       info.set_error(outcome.status().message());
       return;
     }
@@ -203,6 +363,23 @@ void TaskDispatch::runOne(flowc::v1::TaskRequest &request, const TaskAnswer &ans
       result.add_outputs(digest.toString());
   }
   answer(result);
+}
+
+void TaskDispatch::recordKernel(const flowc::v1::TaskRequest &request,
+                                const worker::TaskOutcome &outcome) {
+  if (!kernels_ || request.cache_key().empty() || outcome.outputs.empty())
+    return;
+  auto key = cache::Digest::parse(request.cache_key());
+  if (!key) {
+    spdlog::warn("job={} task={} {}: its cache key is not a digest: {}", jobId_,
+                 request.kind(), request.name(), key.status().toString());
+    return;
+  }
+  if (Status recorded =
+          kernels_->recordAction(cache::ActionKind::Kernel, *key, outcome.outputs[0]);
+      !recorded)
+    spdlog::warn("job={} task={} {}: kernel cache store failed: {}", jobId_,
+                 request.kind(), request.name(), recorded.toString());
 }
 
 } // namespace flowc::daemon

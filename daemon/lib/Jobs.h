@@ -3,6 +3,7 @@
 #pragma once
 
 #include "TaskExecutor.h"
+#include "Trace.h"
 #include "WorkerProcess.h"
 
 #include "flowc/v1/flowc.pb.h"
@@ -11,7 +12,9 @@
 #include <condition_variable>
 #include <deque>
 #include <list>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,53 +27,116 @@ public:
   /// Finished jobs kept for `flowc jobs`.
   static constexpr size_t kKeptFinished = 64;
 
+  /// Job `id` starts; its times count from `since` (when it was accepted).
   void start(const std::string &id, const std::string &model,
-             flowc::v1::Priority priority, const std::string &client);
+             flowc::v1::Priority priority, const std::string &client,
+             std::chrono::steady_clock::time_point since);
   /// Adds a queued task to job `id`; its index for update().
   size_t addTask(const std::string &id, const worker::Task &task);
   void update(const std::string &id, size_t task,
               const std::function<void(flowc::v1::TaskInfo &)> &change);
-  /// `state`: "done", "failed" or "cancelled".
+  /// Task `task` of job `id` starts an attempt now (for its trace).
+  void taskStarted(const std::string &id, size_t task);
+  /// A progress event of job `id`, kept for its trace ("ir" text is not).
+  void addProgress(const std::string &id, const flowc::v1::Progress &event);
+  /// `state`: "done", "failed", "cancelled" or "superseded".
   void finish(const std::string &id, const std::string &state, const std::string &error);
   /// What the job's compile said about its cache lookup (flowc explain).
   void setExplain(const std::string &id, const std::string &explain);
+  /// The newer job that superseded job `id`.
+  void setSupersededBy(const std::string &id, const std::string &newer);
 
   flowc::v1::JobsResponse list() const;
+  /// Job `id`, if running or kept.
+  std::optional<flowc::v1::JobInfo> job(const std::string &id) const;
+  /// Job `id`'s trace (Trace.h) as it stands, if running or kept.
+  std::optional<std::string> trace(const std::string &id) const;
 
 private:
   struct Job {
     flowc::v1::JobInfo info;
     std::chrono::steady_clock::time_point started;
+    std::vector<flowc::v1::Progress> progress;
+    /// Per task: when its last attempt started, -1 before any.
+    std::vector<double> taskStarts;
   };
+  const Job *find(const std::string &id) const;
   Job *find(const std::string &id);
 
   mutable std::mutex mutex_;
   std::list<Job> jobs_; ///< Oldest first.
 };
 
+/// What identical submits share (one flight, Compiler.Submit): the request
+/// less what only concerns one client (priority, local path, client,
+/// detach, timeout), and the model file's identity (a changed file is
+/// another flight).
+std::string flightKey(const flowc::v1::SubmitRequest &request,
+                      const cache::FileIdentity &file);
+
+/// What a newer submit must share with an older one to supersede it: the
+/// same client, model path and compile options (the flight key less the
+/// file identity). Empty, superseding nothing, for a submit without a
+/// client or without a model path (an upload).
+std::string supersedeKey(const flowc::v1::SubmitRequest &request);
+
+/// How a job stops before its end: not at all, by dropping what has not
+/// started while what runs finishes (superseded), or by killing it all
+/// (cancelled, timed out, its clients gone).
+enum class JobStop { None, Drain, Kill };
+
+/// The queued and running jobs that Admin.Cancel can stop, by id.
+/// Thread-safe.
+class JobControls {
+public:
+  /// Stops the job for the reason given (a Cancelled status naming the job
+  /// and who cancelled it); false when it had ended already.
+  using StopFn = std::function<bool(const Status &why)>;
+  void add(const std::string &id, StopFn stop);
+  void remove(const std::string &id);
+  /// Calls job `id`'s StopFn (outside the lock); false for no such job.
+  bool stop(const std::string &id, const Status &why);
+
+private:
+  std::mutex mutex_;
+  std::map<std::string, StopFn> stops_;
+};
+
 /// Runs the tasks one job's worker asks for on `executor`, up to its
-/// concurrency at once, and answers each. Tasks still running when the job
-/// ends are cancelled (finish()).
+/// concurrency at once, and answers each. Once `stop` says Drain, tasks not
+/// yet started are answered Cancelled at once and started ones finish; once
+/// it says Kill, they are cancelled too. A task with a `cache_key` that
+/// succeeds is recorded in `kernels` (the kernel cache) at once, whatever
+/// becomes of its job; null for a read-only cache. Progress frames of the
+/// task processes go to `onProgress` with `executor` set.
 class TaskDispatch {
 public:
-  TaskDispatch(TaskExecutor &executor, JobRegistry &registry, std::string jobId,
-               scheduler::Priority priority, std::function<bool()> cancelled);
+  TaskDispatch(TaskExecutor &executor, JobRegistry &registry, cache::Cache *kernels,
+               std::string jobId, scheduler::Priority priority,
+               std::function<JobStop()> stop,
+               std::function<void(flowc::v1::Progress &&)> onProgress);
   ~TaskDispatch();
 
   /// Queues a request (does not block).
   void add(flowc::v1::TaskRequest &&request, TaskAnswer answer);
-  /// Cancels what is left and waits for the running tasks.
+  /// Ends the dispatch: answers what is queued Cancelled, then waits for
+  /// the running tasks, which are cancelled unless the job drains.
   void finish();
 
 private:
   void loop();
   void runOne(flowc::v1::TaskRequest &request, const TaskAnswer &answer);
+  /// Records a kernel task's object under its kernel-cache key.
+  void recordKernel(const flowc::v1::TaskRequest &request,
+                    const worker::TaskOutcome &outcome);
 
   TaskExecutor &executor_;
   JobRegistry &registry_;
+  cache::Cache *kernels_;
   std::string jobId_;
   scheduler::Priority priority_;
-  std::function<bool()> cancelled_;
+  std::function<JobStop()> stop_;
+  std::function<void(flowc::v1::Progress &&)> onProgress_;
   std::mutex mutex_;
   std::condition_variable queued_;
   std::deque<std::pair<flowc::v1::TaskRequest, TaskAnswer>> queue_;

@@ -55,7 +55,8 @@ LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
   }
   if (run.onStart)
     run.onStart("local pid " + std::to_string(pid));
-  ServeProcess::Outcome outcome = (*process)->run(dir->in, dir->out, run.cancelled);
+  ServeProcess::Outcome outcome =
+      (*process)->run(dir->in, dir->out, run.cancelled, run.onProgress);
   {
     std::lock_guard lock(mutex_);
     running_.erase(pid);

@@ -26,6 +26,9 @@ struct TaskRun {
   std::function<bool()> cancelled;
   /// Called with where the task runs now ("local pid 123"), each attempt.
   std::function<void(const std::string &)> onStart;
+  /// Called with each progress event the task process sends (a compiler
+  /// pass that ended), on the thread that called run().
+  std::function<void(flowc::v1::Progress &&)> onProgress = nullptr;
 };
 
 class TaskExecutor {

@@ -304,9 +304,27 @@ int ServeProcess::reap() {
   return status;
 }
 
-ServeProcess::Outcome ServeProcess::run(const std::string &input,
-                                        const std::string &output,
-                                        const std::function<bool()> &cancelled) {
+std::optional<Status>
+takeServeAnswer(std::vector<flowc::v1::WorkerReply> &frames,
+                const std::function<void(flowc::v1::Progress &&)> &onProgress) {
+  for (flowc::v1::WorkerReply &reply : frames) {
+    if (reply.has_progress()) {
+      if (onProgress)
+        onProgress(std::move(*reply.mutable_progress()));
+      continue;
+    }
+    if (reply.has_error())
+      return worker::statusOf(reply.error());
+    if (reply.has_task_done())
+      return Status::ok();
+  }
+  return std::nullopt;
+}
+
+ServeProcess::Outcome
+ServeProcess::run(const std::string &input, const std::string &output,
+                  const std::function<bool()> &cancelled,
+                  const std::function<void(flowc::v1::Progress &&)> &onProgress) {
   Outcome outcome;
   ++tasksRun_;
   flowc::v1::WorkerTask task;
@@ -338,12 +356,9 @@ ServeProcess::Outcome ServeProcess::run(const std::string &input,
       ::kill(-pid_, SIGKILL);
       break;
     }
-    for (const flowc::v1::WorkerReply &reply : *frames) {
-      if (reply.has_task_done() || reply.has_error()) {
-        outcome.status =
-            reply.has_error() ? worker::statusOf(reply.error()) : Status::ok();
-        return outcome;
-      }
+    if (std::optional<Status> answer = takeServeAnswer(*frames, onProgress)) {
+      outcome.status = std::move(*answer);
+      return outcome;
     }
   }
   // It ended (or was killed) without an answer.

@@ -9,6 +9,7 @@
 #include "flowc/v1/flowc.pb.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -58,9 +59,11 @@ public:
     std::string lastLine; ///< What it wrote last, for a death's message.
   };
   /// Runs the task in `input`, writing `output`; kills the process once
-  /// `cancelled` says so (polled a few times a second).
+  /// `cancelled` says so (polled a few times a second). The progress frames
+  /// it sends before its answer go to `onProgress` (may be null).
   Outcome run(const std::string &input, const std::string &output,
-              const std::function<bool()> &cancelled);
+              const std::function<bool()> &cancelled,
+              const std::function<void(flowc::v1::Progress &&)> &onProgress = nullptr);
 
   pid_t pid() const { return pid_; }
   bool alive() const { return pid_ > 0; }
@@ -78,6 +81,13 @@ private:
   std::string replies_, logTail_;
   unsigned tasksRun_ = 0;
 };
+
+/// What a task process's frames say, in order: progress events go to
+/// `onProgress` (may be null); the first task_done or error is the task's
+/// answer (the frames after it are ignored). None when no answer came yet.
+std::optional<Status>
+takeServeAnswer(std::vector<flowc::v1::WorkerReply> &frames,
+                const std::function<void(flowc::v1::Progress &&)> &onProgress);
 
 /// Why a worker process that gave no answer ended as it did, `what` first:
 /// ResourceExhausted for a SIGKILL (most likely out of memory), Internal

@@ -57,11 +57,11 @@ public:
       remote_->publish(cache::ActionKind::Kernel, actionKey(key), TierEntry::of(object));
   }
 
-private:
   Digest actionKey(const std::string &key) const {
     return ActionKey("flowc.kernel.v2", buildId_).add(key).digest();
   }
 
+private:
   cache::Cache &cache_;
   const std::string &buildId_;
   RemoteTier *remote_;
@@ -394,6 +394,7 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
     }
     FLOWC_ASSIGN_OR_RETURN(
         Task task, makeCodegenTask(cache_, plan.kernels[i], options, target, buildId_));
+    task.cacheKey = kernelCache.actionKey(plan.kernels[i].key).toString();
     missing.push_back(i);
     tasks.push_back(std::move(task));
   }

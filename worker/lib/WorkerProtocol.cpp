@@ -255,11 +255,12 @@ flowc::v1::TaskRequest toProto(const Task &task, uint64_t id) {
   }
   for (const std::string &output : task.outputs)
     request.add_outputs(output);
+  request.set_cache_key(task.cacheKey);
   return request;
 }
 
 Expected<Task> taskFromProto(const flowc::v1::TaskRequest &request) {
-  Task task{request.kind(), request.name(), {}, {}};
+  Task task{request.kind(), request.name(), {}, {}, request.cache_key()};
   for (const flowc::v1::TaskFile &file : request.inputs()) {
     FLOWC_ASSIGN_OR_RETURN(cache::Digest digest, cache::Digest::parse(file.digest()));
     task.inputs.push_back({file.path(), digest});

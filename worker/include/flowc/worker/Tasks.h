@@ -33,6 +33,9 @@ struct Task {
   std::string name; ///< What it works on (a kernel's symbol), for errors and listings.
   std::vector<TaskInput> inputs;
   std::vector<std::string> outputs; ///< Relative to the output directory.
+  /// The kernel-cache key (a digest) that outputs[0] answers, if any: the
+  /// daemon records it as soon as the task succeeds.
+  std::string cacheKey = {};
 };
 
 /// What a finished task left in the cache, in Task::outputs order.
