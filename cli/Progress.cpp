@@ -143,13 +143,14 @@ std::string ProgressRenderer::statusLine() const {
     line += " " + std::to_string(kernelIndex_) + "/" + std::to_string(kernelCount_);
   if (!phase_.empty())
     line += " " + phase_;
+  line += "  " + durationText(elapsed());
+  if (eta_ >= 0)
+    line += "  ETA " + durationText(eta_);
+  // Names last: a narrow terminal cuts them, not the figures.
   if (!kernel_.empty())
     line += "  kernel " + kernel_;
   else if (!pass_.empty())
     line += "  pass " + pass_;
-  line += "  " + durationText(elapsed());
-  if (eta_ >= 0)
-    line += "  ETA " + durationText(eta_);
   return printable(line);
 }
 

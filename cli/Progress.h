@@ -47,7 +47,7 @@ public:
   nlohmann::json eventJson(const flowc::v1::SubmitEvent &event);
 
   /// The terminal line for the state so far (Terminal mode), without the
-  /// \r and clear: bar, kernels i/n, phase, pass or kernel, elapsed, ETA.
+  /// \r and clear: bar, kernels i/n, phase, elapsed, ETA, pass or kernel.
   std::string statusLine() const;
 
 private:

@@ -104,11 +104,13 @@ def test_a_cold_compile_streams_events_of_the_documented_schema(flowc, tmp_path)
         assert event["event"] in schema, event
         check_fields(event, schema[event["event"]], f"line {number + 1}")
     types = [e["event"] for e in events]
-    # accepted first; one result, last; nothing after it.
-    assert types[0] == "accepted"
+    # At most one accepted, first; one result, last; nothing after it.
+    assert types.count("accepted") <= 1 and "accepted" not in types[1:]
     assert types.count("result") == 1 and types[-1] == "result"
     assert "error" not in types
-    assert events[0]["job_id"] == events[-1]["job_id"] != ""
+    assert events[-1]["job_id"] != ""
+    if types[0] == "accepted":
+        assert events[0]["job_id"] == events[-1]["job_id"]
 
     # Kernels 1..n of n, the count announced by the codegen phase first.
     kernels = [e for e in events if e["event"] == "kernel"]
@@ -281,18 +283,20 @@ def test_usage_errors_with_json_are_objects_too(flowc, tmp_path):
 def test_hostile_names_give_valid_json(flowc, tmp_path):
     """A node name with quotes, parentheses and bytes that are not UTF-8:
     the error object is still one valid JSON line with the node named."""
+    hostile = b"it's (\xff)"
+    # A placeholder name of the same length, replaced in the bytes: no
+    # length prefix changes.
+    placeholder = "Q" * len(hostile)
     graph = helper.make_graph(
-        [helper.make_node("LpNormalization", ["x"], ["y"], name="n")], "g",
+        [helper.make_node("LpNormalization", ["x"], ["y"], name=placeholder)], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     data = model.SerializeToString()
-    # The node's name "n" (NodeProto field 3: 0x1a 0x01 'n') becomes 7 bytes.
-    hostile = b"it's (\xff)"
-    assert data.count(b"\x1a\x01n") == 1
+    assert data.count(placeholder.encode()) == 1
     path = tmp_path / "hostile.onnx"
-    path.write_bytes(data.replace(b"\x1a\x01n", b"\x1a" + bytes([len(hostile)]) + hostile))
+    path.write_bytes(data.replace(placeholder.encode(), hostile))
     result = subprocess.run(flowc_cmd(flowc, "submit", path, "--json"), capture_output=True)
     assert result.returncode == 4, result.stderr
     error = json.loads(result.stdout.decode("utf-8"))["error"]

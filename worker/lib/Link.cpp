@@ -167,14 +167,15 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
     specs.push_back(std::move(spec));
     blobs.push_back(std::move(blob));
   }
-  progress.countLookups("derived",
-                        code.weights.derived.size() - static_cast<size_t>(computed),
-                        static_cast<size_t>(computed));
-  if (!code.weights.derived.empty())
+  if (!code.weights.derived.empty()) {
+    progress.countLookups("derived",
+                          code.weights.derived.size() - static_cast<size_t>(computed),
+                          static_cast<size_t>(computed));
     progress("derive",
              std::to_string(code.weights.derived.size()) + " derived weights (" +
                  std::to_string(computed) + " computed, " +
                  std::to_string(code.weights.derived.size() - computed) + " cached)");
+  }
   // The library kernels' constant weights in the layouts their kernels
   // read on this CPU, after the bound weights: sessions map them in place.
   std::vector<runtime::PackedWeightSpec> packedSpecs;

@@ -1,6 +1,7 @@
 #include "flowc/worker/WorkerProtocol.h"
 
 #include "flowc/compiler/Profile.h"
+#include "flowc/support/ErrorFields.h"
 #include "flowc/worker/Reproducer.h"
 
 #include <cerrno>
@@ -169,7 +170,8 @@ void toProto(const CompileResult &result, flowc::v1::CompileResult &out) {
 
 void toProto(const ProgressEvent &event, flowc::v1::Progress &out) {
   out.set_stage(event.stage);
-  out.set_detail(event.detail);
+  // The detail quotes paths, which need not be UTF-8 (proto3 strings must).
+  out.set_detail(validUtf8(event.detail));
   out.set_pass(event.pass);
   out.set_kernel(event.kernel);
   out.set_kernel_index(event.kernelIndex);
@@ -265,7 +267,9 @@ reproChunks(const std::string &path, const compiler::CompileOptions &options,
 flowc::v1::WorkerReply errorReply(const Status &status) {
   flowc::v1::WorkerReply reply;
   reply.mutable_error()->set_code(static_cast<int32_t>(status.code()));
-  reply.mutable_error()->set_message(status.message());
+  // Proto3 strings must be UTF-8, or the frame does not parse at the
+  // daemon: a message may quote a hostile model's names.
+  reply.mutable_error()->set_message(validUtf8(status.message()));
   return reply;
 }
 
