@@ -858,9 +858,9 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   }
   FLOWC_RETURN_IF_ERROR(compileUnit(graph, target, options.optLevel));
   if (observer)
-    observer("llvm-codegen", std::chrono::duration<double>(
-                                 std::chrono::steady_clock::now() - llvmStart)
-                                 .count());
+    observer("llvm-codegen",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - llvmStart)
+                 .count());
   plan.graphObject = std::move(graph.object);
   plan.linksOpenMp = enabled(options, "flowc-parallelize-loops");
   return plan;
