@@ -1,6 +1,7 @@
 #include "Common.h"
 
 #include "flowc/support/Environment.h"
+#include "flowc/support/ErrorFields.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
 #include "flowc/support/UnixSocket.h"
@@ -344,15 +345,83 @@ DaemonClient::connect(const GlobalOptions &options, bool autostart) {
                      "'; see " + log);
 }
 
-int reportError(const Status &status) {
-  std::string message = status.message();
+namespace {
+
+/// The process's one command decides it once (setErrorFormat).
+struct ErrorOutput {
+  ErrorFormat format = ErrorFormat::Text;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
+
+ErrorOutput &errorOutput() {
+  static ErrorOutput output;
+  return output;
+}
+
+/// The message on one line, as the stderr line and the object show it.
+std::string oneLine(const std::string &text) {
+  std::string message = text;
   for (char &c : message)
     if (c == '\n')
       c = ' ';
   while (!message.empty() && message.back() == ' ')
     message.pop_back();
-  std::cerr << "flowc: error: " << message << std::endl;
+  return message;
+}
+
+int report(const Status &status, const flowc::v1::ErrorDetail *detail) {
+  std::cerr << "flowc: error: " << oneLine(status.message()) << std::endl;
+  const ErrorOutput &output = errorOutput();
+  if (output.format == ErrorFormat::Json)
+    printJson({{"error", errorJson(status, detail)}});
+  if (output.format == ErrorFormat::JsonEvent)
+    printJson({{"event", "error"},
+               {"elapsed", std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - output.started)
+                               .count()},
+               {"error", errorJson(status, detail)}});
   return exitCodeFor(status.code());
+}
+
+} // namespace
+
+void setErrorFormat(ErrorFormat format, std::chrono::steady_clock::time_point started) {
+  errorOutput() = {format, started};
+}
+
+nlohmann::json errorJson(const Status &status, const flowc::v1::ErrorDetail *detail) {
+  ErrorFields fields;
+  if (detail) {
+    fields = {detail->file(), detail->node(), detail->op(), detail->digest()};
+  } else {
+    fields = parseErrorFields(status.message());
+  }
+  return {{"exit_code", exitCodeFor(status.code())},
+          {"code", statusCodeName(status.code())},
+          {"kind", statusKindName(status.code())},
+          {"message", oneLine(status.message())},
+          {"file", fields.file},
+          {"node", fields.node},
+          {"op", fields.op},
+          {"digest", fields.digest}};
+}
+
+std::optional<flowc::v1::ErrorDetail> errorDetailOf(const grpc::ClientContext &context) {
+  const auto &trailers = context.GetServerTrailingMetadata();
+  auto found = trailers.find("grpc-status-details-bin");
+  if (found == trailers.end())
+    return std::nullopt;
+  flowc::v1::ErrorDetail detail;
+  if (!detail.ParseFromArray(found->second.data(),
+                             static_cast<int>(found->second.size())))
+    return std::nullopt;
+  return detail;
+}
+
+int reportError(const Status &status) { return report(status, nullptr); }
+
+int reportError(const Status &status, const flowc::v1::ErrorDetail &detail) {
+  return report(status, &detail);
 }
 
 Expected<std::pair<std::string, std::vector<int64_t>>>
@@ -402,7 +471,10 @@ int exitCodeFor(StatusCode code) {
   }
 }
 
-void printJson(const nlohmann::json &json) { std::cout << json.dump() << std::endl; }
+void printJson(const nlohmann::json &json) {
+  std::cout << json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+            << std::endl;
+}
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace flowc::cli {
@@ -112,10 +113,41 @@ Status addInputShapes(const std::vector<std::string> &specs, Request &request) {
   return Status::ok();
 }
 
-/// Prints `flowc: error: <message>` as one line on stderr; returns the exit
-/// status for the error's code.
-int reportError(const Status &status);
+/// How errors are reported besides the line on stderr: nothing more, an
+/// object on stdout for a command's --json ({"error": {...}}), or that
+/// object as the last NDJSON event of --progress=json ({"event": "error",
+/// "elapsed": S, "error": {...}}).
+enum class ErrorFormat { Text, Json, JsonEvent };
 
+/// Chosen once, by main from the parsed command line (and by a command
+/// whose mode it refines, before its first error), so that every error
+/// path of every command reports alike without a flag of its own.
+/// `started` is when the command began, for "elapsed".
+void setErrorFormat(ErrorFormat format, std::chrono::steady_clock::time_point started =
+                                            std::chrono::steady_clock::now());
+
+/// Prints `flowc: error: <message>` as one line on stderr, and the error
+/// object on stdout where setErrorFormat asked for it; returns the exit
+/// status for the error's code. The object's file/node/op/digest are the
+/// ones the message names (ErrorFields.h).
+int reportError(const Status &status);
+/// The same, with the fields the daemon sent for an error that crossed the
+/// RPC.
+int reportError(const Status &status, const flowc::v1::ErrorDetail &detail);
+
+/// {"exit_code", "code" ("InvalidArgument"), "kind" ("invalid_argument"),
+/// "message", "file", "node", "op", "digest"}: "" where the error names
+/// none. From `detail` when given, else parsed from the message.
+nlohmann::json errorJson(const Status &status,
+                         const flowc::v1::ErrorDetail *detail = nullptr);
+
+/// The ErrorDetail a failed call's server sent in its trailer
+/// (grpc-status-details-bin); nullopt when it sent none or it does not
+/// parse. Call after the call finished.
+std::optional<flowc::v1::ErrorDetail> errorDetailOf(const grpc::ClientContext &context);
+
+/// One line of JSON on stdout, flushed; bytes that are not UTF-8 (a path
+/// or node name from a hostile file) become U+FFFD rather than an abort.
 void printJson(const nlohmann::json &json);
 
 /// The cache's figures under the key names that `cache stats --json` and

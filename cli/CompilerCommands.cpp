@@ -54,14 +54,14 @@ int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
   // A daemon may share this cache: it evicts, knowing what its jobs pin.
   worker::CompileExecutor executor(**cache, FLOWC_BUILD_ID,
                                    worker::CompileExecutor::Eviction::Never, &tasks);
-  auto progress = [&](const std::string &stage, const std::string &detail) {
+  auto progress = [&](const worker::ProgressEvent &event) {
     if (!options.progress)
       return;
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - global.started)
             .count();
     std::cerr << "flowc: [" << std::fixed << std::setprecision(3) << seconds << "s] "
-              << stage << ": " << detail << "\n";
+              << event.stage << ": " << event.detail << "\n";
   };
   auto result = executor.compile(*request, progress);
   if (!result)

@@ -1,16 +1,21 @@
 // flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
 #include "Commands.h"
 #include "PlaceArtifact.h"
+#include "Progress.h"
 #include "Submit.h"
 
 #include "flowc/compiler/Compiler.h"
 #include "flowc/support/MappedFile.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <stop_token>
+#include <sys/ioctl.h>
+#include <thread>
 #include <unistd.h>
 
 namespace flowc::cli {
@@ -26,7 +31,8 @@ struct SubmitOptions {
   std::string printIrAfter;
   bool json = false;
   bool batch = false;
-  bool progress = false;
+  /// --progress: "" (none asked for), "text" or "json".
+  std::string progress;
   bool explain = false;
   /// Upload the model's blobs instead of naming its path (RemoteSubmit.h).
   bool upload = false;
@@ -63,8 +69,58 @@ void applyRecordedOptions(const std::string &dir, SubmitOptions &options) {
     options.compile.precision = precision->get<std::string>();
 }
 
+/// stderr's width when it is a terminal; 80 when it does not say.
+unsigned terminalColumns() {
+  winsize size{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0)
+    return size.ws_col;
+  return 80;
+}
+
+/// The object `--json` prints and NDJSON's "result" event carries.
+nlohmann::json resultJson(const SubmitOptions &options, const std::string &output,
+                          const flowc::v1::CompileResult &result,
+                          const std::optional<UploadReport> &uploaded,
+                          const std::string &transfer, double seconds) {
+  nlohmann::json json = {{"artifact", output},
+                         {"artifact_digest", result.artifact_digest()},
+                         {"model_digest", result.model_digest()},
+                         {"cache", result.cache_hit() ? "hit" : "miss"},
+                         {"code_cache", result.code_cache_hit() ? "hit" : "miss"},
+                         {"seconds", seconds},
+                         {"daemon_seconds", result.seconds()},
+                         {"artifact_transfer", transfer},
+                         {"kernels_compiled", result.kernels_compiled()},
+                         {"kernels_reused", result.kernels_reused()},
+                         {"thin", options.compile.thin},
+                         {"job_id", result.job_id()},
+                         {"answered_by", result.answered_by()}};
+  if (options.explain)
+    json["explain"] = result.explain();
+  if (uploaded) {
+    json["uploaded_blobs"] = uploaded->uploadedBlobs;
+    json["uploaded_bytes"] = uploaded->uploadedBytes;
+    json["model_blobs"] = uploaded->modelBlobs;
+    json["model_bytes"] = uploaded->modelBytes;
+    json["hashed_bytes"] = uploaded->hashedBytes;
+    json["hash_seconds"] = uploaded->hashSeconds;
+    json["upload_seconds"] = uploaded->uploadSeconds;
+  }
+  json["op_counts"] = nlohmann::json::object();
+  for (const auto &[op, count] : result.op_counts())
+    json["op_counts"][op] = count;
+  return json;
+}
+
 int runSubmit(SubmitOptions options, GlobalOptions &global) {
   global.resolve();
+  ProgressMode mode =
+      chooseProgressMode(options.progress, options.json, isatty(STDERR_FILENO));
+  // From here every error, too, is one NDJSON event.
+  if (mode == ProgressMode::Json)
+    setErrorFormat(ErrorFormat::JsonEvent, global.started);
+  ProgressRenderer renderer(mode, global.started, std::cout, std::cerr,
+                            mode == ProgressMode::Terminal ? terminalColumns() : 80);
   auto model = absoluteModelOrReproducer(options.model);
   if (!model)
     return reportError(model.status());
@@ -87,25 +143,31 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
   spec.upload = options.upload;
   spec.detach = options.detach;
   spec.timeoutSeconds = options.timeoutSeconds;
-  bool showProgress = options.progress || (!options.json && isatty(STDERR_FILENO));
   grpc::ClientContext context;
-  auto reply = submitModel(
-      **client, global, spec, context, [&](const flowc::v1::SubmitEvent &event) {
-        if (!event.has_progress())
-          return;
-        // IR text asked for with --print-ir-after: always shown, verbatim.
-        if (event.progress().stage() == "ir") {
-          std::cerr << event.progress().detail();
-          return;
-        }
-        if (showProgress)
-          std::cerr << "flowc: [" << std::fixed << std::setprecision(3)
-                    << event.progress().elapsed_seconds() << "s] "
-                    << event.progress().stage() << ": " << event.progress().detail()
-                    << "\n";
-      });
-  if (!reply)
+  // The terminal line's clock keeps running while a long kernel compiles.
+  std::optional<std::jthread> ticker;
+  if (mode == ProgressMode::Terminal)
+    ticker.emplace([&renderer](std::stop_token stop) {
+      std::mutex mutex;
+      std::condition_variable_any wake;
+      std::unique_lock lock(mutex);
+      while (!stop.stop_requested()) {
+        wake.wait_for(lock, stop, std::chrono::milliseconds(250), [] { return false; });
+        if (!stop.stop_requested())
+          renderer.tick();
+      }
+    });
+  auto reply =
+      submitModel(**client, global, spec, context,
+                  [&](const flowc::v1::SubmitEvent &event) { renderer.event(event); });
+  ticker.reset();
+  renderer.finish();
+  if (!reply) {
+    // The daemon's fields for what failed, when the failure is its answer.
+    if (std::optional<flowc::v1::ErrorDetail> detail = errorDetailOf(context))
+      return reportError(reply.status(), *detail);
     return reportError(reply.status());
+  }
   // Detached: the job runs on in the daemon; a hit is answered as usual.
   if (options.detach && !reply->result) {
     if (options.json)
@@ -128,35 +190,16 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
           .count();
 
   std::string cache = result->cache_hit() ? "hit" : "miss";
-  if (options.json) {
-    nlohmann::json json = {{"artifact", output},
-                           {"artifact_digest", result->artifact_digest()},
-                           {"model_digest", result->model_digest()},
-                           {"cache", cache},
-                           {"code_cache", result->code_cache_hit() ? "hit" : "miss"},
-                           {"seconds", seconds},
-                           {"daemon_seconds", result->seconds()},
-                           {"artifact_transfer", *transfer},
-                           {"kernels_compiled", result->kernels_compiled()},
-                           {"kernels_reused", result->kernels_reused()},
-                           {"thin", options.compile.thin},
-                           {"job_id", result->job_id()},
-                           {"answered_by", result->answered_by()}};
-    if (options.explain)
-      json["explain"] = result->explain();
-    if (uploaded) {
-      json["uploaded_blobs"] = uploaded->uploadedBlobs;
-      json["uploaded_bytes"] = uploaded->uploadedBytes;
-      json["model_blobs"] = uploaded->modelBlobs;
-      json["model_bytes"] = uploaded->modelBytes;
-      json["hashed_bytes"] = uploaded->hashedBytes;
-      json["hash_seconds"] = uploaded->hashSeconds;
-      json["upload_seconds"] = uploaded->uploadSeconds;
-    }
-    json["op_counts"] = nlohmann::json::object();
-    for (const auto &[op, count] : result->op_counts())
-      json["op_counts"][op] = count;
+  if (mode == ProgressMode::Json) {
+    nlohmann::json json =
+        resultJson(options, output, *result, uploaded, *transfer, seconds);
+    json["event"] = "result";
+    json["elapsed"] = seconds;
     printJson(json);
+    return 0;
+  }
+  if (options.json) {
+    printJson(resultJson(options, output, *result, uploaded, *transfer, seconds));
     return 0;
   }
   std::ostringstream line;
@@ -212,7 +255,10 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
                   "compiles even on a cache hit");
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--batch", options->batch, "Batch priority (CI); default is interactive");
-  cmd->add_flag("--progress", options->progress, "Print progress events on stderr");
+  cmd->add_flag("--progress{text}", options->progress,
+                "Progress events: --progress as text lines on stderr, --progress=json "
+                "as one JSON object per line on stdout (docs/progress.md)")
+      ->check(CLI::IsMember({"text", "json"}));
   cmd->add_flag(
       "--explain", options->explain,
       "Say which cache entry answered, or on a miss what differs from the "

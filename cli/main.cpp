@@ -27,6 +27,17 @@ void letGlobalOptionsFallThrough(CLI::App &app) {
   }
 }
 
+/// Whether the parsed command (at any depth) was given --json: its errors
+/// are then an object on stdout too (Common.h, setErrorFormat).
+bool wantsJson(const CLI::App &app) {
+  for (const CLI::App *sub : app.get_subcommands()) {
+    const CLI::Option *json = sub->get_option_no_throw("--json");
+    if ((json && json->count() > 0) || wantsJson(*sub))
+      return true;
+  }
+  return false;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -96,9 +107,17 @@ int main(int argc, char **argv) {
     // said in one line like every other error.
     if (e.get_exit_code() == 0)
       return app.exit(e);
-    std::cerr << "flowc: error: " << e.what() << " (see flowc --help)" << std::endl;
+    std::string message = std::string(e.what()) + " (see flowc --help)";
+    std::cerr << "flowc: error: " << message << std::endl;
+    if (wantsJson(app)) {
+      nlohmann::json error = errorJson(flowc::invalidArgument(message));
+      error["exit_code"] = kExitUsage;
+      printJson({{"error", error}});
+    }
     return kExitUsage;
   }
+  if (wantsJson(app))
+    setErrorFormat(ErrorFormat::Json, global.started);
   for (const std::string &warning : flowc::unknownEnvironmentWarnings())
     std::cerr << "flowc: warning: " << warning << std::endl;
   for (auto &[command, runner] : commands) {

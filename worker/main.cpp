@@ -9,8 +9,9 @@
 //    task (Tasks.h), as a REAPI engine runs it.
 //  - a pooled task process: `flowc-worker serve` runs the task directories
 //    the daemon's local pool sends it (WorkerTask.task_directory on stdin,
-//    a task_done or error reply on fd 3 each), one after another, so a
-//    task costs no process start.
+//    a task_done or error reply on fd 3 each, after the progress frames of
+//    a plan task's passes), one after another, so a task costs no process
+//    start.
 #include "flowc/cache/Cache.h"
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/support/MappedFile.h"
@@ -163,10 +164,9 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
       spdlog::warn("remote cache not used: {}", opened.status().message());
   }
   executor.setRemoteTier(tier.get());
-  auto progress = [](const std::string &stage, const std::string &detail) {
+  auto progress = [](const worker::ProgressEvent &event) {
     flowc::v1::WorkerReply reply;
-    reply.mutable_progress()->set_stage(stage);
-    reply.mutable_progress()->set_detail(detail);
+    worker::toProto(event, *reply.mutable_progress());
     if (Status sent = send(reply); !sent)
       _exit(1); // The daemon went away: nobody wants the answer.
   };
@@ -227,9 +227,10 @@ constexpr const char *kTaskUsage =
     "       flowc-worker serve [--memory-limit BYTES]";
 
 /// One task directory to another; bad_alloc is this task's failure.
-Status runTaskGuarded(const std::string &input, const std::string &output) {
+Status runTaskGuarded(const std::string &input, const std::string &output,
+                      const worker::ProgressFn &progress = {}) {
   try {
-    return worker::runTaskDirectory(input, output, FLOWC_BUILD_ID);
+    return worker::runTaskDirectory(input, output, FLOWC_BUILD_ID, progress);
   } catch (const std::bad_alloc &) {
     return resourceExhausted("out of memory (the task's heap limit)");
   }
@@ -320,8 +321,18 @@ int runServeCommand(int argc, char **argv) {
                 << (read ? "" : ": " + read.status().message()) << "\n";
       return kExitUsage;
     }
-    Status status =
-        runTaskGuarded(task.task_directory().input(), task.task_directory().output());
+    // The task's passes go to the daemon as they end, before its
+    // task_done; a daemon that stopped reading fails the task's reply too.
+    bool replying = true;
+    auto progress = [&](const worker::ProgressEvent &event) {
+      flowc::v1::WorkerReply frame;
+      worker::toProto(event, *frame.mutable_progress());
+      replying = replying && send(frame).isOk();
+    };
+    Status status = runTaskGuarded(task.task_directory().input(),
+                                   task.task_directory().output(), progress);
+    if (!replying)
+      return 1;
     flowc::v1::WorkerReply reply;
     if (status.isOk())
       reply.mutable_task_done();

@@ -7,6 +7,7 @@
 // data.
 #include "flowc/compiler/Compiler.h"
 #include "flowc/compiler/GraphIr.h"
+#include "flowc/compiler/PassObserver.h"
 
 #include "DerivedWeights.h"
 #include "LibraryKernels.h"
@@ -77,6 +78,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -553,6 +555,77 @@ struct IrPrinter {
   bool matched = false;
 };
 
+/// Reports each pass's wall time to a PassObserver. A pass nested on
+/// functions runs once per function inside an adaptor: its runs are
+/// summed and reported when the adaptor ends, under the nested pass's
+/// name, so the observer sees pipeline steps, not one event per function.
+/// The codegen contexts run passes on one thread (Threading::DISABLED).
+class PassTimer final : public mlir::PassInstrumentation {
+public:
+  explicit PassTimer(const PassObserver &observer) : observer_(observer) {}
+
+  void runBeforePass(mlir::Pass *pass, mlir::Operation *op) override {
+    starts_.push_back({pass, op, Clock::now()});
+  }
+  void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override { end(pass, op); }
+  void runAfterPassFailed(mlir::Pass *pass, mlir::Operation *op) override {
+    end(pass, op);
+  }
+
+private:
+  using Clock = std::chrono::steady_clock;
+  struct Start {
+    mlir::Pass *pass;
+    mlir::Operation *op;
+    Clock::time_point at;
+  };
+  struct Nested {
+    std::string name;
+    double seconds = 0;
+  };
+
+  static std::string nameOf(mlir::Pass *pass) {
+    std::string argument = pass->getArgument().str();
+    if (!argument.empty())
+      return argument;
+    // A pass without a registered argument: its type's name, unqualified.
+    std::string name = pass->getName().str();
+    size_t colon = name.rfind("::");
+    return colon == std::string::npos ? name : name.substr(colon + 2);
+  }
+
+  void end(mlir::Pass *pass, mlir::Operation *op) {
+    auto start = std::find_if(starts_.rbegin(), starts_.rend(), [&](const Start &s) {
+      return s.pass == pass && s.op == op;
+    });
+    if (start == starts_.rend())
+      return;
+    double seconds = std::chrono::duration<double>(Clock::now() - start->at).count();
+    starts_.erase(std::next(start).base());
+    if (op->getParentOp()) {
+      std::string name = nameOf(pass);
+      auto same = std::find_if(nested_.begin(), nested_.end(),
+                               [&](const Nested &n) { return n.name == name; });
+      if (same == nested_.end())
+        nested_.push_back({name, seconds});
+      else
+        same->seconds += seconds;
+      return;
+    }
+    if (nested_.empty()) {
+      observer_(nameOf(pass), seconds);
+      return;
+    }
+    for (const Nested &n : nested_)
+      observer_(n.name, n.seconds);
+    nested_.clear();
+  }
+
+  const PassObserver &observer_;
+  std::vector<Start> starts_;
+  std::vector<Nested> nested_;
+};
+
 } // namespace
 
 Status CompileOptions::validate() const {
@@ -731,15 +804,22 @@ struct CodegenContext {
 
 Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
                                     const CompileOptions &options,
-                                    const CodeTarget &target, IrPrinter *printer) {
+                                    const CodeTarget &target, IrPrinter *printer,
+                                    const PassObserver &observer) {
   FLOWC_RETURN_IF_ERROR(options.validate());
   CodegenContext codegen;
   mlir::MLIRContext &context = codegen.context;
   DiagnosticCollector diagnostics(context);
   FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
 
+  // Each pipeline owns its instrumentations; one timer serves all three.
+  auto watch = [&](mlir::PassManager &pm) {
+    if (observer)
+      pm.addInstrumentation(std::make_unique<PassTimer>(observer));
+  };
   mlir::PassManager bufferize(&context);
   buildBufferizePipeline(bufferize, options);
+  watch(bufferize);
   if (printer)
     printer->attach(bufferize);
   if (mlir::failed(bufferize.run(*module)))
@@ -751,6 +831,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   uint64_t arenaBytes = plannedArenaBytes(*module);
   mlir::PassManager prepare(&context);
   buildPrepareLoopsPipeline(prepare, options);
+  watch(prepare);
   if (printer)
     printer->attach(prepare);
   if (mlir::failed(prepare.run(*module)))
@@ -760,10 +841,12 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
 
   mlir::PassManager lower(&context);
   buildLowerToLlvmPipeline(lower, options);
+  watch(lower);
   if (printer)
     printer->attach(lower);
   if (mlir::failed(lower.run(*module)))
     return internalError("lowering to LLVM failed: " + diagnostics.text);
+  auto llvmStart = std::chrono::steady_clock::now();
   FLOWC_ASSIGN_OR_RETURN(ObjectUnit graph, translateUnit(*module, "graph", diagnostics));
   FLOWC_RETURN_IF_ERROR(addEntryPoint(*graph.module));
   defineArenaSize(*graph.module, arenaBytes);
@@ -774,6 +857,10 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
                             kernel.text, kernel.callSites});
   }
   FLOWC_RETURN_IF_ERROR(compileUnit(graph, target, options.optLevel));
+  if (observer)
+    observer("llvm-codegen",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - llvmStart)
+                 .count());
   plan.graphObject = std::move(graph.object);
   plan.linksOpenMp = enabled(options, "flowc-parallelize-loops");
   return plan;
@@ -866,8 +953,15 @@ kernelObjects(const CompilePlan &plan, const CompileOptions &options,
 Expected<CompilePlan> planCompile(const std::string &irBytecode,
                                   const CompileOptions &options,
                                   const CodeTarget &target) {
-  return guarded("the graph",
-                 [&] { return planUnguarded(irBytecode, options, target, nullptr); });
+  return planCompile(irBytecode, options, target, PassObserver());
+}
+
+Expected<CompilePlan> planCompile(const std::string &irBytecode,
+                                  const CompileOptions &options, const CodeTarget &target,
+                                  const PassObserver &observer) {
+  return guarded("the graph", [&] {
+    return planUnguarded(irBytecode, options, target, nullptr, observer);
+  });
 }
 
 Expected<std::string> compileKernel(const PlannedKernel &kernel,
@@ -919,7 +1013,8 @@ Expected<std::string> compileToSharedObject(const std::string &irBytecode,
   IrPrinter *print = printer ? &*printer : nullptr;
   const CodeTarget &target = CodeTarget::host();
   FLOWC_ASSIGN_OR_RETURN(CompilePlan plan, guarded("the graph", [&] {
-                           return planUnguarded(irBytecode, options, target, print);
+                           return planUnguarded(irBytecode, options, target, print,
+                                                PassObserver());
                          }));
   report->weights = plan.weights;
   report->loopKernels = static_cast<int>(plan.kernels.size());

@@ -1,6 +1,23 @@
 #include "GrpcStatus.h"
 
+#include "flowc/support/ErrorFields.h"
+
 namespace flowc::daemon {
+
+flowc::v1::ErrorDetail errorDetailOf(const Status &status) {
+  flowc::v1::ErrorDetail detail;
+  detail.set_code(static_cast<int32_t>(status.code()));
+  detail.set_kind(statusKindName(status.code()));
+  // Proto3 strings must be UTF-8: a message quoting a hostile model's
+  // bytes would otherwise not parse at the client.
+  detail.set_message(validUtf8(status.message()));
+  ErrorFields fields = parseErrorFields(status.message());
+  detail.set_file(validUtf8(fields.file));
+  detail.set_node(validUtf8(fields.node));
+  detail.set_op(fields.op);
+  detail.set_digest(fields.digest);
+  return detail;
+}
 
 grpc::Status toGrpcStatus(const Status &status) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
@@ -44,7 +61,10 @@ grpc::Status toGrpcStatus(const Status &status) {
     code = grpc::StatusCode::PERMISSION_DENIED;
     break;
   }
-  return grpc::Status(code, status.message());
+  std::string details;
+  if (!errorDetailOf(status).SerializeToString(&details))
+    details.clear();
+  return grpc::Status(code, status.message(), details);
 }
 
 } // namespace flowc::daemon

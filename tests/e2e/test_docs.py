@@ -599,7 +599,9 @@ def parse_help(text):
     for line in sections.get("Options", []):
         m = re.match(r"^\s+(-\S+)( [A-Z][A-Z0-9_:]*(?:\s|$))?", line)
         if m:
-            options.append([n for n in m.group(1).split(",") if n.startswith("-")])
+            # A flag with a value when given bare prints it: `--progress{text}`.
+            names = re.sub(r"\{[^}]*\}", "", m.group(1))
+            options.append([n for n in names.split(",") if n.startswith("-")])
             takes_value.append(m.group(2) is not None)
     children = [line.split()[0] for line in sections.get("Subcommands", [])
                 if re.match(r"^\s+[a-z]", line)]
@@ -617,6 +619,8 @@ def test_help_parser():
         "  -O,--opt-level INT:INT in [0 - 3]",
         "                              Code optimization level 0..3",
         "  --json                      Print one JSON object",
+        "  --progress{text} :{text,json}",
+        "                              Progress events",
         "",
         "Subcommands:",
         "  submit                      Compile a model through the daemon",
@@ -624,8 +628,9 @@ def test_help_parser():
         "",
     ])
     h = parse_help(text)
-    assert h.options == [["-h", "--help"], ["--cache-dir"], ["-O", "--opt-level"], ["--json"]]
-    assert h.takes_value == [False, True, True, False]
+    assert h.options == [["-h", "--help"], ["--cache-dir"], ["-O", "--opt-level"], ["--json"],
+                         ["--progress"]]
+    assert h.takes_value == [False, True, True, False, False]
     assert h.children == ["submit", "cache"]
     tree_ = {"flowc": h, "flowc submit": Help([], [], []), "flowc cache": Help([], [], ["gc"]),
              "flowc cache gc": Help([], [], [])}

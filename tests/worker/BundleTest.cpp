@@ -43,7 +43,7 @@ CompiledModel compiled(const TempDir &dir, const std::string &cacheName) {
   CompileExecutor executor(*made.cache, kBuild, CompileExecutor::Eviction::Never,
                            &runner);
   made.request.modelPath = dir.file("m.onnx");
-  made.result = *executor.compile(made.request, [](auto &, auto &) {});
+  made.result = *executor.compile(made.request, [](const ProgressEvent &) {});
   return made;
 }
 
@@ -64,7 +64,7 @@ TEST(BundleTest, AnImportedBundleAnswersTheSameArtifactInAnotherCache) {
   ASSERT_TRUE(read) << read.status().toString();
   EXPECT_EQ(read->entries, 3u);
   CompileExecutor executor(**target, kBuild, CompileExecutor::Eviction::Never);
-  auto hit = executor.compile(source.request, [](auto &, auto &) {});
+  auto hit = executor.compile(source.request, [](const ProgressEvent &) {});
   ASSERT_TRUE(hit) << hit.status().toString();
   EXPECT_TRUE(hit->cacheHit);
   EXPECT_EQ(hit->artifactDigest, source.result.artifactDigest);

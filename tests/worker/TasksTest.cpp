@@ -24,7 +24,9 @@ class RecordingRunner final : public TaskRunner {
 public:
   RecordingRunner(cache::Cache &cache, unsigned threads)
       : inner_(cache, kBuild, threads) {}
-  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) override {
+  using TaskRunner::run;
+  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks,
+                                         const TaskListener &listener) override {
     {
       std::lock_guard lock(mutex_);
       for (const Task &task : tasks)
@@ -33,7 +35,7 @@ public:
     if (failCodegen && !tasks.empty() && tasks[0].kind == "codegen")
       return std::vector<Expected<TaskOutcome>>(
           tasks.size(), internalError("codegen " + tasks[0].name + ": refused"));
-    return inner_.run(tasks);
+    return inner_.run(tasks, listener);
   }
   size_t count(const std::string &kind) const {
     return static_cast<size_t>(std::count(kinds.begin(), kinds.end(), kind));
@@ -61,8 +63,7 @@ Compiled compileIn(const std::string &cacheDir, const std::string &modelPath,
   CompileExecutor executor(**cache, kBuild, CompileExecutor::Eviction::Never, &runner);
   CompileRequest request;
   request.modelPath = modelPath;
-  auto result =
-      executor.compile(request, [](const std::string &, const std::string &) {});
+  auto result = executor.compile(request, [](const ProgressEvent &) {});
   return {std::move(result), runner.kinds};
 }
 

@@ -1,6 +1,7 @@
 #include "flowc/worker/CompileExecutor.h"
 
 #include "ActionKeys.h"
+#include "JobProgress.h"
 #include "KeyFactors.h"
 
 #include "flowc/runtime/BuildInfo.h"
@@ -158,8 +159,9 @@ CompileExecutor::cachedResult(const CompileRequest &request) {
 }
 
 Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
-                                                 const ProgressFn &progress) {
+                                                 const ProgressFn &sink) {
   auto start = std::chrono::steady_clock::now();
+  JobProgress progress(sink);
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
         .count();
@@ -178,12 +180,16 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(auto memoized, memoizedResult(file, request));
   if (memoized && !printsIr && !request.explain) {
     memoized->seconds = elapsed();
+    progress.countLookups("artifact", 1, 0);
     progress("cache", "hit " + memoized->artifactDigest.toString() + " (file unchanged)");
     return *memoized;
   }
   progress("ingest", request.modelPath);
   FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested,
                          ingestModel(request.modelPath, request.inputShapes));
+  // Ingest hashed every weight, the IR and the manifest once.
+  progress.addBytesHashed(ingested.graph.parameterBytes() +
+                          ingested.graph.irBytecode.size() + ingested.manifest.size());
 
   CompileResult result;
   result.modelDigest = ingested.modelDigest;
@@ -194,6 +200,8 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(
       auto cached, printsIr ? std::optional<Digest>()
                             : lookupArtifact(key, ingested, answeredBy, &cachedFactors));
+  if (!printsIr)
+    progress.countLookups("artifact", cached ? 1 : 0, cached ? 0 : 1);
   if (cached && cache_.contains(ingested.modelDigest) && servable(*cached)) {
     FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
     result.artifactDigest = *cached;
@@ -219,6 +227,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   // since it was read, and the cache stores only what it verified.
   FLOWC_ASSIGN_OR_RETURN(std::vector<Digest> stored,
                          cache_.putMany(ingested.weightViews()));
+  progress.addBytesHashed(ingested.graph.parameterBytes());
   for (size_t i = 0; i < stored.size(); ++i) {
     if (!(stored[i] == ingested.weightDigests[i]))
       return dataLoss(request.modelPath + ": weight '" + ingested.graph.weights[i].key +
@@ -292,10 +301,11 @@ CompileExecutor::recordedEntries(const CompileRequest &request) {
 
 Expected<CompileExecutor::CompiledCode>
 CompileExecutor::codeFor(const IngestedModel &ingested,
-                         const compiler::CompileOptions &options,
-                         const ProgressFn &progress, bool &hit) {
+                         const compiler::CompileOptions &options, JobProgress &progress,
+                         bool &hit) {
   auto [codeKey, weightsKey] = codeKeys(ingested, options);
   FLOWC_ASSIGN_OR_RETURN(auto cached, lookupTiered(cache::ActionKind::Code, codeKey));
+  progress.countLookups("code", cached ? 1 : 0, cached ? 0 : 1);
   // The weight list belongs to the same answer: one lookup in the figures.
   std::optional<Digest> cachedWeights;
   if (cached) {
@@ -366,12 +376,17 @@ TaskRunner &CompileExecutor::runner() {
 Expected<CompileExecutor::CompiledCode>
 CompileExecutor::codeFromTasks(const IngestedModel &ingested,
                                const compiler::CompileOptions &options,
-                               const ProgressFn &progress) {
+                               JobProgress &progress) {
   const compiler::CodeTarget &target = compiler::CodeTarget::host();
   progress("plan", "graph passes and partition for " + target.cpu);
   FLOWC_ASSIGN_OR_RETURN(
       Task planTask, makePlanTask(cache_, ingested.irDigest, options, target, buildId_));
-  auto planned = std::move(runner().run({planTask}).front());
+  // The plan task's passes, where it runs in this process.
+  TaskListener planListener;
+  planListener.progress = [&](size_t, const ProgressEvent &event) {
+    progress.emit(event);
+  };
+  auto planned = std::move(runner().run({planTask}, planListener).front());
   if (!planned)
     return planned.status();
   FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle planBlob, cache_.get(planned->outputs[0]));
@@ -398,7 +413,27 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
     missing.push_back(i);
     tasks.push_back(std::move(task));
   }
-  std::vector<Expected<TaskOutcome>> outcomes = runner().run(tasks);
+  size_t reused = plan.kernels.size() - missing.size();
+  progress.countLookups("kernel", reused, missing.size());
+  // The kernels the cache answered, once as a count; each compiled one
+  // as its task ends.
+  progress.beginKernels(static_cast<unsigned>(tasks.size()));
+  if (!plan.kernels.empty()) {
+    ProgressEvent codegen;
+    codegen.stage = "codegen";
+    codegen.detail = std::to_string(tasks.size()) + " kernels to compile, " +
+                     std::to_string(reused) + " from the kernel cache";
+    codegen.kernelCount = static_cast<unsigned>(tasks.size());
+    progress.emit(std::move(codegen));
+  }
+  TaskListener kernelListener;
+  kernelListener.done = [&](size_t m, const Expected<TaskOutcome> &outcome,
+                            double seconds) {
+    if (outcome)
+      progress.kernelDone(tasks[m].name, seconds, outcome->executor,
+                          outcome->executor == "remote action cache");
+  };
+  std::vector<Expected<TaskOutcome>> outcomes = runner().run(tasks, kernelListener);
   for (size_t m = 0; m < missing.size(); ++m) {
     if (!outcomes[m])
       return outcomes[m].status();
@@ -424,7 +459,7 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
 Expected<CompileExecutor::CompiledCode>
 CompileExecutor::printedCode(const IngestedModel &ingested,
                              const compiler::CompileOptions &options,
-                             const ProgressFn &progress) {
+                             JobProgress &progress) {
   progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
   FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "compile"));
   compiler::CompileReport report;

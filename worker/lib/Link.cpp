@@ -4,6 +4,7 @@
 #include "flowc/worker/CompileExecutor.h"
 
 #include "ActionKeys.h"
+#include "JobProgress.h"
 
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/PackedWeights.h"
@@ -128,7 +129,7 @@ CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
 Expected<CompileExecutor::LinkedArtifact>
 CompileExecutor::linkArtifact(const IngestedModel &ingested,
                               const CompileRequest &request, const CompiledCode &code,
-                              cache::PinGuard &pins, const ProgressFn &progress) {
+                              cache::PinGuard &pins, JobProgress &progress) {
   const compiler::CompileOptions &options = request.options;
   const compiler::ImportedGraph &graph = ingested.graph;
   runtime::Plan plan;
@@ -166,11 +167,15 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
     specs.push_back(std::move(spec));
     blobs.push_back(std::move(blob));
   }
-  if (!code.weights.derived.empty())
+  if (!code.weights.derived.empty()) {
+    progress.countLookups("derived",
+                          code.weights.derived.size() - static_cast<size_t>(computed),
+                          static_cast<size_t>(computed));
     progress("derive",
              std::to_string(code.weights.derived.size()) + " derived weights (" +
                  std::to_string(computed) + " computed, " +
                  std::to_string(code.weights.derived.size() - computed) + " cached)");
+  }
   // The library kernels' constant weights in the layouts their kernels
   // read on this CPU, after the bound weights: sessions map them in place.
   std::vector<runtime::PackedWeightSpec> packedSpecs;

@@ -1,9 +1,12 @@
 #include "flowc/worker/Tasks.h"
 
+#include "flowc/compiler/PassObserver.h"
 #include "flowc/support/MappedFile.h"
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -146,11 +149,28 @@ Expected<TaskDescription> readTaskDescription(const std::string &path,
   return description;
 }
 
-Status runPlan(const TaskDescription &task, const std::string &in,
-               const std::string &out) {
+/// "canonicalize 0.012 s": a pass event's text for readers of text progress.
+std::string passDetail(const std::string &pass, double seconds) {
+  char figure[32];
+  std::snprintf(figure, sizeof figure, " %.3f s", seconds);
+  return pass + figure;
+}
+
+Status runPlan(const TaskDescription &task, const std::string &in, const std::string &out,
+               const ProgressFn &progress) {
   FLOWC_ASSIGN_OR_RETURN(std::string ir, readFileToString(in + "/" + kGraphFile));
+  compiler::PassObserver observer;
+  if (progress)
+    observer = [&](const std::string &pass, double seconds) {
+      ProgressEvent event;
+      event.stage = "pass";
+      event.detail = passDetail(pass, seconds);
+      event.pass = pass;
+      event.seconds = seconds;
+      progress(event);
+    };
   FLOWC_ASSIGN_OR_RETURN(compiler::CompilePlan plan,
-                         compiler::planCompile(ir, task.options, task.target));
+                         compiler::planCompile(ir, task.options, task.target, observer));
   json kernels = json::array();
   for (const compiler::PlannedKernel &kernel : plan.kernels)
     kernels.push_back({{"symbol", kernel.symbol},
@@ -241,7 +261,7 @@ Expected<compiler::CompilePlan> parsePlanOutput(std::string_view planJson,
 }
 
 Status runTaskDirectory(const std::string &inputDir, const std::string &outputDir,
-                        const std::string &buildId) {
+                        const std::string &buildId, const ProgressFn &progress) {
   FLOWC_ASSIGN_OR_RETURN(TaskDescription task,
                          readTaskDescription(inputDir + "/" + kTaskFile, buildId));
   std::error_code ec;
@@ -250,7 +270,7 @@ Status runTaskDirectory(const std::string &inputDir, const std::string &outputDi
     return errnoStatus(ec.value(),
                        "cannot create the output directory '" + outputDir + "'");
   if (task.kind == "plan")
-    return runPlan(task, inputDir, outputDir);
+    return runPlan(task, inputDir, outputDir, progress);
   if (task.kind == "codegen")
     return runCodegen(task, inputDir, outputDir);
   // Does nothing: what bench/TaskDispatchBench measures is the rest.
@@ -304,9 +324,10 @@ InProcessTaskRunner::InProcessTaskRunner(cache::Cache &cache, std::string buildI
                                          unsigned threads)
     : cache_(cache), buildId_(std::move(buildId)), threads_(std::max(1u, threads)) {}
 
-Expected<TaskOutcome> InProcessTaskRunner::runOne(const Task &task) {
+Expected<TaskOutcome> InProcessTaskRunner::runOne(const Task &task,
+                                                  const ProgressFn &progress) {
   FLOWC_ASSIGN_OR_RETURN(TaskDirectory dir, prepareTask(cache_, task));
-  FLOWC_RETURN_IF_ERROR(runTaskDirectory(dir.in, dir.out, buildId_)
+  FLOWC_RETURN_IF_ERROR(runTaskDirectory(dir.in, dir.out, buildId_, progress)
                             .withContext(task.kind + " " + task.name));
   FLOWC_ASSIGN_OR_RETURN(std::vector<Digest> outputs,
                          collectOutputs(cache_, task, dir.out));
@@ -314,12 +335,22 @@ Expected<TaskOutcome> InProcessTaskRunner::runOne(const Task &task) {
 }
 
 std::vector<Expected<TaskOutcome>>
-InProcessTaskRunner::run(const std::vector<Task> &tasks) {
+InProcessTaskRunner::run(const std::vector<Task> &tasks, const TaskListener &listener) {
   std::vector<Expected<TaskOutcome>> results(tasks.size(), TaskOutcome{});
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next++) < tasks.size();)
-      results[i] = runOne(tasks[i]);
+    for (size_t i; (i = next++) < tasks.size();) {
+      ProgressFn progress;
+      if (listener.progress)
+        progress = [&, i](const ProgressEvent &event) { listener.progress(i, event); };
+      auto start = std::chrono::steady_clock::now();
+      results[i] = runOne(tasks[i], progress);
+      if (listener.done)
+        listener.done(
+            i, results[i],
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                .count());
+    }
   };
   std::vector<std::thread> threads;
   for (unsigned t = 1; t < std::min<size_t>(threads_, tasks.size()); ++t)

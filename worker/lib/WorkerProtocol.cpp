@@ -1,9 +1,11 @@
 #include "flowc/worker/WorkerProtocol.h"
 
 #include "flowc/compiler/Profile.h"
+#include "flowc/support/ErrorFields.h"
 #include "flowc/worker/Reproducer.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <unistd.h>
 
@@ -85,6 +87,21 @@ void addFileChunks(std::vector<flowc::v1::ReproChunk> &chunks, const std::string
   }
 }
 
+/// A TaskResult frame as the task's outcome, checked against the task.
+Expected<TaskOutcome> outcomeOf(const flowc::v1::TaskResult &result, const Task &task) {
+  if (result.has_error())
+    return statusOf(result.error());
+  TaskOutcome outcome{{}, result.executor()};
+  for (const std::string &text : result.outputs()) {
+    FLOWC_ASSIGN_OR_RETURN(cache::Digest digest, cache::Digest::parse(text));
+    outcome.outputs.push_back(digest);
+  }
+  if (outcome.outputs.size() != task.outputs.size())
+    return internalError("the daemon returned " + std::to_string(outcome.outputs.size()) +
+                         " outputs for a task of " + std::to_string(task.outputs.size()));
+  return outcome;
+}
+
 } // namespace
 
 Status writeFrame(int fd, const google::protobuf::MessageLite &message) {
@@ -149,6 +166,26 @@ void toProto(const CompileResult &result, flowc::v1::CompileResult &out) {
   out.set_answered_by(result.answeredBy);
   out.set_explain(result.explain);
   toProto(result.remote, *out.mutable_remote());
+}
+
+void toProto(const ProgressEvent &event, flowc::v1::Progress &out) {
+  out.set_stage(event.stage);
+  // The detail quotes paths, which need not be UTF-8 (proto3 strings must).
+  out.set_detail(validUtf8(event.detail));
+  out.set_pass(event.pass);
+  out.set_kernel(event.kernel);
+  out.set_kernel_index(event.kernelIndex);
+  out.set_kernel_count(event.kernelCount);
+  out.set_kernel_cached(event.kernelCached);
+  out.set_seconds(event.seconds);
+  out.set_executor(event.executor);
+  for (const auto &[kind, counts] : event.cache) {
+    flowc::v1::LookupCounts &wire = (*out.mutable_cache())[kind];
+    wire.set_hits(counts.hits);
+    wire.set_misses(counts.misses);
+  }
+  out.set_bytes_hashed(event.bytesHashed);
+  out.set_eta_seconds(event.etaSeconds);
 }
 
 void toProto(const RemoteTierCounters &counters, flowc::v1::RemoteCacheCounters &out) {
@@ -230,7 +267,9 @@ reproChunks(const std::string &path, const compiler::CompileOptions &options,
 flowc::v1::WorkerReply errorReply(const Status &status) {
   flowc::v1::WorkerReply reply;
   reply.mutable_error()->set_code(static_cast<int32_t>(status.code()));
-  reply.mutable_error()->set_message(status.message());
+  // Proto3 strings must be UTF-8, or the frame does not parse at the
+  // daemon: a message may quote a hostile model's names.
+  reply.mutable_error()->set_message(validUtf8(status.message()));
   return reply;
 }
 
@@ -269,8 +308,10 @@ Expected<Task> taskFromProto(const flowc::v1::TaskRequest &request) {
   return task;
 }
 
-std::vector<Expected<TaskOutcome>> DaemonTaskRunner::run(const std::vector<Task> &tasks) {
+std::vector<Expected<TaskOutcome>> DaemonTaskRunner::run(const std::vector<Task> &tasks,
+                                                         const TaskListener &listener) {
   std::vector<Expected<TaskOutcome>> results(tasks.size(), TaskOutcome{});
+  auto dispatched = std::chrono::steady_clock::now();
   uint64_t first = nextId_;
   for (const Task &task : tasks) {
     flowc::v1::WorkerReply reply;
@@ -293,25 +334,12 @@ std::vector<Expected<TaskOutcome>> DaemonTaskRunner::run(const std::vector<Task>
                                       "for (id " +
                                       std::to_string(result.id()) + ")"));
     size_t index = result.id() - first;
-    if (result.has_error()) {
-      results[index] = statusOf(result.error());
-      continue;
-    }
-    TaskOutcome outcome{{}, result.executor()};
-    for (const std::string &text : result.outputs()) {
-      auto digest = cache::Digest::parse(text);
-      if (!digest) {
-        results[index] = digest.status();
-        break;
-      }
-      outcome.outputs.push_back(*digest);
-    }
-    if (results[index] && outcome.outputs.size() != tasks[index].outputs.size())
-      results[index] = internalError(
-          "the daemon returned " + std::to_string(outcome.outputs.size()) +
-          " outputs for a task of " + std::to_string(tasks[index].outputs.size()));
-    else if (results[index])
-      results[index] = std::move(outcome);
+    results[index] = outcomeOf(result, tasks[index]);
+    if (listener.done)
+      listener.done(
+          index, results[index],
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - dispatched)
+              .count());
   }
   return results;
 }

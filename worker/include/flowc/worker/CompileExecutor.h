@@ -6,6 +6,7 @@
 
 #include "flowc/cache/Cache.h"
 #include "flowc/compiler/Compiler.h"
+#include "flowc/worker/Progress.h"
 #include "flowc/worker/RemoteTier.h"
 #include "flowc/worker/Tasks.h"
 
@@ -17,6 +18,8 @@
 #include <string>
 
 namespace flowc::worker {
+
+class JobProgress;
 
 enum class ArtifactKind { Packed, Thin };
 
@@ -55,10 +58,6 @@ struct CompileResult {
   /// What the remote tier did for this compile (all zero without one).
   RemoteTierCounters remote;
 };
-
-/// Called from the compiling thread with a stage name and a detail.
-using ProgressFn =
-    std::function<void(const std::string &stage, const std::string &detail)>;
 
 /// A model's identity without touching the cache: its graph, the manifest
 /// (IR digest + weight table) and the manifest's digest.
@@ -109,6 +108,8 @@ public:
 
   /// Thread-safe; compiles run concurrently. Errors name the model and the
   /// node or op at fault; on error the cache keeps only complete blobs.
+  /// `progress` hears of each phase, pass (when the passes run in this
+  /// process) and kernel (Progress.h), one event at a time.
   Expected<CompileResult> compile(const CompileRequest &request,
                                   const ProgressFn &progress);
 
@@ -152,18 +153,18 @@ private:
   /// The code from tasks: plan, the kernels the kernel cache misses, link.
   Expected<CompiledCode> codeFromTasks(const IngestedModel &ingested,
                                        const compiler::CompileOptions &options,
-                                       const ProgressFn &progress);
+                                       JobProgress &progress);
   /// The code from one in-process compile that prints IR after each pass.
   Expected<CompiledCode> printedCode(const IngestedModel &ingested,
                                      const compiler::CompileOptions &options,
-                                     const ProgressFn &progress);
+                                     JobProgress &progress);
   TaskRunner &runner();
   /// The code object's key and its weight list's.
   std::pair<cache::Digest, cache::Digest>
   codeKeys(const IngestedModel &ingested, const compiler::CompileOptions &options) const;
   Expected<CompiledCode> codeFor(const IngestedModel &ingested,
                                  const compiler::CompileOptions &options,
-                                 const ProgressFn &progress, bool &hit);
+                                 JobProgress &progress, bool &hit);
   /// What the action cache derived under `key` (a `derived` entry), pinned
   /// by `pins`; nullopt on a miss, also when its blob cannot be read.
   Expected<std::optional<cache::BlobHandle>> cachedDerivation(const cache::Digest &key,
@@ -197,7 +198,7 @@ private:
   Expected<LinkedArtifact> linkArtifact(const IngestedModel &ingested,
                                         const CompileRequest &request,
                                         const CompiledCode &code, cache::PinGuard &pins,
-                                        const ProgressFn &progress);
+                                        JobProgress &progress);
 
   /// The artifact for `key`: the local action cache, else the remote tier
   /// (whose hit is then local too); sets `answeredBy`.

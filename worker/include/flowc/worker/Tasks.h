@@ -12,7 +12,9 @@
 
 #include "flowc/cache/Cache.h"
 #include "flowc/compiler/Compiler.h"
+#include "flowc/worker/Progress.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,14 +47,33 @@ struct TaskOutcome {
   std::string executor;
 };
 
+/// What a runner says while a batch of tasks runs; either callback may be
+/// empty.
+struct TaskListener {
+  /// A task ended: its index in the batch, its result, its wall time (from
+  /// its start in this process, or from its dispatch when another process
+  /// runs it, waiting for a free worker included). Once per task, before
+  /// run() returns, from whichever thread saw it end.
+  std::function<void(size_t index, const Expected<TaskOutcome> &result, double seconds)>
+      done;
+  /// An event a task reported while it ran (a plan task's passes), where
+  /// the runner sees them: in this process. From the task's thread.
+  std::function<void(size_t index, const ProgressEvent &event)> progress;
+};
+
 /// Runs tasks for a compile: in this process, in the daemon's worker pool,
 /// or on a remote engine.
 class TaskRunner {
 public:
   virtual ~TaskRunner() = default;
   /// Runs `tasks` (at once where the runner can); one result per task, in
-  /// order. Inputs must be in the cache; outputs are there after.
-  virtual std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) = 0;
+  /// order. Inputs must be in the cache; outputs are there after. Tells
+  /// `listener` as each task ends.
+  virtual std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks,
+                                                 const TaskListener &listener) = 0;
+  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) {
+    return run(tasks, TaskListener());
+  }
 };
 
 /// A scratch directory under the cache's tmp/, removed on scope exit.
@@ -92,9 +113,10 @@ Expected<compiler::CompilePlan> parsePlanOutput(std::string_view planJson,
 /// Runs the task in `inputDir` and writes its outputs into `outputDir`.
 /// FailedPrecondition when the task names another build than `buildId`
 /// (a worker of another build never answers); InvalidArgument for a task
-/// directory that is not one.
+/// directory that is not one. A plan task tells `progress` (when set) of
+/// each compiler pass as it ends (stage "pass", with `pass` and `seconds`).
 Status runTaskDirectory(const std::string &inputDir, const std::string &outputDir,
-                        const std::string &buildId);
+                        const std::string &buildId, const ProgressFn &progress = {});
 
 /// The error a failed `flowc-worker task` wrote last ("flowc-worker: error:
 /// CODE: message" on stderr), with its code; Internal when there is none.
@@ -118,10 +140,12 @@ Expected<std::vector<cache::Digest>> collectOutputs(cache::Cache &cache, const T
 class InProcessTaskRunner final : public TaskRunner {
 public:
   InProcessTaskRunner(cache::Cache &cache, std::string buildId, unsigned threads);
-  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) override;
+  using TaskRunner::run;
+  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks,
+                                         const TaskListener &listener) override;
 
 private:
-  Expected<TaskOutcome> runOne(const Task &task);
+  Expected<TaskOutcome> runOne(const Task &task, const ProgressFn &progress);
 
   cache::Cache &cache_;
   std::string buildId_;

@@ -31,6 +31,7 @@ Expected<bool> readFrame(int fd, google::protobuf::MessageLite &message);
 Expected<std::vector<flowc::v1::WorkerReply>> takeFrames(std::string &buffer);
 
 void toProto(const CompileResult &result, flowc::v1::CompileResult &out);
+void toProto(const ProgressEvent &event, flowc::v1::Progress &out);
 void toProto(const RemoteTierCounters &counters, flowc::v1::RemoteCacheCounters &out);
 /// The remote tier's options as the daemon sends them; InvalidArgument
 /// naming the bad field.
@@ -64,7 +65,11 @@ Expected<Task> taskFromProto(const flowc::v1::TaskRequest &request);
 /// TaskResult comes back on stdin. For the flowc-worker process of a job.
 class DaemonTaskRunner final : public TaskRunner {
 public:
-  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks) override;
+  using TaskRunner::run;
+  /// Tells `listener.done` as each TaskResult frame arrives (on the calling
+  /// thread); a task's own progress goes from its process to the daemon.
+  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks,
+                                         const TaskListener &listener) override;
 
 private:
   uint64_t nextId_ = 1;
