@@ -6,6 +6,7 @@
 #include "CompilerService.h"
 #include "DaemonContext.h"
 #include "RemoteTaskExecutor.h"
+#include "Trace.h"
 #include "WorkerProcess.h"
 
 #include "flowc/remote/RemoteExecution.h"
@@ -380,7 +381,8 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
   context.executor =
       std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
   FLOWC_ASSIGN_OR_RETURN(context.tasks, makeTaskExecutor(context));
-  context.jobs = std::make_unique<scheduler::JobQueue>(options.workers);
+  context.jobs = std::make_unique<scheduler::JobQueue>(
+      options.workers, lastTracedJobNumber(context.traceDir()) + 1);
   context.remoteCache = std::make_unique<RemoteCacheState>(options);
   if (context.remoteCache->configured())
     spdlog::info("remote cache {} instance={} mode={} upload_weights={}",

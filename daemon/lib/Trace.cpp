@@ -183,6 +183,23 @@ Status writeTraceFile(const std::string &dir, const std::string &jobId,
   return Status::ok();
 }
 
+uint64_t lastTracedJobNumber(const std::string &dir) {
+  uint64_t last = 0;
+  std::error_code ec;
+  for (const fs::directory_entry &entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (!name.starts_with("job-") || !name.ends_with(".json"))
+      continue;
+    std::string digits = name.substr(4, name.size() - 9);
+    if (digits.empty() || digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(),
+                     [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    last = std::max<uint64_t>(last, std::stoull(digits));
+  }
+  return last;
+}
+
 Expected<std::string> readTraceFile(const std::string &dir, const std::string &jobId) {
   auto missing = [&] {
     return notFound("no trace of job '" + jobId +

@@ -41,6 +41,11 @@ bool isJobId(std::string_view id);
 Status writeTraceFile(const std::string &dir, const std::string &jobId,
                       const std::string &json, size_t keep);
 
+/// The highest N of the traces DIR/job-N.json (0 when none): a restarted
+/// daemon counts its job ids on from there, so that an id names one job
+/// and its trace is never overwritten by another's.
+uint64_t lastTracedJobNumber(const std::string &dir);
+
 /// DIR/ID.json; NotFound naming the job when there is none.
 Expected<std::string> readTraceFile(const std::string &dir, const std::string &jobId);
 

@@ -2,7 +2,8 @@
 
 namespace flowc::scheduler {
 
-JobQueue::JobQueue(unsigned workers) {
+JobQueue::JobQueue(unsigned workers, uint64_t firstId)
+    : nextId_(std::max<uint64_t>(1, firstId)) {
   for (unsigned i = 0; i < std::max(1u, workers); ++i)
     threads_.emplace_back([this] { workerLoop(); });
 }

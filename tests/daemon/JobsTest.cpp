@@ -157,6 +157,19 @@ TEST(TraceTest, ModelPathThatIsNotUtf8StillMakesJson) {
   EXPECT_NO_THROW(nlohmann::json::parse(chromeTrace(input)));
 }
 
+TEST(TraceFileTest, ARestartedDaemonCountsJobIdsOnFromItsTraces) {
+  TempDir dir;
+  std::string traces = dir.file("traces");
+  EXPECT_EQ(lastTracedJobNumber(traces), 0u); // No directory yet.
+  for (const char *id : {"job-3", "job-41", "job-7"})
+    ASSERT_TRUE(writeTraceFile(traces, id, "{}", 10).isOk());
+  // Not job ids of this daemon's form: ignored.
+  ASSERT_TRUE(writeTraceFile(traces, "job-", "{}", 10).isOk());
+  ASSERT_TRUE(writeTraceFile(traces, "job-9x", "{}", 10).isOk());
+  ASSERT_TRUE(writeTraceFile(traces, "other-99", "{}", 10).isOk());
+  EXPECT_EQ(lastTracedJobNumber(traces), 41u);
+}
+
 TEST(TraceFileTest, KeepsTheNewestAndRefusesPathsAsIds) {
   TempDir dir;
   std::string traces = dir.file("traces");

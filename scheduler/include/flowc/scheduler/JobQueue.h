@@ -27,8 +27,8 @@ struct JobCounts {
 
 class JobQueue {
 public:
-  /// Starts `workers` threads (at least one).
-  explicit JobQueue(unsigned workers);
+  /// Starts `workers` threads (at least one); ids count from `firstId`.
+  explicit JobQueue(unsigned workers, uint64_t firstId = 1);
   /// Finishes running jobs, drops queued ones, joins the threads.
   ~JobQueue();
   JobQueue(const JobQueue &) = delete;
