@@ -959,14 +959,9 @@ int runWatch(const WatchOptions &options, GlobalOptions &global) {
   }
   global.resolve();
   Watch watch(options, global);
-  if (Status started = watch.start(); !started.isOk()) {
-    if (options.json)
-      printJson({{"event", "error"},
-                 {"kind", statusCodeName(started.code())},
-                 {"exit_code", exitCodeFor(started.code())},
-                 {"message", oneLine(started.message())}});
+  // With --json, reportError prints the error object every command prints.
+  if (Status started = watch.start(); !started.isOk())
     return reportError(started);
-  }
   return watch.loop();
 }
 

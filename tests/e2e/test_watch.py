@@ -426,7 +426,8 @@ def test_an_error_at_start_is_a_json_object_with_json(flowc, tmp_path):
                             capture_output=True, text=True, timeout=WAIT_S)
     assert result.returncode == 3, result
     (line,) = result.stdout.splitlines()
-    error = json.loads(line)
-    assert error["event"] == "error" and error["kind"] == "NotFound", error
+    error = json.loads(line)["error"]
+    assert error["code"] == "NotFound" and error["kind"] == "not_found", error
     assert error["exit_code"] == 3 and "missing.onnx" in error["message"], error
+    assert error["file"] == "missing.onnx", error
     assert result.stderr.startswith("flowc: error: cannot read model 'missing.onnx'"), result.stderr
