@@ -2,7 +2,7 @@
 """How fast a job stops when asked to, and what a superseded job leaves in
 the kernel cache (docs/jobs.md). Prints figures; asserts nothing.
 
-    /work/main/.venv/bin/python bench/cancel_bench.py [--blocks 48] [--workers 1]
+    .venv/bin/python bench/cancel_bench.py [--blocks 48] [--workers 1]
 
 The model is tests/e2e's elementwise chain (BLOCKS blocks, each a few
 distinct loop kernels), compiled by a fresh daemon with WORKERS task
