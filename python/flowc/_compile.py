@@ -137,12 +137,12 @@ def _request(path, *, target, opt_level, precision, input_shapes, thin, explain,
     request = flowc_pb2.SubmitRequest(model_path=str(path), want_local_path=True,
                                       client=client_identity(), thin=bool(thin),
                                       explain=bool(explain))
-    if target:
-        request.target = target
-    if opt_level is not None:
-        request.opt_level = int(opt_level)
-    if precision:
-        request.precision = precision
+    # flowc submit's defaults, always sent: an unset opt_level is -O0 (the
+    # reference loops) to the daemon, and the same options as the CLI's
+    # make the same cache entry.
+    request.target = target or "cpu"
+    request.opt_level = 2 if opt_level is None else int(opt_level)
+    request.precision = precision or "fp32"
     if timeout:
         request.timeout_seconds = float(timeout)
     request.disabled_passes.extend(disabled_passes or ())
@@ -187,8 +187,8 @@ class _Progress:
             self._bar.close()
 
 
-def compile(model, example_inputs=None, *, output=None, target=None, opt_level=None,
-            precision=None, input_shapes=None, thin=False, explain=False, timeout=None,
+def compile(model, example_inputs=None, *, output=None, target="cpu", opt_level=2,
+            precision="fp32", input_shapes=None, thin=False, explain=False, timeout=None,
             disabled_passes=(), batch=False, progress=True, threads=0, connection=None,
             on_event=None):
     """Compiles `model` (a path to an ONNX/MLIR model or reproducer, an

@@ -53,6 +53,11 @@ def test_compile_and_run_match_onnxruntime(client, tmp_path):
     # A second compile of the same file is a cache hit with the same digest.
     again = flowc.compile(model, progress=False)
     assert again.result["cache_hit"] is True and again.digest == artifact.digest
+    # With flowc submit's defaults (-O2, fp32): the CLI hits the same entry.
+    submitted = json.loads(client.cli.run("submit", model, "-o", tmp_path / "cli.fca",
+                                          "--json").stdout)
+    assert submitted["cache"] == "hit", submitted
+    assert submitted["artifact_digest"] == artifact.digest, submitted
 
 
 def test_inspect_bench_and_output_placement(client, tmp_path):
