@@ -358,17 +358,6 @@ ErrorOutput &errorOutput() {
   return output;
 }
 
-/// The message on one line, as the stderr line and the object show it.
-std::string oneLine(const std::string &text) {
-  std::string message = text;
-  for (char &c : message)
-    if (c == '\n')
-      c = ' ';
-  while (!message.empty() && message.back() == ' ')
-    message.pop_back();
-  return message;
-}
-
 int report(const Status &status, const flowc::v1::ErrorDetail *detail) {
   std::cerr << "flowc: error: " << oneLine(status.message()) << std::endl;
   const ErrorOutput &output = errorOutput();
@@ -416,6 +405,16 @@ std::optional<flowc::v1::ErrorDetail> errorDetailOf(const grpc::ClientContext &c
                              static_cast<int>(found->second.size())))
     return std::nullopt;
   return detail;
+}
+
+std::string oneLine(const std::string &text) {
+  std::string message = text;
+  for (char &c : message)
+    if (c == '\n')
+      c = ' ';
+  while (!message.empty() && message.back() == ' ')
+    message.pop_back();
+  return message;
 }
 
 int reportError(const Status &status) { return report(status, nullptr); }

@@ -126,6 +126,10 @@ enum class ErrorFormat { Text, Json, JsonEvent };
 void setErrorFormat(ErrorFormat format, std::chrono::steady_clock::time_point started =
                                             std::chrono::steady_clock::now());
 
+/// `text` on one line: newlines become spaces, trailing spaces go (the
+/// stderr error line, the JSON error objects, flowc watch's lines).
+std::string oneLine(const std::string &text);
+
 /// Prints `flowc: error: <message>` as one line on stderr, and the error
 /// object on stdout where setErrorFormat asked for it; returns the exit
 /// status for the error's code. The object's file/node/op/digest are the

@@ -78,13 +78,6 @@ struct WatchOptions {
 };
 
 /// `message` on one line: what a consumer reading lines needs.
-std::string oneLine(std::string message) {
-  std::replace(message.begin(), message.end(), '\n', ' ');
-  while (!message.empty() && message.back() == ' ')
-    message.pop_back();
-  return message;
-}
-
 std::string fixed3(double value) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(3) << value;
