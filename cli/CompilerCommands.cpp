@@ -22,9 +22,9 @@ Expected<worker::CompileRequest> compileRequest(const std::string &model,
                                                 const CompileFlags &flags) {
   worker::CompileRequest request;
   FLOWC_ASSIGN_OR_RETURN(request.modelPath, absoluteModelOrReproducer(model));
-  request.options.target = flags.target;
+  FLOWC_ASSIGN_OR_RETURN(request.options.target, parseTarget(flags.target));
   request.options.optLevel = flags.optLevel;
-  request.options.precision = flags.precision;
+  FLOWC_ASSIGN_OR_RETURN(request.options.precision, parsePrecision(flags.precision));
   request.options.disabledPasses = flags.disabledPasses;
   FLOWC_RETURN_IF_ERROR(request.options.validate());
   for (const std::string &spec : flags.inputShapes) {

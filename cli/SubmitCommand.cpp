@@ -4,7 +4,6 @@
 #include "Progress.h"
 #include "Submit.h"
 
-#include "flowc/compiler/Compiler.h"
 #include "flowc/support/MappedFile.h"
 
 #include <condition_variable>
@@ -229,11 +228,9 @@ void addCompileFlags(CLI::App *cmd, CompileFlags &flags) {
   cmd->add_option("--precision", flags.precision,
                   "Library-kernel arithmetic: fp32 (default) or bf16 (fp32 accumulation)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  std::string passes;
-  for (const std::string &pass : flowc::compiler::kOptionalPasses)
-    passes += (passes.empty() ? "" : ", ") + pass;
   cmd->add_option("--disable-pass", flags.disabledPasses,
-                  "Leave out an optional pass (debugging; repeatable): " + passes);
+                  "Leave out an optional pass (debugging; repeatable); the daemon "
+                  "refuses a name that is not one, listing those that are");
   cmd->add_option("--input-shape", flags.inputShapes,
                   "NAME=DIMS (e.g. input_ids=1x128): a static shape for an input with "
                   "symbolic dimensions; repeatable");

@@ -120,8 +120,7 @@ void registerCodegenDialects(mlir::DialectRegistry &registry) {
 /// Whether an optional pass runs: -O1 and up, unless disabled.
 bool enabled(const CompileOptions &options, const std::string &pass) {
   // Only listed passes can be switched off (validate() checks requests).
-  assert(std::find(kOptionalPasses.begin(), kOptionalPasses.end(), pass) !=
-         kOptionalPasses.end());
+  assert(llvm::is_contained(optionalPassNames(), pass));
   return options.optLevel >= 1 &&
          std::find(options.disabledPasses.begin(), options.disabledPasses.end(), pass) ==
              options.disabledPasses.end();
@@ -234,7 +233,7 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
     pm.addPass(mlir::createCanonicalizerPass());
   }
   if (enabled(options, "flowc-outline-library-kernels"))
-    pm.addPass(createOutlineLibraryKernelsPass(options.precision == "bf16"));
+    pm.addPass(createOutlineLibraryKernelsPass(options.precision == Precision::Bf16));
   // Named linalg ops (conv, matmul, pooling) before the elementwise
   // conversion, which would otherwise claim their operands.
   pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());
@@ -628,23 +627,34 @@ private:
 
 } // namespace
 
+const std::vector<std::string> &optionalPassNames() {
+  static const std::vector<std::string> names = {
+      "flowc-derive-weights",          "tosa-reduce-transposes",
+      "flowc-outline-library-kernels", "linalg-fuse-elementwise-ops",
+      "flowc-plan-activation-memory",  "flowc-approximate-math",
+      "flowc-partition-kernels",       "flowc-parallelize-loops"};
+  return names;
+}
+
 Status CompileOptions::validate() const {
-  if (target != "cpu")
-    return invalidArgument("unknown target '" + target + "' (supported: cpu)");
+  if (target != Target::Cpu)
+    return invalidArgument("unknown target " +
+                           std::to_string(static_cast<int64_t>(target)) +
+                           " (supported: " + targetNames() + ")");
   if (optLevel < 0 || optLevel > 3)
     return invalidArgument("optimization level " + std::to_string(optLevel) +
                            " is out of range 0..3");
-  if (precision != "fp32" && precision != "bf16")
-    return invalidArgument("unknown precision '" + precision +
-                           "' (supported: fp32, bf16)");
-  if (precision == "bf16" && optLevel == 0)
+  if (precision != Precision::Fp32 && precision != Precision::Bf16)
+    return invalidArgument("unknown precision " +
+                           std::to_string(static_cast<int64_t>(precision)) +
+                           " (supported: " + precisionNames() + ")");
+  if (precision == Precision::Bf16 && optLevel == 0)
     return invalidArgument(
         "precision bf16 needs library kernels, which -O0 does not use");
   for (const std::string &pass : disabledPasses)
-    if (std::find(kOptionalPasses.begin(), kOptionalPasses.end(), pass) ==
-        kOptionalPasses.end()) {
+    if (!llvm::is_contained(optionalPassNames(), pass)) {
       std::string known;
-      for (const std::string &name : kOptionalPasses)
+      for (const std::string &name : optionalPassNames())
         known += (known.empty() ? "" : ", ") + name;
       return invalidArgument("cannot disable pass '" + pass +
                              "' (optional passes: " + known + ")");
@@ -653,8 +663,9 @@ Status CompileOptions::validate() const {
 }
 
 std::string CompileOptions::canonical() const {
-  std::string text =
-      "target=" + target + ";opt=" + std::to_string(optLevel) + ";precision=" + precision;
+  std::string text = std::string("target=") + targetName(target) +
+                     ";opt=" + std::to_string(optLevel) +
+                     ";precision=" + precisionName(precision);
   std::vector<std::string> disabled = disabledPasses;
   std::sort(disabled.begin(), disabled.end());
   disabled.erase(std::unique(disabled.begin(), disabled.end()), disabled.end());

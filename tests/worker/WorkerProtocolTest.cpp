@@ -23,7 +23,7 @@ TEST(RequestValidationTest, AcceptsAPlainSubmit) {
   auto compile = validateSubmitRequest(goodSubmit());
   ASSERT_TRUE(compile) << compile.status().toString();
   EXPECT_EQ(compile->modelPath, "/models/m.onnx");
-  EXPECT_EQ(compile->options.target, "cpu");
+  EXPECT_EQ(compile->options.target, Target::Cpu);
   EXPECT_EQ(compile->kind, ArtifactKind::Packed);
 }
 

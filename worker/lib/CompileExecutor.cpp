@@ -169,7 +169,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_RETURN_IF_ERROR(request.options.validate());
   // Refused before any work: the library kernels it asks for do not exist
   // on this CPU, and a whole compile would fail only at link.
-  if (request.options.precision == "bf16")
+  if (request.options.precision == Precision::Bf16)
     FLOWC_RETURN_IF_ERROR(runtime::bf16KernelsSupported());
   // The identity is taken before the file is read, so that a change while
   // reading is detected when the memo is recorded.
@@ -460,7 +460,8 @@ Expected<CompileExecutor::CompiledCode>
 CompileExecutor::printedCode(const IngestedModel &ingested,
                              const compiler::CompileOptions &options,
                              JobProgress &progress) {
-  progress("codegen", "lowering TOSA -> linalg -> LLVM for " + options.target);
+  progress("codegen", std::string("lowering TOSA -> linalg -> LLVM for ") +
+                          targetName(options.target));
   FLOWC_ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::create(cache_, "compile"));
   compiler::CompileReport report;
   FLOWC_ASSIGN_OR_RETURN(std::string object, compiler::compileToSharedObject(

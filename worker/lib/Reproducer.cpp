@@ -304,7 +304,12 @@ Expected<compiler::CompileOptions> ManifestReader::options(const json &root) con
   if (!spec->is_object())
     return error("compile_options", "must be an object");
   compiler::CompileOptions options;
-  FLOWC_ASSIGN_OR_RETURN(options.target, string(*spec, "compile_options.", "target"));
+  FLOWC_ASSIGN_OR_RETURN(std::string target, string(*spec, "compile_options.", "target"));
+  Expected<Target> parsedTarget = parseTarget(target);
+  if (!parsedTarget)
+    return error("compile_options.target",
+                 "is invalid: " + parsedTarget.status().message());
+  options.target = *parsedTarget;
   FLOWC_ASSIGN_OR_RETURN(const json *level,
                          member(*spec, "compile_options.", "opt_level"));
   if (!level->is_number_integer())
@@ -312,8 +317,13 @@ Expected<compiler::CompileOptions> ManifestReader::options(const json &root) con
   options.optLevel = level->get<int>();
   // Reproducers made before precision existed are fp32.
   if (spec->contains("precision")) {
-    FLOWC_ASSIGN_OR_RETURN(options.precision,
+    FLOWC_ASSIGN_OR_RETURN(std::string precision,
                            string(*spec, "compile_options.", "precision"));
+    Expected<Precision> parsed = parsePrecision(precision);
+    if (!parsed)
+      return error("compile_options.precision",
+                   "is invalid: " + parsed.status().message());
+    options.precision = *parsed;
   }
   if (Status valid = options.validate(); !valid)
     return error("compile_options", "is invalid: " + valid.message());
@@ -690,9 +700,9 @@ std::string makeReproManifest(const IngestedModel &ingested,
                         {"producer", model.producer},
                         {"parameters", graph.parameterCount()},
                         {"parameter_bytes", graph.parameterBytes()}};
-  manifest["compile_options"] = {{"target", options.target},
+  manifest["compile_options"] = {{"target", targetName(options.target)},
                                  {"opt_level", options.optLevel},
-                                 {"precision", options.precision}};
+                                 {"precision", precisionName(options.precision)}};
   manifest["toolchain"] = {{"flowc", FLOWC_VERSION},
                            {"build_id", toolchain.buildId},
                            {"llvm", FLOWC_LLVM_VERSION},

@@ -27,11 +27,13 @@ Status requireModelPath(const std::string &path) {
 Expected<compiler::CompileOptions> compileOptions(const std::string &target, int optLevel,
                                                   const std::string &precision) {
   compiler::CompileOptions options;
-  if (!target.empty())
-    options.target = target;
+  if (!target.empty()) {
+    FLOWC_ASSIGN_OR_RETURN(options.target, parseTarget(target));
+  }
   options.optLevel = optLevel;
-  if (!precision.empty())
-    options.precision = precision;
+  if (!precision.empty()) {
+    FLOWC_ASSIGN_OR_RETURN(options.precision, parsePrecision(precision));
+  }
   FLOWC_RETURN_IF_ERROR(options.validate());
   return options;
 }

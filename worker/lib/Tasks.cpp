@@ -81,9 +81,9 @@ std::optional<compiler::CodeWeights> codeWeightsFrom(const json &parsed) {
 }
 
 json optionsJson(const compiler::CompileOptions &options) {
-  return {{"target", options.target},
+  return {{"target", targetName(options.target)},
           {"opt", options.optLevel},
-          {"precision", options.precision},
+          {"precision", precisionName(options.precision)},
           {"disabled_passes", options.disabledPasses}};
 }
 
@@ -128,9 +128,11 @@ Expected<TaskDescription> readTaskDescription(const std::string &path,
   try {
     description.kind = task.at("kind").get<std::string>();
     const json &options = task.at("options");
-    description.options.target = options.at("target").get<std::string>();
+    FLOWC_ASSIGN_OR_RETURN(description.options.target,
+                           parseTarget(options.at("target").get<std::string>()));
     description.options.optLevel = options.at("opt").get<int>();
-    description.options.precision = options.at("precision").get<std::string>();
+    FLOWC_ASSIGN_OR_RETURN(description.options.precision,
+                           parsePrecision(options.at("precision").get<std::string>()));
     description.options.disabledPasses =
         options.at("disabled_passes").get<std::vector<std::string>>();
     const json &target = task.at("target");

@@ -4,6 +4,7 @@
 
 #include "flowc/compiler/OnnxModel.h"
 #include "flowc/support/Status.h"
+#include "flowc/support/Target.h"
 
 #include <cstdint>
 #include <map>
@@ -17,16 +18,15 @@ namespace flowc::compiler {
 
 /// What a compile is asked for. Every field is part of the code cache key.
 struct CompileOptions {
-  std::string target = "cpu";
+  Target target = Target::Cpu;
   /// 0: every op in generated loops, the reference. 1..3: library kernels
   /// for convolutions and matrix products, fusion, layout, the activation
   /// arena; LLVM's optimization level of the generated code.
   int optLevel = 2;
-  /// "fp32", or "bf16": library kernels round inputs and weights to
-  /// bfloat16 and accumulate in fp32 (AMX / AVX-512-BF16 where the CPU has
-  /// them); generated code stays fp32.
-  std::string precision = "fp32";
-  /// Optional passes left out, for debugging (names as in kOptionalPasses).
+  /// Library kernels' arithmetic (bf16 needs -O1 or more); generated code
+  /// stays fp32.
+  Precision precision = Precision::Fp32;
+  /// Optional passes left out, for debugging (names as optionalPassNames()).
   std::vector<std::string> disabledPasses;
   /// Prints the module after each pass of this name ("all": every pass)
   /// into the compile report's `printedIr`. Changes no code, so it is
@@ -174,12 +174,9 @@ struct CodeWeights {
 Expected<std::string> evaluateDerivedWeight(const DerivedWeight &weight,
                                             const std::vector<std::string_view> &inputs);
 
-/// The passes -O1..-O3 add, each of which `disabledPasses` can leave out.
-inline const std::vector<std::string> kOptionalPasses = {
-    "flowc-derive-weights",          "tosa-reduce-transposes",
-    "flowc-outline-library-kernels", "linalg-fuse-elementwise-ops",
-    "flowc-plan-activation-memory",  "flowc-approximate-math",
-    "flowc-partition-kernels",       "flowc-parallelize-loops"};
+/// The passes -O1..-O3 add, each of which `disabledPasses` can leave out,
+/// in pipeline order.
+const std::vector<std::string> &optionalPassNames();
 
 /// Where the objects of partitioned kernels are kept between compiles (the
 /// worker's kernel cache). A kernel's object depends only on `key`, the

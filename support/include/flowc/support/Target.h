@@ -1,0 +1,43 @@
+// The compile vocabulary that crosses component boundaries: what a compile
+// targets and the arithmetic its library kernels use. Each has one
+// parse/name pair; the CLI, the daemon, the compiler, the task protocol and
+// the kernel ABI all carry the enum, never the spelling.
+#pragma once
+
+#include "flowc/support/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace flowc {
+
+/// What generated code runs on.
+enum class Target : int64_t {
+  Cpu = 0,
+};
+
+/// The arithmetic of library kernels. Generated code is always fp32.
+enum class Precision : int64_t {
+  /// fp32 inputs, weights and accumulation.
+  Fp32 = 0,
+  /// Inputs and weights rounded to bfloat16, fp32 accumulation (AMX /
+  /// AVX-512-BF16 where the CPU has them).
+  Bf16 = 1,
+};
+
+/// "cpu".
+const char *targetName(Target target);
+/// InvalidArgument listing the supported targets for anything else.
+Expected<Target> parseTarget(std::string_view name);
+/// Every target's name, comma-separated (for help texts and errors).
+std::string targetNames();
+
+/// "fp32", "bf16".
+const char *precisionName(Precision precision);
+/// InvalidArgument listing the supported precisions for anything else.
+Expected<Precision> parsePrecision(std::string_view name);
+/// Every precision's name, comma-separated.
+std::string precisionNames();
+
+} // namespace flowc
