@@ -233,7 +233,7 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
     pm.addPass(mlir::createCanonicalizerPass());
   }
   if (enabled(options, "flowc-outline-library-kernels"))
-    pm.addPass(createOutlineLibraryKernelsPass(options.precision == Precision::Bf16));
+    pm.addPass(createOutlineLibraryKernelsPass(options.precision));
   // Named linalg ops (conv, matmul, pooling) before the elementwise
   // conversion, which would otherwise claim their operands.
   pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());

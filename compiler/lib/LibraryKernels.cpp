@@ -989,9 +989,9 @@ void emitThunk(llvm::Function &function, const LibraryKernel &kernel, int64_t si
 
 } // namespace
 
-std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(bool bf16) {
+std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(Precision precision) {
   auto pass = std::make_unique<OutlineLibraryKernelsPass>();
-  pass->bf16 = bf16;
+  pass->bf16 = precision == Precision::Bf16;
   return pass;
 }
 

@@ -46,8 +46,10 @@ struct LibraryKernel {
   unsigned bufferCount = 0;
 };
 
-/// `bf16`: the kernels compute in bfloat16 (fp32 buffers, fp32 accumulation).
-std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(bool bf16 = false);
+/// Precision::Bf16: the kernels compute in bfloat16 (fp32 buffers, fp32
+/// accumulation).
+std::unique_ptr<mlir::Pass>
+createOutlineLibraryKernelsPass(Precision precision = Precision::Fp32);
 
 /// The kernels tagged in `module` (after outlining, at any later stage that
 /// still has func.func ops).
