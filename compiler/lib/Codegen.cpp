@@ -12,56 +12,24 @@
 #include "DerivedWeights.h"
 #include "LibraryKernels.h"
 #include "MemoryPlan.h"
-#include "ParallelLoops.h"
 #include "Partition.h"
+#include "Pipelines.h"
+#include "Registration.h"
 
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
 
 #include "mlir/Bytecode/BytecodeReader.h"
-#include "mlir/Conversion/Passes.h"
-#include "mlir/Conversion/TosaToLinalg/TosaToLinalg.h"
-#include "mlir/Dialect/Affine/IR/AffineOps.h"
-#include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Transforms/BufferDeallocationOpInterfaceImpl.h"
-#include "mlir/Dialect/Arith/Transforms/BufferizableOpInterfaceImpl.h"
-#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
-#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
-#include "mlir/Dialect/Bufferization/Transforms/FuncBufferizableOpInterfaceImpl.h"
-#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
-#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
-#include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Linalg/Passes.h"
-#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
-#include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
-#include "mlir/Dialect/Math/IR/Math.h"
-#include "mlir/Dialect/Math/Transforms/Passes.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
-#include "mlir/Dialect/MemRef/Transforms/Passes.h"
-#include "mlir/Dialect/OpenMP/OpenMPDialect.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/Dialect/SCF/Transforms/BufferDeallocationOpInterfaceImpl.h"
-#include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
-#include "mlir/Dialect/Tensor/Transforms/Transforms.h"
-#include "mlir/Dialect/Tosa/IR/TosaOps.h"
-#include "mlir/Dialect/Tosa/Transforms/Passes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-#include "mlir/Transforms/Passes.h"
 
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -77,7 +45,6 @@
 #include "llvm/TargetParser/SubtargetFeature.h"
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <mutex>
 #include <new>
@@ -94,266 +61,6 @@ void initializeLlvmOnce() {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
   });
-}
-
-void registerCodegenDialects(mlir::DialectRegistry &registry) {
-  registry.insert<
-      mlir::affine::AffineDialect, mlir::arith::ArithDialect,
-      mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
-      mlir::func::FuncDialect, mlir::linalg::LinalgDialect, mlir::LLVM::LLVMDialect,
-      mlir::math::MathDialect, mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect,
-      mlir::scf::SCFDialect, mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
-  mlir::arith::registerBufferizableOpInterfaceExternalModels(registry);
-  mlir::arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
-  mlir::bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
-  mlir::cf::registerBufferDeallocationOpInterfaceExternalModels(registry);
-  mlir::linalg::registerBufferizableOpInterfaceExternalModels(registry);
-  mlir::memref::registerAllocationOpInterfaceExternalModels(registry);
-  mlir::scf::registerBufferizableOpInterfaceExternalModels(registry);
-  mlir::scf::registerBufferDeallocationOpInterfaceExternalModels(registry);
-  mlir::tensor::registerBufferizableOpInterfaceExternalModels(registry);
-  mlir::registerBuiltinDialectTranslation(registry);
-  mlir::registerLLVMDialectTranslation(registry);
-  mlir::registerOpenMPDialectTranslation(registry);
-}
-
-/// Whether an optional pass runs: -O1 and up, unless disabled.
-bool enabled(const CompileOptions &options, const std::string &pass) {
-  // Only listed passes can be switched off (validate() checks requests).
-  assert(llvm::is_contained(optionalPassNames(), pass));
-  return options.optLevel >= 1 &&
-         std::find(options.disabledPasses.begin(), options.disabledPasses.end(), pass) ==
-             options.disabledPasses.end();
-}
-
-/// A value @main returns more than once (two graph outputs of one tensor,
-/// or two that CSE merged) gets a copy per extra result: each output has a
-/// buffer of its own, and buffer-results-to-out-params (which crashes on a
-/// repeated result) sees distinct values.
-struct DistinctResultsPass
-    : mlir::PassWrapper<DistinctResultsPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DistinctResultsPass)
-  llvm::StringRef getArgument() const override { return "flowc-distinct-results"; }
-  llvm::StringRef getDescription() const override {
-    return "Copy results that @main returns more than once";
-  }
-  void runOnOperation() override {
-    getOperation().walk([](mlir::func::ReturnOp ret) {
-      llvm::SmallPtrSet<mlir::Value, 8> seen;
-      mlir::OpBuilder builder(ret);
-      for (mlir::OpOperand &result : ret->getOpOperands()) {
-        auto type = mlir::dyn_cast<mlir::RankedTensorType>(result.get().getType());
-        if (!type || seen.insert(result.get()).second)
-          continue;
-        mlir::Value init = mlir::tensor::EmptyOp::create(
-            builder, ret.getLoc(), type.getShape(), type.getElementType());
-        result.set(mlir::linalg::CopyOp::create(builder, ret.getLoc(), result.get(), init)
-                       ->getResult(0));
-      }
-    });
-  }
-};
-
-/// Most payload ops one fused loop nest may hold. Fusing a producer into
-/// its consumer clones both bodies, so fusing a chain of N ops into one
-/// nest costs N^2 (a 10,000-op chain took minutes); nests of at most this
-/// many ops keep the pass linear, and a nest this long already does far
-/// more arithmetic per element than the one pass over memory it saves.
-constexpr size_t kMaxFusedPayloadOps = 64;
-
-size_t payloadOps(mlir::Operation *op) {
-  auto linalgOp = mlir::dyn_cast_or_null<mlir::linalg::LinalgOp>(op);
-  if (!linalgOp || linalgOp->getNumRegions() != 1 || linalgOp->getRegion(0).empty())
-    return 0;
-  return linalgOp->getRegion(0).front().getOperations().size();
-}
-
-/// Fuses a single-use producer into its consumer while the fused nest stays
-/// within kMaxFusedPayloadOps.
-bool fusionWithinBound(mlir::OpOperand *fused) {
-  mlir::Operation *producer = fused->get().getDefiningOp();
-  return producer && producer->hasOneUse() &&
-         payloadOps(producer) + payloadOps(fused->getOwner()) <= kMaxFusedPayloadOps;
-}
-
-/// `linalg-fuse-elementwise-ops`: upstream's elementwise fusion and its
-/// companion foldings, with fusion bounded by fusionWithinBound (upstream's
-/// pass fuses without a bound).
-struct FuseElementwiseOpsPass
-    : mlir::PassWrapper<FuseElementwiseOpsPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FuseElementwiseOpsPass)
-  llvm::StringRef getArgument() const override { return "linalg-fuse-elementwise-ops"; }
-  llvm::StringRef getDescription() const override {
-    return "Fuse chains of elementwise linalg ops into loop nests of bounded size";
-  }
-  void getDependentDialects(mlir::DialectRegistry &registry) const override {
-    registry.insert<mlir::affine::AffineDialect, mlir::linalg::LinalgDialect,
-                    mlir::tensor::TensorDialect>();
-  }
-  void runOnOperation() override {
-    mlir::MLIRContext *context = &getContext();
-    mlir::RewritePatternSet patterns(context);
-    mlir::linalg::populateElementwiseOpsFusionPatterns(patterns, fusionWithinBound);
-    mlir::linalg::populateFoldReshapeOpsByExpansionPatterns(patterns, fusionWithinBound);
-    mlir::tensor::populateBubbleUpExpandShapePatterns(patterns);
-    mlir::affine::AffineApplyOp::getCanonicalizationPatterns(patterns, context);
-    mlir::linalg::GenericOp::getCanonicalizationPatterns(patterns, context);
-    mlir::tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, context);
-    mlir::tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, context);
-    context->getLoadedDialect<mlir::linalg::LinalgDialect>()->getCanonicalizationPatterns(
-        patterns);
-    mlir::linalg::populateConstantFoldLinalgOperations(patterns, fusionWithinBound);
-    // Top-down: each op is visited after its producers, so a chain fuses in
-    // one sweep. Not reaching a fixpoint leaves correct, less fused IR, as
-    // upstream's pass accepts too.
-    (void)mlir::applyPatternsGreedily(
-        getOperation(), std::move(patterns),
-        mlir::GreedyRewriteConfig().setUseTopDownTraversal());
-  }
-};
-
-/// Stage 1: graph -> buffers with the public ABI fixed.
-void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options) {
-  // Graph-level cleanups first, while ops still carry graph semantics:
-  // folding cancels the NCHW<->NHWC transposes between neighbouring layers.
-  pm.addPass(mlir::createCanonicalizerPass());
-  pm.addPass(mlir::createCSEPass());
-  // -O0 keeps every op in generated code: the reference the library
-  // kernels are checked against.
-  if (enabled(options, "flowc-derive-weights")) {
-    // BatchNorm into convolutions; arithmetic on weights alone leaves the
-    // code, computed once by whoever binds the weights.
-    pm.addPass(createDeriveWeightsPass());
-    pm.addPass(mlir::createCanonicalizerPass());
-  }
-  if (enabled(options, "tosa-reduce-transposes")) {
-    // Layout: transposes move through elementwise ops and cancel, so
-    // activations stay NHWC between convolutions.
-    pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaReduceTransposes());
-    pm.addPass(mlir::createCanonicalizerPass());
-  }
-  if (enabled(options, "flowc-outline-library-kernels"))
-    pm.addPass(createOutlineLibraryKernelsPass(options.precision));
-  // Named linalg ops (conv, matmul, pooling) before the elementwise
-  // conversion, which would otherwise claim their operands.
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalg());
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToArithPass());
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToTensorPass());
-  pm.addPass(mlir::createCanonicalizerPass());
-  // Chains of elementwise ops become one loop nest: one pass over memory.
-  if (enabled(options, "linalg-fuse-elementwise-ops"))
-    pm.addPass(std::make_unique<FuseElementwiseOpsPass>());
-  // Last on tensors: one buffer per result from here on.
-  pm.addPass(std::make_unique<DistinctResultsPass>());
-  // Identity layouts at the boundary: the runtime passes dense row-major
-  // buffers as bare pointers.
-  mlir::bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      mlir::bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferize));
-  // Results become caller-provided output buffers. Since MLIR 22 public
-  // functions are left alone unless asked, which would silently shift the ABI.
-  mlir::bufferization::BufferResultsToOutParamsPassOptions outParams;
-  outParams.modifyPublicFunctions = true;
-  outParams.hoistStaticAllocs = true;
-  pm.addPass(mlir::bufferization::createBufferResultsToOutParamsPass(outParams));
-  if (enabled(options, "flowc-plan-activation-memory"))
-    pm.addPass(createPlanActivationMemoryPass());
-}
-
-/// Copies into strided views (padding) bufferize to memref.copy, whose LLVM
-/// lowering calls a helper from MLIR's runner library. linalg.copy lowers to
-/// plain loops, so generated code needs only libc and libm.
-struct CopiesToLinalgPass
-    : mlir::PassWrapper<CopiesToLinalgPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(CopiesToLinalgPass)
-  llvm::StringRef getArgument() const override { return "flowc-copies-to-linalg"; }
-  llvm::StringRef getDescription() const override {
-    return "Rewrite memref.copy as linalg.copy";
-  }
-  void runOnOperation() override {
-    llvm::SmallVector<mlir::memref::CopyOp> copies;
-    getOperation().walk([&](mlir::memref::CopyOp copy) { copies.push_back(copy); });
-    for (mlir::memref::CopyOp copy : copies) {
-      mlir::OpBuilder builder(copy);
-      mlir::linalg::CopyOp::create(builder, copy.getLoc(), copy.getSource(),
-                                   copy.getTarget());
-      copy.erase();
-    }
-  }
-};
-
-/// exp, erf and tanh as polynomials of arithmetic ops, which LLVM
-/// vectorizes, instead of scalar libm calls (softmax, GELU, attention).
-struct ApproximateMathPass
-    : mlir::PassWrapper<ApproximateMathPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ApproximateMathPass)
-  llvm::StringRef getArgument() const override { return "flowc-approximate-math"; }
-  llvm::StringRef getDescription() const override {
-    return "Replace exp, erf and tanh by vectorizable polynomial approximations";
-  }
-  void runOnOperation() override {
-    mlir::RewritePatternSet patterns(&getContext());
-    mlir::populateMathPolynomialApproximationPatterns(patterns, [](llvm::StringRef name) {
-      name.consume_front("math.");
-      return name == "exp" || name == "erf" || name == "tanh";
-    });
-    if (mlir::failed(mlir::applyPatternsGreedily(getOperation(), std::move(patterns))))
-      signalPassFailure();
-  }
-};
-
-/// Stage 2: loop nests on buffers, ready to be cut into kernels.
-void buildPrepareLoopsPipeline(mlir::PassManager &pm, const CompileOptions &options) {
-  pm.addPass(std::make_unique<CopiesToLinalgPass>());
-  if (enabled(options, "flowc-approximate-math"))
-    pm.addPass(std::make_unique<ApproximateMathPass>());
-  // Frees every temporary the graph allocates, on every path.
-  mlir::bufferization::BufferDeallocationPipelineOptions dealloc;
-  mlir::bufferization::buildBufferDeallocationPipeline(pm, dealloc);
-  // Each loop nest becomes a kernel of its own, lowered and cached on its
-  // own (the kernel cache); identical nests share one.
-  if (enabled(options, "flowc-partition-kernels"))
-    pm.addPass(createPartitionKernelsPass());
-}
-
-/// Stage 3: buffers -> LLVM dialect, run on @main's module and on each
-/// kernel's.
-void buildLowerToLlvmPipeline(mlir::PassManager &pm, const CompileOptions &options) {
-  bool parallel = enabled(options, "flowc-parallelize-loops");
-  if (parallel) {
-    // Large loop nests run on the runtime's threads, as OpenMP worksharing
-    // loops (the same OpenMP runtime as the library kernels).
-    pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToParallelLoopsPass());
-    pm.addPass(createParallelizeLoopsPass());
-    pm.addPass(mlir::createConvertSCFToOpenMPPass());
-    // Drops the alloca scopes the conversion wraps loop bodies in (they hold
-    // no allocas here), which must not span the blocks scf-to-cf makes.
-    pm.addPass(mlir::createCanonicalizerPass());
-  } else {
-    pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
-  }
-  pm.addPass(mlir::createLowerAffinePass());
-  pm.addPass(mlir::createSCFToControlFlowPass());
-  pm.addPass(mlir::memref::createExpandStridedMetadataPass());
-  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
-  pm.addPass(mlir::createConvertMathToLLVMPass());
-  // What LLVM has no intrinsic for (erf, ...) becomes a libm call.
-  pm.addPass(mlir::createConvertMathToLibmPass());
-  pm.addPass(mlir::createArithToLLVMConversionPass());
-  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
-  // Bare pointers: the ABI is one dense buffer per argument.
-  mlir::ConvertFuncToLLVMPassOptions funcToLlvm;
-  funcToLlvm.useBarePtrCallConv = true;
-  pm.addPass(mlir::createConvertFuncToLLVMPass(funcToLlvm));
-  // After func-to-llvm: this pass converts functions too, without bare
-  // pointers.
-  if (parallel)
-    pm.addPass(mlir::createConvertOpenMPToLLVMPass());
-  pm.addPass(mlir::createConvertIndexToLLVMPass());
-  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
 }
 
 /// Adds `void flowc_entry(void **args)` that unpacks the argument array and
@@ -452,6 +159,35 @@ struct DiagnosticCollector {
   mlir::ScopedDiagnosticHandler handler;
 };
 
+/// Remembers the first pass that failed, so that a failure names its pass
+/// even when the pass emitted no diagnostic.
+class FailedPassRecorder final : public mlir::PassInstrumentation {
+public:
+  explicit FailedPassRecorder(std::string &name) : name_(name) {}
+  void runAfterPassFailed(mlir::Pass *pass, mlir::Operation *) override {
+    if (name_.empty())
+      name_ = pass->getArgument().str();
+  }
+
+private:
+  std::string &name_;
+};
+
+/// Runs `pm` on `module`; on failure, Internal: "<what> failed in <pass>:
+/// <the diagnostics>".
+Status runStage(mlir::PassManager &pm, mlir::ModuleOp module,
+                const DiagnosticCollector &diagnostics, const std::string &what) {
+  std::string failedPass;
+  pm.addInstrumentation(std::make_unique<FailedPassRecorder>(failedPass));
+  if (mlir::succeeded(pm.run(module)))
+    return Status::ok();
+  std::string detail = diagnostics.text.empty() ? "no diagnostic" : diagnostics.text;
+  while (!detail.empty() && detail.back() == '\n')
+    detail.pop_back();
+  return internalError(what + " failed" +
+                       (failedPass.empty() ? "" : " in " + failedPass) + ": " + detail);
+}
+
 /// One object file of the shared object: @main's module or a kernel's.
 struct ObjectUnit {
   std::string name;
@@ -492,8 +228,7 @@ std::string kernelKey(const CompileOptions &options, const CodeTarget &target,
                       const KernelModule &kernel) {
   return "flowc.loop-kernel.v1\n" + target.description() +
          "\nopt=" + std::to_string(options.optLevel) +
-         (enabled(options, "flowc-parallelize-loops") ? ";parallel" : "") + "\n" +
-         kernel.text;
+         (usesOpenMp(options) ? ";parallel" : "") + "\n" + kernel.text;
 }
 
 /// Kernels are linked into the same shared object as @main: no need to
@@ -627,15 +362,6 @@ private:
 
 } // namespace
 
-const std::vector<std::string> &optionalPassNames() {
-  static const std::vector<std::string> names = {
-      "flowc-derive-weights",          "tosa-reduce-transposes",
-      "flowc-outline-library-kernels", "linalg-fuse-elementwise-ops",
-      "flowc-plan-activation-memory",  "flowc-approximate-math",
-      "flowc-partition-kernels",       "flowc-parallelize-loops"};
-  return names;
-}
-
 Status CompileOptions::validate() const {
   if (target != Target::Cpu)
     return invalidArgument("unknown target " +
@@ -715,7 +441,7 @@ std::string hostTargetDescription() {
 
 Expected<std::string> printGraphIr(const std::string &irBytecode) {
   mlir::DialectRegistry registry;
-  registerCodegenDialects(registry);
+  registerFlowcDialects(registry);
   mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
   FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
   std::string text;
@@ -758,7 +484,7 @@ static Expected<TensorInfo> describeBoundType(mlir::Type type, const std::string
 
 Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
   mlir::DialectRegistry registry;
-  registerCodegenDialects(registry);
+  registerFlowcDialects(registry);
   mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
   DiagnosticCollector diagnostics(context);
   auto module = parseGraph(context, irBytecode);
@@ -807,7 +533,7 @@ struct CodegenContext {
   CodegenContext() : context(makeRegistry(), mlir::MLIRContext::Threading::DISABLED) {}
   static mlir::DialectRegistry makeRegistry() {
     mlir::DialectRegistry registry;
-    registerCodegenDialects(registry);
+    registerFlowcDialects(registry);
     return registry;
   }
   mlir::MLIRContext context;
@@ -833,8 +559,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   watch(bufferize);
   if (printer)
     printer->attach(bufferize);
-  if (mlir::failed(bufferize.run(*module)))
-    return internalError("lowering to buffers failed: " + diagnostics.text);
+  FLOWC_RETURN_IF_ERROR(runStage(bufferize, *module, diagnostics, "lowering to buffers"));
   CompilePlan plan;
   plan.weights = collectCodeWeights(*module);
   std::vector<LibraryKernel> libraryKernels = collectLibraryKernels(*module);
@@ -845,8 +570,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   watch(prepare);
   if (printer)
     printer->attach(prepare);
-  if (mlir::failed(prepare.run(*module)))
-    return internalError("preparing loop nests failed: " + diagnostics.text);
+  FLOWC_RETURN_IF_ERROR(runStage(prepare, *module, diagnostics, "preparing loop nests"));
   std::vector<KernelModule> kernels = splitKernelModules(*module);
   dropLibraryKernelBodies(*module);
 
@@ -855,8 +579,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   watch(lower);
   if (printer)
     printer->attach(lower);
-  if (mlir::failed(lower.run(*module)))
-    return internalError("lowering to LLVM failed: " + diagnostics.text);
+  FLOWC_RETURN_IF_ERROR(runStage(lower, *module, diagnostics, "lowering to LLVM"));
   auto llvmStart = std::chrono::steady_clock::now();
   FLOWC_ASSIGN_OR_RETURN(ObjectUnit graph, translateUnit(*module, "graph", diagnostics));
   FLOWC_RETURN_IF_ERROR(addEntryPoint(*graph.module));
@@ -873,7 +596,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - llvmStart)
                  .count());
   plan.graphObject = std::move(graph.object);
-  plan.linksOpenMp = enabled(options, "flowc-parallelize-loops");
+  plan.linksOpenMp = usesOpenMp(options);
   return plan;
 }
 
@@ -894,9 +617,8 @@ Expected<std::string> compileKernelUnguarded(const PlannedKernel &kernel,
   buildLowerToLlvmPipeline(lower, options);
   if (printer)
     printer->attach(lower);
-  if (mlir::failed(lower.run(*module)))
-    return internalError("lowering kernel " + kernel.symbol +
-                         " to LLVM failed: " + diagnostics.text);
+  FLOWC_RETURN_IF_ERROR(runStage(lower, *module, diagnostics,
+                                 "lowering kernel " + kernel.symbol + " to LLVM"));
   FLOWC_ASSIGN_OR_RETURN(ObjectUnit unit,
                          translateUnit(*module, kernel.symbol, diagnostics));
   hideSymbol(*unit.module, kernel.symbol);

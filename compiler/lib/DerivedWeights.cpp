@@ -1,4 +1,5 @@
 #include "DerivedWeights.h"
+#include "transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
@@ -18,6 +19,9 @@
 #include <functional>
 
 namespace flowc::compiler {
+
+#define GEN_PASS_DEF_DERIVEWEIGHTSPASS
+#include "flowc/compiler/Passes.h.inc"
 
 namespace {
 
@@ -231,19 +235,20 @@ std::string recipeText(Value value, llvm::SetVector<Value> &sources) {
   return text;
 }
 
-struct DeriveWeightsPass
-    : mlir::PassWrapper<DeriveWeightsPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DeriveWeightsPass)
-  llvm::StringRef getArgument() const override { return "flowc-derive-weights"; }
-  llvm::StringRef getDescription() const override {
-    return "Fold per-channel affines into convolutions; bind values computed from "
-           "weights only as derived weights";
-  }
-
+struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
   void runOnOperation() override {
     auto main = getOperation().lookupSymbol<mlir::func::FuncOp>("main");
     if (!main || main.isExternal())
       return;
+    // Recipes name their inputs by key: a key that is no string names none.
+    for (unsigned i = 0; i < main.getNumArguments(); ++i) {
+      mlir::Attribute key = main.getArgAttr(i, "flowc.weight");
+      if (key && !mlir::isa<mlir::StringAttr>(key)) {
+        main.emitOpError("argument ") << i << ": flowc.weight is " << key
+                                      << "; expected a string (the weight's key)";
+        return signalPassFailure();
+      }
+    }
     foldAffines(main);
     deriveWeights(main);
     dropDeadWeights(main);
@@ -255,7 +260,8 @@ struct DeriveWeightsPass
     for (mlir::tosa::AddOp add : adds) {
       // A fresh classification each time: folding adds weight-only ops.
       WeightOnly weightOnly(main);
-      foldAffineIntoConv(add, weightOnly);
+      if (foldAffineIntoConv(add, weightOnly))
+        ++affinesFolded;
     }
   }
 
@@ -286,8 +292,12 @@ struct DeriveWeightsPass
           builder.getNamedAttr(kRecipeInputsAttr, builder.getArrayAttr(inputs))};
       unsigned index = main.getNumArguments();
       if (mlir::failed(main.insertArgument(
-              index, root.getType(), builder.getDictionaryAttr(attrs), root.getLoc())))
+              index, root.getType(), builder.getDictionaryAttr(attrs), root.getLoc()))) {
+        main.emitOpError("cannot take derived weight ")
+            << llvm::Twine(key) << " as a new argument";
         return signalPassFailure();
+      }
+      ++weightsDerived;
       Value argument = main.getArgument(index);
       root.replaceUsesWithIf(
           argument, [&](mlir::OpOperand &use) { return !weightOnly.op(use.getOwner()); });
@@ -311,8 +321,11 @@ struct DeriveWeightsPass
     for (mlir::BlockArgument arg : main.getArguments())
       if (weightOnly.isWeightArgument(arg) && arg.use_empty())
         dead.set(arg.getArgNumber());
-    if (mlir::failed(main.eraseArguments(dead)))
-      signalPassFailure();
+    if (mlir::failed(main.eraseArguments(dead))) {
+      main.emitOpError("cannot drop the weight arguments nothing reads");
+      return signalPassFailure();
+    }
+    weightsDropped += dead.count();
   }
 
   int derivedCount = 0;
@@ -453,10 +466,6 @@ Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
 }
 
 } // namespace
-
-std::unique_ptr<mlir::Pass> createDeriveWeightsPass() {
-  return std::make_unique<DeriveWeightsPass>();
-}
 
 CodeWeights collectCodeWeights(mlir::ModuleOp module) {
   CodeWeights weights;

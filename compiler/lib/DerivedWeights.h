@@ -19,11 +19,8 @@
 #include "flowc/compiler/Compiler.h"
 #include "flowc/runtime/Artifact.h"
 
-#include <memory>
-
 namespace mlir {
 class ModuleOp;
-class Pass;
 } // namespace mlir
 
 namespace flowc::compiler {
@@ -31,9 +28,6 @@ namespace flowc::compiler {
 /// @main argument attributes of a derived weight (besides `flowc.weight`).
 inline constexpr const char *kRecipeAttr = "flowc.recipe";
 inline constexpr const char *kRecipeInputsAttr = "flowc.recipe_inputs";
-
-/// `flowc-derive-weights`: see the file comment.
-std::unique_ptr<mlir::Pass> createDeriveWeightsPass();
 
 /// The weights @main binds, in argument order, at any stage that still has
 /// func.func @main.

@@ -1,5 +1,6 @@
 #include "MemoryPlan.h"
 #include "LibraryKernels.h"
+#include "transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -14,6 +15,9 @@
 #include <optional>
 
 namespace flowc::compiler {
+
+#define GEN_PASS_DEF_PLANACTIVATIONMEMORYPASS
+#include "flowc/compiler/Passes.h.inc"
 
 uint64_t assignArenaOffsets(const std::vector<BufferLifetime> &buffers,
                             std::vector<uint64_t> &offsets) {
@@ -190,18 +194,17 @@ void shareResidualBuffers(mlir::Block &block, mlir::ModuleOp module,
 }
 
 struct PlanActivationMemoryPass
-    : mlir::PassWrapper<PlanActivationMemoryPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PlanActivationMemoryPass)
-
-  llvm::StringRef getArgument() const override { return "flowc-plan-activation-memory"; }
-  llvm::StringRef getDescription() const override {
-    return "Place @main's fixed-size buffers in one arena, reusing bytes by liveness";
-  }
-
+    : impl::PlanActivationMemoryPassBase<PlanActivationMemoryPass> {
   void runOnOperation() override {
     auto main = getOperation().lookupSymbol<mlir::func::FuncOp>("main");
     if (!main || main.isExternal() || !main.getBody().hasOneBlock())
       return;
+    // A second arena argument would shift the ABI the runtime binds.
+    if (main->hasAttr(kArenaBytesAttr)) {
+      main.emitOpError("already has an activation arena (")
+          << kArenaBytesAttr << "); the memory plan runs once";
+      return signalPassFailure();
+    }
     mlir::Block &block = main.getBody().front();
     llvm::DenseMap<mlir::Operation *, int64_t> positions;
     int64_t position = 0;
@@ -250,11 +253,14 @@ struct PlanActivationMemoryPass
                                            builder.getIntegerType(8));
     if (mlir::failed(
             main.insertArgument(main.getNumArguments(), arenaType, {}, main.getLoc()))) {
+      main.emitOpError("cannot take the activation arena as a new argument");
       signalPassFailure();
       return;
     }
     mlir::Value arena = block.getArguments().back();
     main->setAttr(kArenaBytesAttr, builder.getI64IntegerAttr(arenaBytes));
+    this->arenaBytes = arenaBytes;
+    buffersPlanned += allocs.size();
     for (size_t i = 0; i < allocs.size(); ++i) {
       builder.setInsertionPoint(allocs[i]);
       mlir::Location loc = allocs[i].getLoc();
@@ -269,10 +275,6 @@ struct PlanActivationMemoryPass
 };
 
 } // namespace
-
-std::unique_ptr<mlir::Pass> createPlanActivationMemoryPass() {
-  return std::make_unique<PlanActivationMemoryPass>();
-}
 
 mlir::Value bufferBehindReshapes(mlir::Value value) {
   while (mlir::Operation *producer = value.getDefiningOp()) {

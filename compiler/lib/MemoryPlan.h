@@ -9,12 +9,10 @@
 #include "mlir/IR/Value.h"
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 namespace mlir {
 class ModuleOp;
-class Pass;
 } // namespace mlir
 
 namespace flowc::compiler {
@@ -39,11 +37,6 @@ mlir::Value bufferBehindReshapes(mlir::Value value);
 
 /// @main's attribute holding the arena size in bytes.
 inline constexpr const char *kArenaBytesAttr = "flowc.arena_bytes";
-
-/// Runs on bufferized IR (memrefs, results already out-parameters): rewrites
-/// @main's static memref.alloc ops into memref.view ops of a new last
-/// argument, `memref<Nxi8>`, and records N in `flowc.arena_bytes`.
-std::unique_ptr<mlir::Pass> createPlanActivationMemoryPass();
 
 /// The planned arena size of `module`'s @main; 0 when nothing was planned.
 uint64_t plannedArenaBytes(mlir::ModuleOp module);

@@ -1,5 +1,6 @@
 #include "ParallelLoops.h"
 #include "LibraryKernels.h"
+#include "transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -7,11 +8,13 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/IRMapping.h"
-#include "mlir/Pass/Pass.h"
 
 #include <optional>
 
 namespace flowc::compiler {
+
+#define GEN_PASS_DEF_PARALLELIZELOOPSPASS
+#include "flowc/compiler/Passes.h.inc"
 
 namespace {
 
@@ -117,18 +120,7 @@ unsigned parallelDimsFor(mlir::scf::ParallelOp loop) {
   return outer > 1 ? dims - 1 : dims;
 }
 
-struct ParallelizeLoopsPass
-    : mlir::PassWrapper<ParallelizeLoopsPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ParallelizeLoopsPass)
-  llvm::StringRef getArgument() const override { return "flowc-parallelize-loops"; }
-  llvm::StringRef getDescription() const override {
-    return "Keep large outermost scf.parallel nests of @main parallel, make the rest "
-           "sequential";
-  }
-  void getDependentDialects(mlir::DialectRegistry &registry) const override {
-    registry.insert<mlir::scf::SCFDialect, mlir::arith::ArithDialect>();
-  }
-
+struct ParallelizeLoopsPass : impl::ParallelizeLoopsPassBase<ParallelizeLoopsPass> {
   void runOnOperation() override {
     // Outermost nests first: each is kept whole, split, or made sequential.
     llvm::SmallVector<mlir::scf::ParallelOp> outermost;
@@ -147,6 +139,7 @@ struct ParallelizeLoopsPass
     });
     for (mlir::scf::ParallelOp loop : rest)
       splitParallelLoop(loop, 0);
+    nestsSequential += rest.size();
   }
 
   static constexpr llvm::StringLiteral kKeptAttr = "flowc.parallel";
@@ -166,13 +159,10 @@ struct ParallelizeLoopsPass
     if (dims < loop.getNumLoops())
       loop = splitParallelLoop(loop, dims);
     loop->setAttr(kKeptAttr, mlir::UnitAttr::get(loop.getContext()));
+    ++nestsParallel;
   }
 };
 
 } // namespace
-
-std::unique_ptr<mlir::Pass> createParallelizeLoopsPass() {
-  return std::make_unique<ParallelizeLoopsPass>();
-}
 
 } // namespace flowc::compiler

@@ -11,11 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-
-namespace mlir {
-class Pass;
-} // namespace mlir
 
 namespace flowc::compiler {
 
@@ -23,8 +18,5 @@ namespace flowc::compiler {
 /// on one thread: a fork-join costs about as much as this many cheap
 /// iterations.
 inline constexpr int64_t kMinParallelIterations = 1 << 14;
-
-/// `flowc-parallelize-loops`: see the file comment.
-std::unique_ptr<mlir::Pass> createParallelizeLoopsPass();
 
 } // namespace flowc::compiler

@@ -1,4 +1,5 @@
 #include "Partition.h"
+#include "transforms/Passes.h"
 
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -6,7 +7,6 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
-#include "mlir/Pass/Pass.h"
 #include "mlir/Transforms/RegionUtils.h"
 
 #include "llvm/ADT/SetVector.h"
@@ -17,6 +17,9 @@
 #include <optional>
 
 namespace flowc::compiler {
+
+#define GEN_PASS_DEF_PARTITIONKERNELSPASS
+#include "flowc/compiler/Passes.h.inc"
 
 namespace {
 
@@ -74,17 +77,7 @@ std::string kernelSymbol(mlir::func::FuncOp kernel) {
   return symbol;
 }
 
-struct PartitionKernelsPass
-    : mlir::PassWrapper<PartitionKernelsPass, mlir::OperationPass<mlir::ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PartitionKernelsPass)
-  llvm::StringRef getArgument() const override { return "flowc-partition-kernels"; }
-  llvm::StringRef getDescription() const override {
-    return "Outline each loop nest of @main into a kernel function named by its IR";
-  }
-  void getDependentDialects(mlir::DialectRegistry &registry) const override {
-    registry.insert<mlir::func::FuncDialect>();
-  }
-
+struct PartitionKernelsPass : impl::PartitionKernelsPassBase<PartitionKernelsPass> {
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
     auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
@@ -132,7 +125,9 @@ struct PartitionKernelsPass
       kernel.setName(symbol);
       kernel->setAttr(kLoopKernelAttr, mlir::UnitAttr::get(context));
       symbols.insert(kernel);
+      ++kernelsCreated;
     }
+    ++nestsOutlined;
     mlir::OpBuilder builder(nest);
     mlir::func::CallOp::create(builder, nest->getLoc(), symbol, mlir::TypeRange{},
                                captures->arguments.getArrayRef());
@@ -141,10 +136,6 @@ struct PartitionKernelsPass
 };
 
 } // namespace
-
-std::unique_ptr<mlir::Pass> createPartitionKernelsPass() {
-  return std::make_unique<PartitionKernelsPass>();
-}
 
 std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module) {
   std::map<std::string, int> callSites;

@@ -16,13 +16,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
-#include <memory>
 #include <string>
 #include <vector>
-
-namespace mlir {
-class Pass;
-} // namespace mlir
 
 namespace flowc::compiler {
 
@@ -30,10 +25,6 @@ namespace flowc::compiler {
 inline constexpr const char *kLoopKernelAttr = "flowc.loop_kernel";
 /// Prefix of loop kernel symbols; a hash of the kernel's IR follows.
 inline constexpr const char *kLoopKernelPrefix = "flowc_loops_";
-
-/// `flowc-partition-kernels`: see the file comment. Ops whose operands the
-/// bare-pointer ABI cannot pass (dynamic shapes or strides) stay in @main.
-std::unique_ptr<mlir::Pass> createPartitionKernelsPass();
 
 /// One partitioned kernel in a module of its own.
 struct KernelModule {

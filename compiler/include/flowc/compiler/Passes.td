@@ -1,0 +1,220 @@
+// flowc's own passes, in the order the pipelines run them (see
+// compiler/lib/Pipelines.cpp). mlir-tblgen -gen-pass-decls turns each entry
+// into an options struct, a `impl::<Name>Base` class and a create function;
+// each pass is implemented in one file that exports only that function.
+// The argument is the pass's public name: `--disable-pass`, `--print-ir-after`,
+// progress events and `flowc-opt` all use it.
+#ifndef FLOWC_COMPILER_PASSES
+#define FLOWC_COMPILER_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+//===----------------------------------------------------------------------===//
+// Stage 1: TOSA graph -> buffers
+//===----------------------------------------------------------------------===//
+
+def DeriveWeightsPass : Pass<"flowc-derive-weights", "::mlir::ModuleOp"> {
+  let summary = "Fold per-channel affines into convolutions; bind values "
+                "computed from weights only as derived weights";
+  let description = [{
+    Runs on the TOSA graph. A per-channel affine `y * s + t` after a
+    convolution (the importer's BatchNormalization), with `s` and `t`
+    computed from weights, folds into the convolution: weights `w * s`, bias
+    `b * s + t`. Then every value computed from weights only that the rest of
+    the graph reads becomes a new `@main` argument tagged `flowc.weight`
+    (`flowc.derived/N`), with `flowc.recipe` (the MLIR text of a module whose
+    `@derive` computes it) and `flowc.recipe_inputs` (the source weights).
+    Weight arguments nothing reads any more are dropped. The code therefore
+    still holds no weight values; whoever binds the weights evaluates the
+    recipes.
+  }];
+  let dependentDialects = ["::mlir::tosa::TosaDialect"];
+  let statistics = [
+    Statistic<"affinesFolded", "affines-folded",
+              "Per-channel affines folded into a convolution">,
+    Statistic<"weightsDerived", "weights-derived",
+              "Values computed from weights bound as derived weights">,
+    Statistic<"weightsDropped", "weights-dropped",
+              "Weight arguments dropped because nothing reads them">
+  ];
+}
+
+def OutlineLibraryKernelsPass
+    : Pass<"flowc-outline-library-kernels", "::mlir::ModuleOp"> {
+  let summary = "Outline convolutions, products, pooling and normalizations "
+                "into library-kernel calls";
+  let description = [{
+    Runs on the TOSA graph. Each convolution or matrix product, with the
+    layout changes it can absorb (NCHW<->NHWC transposes, transposed
+    weights) and its epilogue (bias, residual add, activation), each max or
+    average pooling, softmax over the last axis and layer normalization
+    becomes a private function tagged `flowc.kernel` (its kind) and
+    `flowc.kernel_params` (the kernel ABI's parameters), called from
+    `@main`. The body keeps the exact TOSA semantics, so it bufferizes like
+    any other function and fixes the kernel's buffer ABI; before the
+    lowering to LLVM the body is replaced by a call into the runtime's
+    kernel table.
+  }];
+  // LibraryKernels.cpp owns the pass; its create function takes the
+  // precision the pipeline compiles for.
+  let constructor = "::flowc::compiler::createOutlineLibraryKernelsPass()";
+  let options = [
+    Option<"precision", "precision", "::flowc::Precision",
+           /*default=*/"::flowc::Precision::Fp32",
+           "Arithmetic of the library kernels",
+           [{::llvm::cl::values(
+             clEnumValN(::flowc::Precision::Fp32, "fp32",
+                        "fp32 inputs, weights and accumulation"),
+             clEnumValN(::flowc::Precision::Bf16, "bf16",
+                        "inputs and weights rounded to bfloat16, fp32 accumulation")
+           )}]>
+  ];
+  let statistics = [
+    Statistic<"kernelsOutlined", "kernels-outlined",
+              "Library kernels outlined">,
+    Statistic<"epilogueOpsFused", "epilogue-ops-fused",
+              "Epilogue ops (bias, residual, activation) fused into a kernel">
+  ];
+}
+
+def FuseElementwiseOpsPass
+    : Pass<"linalg-fuse-elementwise-ops", "::mlir::ModuleOp"> {
+  let summary = "Fuse chains of elementwise linalg ops into loop nests of "
+                "bounded size";
+  let description = [{
+    Upstream's elementwise fusion and its companion foldings (reshape
+    propagation by expansion, constant folding, canonicalization), with
+    fusion bounded: a single-use producer fuses into its consumer only while
+    the fused nest holds at most 64 payload ops. Fusing a chain of N ops into
+    one nest costs N^2, so upstream's unbounded pass takes minutes on a
+    10,000-op chain; a nest this long already does far more arithmetic per
+    element than the pass over memory it saves. Replaces upstream's pass of
+    the same name, which is the public `--disable-pass` name.
+  }];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
+def DistinctResultsPass : Pass<"flowc-distinct-results", "::mlir::ModuleOp"> {
+  let summary = "Copy results that a function returns more than once";
+  let description = [{
+    A value a function returns more than once (two graph outputs of one
+    tensor, or two that CSE merged) gets a `linalg.copy` per extra result:
+    each output has a buffer of its own, and
+    `buffer-results-to-out-params` (which crashes on a repeated result) sees
+    distinct values.
+  }];
+  let dependentDialects = [
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let statistics = [
+    Statistic<"resultsCopied", "results-copied",
+              "Repeated results given a copy of their own">
+  ];
+}
+
+def PlanActivationMemoryPass
+    : Pass<"flowc-plan-activation-memory", "::mlir::ModuleOp"> {
+  let summary = "Place @main's temporary buffers in one activation arena";
+  let description = [{
+    Runs on bufferized IR (results already out-parameters). Every static
+    `memref.alloc` of `@main` becomes a `memref.view` into a new last
+    argument, `memref<Nxi8>`, at an offset chosen so that buffers whose
+    lifetimes overlap never share bytes; N is recorded in
+    `flowc.arena_bytes`. An output that a library kernel writes over a
+    residual that dies there shares the residual's buffer. Dynamically
+    shaped allocations are left alone.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::memref::MemRefDialect"
+  ];
+  let statistics = [
+    Statistic<"buffersPlanned", "buffers-planned",
+              "Allocations turned into views of the arena">,
+    Statistic<"arenaBytes", "arena-bytes", "Bytes of the planned arena">
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Stage 2: loop nests on buffers -> kernels
+//===----------------------------------------------------------------------===//
+
+def CopiesToLinalgPass : Pass<"flowc-copies-to-linalg", "::mlir::ModuleOp"> {
+  let summary = "Rewrite memref.copy as linalg.copy";
+  let description = [{
+    Copies into strided views (padding) bufferize to `memref.copy`, whose
+    LLVM lowering calls a helper from MLIR's runner library. `linalg.copy`
+    lowers to plain loops, so generated code needs only libc and libm.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
+def ApproximateMathPass : Pass<"flowc-approximate-math", "::mlir::ModuleOp"> {
+  let summary = "Replace exp, erf and tanh by vectorizable polynomial "
+                "approximations";
+  let description = [{
+    `math.exp`, `math.erf` and `math.tanh` become polynomials of arithmetic
+    ops, which LLVM vectorizes, instead of scalar libm calls (softmax, GELU,
+    attention).
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::math::MathDialect"
+  ];
+}
+
+def PartitionKernelsPass : Pass<"flowc-partition-kernels", "::mlir::ModuleOp"> {
+  let summary = "Outline each loop nest of @main into a kernel function "
+                "named by a hash of its IR";
+  let description = [{
+    Each loop nest of `@main` (one linalg op on buffers) becomes a private
+    function tagged `flowc.loop_kernel`, named `flowc_loops_<hash>` after a
+    hash of its IR alone, and is called from `@main`. Identical nests (the
+    repeated layers of a transformer) share one function. Each function is
+    later moved into a module of its own, lowered, compiled and cached on
+    its own. Ops whose operands the bare-pointer ABI cannot pass (dynamic
+    shapes or strides) stay in `@main`.
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect"];
+  let statistics = [
+    Statistic<"nestsOutlined", "nests-outlined",
+              "Loop nests replaced by a kernel call">,
+    Statistic<"kernelsCreated", "kernels-created",
+              "Distinct kernel functions created">
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// Stage 3: buffers -> LLVM
+//===----------------------------------------------------------------------===//
+
+def ParallelizeLoopsPass : Pass<"flowc-parallelize-loops", "::mlir::ModuleOp"> {
+  let summary = "Choose the loop nests that run on the runtime's threads";
+  let description = [{
+    After linalg lowers to `scf.parallel`, each outermost parallel nest of a
+    function that does enough work (at least 2^14 iterations, counting
+    nested loops) keeps its leading dimensions parallel and runs its
+    innermost dimension as a sequential loop, so LLVM still vectorizes it;
+    every other `scf.parallel` becomes `scf.for`, as do nests inside
+    library-kernel bodies and nests with dynamic bounds. MLIR's
+    `convert-scf-to-openmp` then turns the remaining `scf.parallel` ops into
+    OpenMP worksharing loops.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::scf::SCFDialect"
+  ];
+  let statistics = [
+    Statistic<"nestsParallel", "nests-parallel",
+              "Loop nests left parallel">,
+    Statistic<"nestsSequential", "nests-sequential",
+              "Parallel loop nests made sequential">
+  ];
+}
+
+#endif // FLOWC_COMPILER_PASSES

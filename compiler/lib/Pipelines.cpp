@@ -1,0 +1,188 @@
+// Every lowering pipeline flowc runs, built from CompileOptions. The graph
+// goes TOSA -> linalg on tensors -> buffers (stage 1), is cut into loop
+// kernels (stage 2), and each module is lowered to the LLVM dialect
+// (stage 3); Codegen runs the stages and compiles the result. Each stage
+// below says why it runs where it does.
+#include "Pipelines.h"
+
+#include "LibraryKernels.h"
+#include "transforms/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/TosaToLinalg/TosaToLinalg.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/Tosa/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
+#include <algorithm>
+#include <iterator>
+
+namespace flowc::compiler {
+
+namespace {
+
+/// The passes -O1..-O3 add and `--disable-pass` can leave out.
+enum class OptionalPass {
+  DeriveWeights,
+  ReduceTransposes,
+  OutlineLibraryKernels,
+  FuseElementwiseOps,
+  PlanActivationMemory,
+  ApproximateMath,
+  PartitionKernels,
+  ParallelizeLoops,
+};
+
+/// One create function per OptionalPass, in its order: the only list of
+/// optional passes. Their names are the passes' own arguments.
+using CreatePass = std::unique_ptr<mlir::Pass> (*)();
+constexpr CreatePass kOptionalPasses[] = {
+    createDeriveWeightsPass,
+    mlir::tosa::createTosaReduceTransposes,
+    [] { return createOutlineLibraryKernelsPass(); },
+    createFuseElementwiseOpsPass,
+    createPlanActivationMemoryPass,
+    createApproximateMathPass,
+    createPartitionKernelsPass,
+    createParallelizeLoopsPass,
+};
+static_assert(std::size(kOptionalPasses) ==
+                  static_cast<size_t>(OptionalPass::ParallelizeLoops) + 1,
+              "one create function per OptionalPass");
+
+/// Whether an optional pass runs: -O1 and up, unless disabled.
+bool enabled(const CompileOptions &options, OptionalPass pass) {
+  const std::string &name = optionalPassNames()[static_cast<size_t>(pass)];
+  return options.optLevel >= 1 &&
+         std::find(options.disabledPasses.begin(), options.disabledPasses.end(), name) ==
+             options.disabledPasses.end();
+}
+
+} // namespace
+
+const std::vector<std::string> &optionalPassNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> argumentNames;
+    for (CreatePass create : kOptionalPasses)
+      argumentNames.push_back(create()->getArgument().str());
+    return argumentNames;
+  }();
+  return names;
+}
+
+bool usesOpenMp(const CompileOptions &options) {
+  return enabled(options, OptionalPass::ParallelizeLoops);
+}
+
+void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
+  // Graph-level cleanups first, while ops still carry graph semantics:
+  // folding cancels the NCHW<->NHWC transposes between neighbouring layers.
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::createCSEPass());
+  // -O0 keeps every op in generated code: the reference the library
+  // kernels are checked against.
+  if (enabled(options, OptionalPass::DeriveWeights)) {
+    // BatchNorm into convolutions; arithmetic on weights alone leaves the
+    // code, computed once by whoever binds the weights.
+    pm.addPass(createDeriveWeightsPass());
+    pm.addPass(mlir::createCanonicalizerPass());
+  }
+  if (enabled(options, OptionalPass::ReduceTransposes)) {
+    // Layout: transposes move through elementwise ops and cancel, so
+    // activations stay NHWC between convolutions.
+    pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaReduceTransposes());
+    pm.addPass(mlir::createCanonicalizerPass());
+  }
+  // On TOSA, after the layout is settled: a kernel absorbs the transposes
+  // and the epilogue around it, which linalg would have split into loops.
+  if (enabled(options, OptionalPass::OutlineLibraryKernels))
+    pm.addPass(createOutlineLibraryKernelsPass(options.precision));
+  // Named linalg ops (conv, matmul, pooling) before the elementwise
+  // conversion, which would otherwise claim their operands.
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalg());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToArithPass());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createTosaToTensorPass());
+  pm.addPass(mlir::createCanonicalizerPass());
+  // Chains of elementwise ops become one loop nest: one pass over memory.
+  if (enabled(options, OptionalPass::FuseElementwiseOps))
+    pm.addPass(createFuseElementwiseOpsPass());
+  // Last on tensors: one buffer per result from here on.
+  pm.addPass(createDistinctResultsPass());
+  // Identity layouts at the boundary: the runtime passes dense row-major
+  // buffers as bare pointers.
+  mlir::bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      mlir::bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferize));
+  // Results become caller-provided output buffers. Since MLIR 22 public
+  // functions are left alone unless asked, which would silently shift the ABI.
+  mlir::bufferization::BufferResultsToOutParamsPassOptions outParams;
+  outParams.modifyPublicFunctions = true;
+  outParams.hoistStaticAllocs = true;
+  pm.addPass(mlir::bufferization::createBufferResultsToOutParamsPass(outParams));
+  // Once every buffer is an allocation or an argument, and before stage 2's
+  // deallocation: the allocations it plans are views then, never freed.
+  if (enabled(options, OptionalPass::PlanActivationMemory))
+    pm.addPass(createPlanActivationMemoryPass());
+}
+
+void buildPrepareLoopsPipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
+  // Before anything lowers copies: memref.copy would need MLIR's runner
+  // library at run time.
+  pm.addPass(createCopiesToLinalgPass());
+  // On linalg bodies, before partitioning: each kernel's IR, which is its
+  // cache key, holds the polynomials.
+  if (enabled(options, OptionalPass::ApproximateMath))
+    pm.addPass(createApproximateMathPass());
+  // Frees every temporary the graph allocates, on every path.
+  mlir::bufferization::BufferDeallocationPipelineOptions dealloc;
+  mlir::bufferization::buildBufferDeallocationPipeline(pm, dealloc);
+  // Each loop nest becomes a kernel of its own, lowered and cached on its
+  // own (the kernel cache); identical nests share one.
+  if (enabled(options, OptionalPass::PartitionKernels))
+    pm.addPass(createPartitionKernelsPass());
+}
+
+void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
+  bool parallel = usesOpenMp(options);
+  if (parallel) {
+    // Large loop nests run on the runtime's threads, as OpenMP worksharing
+    // loops (the same OpenMP runtime as the library kernels).
+    pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToParallelLoopsPass());
+    pm.addPass(createParallelizeLoopsPass());
+    pm.addPass(mlir::createConvertSCFToOpenMPPass());
+    // Drops the alloca scopes the conversion wraps loop bodies in (they hold
+    // no allocas here), which must not span the blocks scf-to-cf makes.
+    pm.addPass(mlir::createCanonicalizerPass());
+  } else {
+    pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
+  }
+  pm.addPass(mlir::createLowerAffinePass());
+  pm.addPass(mlir::createSCFToControlFlowPass());
+  pm.addPass(mlir::memref::createExpandStridedMetadataPass());
+  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(mlir::createConvertMathToLLVMPass());
+  // What LLVM has no intrinsic for (erf, ...) becomes a libm call.
+  pm.addPass(mlir::createConvertMathToLibmPass());
+  pm.addPass(mlir::createArithToLLVMConversionPass());
+  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
+  // Bare pointers: the ABI is one dense buffer per argument.
+  mlir::ConvertFuncToLLVMPassOptions funcToLlvm;
+  funcToLlvm.useBarePtrCallConv = true;
+  pm.addPass(mlir::createConvertFuncToLLVMPass(funcToLlvm));
+  // After func-to-llvm: this pass converts functions too, without bare
+  // pointers.
+  if (parallel)
+    pm.addPass(mlir::createConvertOpenMPToLLVMPass());
+  pm.addPass(mlir::createConvertIndexToLLVMPass());
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+}
+
+} // namespace flowc::compiler

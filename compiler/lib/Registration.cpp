@@ -1,0 +1,87 @@
+#include "Registration.h"
+
+#include "LibraryKernels.h"
+#include "transforms/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/Arith/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/FuncBufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/OpenMP/OpenMPDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/Dialect/Tosa/Transforms/Passes.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
+#include "mlir/Transforms/Passes.h"
+
+namespace flowc::compiler {
+
+namespace generated {
+// The registration functions mlir-tblgen writes are inline; they stay in
+// this file, behind registerFlowcPasses().
+#define GEN_PASS_REGISTRATION
+#include "flowc/compiler/Passes.h.inc"
+} // namespace generated
+
+void registerFlowcPasses() { generated::registerFlowcPasses(); }
+
+void registerFlowcDialects(mlir::DialectRegistry &registry) {
+  registry.insert<
+      mlir::affine::AffineDialect, mlir::arith::ArithDialect,
+      mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
+      mlir::func::FuncDialect, mlir::linalg::LinalgDialect, mlir::LLVM::LLVMDialect,
+      mlir::math::MathDialect, mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect,
+      mlir::scf::SCFDialect, mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
+  mlir::arith::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  mlir::bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::cf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  mlir::linalg::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::memref::registerAllocationOpInterfaceExternalModels(registry);
+  mlir::scf::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::scf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  mlir::tensor::registerBufferizableOpInterfaceExternalModels(registry);
+  mlir::registerBuiltinDialectTranslation(registry);
+  mlir::registerLLVMDialectTranslation(registry);
+  mlir::registerOpenMPDialectTranslation(registry);
+}
+
+void registerPipelineUpstreamPasses() {
+  // canonicalize, cse, ...
+  mlir::registerTransformsPasses();
+  // tosa-to-*, convert-*-to-llvm, convert-scf-to-openmp, lower-affine, ...
+  mlir::registerConversionPasses();
+  mlir::tosa::registerTosaPasses();
+  mlir::bufferization::registerBufferizationPasses();
+  mlir::bufferization::registerBufferizationPipelines();
+  mlir::memref::registerMemRefPasses();
+  // One by one: the group would register upstream's
+  // linalg-fuse-elementwise-ops, whose name flowc's bounded pass has.
+  mlir::registerConvertLinalgToLoopsPass();
+  mlir::registerConvertLinalgToParallelLoopsPass();
+}
+
+} // namespace flowc::compiler

@@ -1,0 +1,73 @@
+// RUN: flowc-opt %s --split-input-file --flowc-derive-weights | FileCheck %s
+// RUN: flowc-opt %s --split-input-file --flowc-derive-weights --mlir-pass-statistics \
+// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=STATS
+
+// A convolution whose result is also returned before its per-channel
+// affine: the affine cannot fold, but its factor s * 2 (read twice) becomes
+// one derived weight; the convolution's transposed weight alone does not
+// (kernels read it in place). `s` and the unused weight are dropped.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<1x6x6x8xf32>,
+// CHECK-SAME: %[[W:[^:]*]]: tensor<4x8x3x3xf32> {flowc.weight = "w"},
+// CHECK-SAME: %[[B:[^:]*]]: tensor<4xf32> {flowc.weight = "b"},
+// CHECK-SAME: %[[F:[^:]*]]: tensor<1x1x1x4xf32> {flowc.recipe = "{{[^"]*}}", flowc.recipe_inputs = ["s"], flowc.weight = "flowc.derived/0"})
+// CHECK-SAME: -> (tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>)
+// CHECK: %[[WT:.*]] = tosa.transpose %[[W]]
+// CHECK: %[[C:.*]] = tosa.conv2d %[[X]], %[[WT]], %[[B]]
+// CHECK-NOT: tosa.mul %arg
+// CHECK: %[[Y:.*]] = tosa.mul %[[C]], %[[F]]
+// CHECK: %[[Z:.*]] = tosa.add %[[Y]], %[[F]]
+// CHECK: return %[[C]], %[[Z]]
+func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xf32> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"},
+                %s: tensor<1x1x1x4xf32> {flowc.weight = "s"},
+                %unused: tensor<4xf32> {flowc.weight = "unused"})
+    -> (tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>) {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %two = "tosa.const"() <{values = dense<2.0> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %wt = tosa.transpose %w {perms = array<i32: 0, 2, 3, 1>} : (tensor<4x8x3x3xf32>) -> tensor<4x3x3x8xf32>
+  %c = tosa.conv2d %x, %wt, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x3x3x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  %f = tosa.mul %s, %two, %shift : (tensor<1x1x1x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x1x1x4xf32>
+  %y = tosa.mul %c, %f, %shift : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>, tensor<1xi8>) -> tensor<1x6x6x4xf32>
+  %z = tosa.add %y, %f : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>) -> tensor<1x6x6x4xf32>
+  return %c, %z : tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>
+}
+
+// -----
+
+// The convolution's result now feeds only the affine: it folds into the
+// weights (w * s * 2, transposed) and the bias (b * s * 2 + s * 2), both
+// derived; nothing of the affine is left in the graph.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<1x6x6x8xf32>,
+// CHECK-SAME: %[[W:[^:]*]]: tensor<4x3x3x8xf32> {flowc.recipe = "{{[^"]*}}", flowc.recipe_inputs = ["w", "s"], flowc.weight = "flowc.derived/0"},
+// CHECK-SAME: %[[B:[^:]*]]: tensor<4xf32> {flowc.recipe = "{{[^"]*}}", flowc.recipe_inputs = ["b", "s"], flowc.weight = "flowc.derived/1"})
+// CHECK-NOT: tosa.transpose
+// CHECK: %[[C:.*]] = tosa.conv2d %[[X]], %[[W]], %[[B]]
+// CHECK-NOT: tosa.mul
+// CHECK-NOT: tosa.add
+// CHECK: return %[[C]], %[[C]]
+func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xf32> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"},
+                %s: tensor<1x1x1x4xf32> {flowc.weight = "s"},
+                %unused: tensor<4xf32> {flowc.weight = "unused"})
+    -> (tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>) {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %two = "tosa.const"() <{values = dense<2.0> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %wt = tosa.transpose %w {perms = array<i32: 0, 2, 3, 1>} : (tensor<4x8x3x3xf32>) -> tensor<4x3x3x8xf32>
+  %c = tosa.conv2d %x, %wt, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x3x3x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  %f = tosa.mul %s, %two, %shift : (tensor<1x1x1x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x1x1x4xf32>
+  %y = tosa.mul %c, %f, %shift : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>, tensor<1xi8>) -> tensor<1x6x6x4xf32>
+  %z = tosa.add %y, %f : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>) -> tensor<1x6x6x4xf32>
+  return %z, %z : tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>
+}
+
+// STATS: DeriveWeightsPass
+// STATS-DAG: (S) 0 affines-folded
+// STATS-DAG: (S) 1 weights-derived
+// STATS-DAG: (S) 2 weights-dropped
+// STATS: DeriveWeightsPass
+// STATS-DAG: (S) 1 affines-folded
+// STATS-DAG: (S) 2 weights-derived

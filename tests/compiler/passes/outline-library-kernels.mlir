@@ -1,0 +1,60 @@
+// RUN: flowc-opt %s --split-input-file --flowc-outline-library-kernels | FileCheck %s
+
+// The kernel ABI's parameters, by name, are checked in
+// tests/compiler/PassTest.cpp; here, the shape of the outlined IR.
+
+// ResNet's block tail: NCHW input transposed for TOSA, OIHW weights
+// transposed, the result transposed back, a residual add and a Relu. The
+// kernel absorbs all of it: @main keeps only the call.
+// CHECK-LABEL: func.func private @flowc_kernel_0
+// CHECK-SAME: (%{{.*}}: tensor<1x8x6x6xf32> {bufferization.writable = false}, %{{.*}}: tensor<4x8x3x3xf32> {bufferization.writable = false}, %{{.*}}: tensor<4xf32> {bufferization.writable = false}, %{{.*}}: tensor<1x4x6x6xf32> {bufferization.writable = false}) -> tensor<1x4x6x6xf32>
+// CHECK-SAME: attributes {flowc.kernel = "conv2d", flowc.kernel_params = array<i64: {{.*}}>}
+// The body keeps the exact TOSA semantics, so it bufferizes like any other.
+// CHECK: tosa.transpose
+// CHECK: tosa.transpose
+// CHECK: tosa.conv2d
+// CHECK: tosa.transpose
+// CHECK: tosa.add
+// CHECK: tosa.clamp
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<1x8x6x6xf32>, %[[R:[^:]*]]: tensor<1x4x6x6xf32>, %[[W:[^:]*]]: tensor<4x8x3x3xf32> {flowc.weight = "w"}, %[[B:[^:]*]]: tensor<4xf32> {flowc.weight = "b"})
+// CHECK-NOT: tosa.transpose
+// CHECK-NOT: tosa.conv2d
+// CHECK: %[[Y:.*]] = call @flowc_kernel_0(%[[X]], %[[W]], %[[B]], %[[R]])
+// CHECK-NOT: tosa.add
+// CHECK-NOT: tosa.clamp
+// CHECK: return %[[Y]]
+func.func @main(%x: tensor<1x8x6x6xf32>, %r: tensor<1x4x6x6xf32>,
+                %w: tensor<4x8x3x3xf32> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"}) -> tensor<1x4x6x6xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %xt = tosa.transpose %x {perms = array<i32: 0, 2, 3, 1>} : (tensor<1x8x6x6xf32>) -> tensor<1x6x6x8xf32>
+  %wt = tosa.transpose %w {perms = array<i32: 0, 2, 3, 1>} : (tensor<4x8x3x3xf32>) -> tensor<4x3x3x8xf32>
+  %c = tosa.conv2d %xt, %wt, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x3x3x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  %ct = tosa.transpose %c {perms = array<i32: 0, 3, 1, 2>} : (tensor<1x6x6x4xf32>) -> tensor<1x4x6x6xf32>
+  %s = tosa.add %r, %ct : (tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
+  %y = tosa.clamp %s {max_val = 0x7F800000 : f32, min_val = 0.0 : f32} : (tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
+  return %y : tensor<1x4x6x6xf32>
+}
+
+// -----
+
+// Max and average pooling, each a kernel with the layout changes around it.
+// CHECK-LABEL: func.func private @flowc_kernel_0
+// CHECK-SAME: attributes {flowc.kernel = "pool2d"
+// CHECK-LABEL: func.func private @flowc_kernel_1
+// CHECK-SAME: attributes {flowc.kernel = "pool2d"
+// CHECK-LABEL: func.func @main
+// CHECK: %[[P:.*]] = call @flowc_kernel_0(%{{.*}})
+// CHECK: call @flowc_kernel_1(%[[P]])
+// CHECK-NOT: tosa.max_pool2d
+// CHECK-NOT: tosa.avg_pool2d
+// CHECK: return
+func.func @main(%x: tensor<1x4x8x8xf32>) -> (tensor<1x4x4x4xf32>, tensor<1x2x2x4xf32>) {
+  %xt = tosa.transpose %x {perms = array<i32: 0, 2, 3, 1>} : (tensor<1x4x8x8xf32>) -> tensor<1x8x8x4xf32>
+  %m = tosa.max_pool2d %xt {kernel = array<i64: 3, 3>, pad = array<i64: 1, 0, 1, 0>, stride = array<i64: 2, 2>} : (tensor<1x8x8x4xf32>) -> tensor<1x4x4x4xf32>
+  %mt = tosa.transpose %m {perms = array<i32: 0, 3, 1, 2>} : (tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %a = tosa.avg_pool2d %m, %zp, %zp {acc_type = f32, kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x4x4x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x4xf32>
+  return %mt, %a : tensor<1x4x4x4xf32>, tensor<1x2x2x4xf32>
+}
