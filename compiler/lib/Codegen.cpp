@@ -1,10 +1,8 @@
-// Graph IR -> native code. The lowering pipeline runs in three stages, each
-// commented with why it runs where it does; between the second and the
-// third, the loop nests are cut into kernel modules that are lowered,
-// compiled (on threads) and cached each on its own. LLVM optimizes for the
-// host CPU and the system linker joins the objects into a shared object.
-// Weights stay function arguments throughout, so no object carries weight
-// data.
+// Graph IR -> native code. The lowering runs in three stages, built in
+// Pipelines.cpp; between the second and the third, the loop nests are cut into kernel
+// modules that are lowered, compiled (on threads) and cached each on its own. LLVM
+// optimizes for the host CPU and the system linker joins the objects into a shared
+// object. Weights stay function arguments throughout, so no object carries weight data.
 #include "flowc/compiler/Compiler.h"
 #include "flowc/compiler/GraphIr.h"
 #include "flowc/compiler/PassObserver.h"

@@ -7,6 +7,10 @@
 #include "Partition.h"
 #include "transforms/Passes.h"
 
+#include "../common/TestUtil.h"
+
+#include "flowc/compiler/Compiler.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -684,6 +688,27 @@ TEST_F(PassTest, SplitMovesEachKernelIntoAModuleOfItsOwn) {
   }
   EXPECT_EQ(callSites, 4);
   EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
+}
+
+// A pass that refuses its input says why, and the compile's error names the
+// stage, the pass and its diagnostic (once "lowering to buffers failed: "
+// with nothing after it).
+TEST(PassFailureTest, CompileErrorNamesTheStageThePassAndItsDiagnostic) {
+  // Graph IR whose weight key is no string: flowc-derive-weights refuses it.
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: tensor<4xf32>, %w: tensor<4xf32> {flowc.weight = 7 : i64}) -> tensor<4xf32> {
+  %y = tosa.add %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+)mlir";
+  CompileOptions options;
+  options.optLevel = 1;
+  EXPECT_THAT(planCompile(ir, options, CodeTarget::host()).status(),
+              testing::StatusIs(
+                  StatusCode::Internal,
+                  "lowering to buffers failed in flowc-derive-weights: 'func.func' op "
+                  "argument 1: flowc.weight is 7 : i64; expected a string (the "
+                  "weight's key)"));
 }
 
 } // namespace

@@ -1,6 +1,4 @@
 // RUN: flowc-opt %s --split-input-file --flowc-derive-weights | FileCheck %s
-// RUN: flowc-opt %s --split-input-file --flowc-derive-weights --mlir-pass-statistics \
-// RUN:   -o /dev/null 2>&1 | FileCheck %s --check-prefix=STATS
 
 // A convolution whose result is also returned before its per-channel
 // affine: the affine cannot fold, but its factor s * 2 (read twice) becomes
@@ -64,10 +62,3 @@ func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xf32> {flowc.weight =
   return %z, %z : tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>
 }
 
-// STATS: DeriveWeightsPass
-// STATS-DAG: (S) 0 affines-folded
-// STATS-DAG: (S) 1 weights-derived
-// STATS-DAG: (S) 2 weights-dropped
-// STATS: DeriveWeightsPass
-// STATS-DAG: (S) 1 affines-folded
-// STATS-DAG: (S) 2 weights-derived
