@@ -2,6 +2,8 @@
 // the runtime against references computed here.
 #include "flowc/compiler/Compiler.h"
 
+#include "flowc/compiler/OpRegistry.h"
+
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
 
@@ -158,6 +160,76 @@ TEST(ImportTest, UnsupportedOpNamesNodeOpDomainAndOpset) {
       StatusIs(StatusCode::Unimplemented,
                "m.onnx: node 'contract' (Einsum): unsupported op 'Einsum' (domain "
                "'ai.onnx', opset 17)"));
+}
+
+TEST(ImportTest, OpOutsideItsOpsetRangeIsUnsupported) {
+  // PRelu is imported from opset 7, where its slope broadcasts.
+  GraphSpec spec;
+  spec.nodes = {node("PRelu", {"x", "slope"}, {"y"}, "act")};
+  spec.inputs = {valueInfo("x", {2, 3}), valueInfo("slope", {3})};
+  spec.outputs = {valueInfo("y", {2, 3})};
+  spec.opset = 6;
+  EXPECT_THAT(
+      importBytes(model(spec), "m.onnx"),
+      StatusIs(StatusCode::Unimplemented,
+               "m.onnx: node 'act' (PRelu): op 'PRelu' at opset 6 is not supported "
+               "(flowc imports it at opsets 7 to 24)"));
+  // Gelu entered the default domain at opset 20.
+  spec.nodes = {node("Gelu", {"x"}, {"y"}, "gelu")};
+  spec.inputs = {valueInfo("x", {2, 3})};
+  spec.opset = 17;
+  EXPECT_THAT(
+      importBytes(model(spec), "m.onnx"),
+      StatusIs(StatusCode::Unimplemented,
+               "node 'gelu' (Gelu): op 'Gelu' at opset 17 is not supported (flowc "
+               "imports it at opsets 20 to 24)"));
+  // Inside the range both import.
+  spec.opset = 20;
+  EXPECT_TRUE(importBytes(model(spec), "m.onnx"));
+  spec.nodes = {node("PRelu", {"x", "slope"}, {"y"}, "act")};
+  spec.inputs = {valueInfo("x", {2, 3}), valueInfo("slope", {3})};
+  spec.opset = 7;
+  EXPECT_TRUE(importBytes(model(spec), "m.onnx"));
+}
+
+TEST(ImportTest, PReluSlopeMustBroadcastToTheInput) {
+  // [2,1,3] broadcasts with x [2,3], but to [2,2,3]: not x's shape.
+  GraphSpec spec;
+  spec.nodes = {node("PRelu", {"x", "slope"}, {"y"}, "act")};
+  spec.inputs = {valueInfo("x", {2, 3}), valueInfo("slope", {2, 1, 3})};
+  spec.outputs = {valueInfo("y", {2, 3})};
+  EXPECT_THAT(importBytes(model(spec), "m.onnx"),
+              StatusIs(StatusCode::InvalidArgument,
+                       "m.onnx: node 'act' (PRelu): slope [2,1,3] does not broadcast to "
+                       "input [2,3]"));
+}
+
+TEST(OpRegistryTest, EntriesAreOrderedVersionedAndDoNotOverlap) {
+  std::span<const OpInfo> ops = registeredOps();
+  ASSERT_FALSE(ops.empty());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpInfo &op = ops[i];
+    // Each range is inside the opsets the loader reads.
+    EXPECT_LE(kMinOpset, op.sinceVersion) << op.name;
+    EXPECT_LE(op.sinceVersion, op.untilVersion) << op.name;
+    EXPECT_LE(op.untilVersion, kMaxOpset) << op.name;
+    EXPECT_LE(op.signature.minInputs, op.signature.maxInputs) << op.name;
+    EXPECT_LE(op.signature.minOutputs, op.signature.maxOutputs) << op.name;
+    // Lookups at either end of the range find this entry.
+    EXPECT_EQ(findOp(op.name, op.sinceVersion), &op) << op.name;
+    EXPECT_EQ(findOp(op.name, op.untilVersion), &op) << op.name;
+    // Sorted by name, then range; two entries of one op never overlap.
+    if (i > 0 && ops[i - 1].name == op.name)
+      EXPECT_LT(ops[i - 1].untilVersion, op.sinceVersion) << op.name;
+    if (i > 0)
+      EXPECT_LE(ops[i - 1].name, op.name);
+  }
+  EXPECT_EQ(findOp("Einsum"), nullptr);
+  EXPECT_EQ(findOp("PRelu", 6), nullptr);
+  const OpInfo *div = findOp("Div", kMaxOpset);
+  ASSERT_NE(div, nullptr);
+  EXPECT_FALSE(div->mustBePositive(0));
+  EXPECT_TRUE(div->mustBePositive(1));
 }
 
 TEST(ImportTest, ShapeMismatchNamesTheNode) {
