@@ -162,34 +162,35 @@ TEST(ImportTest, UnsupportedOpNamesNodeOpDomainAndOpset) {
                "'ai.onnx', opset 17)"));
 }
 
+/// A model of one `op` node reading x [2, 3] (and `slope` [3] for PRelu).
+std::string oneOpModel(const std::string &op, int64_t opset) {
+  GraphSpec spec;
+  bool prelu = op == "PRelu";
+  spec.nodes = {prelu ? node(op, {"x", "slope"}, {"y"}, "act")
+                      : node(op, {"x"}, {"y"}, "act")};
+  spec.inputs = {valueInfo("x", {2, 3})};
+  if (prelu)
+    spec.inputs.push_back(valueInfo("slope", {3}));
+  spec.outputs = {valueInfo("y", {2, 3})};
+  spec.opset = opset;
+  return model(spec);
+}
+
 TEST(ImportTest, OpOutsideItsOpsetRangeIsUnsupported) {
   // PRelu is imported from opset 7, where its slope broadcasts.
-  GraphSpec spec;
-  spec.nodes = {node("PRelu", {"x", "slope"}, {"y"}, "act")};
-  spec.inputs = {valueInfo("x", {2, 3}), valueInfo("slope", {3})};
-  spec.outputs = {valueInfo("y", {2, 3})};
-  spec.opset = 6;
   EXPECT_THAT(
-      importBytes(model(spec), "m.onnx"),
+      importBytes(oneOpModel("PRelu", 6), "m.onnx"),
       StatusIs(StatusCode::Unimplemented,
                "m.onnx: node 'act' (PRelu): op 'PRelu' at opset 6 is not supported "
                "(flowc imports it at opsets 7 to 24)"));
   // Gelu entered the default domain at opset 20.
-  spec.nodes = {node("Gelu", {"x"}, {"y"}, "gelu")};
-  spec.inputs = {valueInfo("x", {2, 3})};
-  spec.opset = 17;
-  EXPECT_THAT(
-      importBytes(model(spec), "m.onnx"),
-      StatusIs(StatusCode::Unimplemented,
-               "node 'gelu' (Gelu): op 'Gelu' at opset 17 is not supported (flowc "
-               "imports it at opsets 20 to 24)"));
-  // Inside the range both import.
-  spec.opset = 20;
-  EXPECT_TRUE(importBytes(model(spec), "m.onnx"));
-  spec.nodes = {node("PRelu", {"x", "slope"}, {"y"}, "act")};
-  spec.inputs = {valueInfo("x", {2, 3}), valueInfo("slope", {3})};
-  spec.opset = 7;
-  EXPECT_TRUE(importBytes(model(spec), "m.onnx"));
+  EXPECT_THAT(importBytes(oneOpModel("Gelu", 17), "m.onnx"),
+              StatusIs(StatusCode::Unimplemented,
+                       "node 'act' (Gelu): op 'Gelu' at opset 17 is not supported (flowc "
+                       "imports it at opsets 20 to 24)"));
+  // Inside their ranges both import.
+  EXPECT_TRUE(importBytes(oneOpModel("PRelu", 7), "m.onnx"));
+  EXPECT_TRUE(importBytes(oneOpModel("Gelu", 20), "m.onnx"));
 }
 
 TEST(ImportTest, PReluSlopeMustBroadcastToTheInput) {

@@ -201,8 +201,7 @@ Expected<std::array<int64_t, 4>> windowPads(const Node &node, const Shape &given
                                             const Shape &strides,
                                             const Shape &dilations) {
   std::array<int64_t, 4> pads{0, 0, 0, 0};
-  auto autoPad = node.attributes.find("auto_pad");
-  std::string mode = autoPad == node.attributes.end() ? "NOTSET" : autoPad->second.s;
+  std::string mode = stringAttr(node, "auto_pad", "NOTSET");
   if (mode == "NOTSET") {
     std::copy(given.begin(), given.end(), pads.begin());
     return pads;
@@ -230,6 +229,11 @@ Shape intsAttr(const Node &node, const char *name, Shape fallback) {
 int64_t intAttr(const Node &node, const char *name, int64_t fallback) {
   auto it = node.attributes.find(name);
   return it == node.attributes.end() ? fallback : it->second.i;
+}
+
+std::string stringAttr(const Node &node, const char *name, std::string fallback) {
+  auto it = node.attributes.find(name);
+  return it == node.attributes.end() ? fallback : it->second.s;
 }
 
 float floatAttr(const Node &node, const char *name, float fallback) {
@@ -391,6 +395,14 @@ Expected<int64_t> Importer::reserveFolded(const Node &node, const Shape &shape) 
   return *count;
 }
 
+Expected<int64_t> Importer::rankAxis(const Node &node, int64_t axis, int64_t rank) const {
+  int64_t normalized = axis < 0 ? axis + rank : axis;
+  if (normalized < 0 || normalized >= rank)
+    return nodeError(node, "axis " + std::to_string(axis) + " is out of range for rank " +
+                               std::to_string(rank));
+  return normalized;
+}
+
 Expected<int64_t> Importer::axisOf(const Node &node, int64_t fallback,
                                    const Shape &shape) {
   int64_t given = intAttr(node, "axis", fallback);
@@ -439,12 +451,7 @@ Expected<Shape> Importer::axesOf(const Node &node, size_t inputIndex, int64_t ra
     std::memcpy(axes.data(), tensor->bytes.data(), axes.size() * 8);
   }
   for (int64_t &axis : axes) {
-    int64_t original = axis;
-    if (axis < 0)
-      axis += rank;
-    if (axis < 0 || axis >= rank)
-      return nodeError(node, "axis " + std::to_string(original) +
-                                 " is out of range for rank " + std::to_string(rank));
+    FLOWC_ASSIGN_OR_RETURN(axis, rankAxis(node, axis, rank));
   }
   std::sort(axes.begin(), axes.end());
   if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())

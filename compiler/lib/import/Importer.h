@@ -59,6 +59,7 @@ Expected<std::array<int64_t, 4>> windowPads(const Node &node, const Shape &given
 /// An attribute's value, or `fallback` when the node does not give it.
 Shape intsAttr(const Node &node, const char *name, Shape fallback);
 int64_t intAttr(const Node &node, const char *name, int64_t fallback);
+std::string stringAttr(const Node &node, const char *name, std::string fallback);
 float floatAttr(const Node &node, const char *name, float fallback);
 
 /// Each family's entries of the op table (OpRegistry.h).
@@ -266,6 +267,9 @@ public:
   /// The node's `axis` attribute (default `fallback`) normalized into
   /// [0, rank of `shape`); InvalidArgument naming it otherwise.
   Expected<int64_t> axisOf(const Node &node, int64_t fallback, const Shape &shape);
+  /// `axis` in [-rank, rank) normalized into [0, rank); InvalidArgument
+  /// naming it otherwise.
+  Expected<int64_t> rankAxis(const Node &node, int64_t axis, int64_t rank) const;
   Value matmul3d(Value a, Value b);
 
   mlir::MLIRContext &ctx_;

@@ -375,9 +375,7 @@ Status Importer::importGelu(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   Shape shape = shapeOf(x);
   size_t rank = shape.size();
-  std::string approximate = "none";
-  if (auto it = node.attributes.find("approximate"); it != node.attributes.end())
-    approximate = it->second.s;
+  std::string approximate = stringAttr(node, "approximate", "none");
   Value half = mul(x, scalar(0.5f, rank));
   Value inner;
   if (approximate == "none") {

@@ -56,12 +56,7 @@ Status Importer::importConcat(const Node &node) {
     return nodeError(node, "Concat needs at least one input");
   Shape out = shapeOf(inputs[0]);
   int64_t rank = static_cast<int64_t>(out.size());
-  int64_t axis = intAttr(node, "axis", 0);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
-                               " is out of range for rank " + std::to_string(rank));
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
   Shape reference = out;
   reference[axis] = 0;
   out[axis] = 0;
@@ -210,10 +205,7 @@ Importer::sliceRanges(const Node &node, const Shape &in) {
   for (size_t i = 0; i < axes.size(); ++i) {
     if (!steps.empty() && steps[i] != 1)
       return nodeUnsupported(node, "slice steps other than 1 are not supported yet");
-    int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
-    if (axis < 0 || axis >= rank)
-      return nodeError(node, "axis " + std::to_string(axes[i]) +
-                                 " is out of range for rank " + std::to_string(rank));
+    FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, axes[i], rank));
     if (!seen.insert(axis).second)
       return nodeError(node, "axes " + shapeString(axes) + " repeat axis " +
                                  std::to_string(axis));
@@ -294,12 +286,7 @@ Status Importer::importGather(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
   Shape shape = shapeOf(data);
   int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t axis = intAttr(node, "axis", 0);
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 0)) +
-                               " is out of range for rank " + std::to_string(rank));
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
   // A few constant indices become slices (checked here, free at run time);
   // runtime or many indices (embedding lookups) a gather.
   constexpr size_t kMaxSlicedIndices = 16;
@@ -461,9 +448,7 @@ Status Importer::importPad(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   Shape shape = shapeOf(x);
   size_t rank = shape.size();
-  std::string mode = "constant";
-  if (auto it = node.attributes.find("mode"); it != node.attributes.end())
-    mode = it->second.s;
+  std::string mode = stringAttr(node, "mode", "constant");
   if (mode != "constant")
     return nodeUnsupported(node, "mode '" + mode + "' is not supported (constant only)");
   Shape pads = intsAttr(node, "pads", {});
