@@ -2,6 +2,8 @@
 // the runtime against references computed here.
 #include "flowc/compiler/Compiler.h"
 
+#include "flowc/compiler/OpRegistry.h"
+
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
 
@@ -158,6 +160,77 @@ TEST(ImportTest, UnsupportedOpNamesNodeOpDomainAndOpset) {
       StatusIs(StatusCode::Unimplemented,
                "m.onnx: node 'contract' (Einsum): unsupported op 'Einsum' (domain "
                "'ai.onnx', opset 17)"));
+}
+
+/// A model of one `op` node reading x [2, 3] (and `slope` [3] for PRelu).
+std::string oneOpModel(const std::string &op, int64_t opset) {
+  GraphSpec spec;
+  bool prelu = op == "PRelu";
+  spec.nodes = {prelu ? node(op, {"x", "slope"}, {"y"}, "act")
+                      : node(op, {"x"}, {"y"}, "act")};
+  spec.inputs = {valueInfo("x", {2, 3})};
+  if (prelu)
+    spec.inputs.push_back(valueInfo("slope", {3}));
+  spec.outputs = {valueInfo("y", {2, 3})};
+  spec.opset = opset;
+  return model(spec);
+}
+
+TEST(ImportTest, OpOutsideItsOpsetRangeIsUnsupported) {
+  // PRelu is imported from opset 7, where its slope broadcasts.
+  EXPECT_THAT(
+      importBytes(oneOpModel("PRelu", 6), "m.onnx"),
+      StatusIs(StatusCode::Unimplemented,
+               "m.onnx: node 'act' (PRelu): op 'PRelu' at opset 6 is not supported "
+               "(flowc imports it at opsets 7 to 24)"));
+  // Gelu entered the default domain at opset 20.
+  EXPECT_THAT(importBytes(oneOpModel("Gelu", 17), "m.onnx"),
+              StatusIs(StatusCode::Unimplemented,
+                       "node 'act' (Gelu): op 'Gelu' at opset 17 is not supported (flowc "
+                       "imports it at opsets 20 to 24)"));
+  // Inside their ranges both import.
+  EXPECT_TRUE(importBytes(oneOpModel("PRelu", 7), "m.onnx"));
+  EXPECT_TRUE(importBytes(oneOpModel("Gelu", 20), "m.onnx"));
+}
+
+TEST(ImportTest, PReluSlopeMustBroadcastToTheInput) {
+  // [2,1,3] broadcasts with x [2,3], but to [2,2,3]: not x's shape.
+  GraphSpec spec;
+  spec.nodes = {node("PRelu", {"x", "slope"}, {"y"}, "act")};
+  spec.inputs = {valueInfo("x", {2, 3}), valueInfo("slope", {2, 1, 3})};
+  spec.outputs = {valueInfo("y", {2, 3})};
+  EXPECT_THAT(importBytes(model(spec), "m.onnx"),
+              StatusIs(StatusCode::InvalidArgument,
+                       "m.onnx: node 'act' (PRelu): slope [2,1,3] does not broadcast to "
+                       "input [2,3]"));
+}
+
+TEST(OpRegistryTest, EntriesAreOrderedVersionedAndDoNotOverlap) {
+  std::span<const OpInfo> ops = registeredOps();
+  ASSERT_FALSE(ops.empty());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpInfo &op = ops[i];
+    // Each range is inside the opsets the loader reads.
+    EXPECT_LE(kMinOpset, op.sinceVersion) << op.name;
+    EXPECT_LE(op.sinceVersion, op.untilVersion) << op.name;
+    EXPECT_LE(op.untilVersion, kMaxOpset) << op.name;
+    EXPECT_LE(op.signature.minInputs, op.signature.maxInputs) << op.name;
+    EXPECT_LE(op.signature.minOutputs, op.signature.maxOutputs) << op.name;
+    // Lookups at either end of the range find this entry.
+    EXPECT_EQ(findOp(op.name, op.sinceVersion), &op) << op.name;
+    EXPECT_EQ(findOp(op.name, op.untilVersion), &op) << op.name;
+    // Sorted by name, then range; two entries of one op never overlap.
+    if (i > 0 && ops[i - 1].name == op.name)
+      EXPECT_LT(ops[i - 1].untilVersion, op.sinceVersion) << op.name;
+    if (i > 0)
+      EXPECT_LE(ops[i - 1].name, op.name);
+  }
+  EXPECT_EQ(findOp("Einsum"), nullptr);
+  EXPECT_EQ(findOp("PRelu", 6), nullptr);
+  const OpInfo *div = findOp("Div", kMaxOpset);
+  ASSERT_NE(div, nullptr);
+  EXPECT_FALSE(div->mustBePositive(0));
+  EXPECT_TRUE(div->mustBePositive(1));
 }
 
 TEST(ImportTest, ShapeMismatchNamesTheNode) {

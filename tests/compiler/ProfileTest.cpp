@@ -125,6 +125,22 @@ TEST(ProfileTest, PoolWindowComesFromTheSourceNode) {
   EXPECT_GT(alone.total.flops, 0u);
 }
 
+TEST(ProfileTest, PReluCountsACompareAndAMultiplyPerElement) {
+  // x[1,4,3,3] with a per-channel slope [4,1,1]: 36 outputs x 2.
+  GraphSpec spec;
+  spec.initializers = {floatTensor("slope", {4, 1, 1}, zeros(4))};
+  spec.nodes = {node("PRelu", {"x", "slope"}, {"y"}, "act")};
+  spec.inputs = {valueInfo("x", {1, 4, 3, 3})};
+  spec.outputs = {valueInfo("y", {1, 4, 3, 3})};
+  auto profiled = profileOf(spec);
+  ASSERT_TRUE(profiled);
+  const OpProfile *prelu = row(profiled->profile, "PRelu");
+  ASSERT_NE(prelu, nullptr);
+  EXPECT_EQ(prelu->flops, 72u);
+  EXPECT_EQ(prelu->parameters, 4u);
+  EXPECT_FALSE(prelu->estimated);
+}
+
 TEST(ProfileTest, FoldedNodesCostNothingButAreCounted) {
   // Shape(x) is computed at import; Reshape moves data; Relu is one per element.
   GraphSpec spec;

@@ -194,6 +194,14 @@ CASES = {
         [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
          numpy_helper.from_array(np.array(0.5, np.float32), "half"),
          numpy_helper.from_array(np.array([1, 2, 3, 4], np.int64), "k")]),
+    "prelu_per_channel_after_conv": lambda: graph_case(
+        "p", [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+              helper.make_node("PRelu", ["c", "slope"], ["y"])],
+        {"x": [2, 3, 6, 6]}, [2, 4, 6, 6],
+        [weight("w", [4, 3, 3, 3]), weight("b", [4]), weight("slope", [4, 1, 1])]),
+    "prelu_runtime_slope_opset_9": lambda: graph_case(
+        "p", [helper.make_node("PRelu", ["x", "slope"], ["y"])],
+        {"x": [2, 3, 4], "slope": [4]}, [2, 3, 4], opset=9),
     "constant_node_operand": lambda: graph_case(
         "k", [helper.make_node("Constant", [], ["c"],
                                value=numpy_helper.from_array(

@@ -1,6 +1,7 @@
 #include "flowc/worker/Reproducer.h"
 
 #include "flowc/compiler/GraphIr.h"
+#include "flowc/compiler/OpRegistry.h"
 #include "flowc/support/Format.h"
 #include "flowc/support/MappedFile.h"
 
@@ -89,18 +90,17 @@ uint64_t seedOf(const std::string &key) {
 }
 
 /// Tensors some node reads where a negative or zero value makes the result
-/// NaN or infinite: a variance under a square root, a divisor, the base of a
-/// power. Random signs there would bury the bug being reproduced in NaNs.
+/// NaN or infinite (the op table's positive inputs: a variance under a
+/// square root, a divisor, the base of a power). Random signs there would
+/// bury the bug being reproduced in NaNs.
 std::set<std::string>
 positiveOnlyTensors(const std::vector<compiler::NodeRecord> &nodes) {
-  static constexpr std::pair<std::string_view, size_t> kPositiveInputs[] = {
-      {"BatchNormalization", 4}, {"Div", 1}, {"Pow", 0}, {"Sqrt", 0}, {"Log", 0},
-      {"Reciprocal", 0}};
   std::set<std::string> names;
   for (const compiler::NodeRecord &node : nodes)
-    for (const auto &[op, index] : kPositiveInputs)
-      if (node.opType == op && index < node.inputs.size())
-        names.insert(node.inputs[index].name);
+    if (const compiler::OpInfo *op = compiler::findOp(node.opType))
+      for (size_t i = 0; i < node.inputs.size(); ++i)
+        if (op->mustBePositive(i))
+          names.insert(node.inputs[i].name);
   return names;
 }
 

@@ -1,0 +1,298 @@
+// The ONNX importer's state and helpers, shared by the op families
+// (Nn.cpp, Math.cpp, Tensor.cpp), the shape folder (ShapeFolding.cpp) and
+// the driver (Importer.cpp). Private to compiler/lib/import.
+#pragma once
+
+#include "flowc/compiler/Compiler.h"
+#include "flowc/compiler/OpRegistry.h"
+
+#include "flowc/support/Format.h"
+
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <array>
+#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace flowc::compiler::import {
+
+using mlir::Value;
+using Shape = std::vector<int64_t>;
+
+/// The largest kernel extent, stride, dilation or pad accepted: far beyond
+/// any real model, and small enough that window arithmetic on dimensions
+/// (which checkRuntimeShape bounds) cannot overflow int64.
+inline constexpr int64_t kMaxWindowValue = std::numeric_limits<int32_t>::max();
+/// Bytes a runtime tensor may span: the x86-64 user address space.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 47;
+/// Ranks beyond this are refused: no real model comes close, and shape
+/// code is quadratic in the rank in places.
+inline constexpr size_t kMaxRank = 64;
+
+/// The product of shape[begin, end).
+int64_t product(const Shape &shape, size_t begin, size_t end);
+
+/// An integer (or bool) tensor known at import time: shape arithmetic.
+struct IntTensor {
+  Shape shape;
+  std::vector<int64_t> values;
+  DType dtype = DType::I64;
+};
+
+/// The values of an integer or bool tensor, widened to int64; nothing for
+/// other dtypes.
+std::optional<IntTensor> toInts(const TensorData &tensor);
+
+/// Explicit pads [top, left, bottom, right] of a 2-D window op, from `pads`
+/// (`given`, validated) or `auto_pad`. Window values are validated.
+Expected<std::array<int64_t, 4>> windowPads(const Node &node, const Shape &given,
+                                            const Shape &inHW, const Shape &kernel,
+                                            const Shape &strides, const Shape &dilations);
+/// An attribute's value, or `fallback` when the node does not give it.
+Shape intsAttr(const Node &node, const char *name, Shape fallback);
+int64_t intAttr(const Node &node, const char *name, int64_t fallback);
+std::string stringAttr(const Node &node, const char *name, std::string fallback);
+float floatAttr(const Node &node, const char *name, float fallback);
+
+/// Each family's entries of the op table (OpRegistry.h).
+std::span<const OpInfo> nnOps();
+std::span<const OpInfo> mathOps();
+std::span<const OpInfo> tensorOps();
+
+/// Turns one ONNX graph into a func.func @main of TOSA ops. One per import;
+/// the op families are its member functions, named in the op table.
+class Importer {
+public:
+  Importer(mlir::MLIRContext &ctx, const OnnxModel &model, const ImportLimits &limits)
+      : ctx_(ctx), builder_(&ctx), loc_(mlir::UnknownLoc::get(&ctx)), model_(model),
+        foldLimit_(limits.foldedBytes ? limits.foldedBytes : foldedConstantLimit(model)) {
+  }
+
+  Expected<ImportedGraph> run();
+
+  // Errors -------------------------------------------------------------
+  Status nodeError(const Node &node, const std::string &message) const {
+    return invalidArgument(model_.path + ": " + node.describe() + ": " + message);
+  }
+  Status nodeUnsupported(const Node &node, const std::string &message) const {
+    return unimplemented(model_.path + ": " + node.describe() + ": " + message);
+  }
+
+  // Validation ---------------------------------------------------------
+  /// The node's input and output counts and attribute kinds, against what
+  /// ONNX defines for its op (`signature`; null for an op flowc lacks,
+  /// whose attribute kinds are still checked); InvalidArgument naming what
+  /// is off.
+  Status checkSignature(const Node &node, const OpSignature *signature) const;
+  /// The `name` attribute as `count` integers, each in [min, kMaxWindowValue]
+  /// (`fallback` when absent): strides, dilations, kernels, pads.
+  Expected<Shape> windowInts(const Node &node, const char *name, size_t count,
+                             Shape fallback, int64_t min) const;
+  /// A value of `shape` the node computes at run time: every dimension
+  /// known and >= 0, and its bytes addressable (InvalidArgument otherwise).
+  Status checkRuntimeShape(const Node &node, const Shape &shape) const;
+  /// Accounts for a constant of `shape` computed at import time, before its
+  /// memory is taken: InvalidArgument when the shape is malformed or its
+  /// element count overflows int64, ResourceExhausted past foldLimit_ (for
+  /// all the model's folded constants together). Counts 8 bytes an element,
+  /// the widest the folder stores. Returns the element count.
+  Expected<int64_t> reserveFolded(const Node &node, const Shape &shape);
+
+  // Values -------------------------------------------------------------
+  /// A float32 tensor input: what almost every op computes on.
+  Expected<Value> operand(const Node &node, size_t index);
+  /// An input of any carried element type (data movement, indices, masks).
+  Expected<Value> anyOperand(const Node &node, size_t index);
+  bool hasOperand(const Node &node, size_t index) const {
+    return index < node.inputs.size() && !node.inputs[index].empty();
+  }
+  Expected<const TensorData *> constantOperand(const Node &node, size_t index);
+  Expected<Value> weightArgument(const Node &node, const TensorData &tensor);
+  Status define(const Node &node, Value value);
+  Status defineOutput(const Node &node, size_t index, Value value);
+
+  // Builders -----------------------------------------------------------
+  static Shape shapeOf(Value v) {
+    auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
+    return Shape(type.getShape().begin(), type.getShape().end());
+  }
+  mlir::RankedTensorType f32(const Shape &shape) {
+    return mlir::RankedTensorType::get(shape, builder_.getF32Type());
+  }
+  static DType dtypeOf(Value v) {
+    mlir::Type element = elementTypeOf(v);
+    return element.isF32()         ? DType::F32
+           : element.isInteger(64) ? DType::I64
+           : element.isInteger(32) ? DType::I32
+           : element.isInteger(1)  ? DType::Bool
+                                   : DType::Undefined;
+  }
+  static mlir::Type elementTypeOf(Value v) {
+    return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType();
+  }
+  /// The MLIR element type of a runtime tensor of `dtype`; null for dtypes
+  /// the importer cannot carry (float32, int64, int32 and bool).
+  mlir::Type elementType(DType dtype) {
+    switch (dtype) {
+    case DType::F32:
+      return builder_.getF32Type();
+    case DType::I64:
+      return builder_.getI64Type();
+    case DType::I32:
+      return builder_.getI32Type();
+    case DType::Bool:
+      return builder_.getI1Type();
+    default:
+      return {};
+    }
+  }
+  template <typename Op>
+  Value build(const Shape &shape, mlir::ValueRange operands,
+              llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    return buildTyped<Op>(builder_.getF32Type(), shape, operands, attrs);
+  }
+  template <typename Op>
+  Value buildTyped(mlir::Type element, const Shape &shape, mlir::ValueRange operands,
+                   llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    auto type = mlir::RankedTensorType::get(shape, element);
+    return Op::create(builder_, loc_, mlir::TypeRange{type}, operands, attrs)
+        ->getResult(0);
+  }
+  mlir::NamedAttribute attr(llvm::StringRef name, mlir::Attribute value) {
+    return builder_.getNamedAttr(name, value);
+  }
+  Value scalar(float value, size_t rank);
+  Value zeroPoint();
+  /// tosa.mul's shift operand; zero for floating point.
+  Value zeroShift();
+  Value transpose(Value v, llvm::ArrayRef<int32_t> perms);
+  Value constShape(const Shape &shape);
+  Value slice(Value v, const Shape &start, const Shape &size);
+  Value reshape(Value v, const Shape &shape);
+  /// TOSA 1.0 wants (in - 1 + pads - dilated kernel extent) divisible by the
+  /// stride where ONNX floors: trims trailing padding, then trailing input
+  /// rows/columns that no window reads. `pads` is [top, left, bottom, right].
+  Value fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape &kernel,
+                   const Shape &strides, const Shape &dilations);
+  Expected<Value> broadcastTo(const Node &node, Value v, size_t rank);
+  Expected<Shape> broadcastShape(const Node &node, const Shape &a, const Shape &b);
+  /// Add, Sub, Mul, Div of two broadcast float32 tensors.
+  Expected<Value> elementwise(const Node &node);
+
+  // Ops ----------------------------------------------------------------
+  Status importNode(const Node &node);
+  Status importConv(const Node &node);
+  Status importPool(const Node &node);
+  Status importGlobalAveragePool(const Node &node);
+  Status importGemm(const Node &node);
+  Status importMatMul(const Node &node);
+  Status importReshape(const Node &node);
+  Status importFlatten(const Node &node);
+  Status importTranspose(const Node &node);
+  Status importBatchNormalization(const Node &node);
+  Status importClip(const Node &node);
+  Status importConcat(const Node &node);
+  Status importReduce(const Node &node);
+  Status importUnary(const Node &node);
+  Status importVariadic(const Node &node);
+  Status importCompare(const Node &node);
+  Status importLogical(const Node &node);
+  /// Both operands broadcast to one rank; `out` gets the result shape.
+  Expected<std::pair<Value, Value>> broadcastPair(const Node &node, Value a, Value b,
+                                                  Shape &out);
+  Status importSqueezeLike(const Node &node, bool unsqueeze);
+  Status importSqueeze(const Node &node) { return importSqueezeLike(node, false); }
+  Status importUnsqueeze(const Node &node) { return importSqueezeLike(node, true); }
+  Status importBinary(const Node &node);
+  Status importPRelu(const Node &node);
+  Status importActivation(const Node &node);
+  Status importSlice(const Node &node);
+  Status importGather(const Node &node);
+  Status importExpand(const Node &node);
+  Status importPow(const Node &node);
+  Status importCast(const Node &node);
+  Status importCastTo(const Node &node, DType to);
+  Status importCastLike(const Node &node);
+  Status importArgExtreme(const Node &node);
+  Status importPad(const Node &node);
+  Expected<bool> foldRange(const Node &node);
+  Status importIdentity(const Node &node);
+  Status importConstant(const Node &node);
+  Status importWhere(const Node &node);
+  Status importLayerNormalization(const Node &node);
+  Status importSplit(const Node &node);
+  Status importGelu(const Node &node);
+  /// tosa.gather of `indices` (any integer type, negative ones counted from
+  /// the end) along `axis` of `data`.
+  Expected<Value> gatherRuntime(const Node &node, Value data, Value indices,
+                                int64_t axis);
+  Expected<Shape> reshapeTarget(const Node &node, const Shape &in);
+  Expected<Shape> squeezedShape(const Node &node, const Shape &in, bool unsqueeze);
+  Expected<std::vector<std::pair<int64_t, int64_t>>> sliceRanges(const Node &node,
+                                                                 const Shape &in);
+  // Shape folding.
+  Expected<bool> tryFold(const Node &node);
+  std::optional<IntTensor> intConstant(const std::string &name) const;
+  Status defineConstant(const Node &node, const IntTensor &tensor);
+  Status defineFloatConstant(const Node &node, const Shape &shape,
+                             const std::vector<float> &values);
+  /// Registers a computed constant as the value `name`, like an initializer.
+  void addFolded(const std::string &name, DType dtype, const Shape &shape,
+                 std::shared_ptr<std::string> bytes);
+  Expected<IntTensor> foldBinary(const Node &node, const IntTensor &a, const IntTensor &b,
+                                 int64_t (*fn)(int64_t, int64_t));
+  Expected<Shape> axesOf(const Node &node, size_t inputIndex, int64_t rank);
+  Expected<float> scalarConstant(const Node &node, size_t index);
+  Value clamp(Value x, float low, float high);
+  Value mul(Value a, Value b);
+  Value softmaxLastAxis(Value x);
+  Value logSoftmaxLastAxis(Value x);
+  /// Softmax and LogSoftmax: `lastAxis` applied along the node's axis, with
+  /// the opset rules (before 13 the input is flattened at `axis`).
+  Status importSoftmaxLike(const Node &node, Value (Importer::*lastAxis)(Value));
+  Status importSoftmax(const Node &node) {
+    return importSoftmaxLike(node, &Importer::softmaxLastAxis);
+  }
+  Status importLogSoftmax(const Node &node) {
+    return importSoftmaxLike(node, &Importer::logSoftmaxLastAxis);
+  }
+  /// The node's `axis` attribute (default `fallback`) normalized into
+  /// [0, rank of `shape`); InvalidArgument naming it otherwise.
+  Expected<int64_t> axisOf(const Node &node, int64_t fallback, const Shape &shape);
+  /// `axis` in [-rank, rank) normalized into [0, rank); InvalidArgument
+  /// naming it otherwise.
+  Expected<int64_t> rankAxis(const Node &node, int64_t axis, int64_t rank) const;
+  Value matmul3d(Value a, Value b);
+
+  mlir::MLIRContext &ctx_;
+  mlir::OpBuilder builder_;
+  mlir::Location loc_;
+  const OnnxModel &model_;
+  mlir::Block *entry_ = nullptr;
+  std::map<std::string, Value> values_;
+  std::map<std::string, const TensorData *> constants_;
+  std::vector<WeightRef> weights_;
+  /// Constants computed at import time; a deque so pointers stay valid.
+  std::deque<TensorData> folded_;
+  std::map<std::string, int> opCounts_;
+  std::vector<NodeRecord> records_;
+  std::set<std::string> initializerNames_;
+  /// Initializers already counted as some node's parameters.
+  std::set<std::string> countedParameters_;
+  /// Bytes that constants computed at import may take, and have taken.
+  uint64_t foldLimit_ = 0;
+  uint64_t foldedBytes_ = 0;
+
+  NodeRecord recordOf(const Node &node);
+  TensorInfo describeValue(const std::string &name) const;
+};
+
+} // namespace flowc::compiler::import

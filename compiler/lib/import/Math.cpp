@@ -1,0 +1,498 @@
+// Elementwise math: arithmetic, activations, comparisons and logic,
+// reductions, with their static costs.
+#include "Importer.h"
+#include "OpCost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace flowc::compiler::import {
+
+Status Importer::importBinary(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value y, elementwise(node));
+  return define(node, y);
+}
+
+Expected<Value> Importer::elementwise(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(a), shapeOf(b)));
+  FLOWC_ASSIGN_OR_RETURN(a, broadcastTo(node, a, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(b, broadcastTo(node, b, out.size()));
+  const std::string &op = node.opType;
+  if (op == "Add")
+    return build<mlir::tosa::AddOp>(out, {a, b});
+  if (op == "Sub")
+    return build<mlir::tosa::SubOp>(out, {a, b});
+  if (op == "Mul" || op == "Div") {
+    if (op == "Div")
+      b = build<mlir::tosa::ReciprocalOp>(shapeOf(b), {b});
+    return mul(a, b);
+  }
+  return nodeUnsupported(node, "not an elementwise binary op");
+}
+
+Status Importer::importClip(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  float low = -std::numeric_limits<float>::infinity();
+  float high = std::numeric_limits<float>::infinity();
+  if (model_.opsetVersion < 11) {
+    low = floatAttr(node, "min", low);
+    high = floatAttr(node, "max", high);
+  } else {
+    // Runtime bounds: min(max(x, low), high), like ONNX (high wins).
+    if ((hasOperand(node, 1) && !constants_.count(node.inputs[1])) ||
+        (hasOperand(node, 2) && !constants_.count(node.inputs[2]))) {
+      Shape shape = shapeOf(x);
+      for (size_t index : {size_t{1}, size_t{2}}) {
+        if (!hasOperand(node, index))
+          continue;
+        FLOWC_ASSIGN_OR_RETURN(Value bound, operand(node, index));
+        FLOWC_ASSIGN_OR_RETURN(bound, broadcastTo(node, bound, shape.size()));
+        x = index == 2 ? build<mlir::tosa::MinimumOp>(shape, {x, bound})
+                       : build<mlir::tosa::MaximumOp>(shape, {x, bound});
+      }
+      return define(node, x);
+    }
+    if (hasOperand(node, 1)) {
+      FLOWC_ASSIGN_OR_RETURN(low, scalarConstant(node, 1));
+    }
+    if (hasOperand(node, 2)) {
+      FLOWC_ASSIGN_OR_RETURN(high, scalarConstant(node, 2));
+    }
+  }
+  // min(max(x, low), high) is `high` everywhere when low > high.
+  return define(node, clamp(x, std::min(low, high), high));
+}
+
+/// ReduceMean/Sum/Max/Min/Prod: one TOSA reduction per axis (keeping it),
+/// then the mean's scale and the optional squeeze.
+Status Importer::importReduce(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  const std::string &op = node.opType;
+  Shape shape = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  // Opset 18 (13 for ReduceSum) moved `axes` from an attribute to input 1.
+  FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, rank));
+  if (axes.empty()) {
+    if (intAttr(node, "noop_with_empty_axes", 0))
+      return define(node, x);
+    for (int64_t i = 0; i < rank; ++i)
+      axes.push_back(i);
+  }
+  int64_t count = 1;
+  for (int64_t axis : axes) {
+    count *= shape[axis];
+    shape[axis] = 1;
+    auto axisAttr = attr("axis", builder_.getI32IntegerAttr(axis));
+    if (op == "ReduceMax")
+      x = build<mlir::tosa::ReduceMaxOp>(shape, {x}, {axisAttr});
+    else if (op == "ReduceMin")
+      x = build<mlir::tosa::ReduceMinOp>(shape, {x}, {axisAttr});
+    else if (op == "ReduceProd")
+      x = build<mlir::tosa::ReduceProductOp>(shape, {x}, {axisAttr});
+    else
+      x = build<mlir::tosa::ReduceSumOp>(shape, {x}, {axisAttr});
+  }
+  Value y = op == "ReduceMean"
+                ? mul(x, scalar(1.0f / static_cast<float>(count), shape.size()))
+                : x;
+  if (intAttr(node, "keepdims", 1))
+    return define(node, y);
+  Shape kept;
+  for (int64_t i = 0; i < rank; ++i)
+    if (!std::binary_search(axes.begin(), axes.end(), i))
+      kept.push_back(shape[i]);
+  return define(node, reshape(y, kept));
+}
+
+Status Importer::importActivation(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  const std::string &op = node.opType;
+  if (op == "Relu")
+    return define(node, clamp(x, 0.0f, std::numeric_limits<float>::infinity()));
+  if (op == "Sigmoid")
+    return define(node, build<mlir::tosa::SigmoidOp>(shape, {x}));
+  if (op == "Tanh")
+    return define(node, build<mlir::tosa::TanhOp>(shape, {x}));
+  if (op == "Exp")
+    return define(node, build<mlir::tosa::ExpOp>(shape, {x}));
+  if (op == "Erf")
+    return define(node, build<mlir::tosa::ErfOp>(shape, {x}));
+  if (op == "Sqrt")
+    return define(node, build<mlir::tosa::PowOp>(shape, {x, scalar(0.5f, rank)}));
+  if (op == "LeakyRelu") {
+    // max(x, alpha * x) equals LeakyRelu for 0 <= alpha <= 1.
+    float alpha = floatAttr(node, "alpha", 0.01f);
+    if (alpha < 0 || alpha > 1)
+      return nodeUnsupported(node, "alpha=" + std::to_string(alpha) + " outside [0, 1]");
+    return define(node,
+                  build<mlir::tosa::MaximumOp>(shape, {x, mul(x, scalar(alpha, rank))}));
+  }
+  if (op == "HardSigmoid" || op == "HardSwish") {
+    bool swish = op == "HardSwish";
+    float alpha = swish ? 1.0f / 6.0f : floatAttr(node, "alpha", 0.2f);
+    float beta = swish ? 0.5f : floatAttr(node, "beta", 0.5f);
+    Value linear = build<mlir::tosa::AddOp>(
+        shape, {mul(x, scalar(alpha, rank)), scalar(beta, rank)});
+    Value gate = clamp(linear, 0.0f, 1.0f);
+    return define(node, swish ? mul(x, gate) : gate);
+  }
+  return nodeUnsupported(node, "not an activation");
+}
+
+Status Importer::importPow(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  auto exponentConstant =
+      hasOperand(node, 1) ? constants_.find(node.inputs[1]) : constants_.end();
+  if (exponentConstant == constants_.end() ||
+      exponentConstant->second->info.elementCount() != 1) {
+    FLOWC_ASSIGN_OR_RETURN(Value e, operand(node, 1));
+    Shape out;
+    FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, x, e, out));
+    return define(node, build<mlir::tosa::PowOp>(out, {pair.first, pair.second}));
+  }
+  FLOWC_ASSIGN_OR_RETURN(float exponent, scalarConstant(node, 1));
+  Shape shape = shapeOf(x);
+  if (exponent == 1.0f)
+    return define(node, x);
+  // Small integer powers as products: a powf call per element is ~30x
+  // slower and does not vectorize (GPT-2's GELU cubes every activation).
+  if (exponent == 2.0f)
+    return define(node, mul(x, x));
+  if (exponent == 3.0f)
+    return define(node, mul(mul(x, x), x));
+  return define(node,
+                build<mlir::tosa::PowOp>(shape, {x, scalar(exponent, shape.size())}));
+}
+
+Status Importer::importWhere(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value condition, anyOperand(node, 0));
+  if (!elementTypeOf(condition).isInteger(1))
+    return nodeError(node, "condition must be bool");
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Value y, operand(node, 2));
+  FLOWC_ASSIGN_OR_RETURN(Shape xy, broadcastShape(node, shapeOf(x), shapeOf(y)));
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(condition), xy));
+  FLOWC_ASSIGN_OR_RETURN(condition, broadcastTo(node, condition, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(x, broadcastTo(node, x, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(y, broadcastTo(node, y, out.size()));
+  return define(node, build<mlir::tosa::SelectOp>(out, {condition, x, y}));
+}
+
+Status Importer::importUnary(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  const std::string &op = node.opType;
+  if (op == "Neg")
+    return define(node, mul(x, scalar(-1.0f, rank)));
+  if (op == "Abs")
+    return define(node, build<mlir::tosa::AbsOp>(shape, {x}));
+  if (op == "Log")
+    return define(node, build<mlir::tosa::LogOp>(shape, {x}));
+  if (op == "Reciprocal")
+    return define(node, build<mlir::tosa::ReciprocalOp>(shape, {x}));
+  if (op == "Floor")
+    return define(node, build<mlir::tosa::FloorOp>(shape, {x}));
+  if (op == "Ceil")
+    return define(node, build<mlir::tosa::CeilOp>(shape, {x}));
+  if (op == "Sin")
+    return define(node, build<mlir::tosa::SinOp>(shape, {x}));
+  if (op == "Cos")
+    return define(node, build<mlir::tosa::CosOp>(shape, {x}));
+  if (op == "Softplus") {
+    // log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|)) so large x cannot overflow.
+    Value negAbs = mul(build<mlir::tosa::AbsOp>(shape, {x}), scalar(-1.0f, rank));
+    Value tail = build<mlir::tosa::LogOp>(
+        shape,
+        {build<mlir::tosa::AddOp>(
+            shape, {build<mlir::tosa::ExpOp>(shape, {negAbs}), scalar(1.0f, rank)})});
+    return define(
+        node, build<mlir::tosa::AddOp>(
+                  shape, {clamp(x, 0.0f, std::numeric_limits<float>::infinity()), tail}));
+  }
+  if (op == "Softsign") {
+    Value denominator = build<mlir::tosa::AddOp>(
+        shape, {build<mlir::tosa::AbsOp>(shape, {x}), scalar(1.0f, rank)});
+    return define(node, mul(x, build<mlir::tosa::ReciprocalOp>(shape, {denominator})));
+  }
+  // Elu / Selu: x > 0 ? gamma * x : gamma * alpha * (exp(x) - 1).
+  bool selu = op == "Selu";
+  float alpha = floatAttr(node, "alpha", selu ? 1.67326319217681884765625f : 1.0f);
+  float gamma = selu ? floatAttr(node, "gamma", 1.05070102214813232421875f) : 1.0f;
+  Value expm1 = build<mlir::tosa::SubOp>(
+      shape, {build<mlir::tosa::ExpOp>(shape, {x}), scalar(1.0f, rank)});
+  Value negative = mul(expm1, scalar(alpha * gamma, rank));
+  Value positive = mul(x, scalar(gamma, rank));
+  Value isPositive = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), shape,
+                                                       {x, scalar(0.0f, rank)});
+  return define(node,
+                build<mlir::tosa::SelectOp>(shape, {isPositive, positive, negative}));
+}
+
+/// Max, Min, Sum and Mean of any number of broadcast inputs.
+Status Importer::importVariadic(const Node &node) {
+  const std::string &op = node.opType;
+  if (node.inputs.empty())
+    return nodeError(node, op + " needs at least one input");
+  FLOWC_ASSIGN_OR_RETURN(Value y, operand(node, 0));
+  for (size_t i = 1; i < node.inputs.size(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(Value next, operand(node, i));
+    Shape out;
+    FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, y, next, out));
+    y = op == "Max"   ? build<mlir::tosa::MaximumOp>(out, {pair.first, pair.second})
+        : op == "Min" ? build<mlir::tosa::MinimumOp>(out, {pair.first, pair.second})
+                      : build<mlir::tosa::AddOp>(out, {pair.first, pair.second});
+  }
+  if (op == "Mean" && node.inputs.size() > 1)
+    y = mul(y, scalar(1.0f / static_cast<float>(node.inputs.size()), shapeOf(y).size()));
+  return define(node, y);
+}
+
+/// Comparisons of two same-typed tensors into a bool tensor; Less and
+/// LessOrEqual swap operands of Greater and GreaterOrEqual.
+Status Importer::importCompare(const Node &node) {
+  const std::string &op = node.opType;
+  FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
+  if (elementTypeOf(a) != elementTypeOf(b))
+    return nodeError(node, "inputs have different element types");
+  if (elementTypeOf(a).isInteger(1) && op != "Equal")
+    return nodeUnsupported(node, op + " of bool tensors is not supported");
+  if (op == "Less" || op == "LessOrEqual")
+    std::swap(a, b);
+  Shape out;
+  FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, a, b, out));
+  mlir::Type i1 = builder_.getI1Type();
+  Value y =
+      op == "Equal" ? buildTyped<mlir::tosa::EqualOp>(i1, out, {pair.first, pair.second})
+      : op == "Greater" || op == "Less"
+          ? buildTyped<mlir::tosa::GreaterOp>(i1, out, {pair.first, pair.second})
+          : buildTyped<mlir::tosa::GreaterEqualOp>(i1, out, {pair.first, pair.second});
+  return define(node, y);
+}
+
+Status Importer::importLogical(const Node &node) {
+  const std::string &op = node.opType;
+  mlir::Type i1 = builder_.getI1Type();
+  FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
+  if (!elementTypeOf(a).isInteger(1))
+    return nodeError(node, "input '" + node.inputs[0] + "' must be bool");
+  if (op == "Not")
+    return define(node, buildTyped<mlir::tosa::LogicalNotOp>(i1, shapeOf(a), {a}));
+  FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
+  if (!elementTypeOf(b).isInteger(1))
+    return nodeError(node, "input '" + node.inputs[1] + "' must be bool");
+  Shape out;
+  FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, a, b, out));
+  if (op == "And")
+    return define(
+        node, buildTyped<mlir::tosa::LogicalAndOp>(i1, out, {pair.first, pair.second}));
+  if (op == "Or")
+    return define(
+        node, buildTyped<mlir::tosa::LogicalOrOp>(i1, out, {pair.first, pair.second}));
+  return define(node,
+                buildTyped<mlir::tosa::LogicalXorOp>(i1, out, {pair.first, pair.second}));
+}
+
+/// ArgMax / ArgMin (as ArgMax of -x) into int64 indices, first match.
+Status Importer::importArgExtreme(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  if (intAttr(node, "select_last_index", 0))
+    return nodeUnsupported(node, "select_last_index=1 is not supported");
+  Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, 0, shape));
+  if (node.opType == "ArgMin")
+    x = mul(x, scalar(-1.0f, shape.size()));
+  Shape reduced = shape, kept = shape;
+  reduced.erase(reduced.begin() + axis);
+  kept[axis] = 1;
+  Value index =
+      buildTyped<mlir::tosa::ArgMaxOp>(builder_.getI32Type(), reduced, {x},
+                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+  Value wide = buildTyped<mlir::tosa::CastOp>(builder_.getI64Type(), reduced, {index});
+  return define(node, intAttr(node, "keepdims", 1) ? reshape(wide, kept) : wide);
+}
+
+/// x where x >= 0, slope * x where x < 0; the slope broadcasts to x
+/// (unidirectionally: the result has x's shape), so a per-channel slope
+/// is [C, 1, 1].
+Status Importer::importPRelu(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value slope, operand(node, 1));
+  Shape shape = shapeOf(x), out;
+  FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, x, slope, out));
+  if (out != shape)
+    return nodeError(node, "slope " + shapeString(shapeOf(slope)) +
+                               " does not broadcast to input " + shapeString(shape));
+  Value isNegative = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), shape,
+                                                       {scalar(0.0f, shape.size()), x});
+  return define(node, build<mlir::tosa::SelectOp>(
+                          shape, {isNegative, mul(pair.first, pair.second), x}));
+}
+
+namespace {
+
+/// Max, Min, Sum, Mean: one FLOP per output element for each input after
+/// the first (Mean adds the division).
+std::optional<uint64_t> variadicFlops(const NodeRecord &record, const Node *) {
+  uint64_t combines = record.inputs.size() > 1 ? record.inputs.size() - 1 : 0;
+  return (combines + (record.opType == "Mean" ? 1 : 0)) * outputElements(record);
+}
+
+using I = Importer;
+constexpr OpSignature kBinary{2, 2, 1, 1};
+constexpr OpSignature kVariadic{1, kAnyCount, 1, 1, true};
+/// Reductions took their axes as an attribute before opset 18.
+constexpr OpSignature kReduce{1, 2, 1, 1};
+
+// The family's op table (OpRegistry.h): one entry per op and opset range.
+constexpr OpInfo kOps[] = {
+    {.name = "Abs", .import = &I::importUnary, .cost = perElement<1>},
+    {.name = "Add",
+     .signature = kBinary,
+     .import = &I::importBinary,
+     .cost = perElement<1>},
+    {.name = "And", .signature = kBinary, .import = &I::importLogical},
+    {.name = "ArgMax", .import = &I::importArgExtreme},
+    {.name = "ArgMin", .import = &I::importArgExtreme},
+    {.name = "Ceil", .import = &I::importUnary, .cost = perElement<1>},
+    // min, max
+    {.name = "Clip",
+     .signature = {1, 3, 1, 1},
+     .import = &I::importClip,
+     .cost = perElement<2>},
+    {.name = "Cos", .sinceVersion = 7, .import = &I::importUnary},
+    {.name = "Div",
+     .signature = kBinary,
+     .import = &I::importBinary,
+     .cost = perElement<1>,
+     .positiveInputs = 1u << 1}, // the divisor
+    {.name = "Elu", .import = &I::importUnary},
+    {.name = "Equal",
+     .signature = kBinary,
+     .import = &I::importCompare,
+     .cost = perElement<1>},
+    {.name = "Erf",
+     .sinceVersion = 9,
+     .import = &I::importActivation,
+     .cost = perElement<1>},
+    {.name = "Exp", .import = &I::importActivation, .cost = perElement<1>},
+    {.name = "Floor", .import = &I::importUnary, .cost = perElement<1>},
+    {.name = "Greater",
+     .signature = kBinary,
+     .import = &I::importCompare,
+     .cost = perElement<1>},
+    {.name = "GreaterOrEqual",
+     .sinceVersion = 12,
+     .signature = kBinary,
+     .import = &I::importCompare},
+    // multiply, add, min, max
+    {.name = "HardSigmoid", .import = &I::importActivation, .cost = perElement<4>},
+    // HardSigmoid, then a multiply
+    {.name = "HardSwish",
+     .sinceVersion = 14,
+     .import = &I::importActivation,
+     .cost = perElement<5>},
+    // compare, multiply
+    {.name = "LeakyRelu", .import = &I::importActivation, .cost = perElement<2>},
+    {.name = "Less",
+     .signature = kBinary,
+     .import = &I::importCompare,
+     .cost = perElement<1>},
+    {.name = "LessOrEqual",
+     .sinceVersion = 12,
+     .signature = kBinary,
+     .import = &I::importCompare},
+    {.name = "Log",
+     .import = &I::importUnary,
+     .cost = perElement<1>,
+     .positiveInputs = 1u << 0},
+    {.name = "Max",
+     .signature = kVariadic,
+     .import = &I::importVariadic,
+     .cost = variadicFlops},
+    {.name = "Mean",
+     .signature = kVariadic,
+     .import = &I::importVariadic,
+     .cost = variadicFlops},
+    {.name = "Min",
+     .signature = kVariadic,
+     .import = &I::importVariadic,
+     .cost = variadicFlops},
+    {.name = "Mul",
+     .signature = kBinary,
+     .import = &I::importBinary,
+     .cost = perElement<1>},
+    {.name = "Neg", .import = &I::importUnary, .cost = perElement<1>},
+    {.name = "Not", .import = &I::importLogical},
+    {.name = "Or", .signature = kBinary, .import = &I::importLogical},
+    {.name = "Pow",
+     .signature = kBinary,
+     .import = &I::importPow,
+     .cost = perElement<1>,
+     .positiveInputs = 1u << 0}, // the base
+    // From opset 7, where the slope broadcasts to the input; compare, multiply.
+    {.name = "PRelu",
+     .sinceVersion = 7,
+     .signature = kBinary,
+     .import = &I::importPRelu,
+     .cost = perElement<2>},
+    {.name = "Reciprocal",
+     .import = &I::importUnary,
+     .cost = perElement<1>,
+     .positiveInputs = 1u << 0},
+    {.name = "ReduceMax",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
+    {.name = "ReduceMean",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
+    {.name = "ReduceMin",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
+    {.name = "ReduceProd", .signature = kReduce, .import = &I::importReduce},
+    {.name = "ReduceSum",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
+    {.name = "Relu", .import = &I::importActivation, .cost = perElement<1>},
+    {.name = "Selu", .import = &I::importUnary},
+    // neg, exp, add, divide
+    {.name = "Sigmoid", .import = &I::importActivation, .cost = perElement<4>},
+    {.name = "Sin", .sinceVersion = 7, .import = &I::importUnary},
+    {.name = "Softplus", .import = &I::importUnary},
+    {.name = "Softsign", .import = &I::importUnary},
+    {.name = "Sqrt",
+     .import = &I::importActivation,
+     .cost = perElement<1>,
+     .positiveInputs = 1u << 0},
+    {.name = "Sub",
+     .signature = kBinary,
+     .import = &I::importBinary,
+     .cost = perElement<1>},
+    {.name = "Sum",
+     .signature = kVariadic,
+     .import = &I::importVariadic,
+     .cost = variadicFlops},
+    {.name = "Tanh", .import = &I::importActivation, .cost = perElement<1>},
+    {.name = "Where",
+     .sinceVersion = 9,
+     .signature = {3, 3, 1, 1},
+     .import = &I::importWhere,
+     .cost = perElement<1>},
+    {.name = "Xor", .signature = kBinary, .import = &I::importLogical},
+};
+
+} // namespace
+
+std::span<const OpInfo> mathOps() { return kOps; }
+
+} // namespace flowc::compiler::import

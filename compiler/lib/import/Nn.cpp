@@ -1,0 +1,511 @@
+// Neural-network ops: convolution, pooling, matrix products, softmax,
+// normalizations and Gelu, with their static costs.
+#include "Importer.h"
+#include "OpCost.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace flowc::compiler::import {
+
+Status Importer::importConv(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
+  Shape xs = shapeOf(x), ws = shapeOf(w);
+  if (xs.size() != 4 || ws.size() != 4)
+    return nodeUnsupported(node, "only 2-D convolution (4-D input " + shapeString(xs) +
+                                     ", weight " + shapeString(ws) + ") is supported");
+  int64_t groups = intAttr(node, "group", 1);
+  if (groups < 1 || ws[0] % groups != 0)
+    return nodeError(node, "group=" + std::to_string(groups) + " does not divide the " +
+                               std::to_string(ws[0]) + " output channels");
+  if (ws[1] * groups != xs[1])
+    return nodeError(node, "weight " + shapeString(ws) +
+                               " with group=" + std::to_string(groups) + " expects " +
+                               std::to_string(ws[1] * groups) +
+                               " input channels, input " + shapeString(xs) + " has " +
+                               std::to_string(xs[1]));
+  if (ws[2] < 1 || ws[3] < 1)
+    return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
+  FLOWC_ASSIGN_OR_RETURN(Shape kernel,
+                         windowInts(node, "kernel_shape", 2, {ws[2], ws[3]}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides, windowInts(node, "strides", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations, windowInts(node, "dilations", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape given, windowInts(node, "pads", 4, {0, 0, 0, 0}, 0));
+  if (kernel != Shape{ws[2], ws[3]})
+    return nodeError(node, "kernel_shape " + shapeString(kernel) +
+                               " does not match weight " + shapeString(ws));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto pads, windowPads(node, given, {xs[2], xs[3]}, kernel, strides, dilations));
+  Value bias;
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
+    if (shapeOf(bias) != Shape{ws[0]})
+      return nodeError(node, "bias " + shapeString(shapeOf(bias)) + " does not match " +
+                                 std::to_string(ws[0]) + " output channels");
+  } else {
+    auto type = f32({ws[0]});
+    bias = mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                       mlir::DenseElementsAttr::get(type, 0.0f));
+  }
+  Shape out = {xs[0], 0, 0, ws[0]};
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = xs[2 + i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1;
+    if (span < 0)
+      return nodeError(node, "kernel larger than padded input " + shapeString(xs));
+    out[1 + i] = span / strides[i] + 1;
+  }
+  Value xNhwc = fitWindows(transpose(x, {0, 2, 3, 1}), pads, kernel, strides, dilations);
+  llvm::SmallVector<mlir::NamedAttribute> attrs = {
+      attr("pad", builder_.getDenseI64ArrayAttr({pads[0], pads[2], pads[1], pads[3]})),
+      attr("stride", builder_.getDenseI64ArrayAttr(strides)),
+      attr("dilation", builder_.getDenseI64ArrayAttr(dilations)),
+      attr("acc_type", mlir::TypeAttr::get(builder_.getF32Type()))};
+  Value zp = zeroPoint();
+  Value y;
+  if (groups == 1) {
+    y = build<mlir::tosa::Conv2DOp>(
+        out, {xNhwc, transpose(w, {0, 2, 3, 1}), bias, zp, zp}, attrs);
+  } else if (groups == xs[1] && ws[1] == 1) {
+    // Depthwise: ONNX [C*M, 1, KH, KW] is TOSA's [KH, KW, C, M] after a
+    // reshape; output channel c*M + m is the same in both.
+    int64_t multiplier = ws[0] / groups;
+    Value hwcm = transpose(reshape(w, {groups, multiplier, ws[2], ws[3]}), {2, 3, 0, 1});
+    y = build<mlir::tosa::DepthwiseConv2DOp>(out, {xNhwc, hwcm, bias, zp, zp}, attrs);
+  } else {
+    // Grouped: one convolution per group on its slice of channels.
+    Shape xn = shapeOf(xNhwc);
+    int64_t inPerGroup = ws[1], outPerGroup = ws[0] / groups;
+    Value wOhwi = transpose(w, {0, 2, 3, 1});
+    llvm::SmallVector<Value> parts;
+    for (int64_t g = 0; g < groups; ++g) {
+      Value xg =
+          slice(xNhwc, {0, 0, 0, g * inPerGroup}, {xn[0], xn[1], xn[2], inPerGroup});
+      Value wg =
+          slice(wOhwi, {g * outPerGroup, 0, 0, 0}, {outPerGroup, ws[2], ws[3], ws[1]});
+      Value bg = slice(bias, {g * outPerGroup}, {outPerGroup});
+      parts.push_back(build<mlir::tosa::Conv2DOp>({out[0], out[1], out[2], outPerGroup},
+                                                  {xg, wg, bg, zp, zp}, attrs));
+    }
+    y = build<mlir::tosa::ConcatOp>(out, parts,
+                                    {attr("axis", builder_.getI32IntegerAttr(3))});
+  }
+  return define(node, transpose(y, {0, 3, 1, 2}));
+}
+
+Status Importer::importPool(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape xs = shapeOf(x);
+  if (xs.size() != 4)
+    return nodeUnsupported(node, "only 2-D pooling (4-D input) is supported, got " +
+                                     shapeString(xs));
+  if (node.outputs.size() > 1)
+    return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
+  if (!node.attributes.count("kernel_shape"))
+    return nodeError(node, "kernel_shape is required");
+  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", 2, {}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides, windowInts(node, "strides", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations, windowInts(node, "dilations", 2, {1, 1}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape given, windowInts(node, "pads", 4, {0, 0, 0, 0}, 0));
+  // ONNX's shape inference demands it, and TOSA's pooling too: a window
+  // entirely in padding has no value.
+  for (int i = 0; i < 4; ++i)
+    if (given[i] >= kernel[i % 2])
+      return nodeError(node, "pads[" + std::to_string(i) +
+                                 "] = " + std::to_string(given[i]) +
+                                 " is not smaller than the kernel extent " +
+                                 std::to_string(kernel[i % 2]));
+  if (dilations != Shape{1, 1})
+    return nodeUnsupported(node, "dilated pooling is not supported yet");
+  FLOWC_ASSIGN_OR_RETURN(
+      auto pads, windowPads(node, given, {xs[2], xs[3]}, kernel, strides, dilations));
+  bool isMax = node.opType == "MaxPool";
+  if (!isMax && intAttr(node, "count_include_pad", 0) != 0 &&
+      (pads[0] || pads[1] || pads[2] || pads[3]))
+    return nodeUnsupported(node, "count_include_pad=1 with padding is not supported yet");
+  bool ceilMode = intAttr(node, "ceil_mode", 0) != 0;
+  Shape out = {xs[0], 0, 0, xs[1]};
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = xs[2 + i] + pads[i] + pads[i + 2] - kernel[i];
+    if (span < 0)
+      return nodeError(node, "kernel larger than padded input " + shapeString(xs));
+    out[1 + i] = span / strides[i] + 1;
+    if (!ceilMode || span % strides[i] == 0)
+      continue;
+    // ceil_mode adds a last, partial window unless it would start in the
+    // trailing padding; extra trailing padding makes TOSA produce it (max
+    // pooling pads with the lowest value, average pooling does not count
+    // padding).
+    if (out[1 + i] * strides[i] < xs[2 + i] + pads[i]) {
+      pads[i + 2] += strides[i] - span % strides[i];
+      out[1 + i] += 1;
+    }
+  }
+  Value xNhwc = fitWindows(transpose(x, {0, 2, 3, 1}), pads, kernel, strides, dilations);
+  llvm::SmallVector<mlir::NamedAttribute> attrs = {
+      attr("kernel", builder_.getDenseI64ArrayAttr(kernel)),
+      attr("stride", builder_.getDenseI64ArrayAttr(strides)),
+      attr("pad", builder_.getDenseI64ArrayAttr({pads[0], pads[2], pads[1], pads[3]}))};
+  Value y;
+  if (isMax) {
+    y = build<mlir::tosa::MaxPool2dOp>(out, {xNhwc}, attrs);
+  } else {
+    attrs.push_back(attr("acc_type", mlir::TypeAttr::get(builder_.getF32Type())));
+    Value zp = zeroPoint();
+    y = build<mlir::tosa::AvgPool2dOp>(out, {xNhwc, zp, zp}, attrs);
+  }
+  return define(node, transpose(y, {0, 3, 1, 2}));
+}
+
+Status Importer::importGlobalAveragePool(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  if (shape.size() < 3)
+    return nodeError(node, "input " + shapeString(shape) + " has no spatial dimensions");
+  int64_t count = 1;
+  for (size_t axis = 2; axis < shape.size(); ++axis) {
+    count *= shape[axis];
+    shape[axis] = 1;
+    x = build<mlir::tosa::ReduceSumOp>(shape, {x},
+                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+  }
+  Value scale = scalar(1.0f / static_cast<float>(count), shape.size());
+  return define(node, mul(x, scale));
+}
+
+Value Importer::matmul3d(Value a, Value b) {
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  Value zp = zeroPoint();
+  return build<mlir::tosa::MatMulOp>({as[0], as[1], bs[2]}, {a, b, zp, zp});
+}
+
+Status Importer::importGemm(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  if (shapeOf(a).size() != 2 || shapeOf(b).size() != 2)
+    return nodeError(node, "Gemm needs 2-D inputs, got " + shapeString(shapeOf(a)) +
+                               " and " + shapeString(shapeOf(b)));
+  if (intAttr(node, "transA", 0))
+    a = transpose(a, {1, 0});
+  if (intAttr(node, "transB", 0))
+    b = transpose(b, {1, 0});
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  if (as[1] != bs[0])
+    return nodeError(node, "inner dimensions differ: A is " + shapeString(as) +
+                               ", B is " + shapeString(bs) + " (after transA/transB)");
+  Shape out = {as[0], bs[1]};
+  Value y = reshape(
+      matmul3d(reshape(a, {1, as[0], as[1]}), reshape(b, {1, bs[0], bs[1]})), out);
+  float alpha = floatAttr(node, "alpha", 1.0f), beta = floatAttr(node, "beta", 1.0f);
+  if (alpha != 1.0f)
+    y = mul(y, scalar(alpha, 2));
+  if (!hasOperand(node, 2) || beta == 0.0f)
+    return define(node, y);
+  FLOWC_ASSIGN_OR_RETURN(Value c, operand(node, 2));
+  FLOWC_ASSIGN_OR_RETURN(Shape broadcast, broadcastShape(node, out, shapeOf(c)));
+  if (broadcast != out)
+    return nodeError(node, "C " + shapeString(shapeOf(c)) + " does not broadcast to " +
+                               shapeString(out));
+  FLOWC_ASSIGN_OR_RETURN(c, broadcastTo(node, c, 2));
+  if (beta != 1.0f)
+    c = mul(c, scalar(beta, 2));
+  return define(node, build<mlir::tosa::AddOp>(out, {y, c}));
+}
+
+Status Importer::importMatMul(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  if (as.size() < 2 || bs.size() < 2)
+    return nodeUnsupported(node, "1-D MatMul operands are not supported yet");
+  int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  if (bs[bs.size() - 2] != k)
+    return nodeError(node, "inner dimensions differ: " + shapeString(as) + " x " +
+                               shapeString(bs));
+  Shape out(as.begin(), as.end() - 2);
+  if (bs.size() == 2) {
+    // Fold all batch dimensions of A into M: one [1, batch*M, K] x [1, K, N].
+    int64_t rows = product(as, 0, as.size() - 1);
+    out.push_back(m);
+    out.push_back(n);
+    Value y = matmul3d(reshape(a, {1, rows, k}), reshape(b, {1, k, n}));
+    return define(node, reshape(y, out));
+  }
+  Shape aBatch(as.begin(), as.end() - 2), bBatch(bs.begin(), bs.end() - 2);
+  if (aBatch != bBatch)
+    return nodeUnsupported(node, "broadcasting batch dimensions " + shapeString(as) +
+                                     " x " + shapeString(bs) + " is not supported yet");
+  int64_t batch = product(aBatch, 0, aBatch.size());
+  out.push_back(m);
+  out.push_back(n);
+  Value y = matmul3d(reshape(a, {batch, m, k}), reshape(b, {batch, k, n}));
+  return define(node, reshape(y, out));
+}
+
+Value Importer::softmaxLastAxis(Value x) {
+  Shape shape = shapeOf(x), reduced = shape;
+  int32_t axis = static_cast<int32_t>(shape.size() - 1);
+  reduced[axis] = 1;
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(axis));
+  Value max = build<mlir::tosa::ReduceMaxOp>(reduced, {x}, {axisAttr});
+  Value shifted = build<mlir::tosa::SubOp>(shape, {x, max});
+  Value exp = build<mlir::tosa::ExpOp>(shape, {shifted});
+  Value sum = build<mlir::tosa::ReduceSumOp>(reduced, {exp}, {axisAttr});
+  Value inverse = build<mlir::tosa::ReciprocalOp>(reduced, {sum});
+  return mul(exp, inverse);
+}
+
+/// x - max - log(sum(exp(x - max))) over the last axis.
+Value Importer::logSoftmaxLastAxis(Value x) {
+  Shape shape = shapeOf(x), reduced = shape;
+  int32_t axis = static_cast<int32_t>(shape.size() - 1);
+  reduced[axis] = 1;
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(axis));
+  Value shifted = build<mlir::tosa::SubOp>(
+      shape, {x, build<mlir::tosa::ReduceMaxOp>(reduced, {x}, {axisAttr})});
+  Value sum = build<mlir::tosa::ReduceSumOp>(
+      reduced, {build<mlir::tosa::ExpOp>(shape, {shifted})}, {axisAttr});
+  return build<mlir::tosa::SubOp>(shape,
+                                  {shifted, build<mlir::tosa::LogOp>(reduced, {sum})});
+}
+
+Status Importer::importSoftmaxLike(const Node &node, Value (Importer::*lastAxis)(Value)) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape in = shapeOf(x);
+  int64_t rank = static_cast<int64_t>(in.size());
+  bool legacy = model_.opsetVersion < 13; // before 13 they flattened at `axis`
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, legacy ? 1 : -1, in));
+  if (legacy) {
+    Value flat = reshape(x, {product(in, 0, axis), product(in, axis, in.size())});
+    return define(node, reshape((this->*lastAxis)(flat), in));
+  }
+  if (axis == rank - 1)
+    return define(node, (this->*lastAxis)(x));
+  // Move `axis` last, normalize, move it back.
+  llvm::SmallVector<int32_t> perms, inverse(rank);
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis)
+      perms.push_back(static_cast<int32_t>(i));
+  perms.push_back(static_cast<int32_t>(axis));
+  for (int64_t i = 0; i < rank; ++i)
+    inverse[perms[i]] = static_cast<int32_t>(i);
+  return define(node, transpose((this->*lastAxis)(transpose(x, perms)), inverse));
+}
+
+Status Importer::importBatchNormalization(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape xs = shapeOf(x);
+  if (xs.size() < 2)
+    return nodeError(node, "input " + shapeString(xs) + " has no channel dimension");
+  if (node.outputs.size() > 1 || intAttr(node, "training_mode", 0) != 0)
+    return nodeUnsupported(node,
+                           "training mode (running statistics outputs) is not supported");
+  // Per-channel vectors broadcast as [1, C, 1, ...].
+  Shape channel(xs.size(), 1);
+  channel[1] = xs[1];
+  Value params[4];
+  for (size_t i = 0; i < 4; ++i) {
+    FLOWC_ASSIGN_OR_RETURN(params[i], operand(node, i + 1));
+    if (shapeOf(params[i]) != Shape{xs[1]})
+      return nodeError(node, "input #" + std::to_string(i + 1) + " has shape " +
+                                 shapeString(shapeOf(params[i])) + ", expected [" +
+                                 std::to_string(xs[1]) + "]");
+    params[i] = reshape(params[i], channel);
+  }
+  auto [scale, bias, mean, variance] =
+      std::tuple(params[0], params[1], params[2], params[3]);
+  float epsilon = floatAttr(node, "epsilon", 1e-5f);
+  Value inverse = build<mlir::tosa::RsqrtOp>(
+      channel,
+      {build<mlir::tosa::AddOp>(channel, {variance, scalar(epsilon, xs.size())})});
+  // x * s + t, s = scale / sqrt(variance + epsilon), t = bias - mean * s:
+  // s and t depend on weights only (derived weights; a convolution before
+  // absorbs both, see compiler/lib/DerivedWeights.cpp).
+  Value factor = mul(scale, inverse);
+  Value shift = build<mlir::tosa::SubOp>(channel, {bias, mul(mean, factor)});
+  return define(node, build<mlir::tosa::AddOp>(xs, {mul(x, factor), shift}));
+}
+
+/// (x - mean) / sqrt(var + epsilon) * scale + bias over the axes from `axis`
+/// on, computed on an [outer, inner] view.
+Status Importer::importLayerNormalization(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value scale, operand(node, 1));
+  Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, -1, shape));
+  if (node.outputs.size() > 1 &&
+      std::any_of(node.outputs.begin() + 1, node.outputs.end(),
+                  [](const std::string &name) { return !name.empty(); }))
+    return nodeUnsupported(node, "the Mean and InvStdDev outputs are not supported");
+  int64_t outer = product(shape, 0, axis), inner = product(shape, axis, shape.size());
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(1));
+  Value flat = reshape(x, {outer, inner});
+  Value meanScale = scalar(1.0f / static_cast<float>(inner), 2);
+  Value mean =
+      mul(build<mlir::tosa::ReduceSumOp>({outer, 1}, {flat}, {axisAttr}), meanScale);
+  Value centered = build<mlir::tosa::SubOp>({outer, inner}, {flat, mean});
+  Value variance = mul(
+      build<mlir::tosa::ReduceSumOp>({outer, 1}, {mul(centered, centered)}, {axisAttr}),
+      meanScale);
+  Value shifted = build<mlir::tosa::AddOp>(
+      {outer, 1}, {variance, scalar(floatAttr(node, "epsilon", 1e-5f), 2)});
+  Value inverse = build<mlir::tosa::RsqrtOp>({outer, 1}, {shifted});
+  Value y = reshape(mul(centered, inverse), shape);
+  FLOWC_ASSIGN_OR_RETURN(Shape scaled, broadcastShape(node, shape, shapeOf(scale)));
+  if (scaled != shape)
+    return nodeError(node, "scale " + shapeString(shapeOf(scale)) +
+                               " does not broadcast to the input " + shapeString(shape));
+  FLOWC_ASSIGN_OR_RETURN(scale, broadcastTo(node, scale, shape.size()));
+  y = mul(y, scale);
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(Value bias, operand(node, 2));
+    FLOWC_ASSIGN_OR_RETURN(Shape biased, broadcastShape(node, shape, shapeOf(bias)));
+    if (biased != shape)
+      return nodeError(node, "bias " + shapeString(shapeOf(bias)) +
+                                 " does not broadcast to the input " +
+                                 shapeString(shape));
+    FLOWC_ASSIGN_OR_RETURN(bias, broadcastTo(node, bias, shape.size()));
+    y = build<mlir::tosa::AddOp>(shape, {y, bias});
+  }
+  return define(node, y);
+}
+
+/// Opset 20's Gelu: x * Phi(x) exactly, or its tanh approximation.
+Status Importer::importGelu(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  std::string approximate = stringAttr(node, "approximate", "none");
+  Value half = mul(x, scalar(0.5f, rank));
+  Value inner;
+  if (approximate == "none") {
+    inner = build<mlir::tosa::ErfOp>(shape, {mul(x, scalar(float(M_SQRT1_2), rank))});
+  } else if (approximate == "tanh") {
+    Value cube = mul(mul(x, x), x);
+    Value poly = build<mlir::tosa::AddOp>(shape, {x, mul(cube, scalar(0.044715f, rank))});
+    inner = build<mlir::tosa::TanhOp>(
+        shape, {mul(poly, scalar(static_cast<float>(std::sqrt(2.0 / M_PI)), rank))});
+  } else {
+    return nodeError(node, "approximate='" + approximate + "' is not 'none' or 'tanh'");
+  }
+  Value onePlus = build<mlir::tosa::AddOp>(shape, {inner, scalar(1.0f, rank)});
+  return define(node, mul(half, onePlus));
+}
+
+namespace {
+
+// Costs ------------------------------------------------------------------
+
+/// Y = conv(X, W) + B with W [Cout, Cin/group, kh, kw]: every output element
+/// is a dot product of length Cin/group * kh * kw.
+std::optional<uint64_t> convFlops(const NodeRecord &record, const Node *) {
+  if (!present(record, 1) || !hasShape(record.inputs[1]) || record.outputs.empty())
+    return std::nullopt;
+  uint64_t out = outputElements(record);
+  uint64_t flops = 2 * out * trailingProduct(record.inputs[1].shape, 1);
+  return flops + (present(record, 2) ? out : 0);
+}
+
+/// Y[M,N] = A·B (+ C): K is A's element count over M whether or not A is
+/// transposed. alpha and beta scaling are not counted.
+std::optional<uint64_t> gemmFlops(const NodeRecord &record, const Node *) {
+  if (record.inputs.size() < 2 || !hasShape(record.inputs[0]) || record.outputs.empty() ||
+      record.outputs[0].shape.size() != 2 || record.outputs[0].shape[0] <= 0)
+    return std::nullopt;
+  uint64_t m = static_cast<uint64_t>(record.outputs[0].shape[0]);
+  uint64_t k = elements(record.inputs[0]) / m;
+  uint64_t out = outputElements(record);
+  return 2 * out * k + (present(record, 2) ? out : 0);
+}
+
+/// Y[..., M, N] = A[..., M, K] · B[..., K, N], batch dimensions broadcast:
+/// every output element is a dot product of length K.
+std::optional<uint64_t> matMulFlops(const NodeRecord &record, const Node *) {
+  if (record.inputs.size() < 2 || !hasShape(record.inputs[0]) ||
+      record.inputs[0].shape.empty() || record.outputs.empty())
+    return std::nullopt;
+  uint64_t k = static_cast<uint64_t>(record.inputs[0].shape.back());
+  return 2 * outputElements(record) * k;
+}
+
+/// Every output element reads its window once (a compare or an add).
+std::optional<uint64_t> poolFlops(const NodeRecord &record, const Node *source) {
+  if (!source)
+    return std::nullopt;
+  auto it = source->attributes.find("kernel_shape");
+  if (it == source->attributes.end() || it->second.ints.empty())
+    return std::nullopt;
+  uint64_t window = trailingProduct(it->second.ints, 0);
+  return outputElements(record) * window;
+}
+
+/// Without the kernel size, the ratio of input to output elements: exact
+/// for non-overlapping windows, low for overlapping ones.
+uint64_t estimatedPoolFlops(const NodeRecord &record) {
+  uint64_t out = outputElements(record);
+  if (record.inputs.empty() || out == 0)
+    return out;
+  uint64_t in = elements(record.inputs[0]);
+  return out * std::max<uint64_t>(1, (in + out - 1) / out);
+}
+
+/// y = (x - mean) * (scale * rsqrt(var + eps)) + bias: three per element,
+/// three per channel.
+std::optional<uint64_t> batchNormFlops(const NodeRecord &record, const Node *) {
+  if (record.outputs.empty() || record.outputs[0].shape.size() < 2)
+    return std::nullopt;
+  uint64_t channels =
+      static_cast<uint64_t>(std::max<int64_t>(record.outputs[0].shape[1], 0));
+  return 3 * outputElements(record) + 3 * channels;
+}
+
+using I = Importer;
+
+// The family's op table (OpRegistry.h): one entry per op and opset range.
+constexpr OpInfo kOps[] = {
+    {.name = "AveragePool",
+     .import = &I::importPool,
+     .cost = poolFlops,
+     .estimate = estimatedPoolFlops},
+    {.name = "BatchNormalization",
+     .signature = {5, 5, 1, 5},
+     .import = &I::importBatchNormalization,
+     .cost = batchNormFlops,
+     .positiveInputs = 1u << 4}, // the variance
+    {.name = "Conv",
+     .signature = {2, 3, 1, 1},
+     .import = &I::importConv,
+     .cost = convFlops},
+    {.name = "Gelu", .sinceVersion = 20, .import = &I::importGelu},
+    {.name = "Gemm",
+     .signature = {2, 3, 1, 1},
+     .import = &I::importGemm,
+     .cost = gemmFlops},
+    {.name = "GlobalAveragePool",
+     .import = &I::importGlobalAveragePool,
+     .cost = reduceFlops},
+    // mean, subtract, square, variance, normalize, scale, shift
+    {.name = "LayerNormalization",
+     .sinceVersion = 17,
+     .signature = {2, 3, 1, 3},
+     .import = &I::importLayerNormalization,
+     .cost = perElement<7>},
+    {.name = "LogSoftmax", .import = &I::importLogSoftmax},
+    {.name = "MatMul",
+     .signature = {2, 2, 1, 1},
+     .import = &I::importMatMul,
+     .cost = matMulFlops},
+    {.name = "MaxPool",
+     .signature = {1, 1, 1, 2},
+     .import = &I::importPool,
+     .cost = poolFlops,
+     .estimate = estimatedPoolFlops},
+    // max, subtract, exp, sum, divide
+    {.name = "Softmax", .import = &I::importSoftmax, .cost = perElement<5>},
+};
+
+} // namespace
+
+std::span<const OpInfo> nnOps() { return kOps; }
+
+} // namespace flowc::compiler::import

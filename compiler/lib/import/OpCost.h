@@ -1,0 +1,62 @@
+// Helpers for the op table's cost formulas (OpRegistry.h), shared by the op
+// families and the profile. What one FLOP is for each op is listed in
+// docs/compiler.md, "Static profile"; keep the two in step.
+#pragma once
+
+#include "flowc/compiler/OpRegistry.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace flowc::compiler::import {
+
+inline uint64_t elements(const TensorInfo &info) {
+  int64_t count = info.elementCount();
+  return count < 0 ? 0 : static_cast<uint64_t>(count);
+}
+
+inline bool hasShape(const TensorInfo &info) {
+  return !info.name.empty() && info.elementCount() >= 0;
+}
+
+inline bool present(const NodeRecord &record, size_t input) {
+  return input < record.inputs.size() && !record.inputs[input].name.empty();
+}
+
+inline uint64_t outputElements(const NodeRecord &record) {
+  return record.outputs.empty() ? 0 : elements(record.outputs[0]);
+}
+
+/// Product of the dimensions from `from` on: the per-output-channel work of
+/// a convolution kernel.
+inline uint64_t trailingProduct(const std::vector<int64_t> &shape, size_t from) {
+  uint64_t product = 1;
+  for (size_t i = from; i < shape.size(); ++i)
+    product *= static_cast<uint64_t>(std::max<int64_t>(shape[i], 0));
+  return product;
+}
+
+/// Elementwise ops: `Flops` per output element. A transcendental function
+/// (exp, erf, tanh, sqrt) counts as one, like a multiply.
+template <uint64_t Flops>
+std::optional<uint64_t> perElement(const NodeRecord &record, const Node *) {
+  return Flops * outputElements(record);
+}
+
+/// Ops that only move or reinterpret data: no arithmetic.
+inline std::optional<uint64_t> dataMovement(const NodeRecord &, const Node *) {
+  return 0;
+}
+
+/// A sum over the reduced elements, and a division per output for means.
+inline std::optional<uint64_t> reduceFlops(const NodeRecord &record, const Node *) {
+  if (record.inputs.empty() || !hasShape(record.inputs[0]))
+    return std::nullopt;
+  uint64_t in = elements(record.inputs[0]);
+  bool mean = record.opType == "ReduceMean" || record.opType == "GlobalAveragePool";
+  return in + (mean ? outputElements(record) : 0);
+}
+
+} // namespace flowc::compiler::import

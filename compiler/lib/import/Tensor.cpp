@@ -1,0 +1,597 @@
+// Data movement: reshapes, transposes, concatenation, slicing, gathers,
+// casts, padding and constants. None of them computes, so their static
+// cost is zero.
+#include "Importer.h"
+#include "OpCost.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace flowc::compiler::import {
+
+Status Importer::importReshape(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Shape target, reshapeTarget(node, shapeOf(x)));
+  return define(node, reshape(x, target));
+}
+
+Status Importer::importFlatten(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  Shape in = shapeOf(x);
+  int64_t axis = intAttr(node, "axis", 1);
+  if (axis < 0)
+    axis += static_cast<int64_t>(in.size());
+  if (axis < 0 || axis > static_cast<int64_t>(in.size()))
+    return nodeError(node, "axis " + std::to_string(intAttr(node, "axis", 1)) +
+                               " is out of range for input " + shapeString(in));
+  return define(node, reshape(x, {product(in, 0, axis), product(in, axis, in.size())}));
+}
+
+Status Importer::importTranspose(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  size_t rank = shapeOf(x).size();
+  Shape perm = intsAttr(node, "perm", {});
+  if (perm.empty())
+    for (size_t i = 0; i < rank; ++i)
+      perm.push_back(static_cast<int64_t>(rank - 1 - i));
+  Shape sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (sorted.size() != rank || sorted[i] != static_cast<int64_t>(i))
+      return nodeError(node, "perm " + shapeString(perm) +
+                                 " is not a permutation of rank " + std::to_string(rank));
+  llvm::SmallVector<int32_t> perms(perm.begin(), perm.end());
+  return define(node, transpose(x, perms));
+}
+
+Status Importer::importConcat(const Node &node) {
+  llvm::SmallVector<Value> inputs;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(Value v, anyOperand(node, i));
+    if (!inputs.empty() && elementTypeOf(v) != elementTypeOf(inputs[0]))
+      return nodeError(node, "inputs have different element types");
+    inputs.push_back(v);
+  }
+  if (inputs.empty())
+    return nodeError(node, "Concat needs at least one input");
+  Shape out = shapeOf(inputs[0]);
+  int64_t rank = static_cast<int64_t>(out.size());
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
+  Shape reference = out;
+  reference[axis] = 0;
+  out[axis] = 0;
+  for (Value v : inputs) {
+    Shape shape = shapeOf(v), other = shape;
+    if (shape.size() == out.size())
+      other[axis] = 0;
+    if (other != reference)
+      return nodeError(node, "input " + shapeString(shape) +
+                                 " does not match the others outside axis " +
+                                 std::to_string(axis));
+    out[axis] += shape[axis];
+  }
+  if (inputs.size() == 1)
+    return define(node, inputs[0]);
+  return define(node, buildTyped<mlir::tosa::ConcatOp>(
+                          elementTypeOf(inputs[0]), out, inputs,
+                          {attr("axis", builder_.getI32IntegerAttr(axis))}));
+}
+
+Status Importer::importSqueezeLike(const Node &node, bool unsqueeze) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Shape out, squeezedShape(node, shapeOf(x), unsqueeze));
+  return define(node, reshape(x, out));
+}
+
+Expected<Shape> Importer::reshapeTarget(const Node &node, const Shape &in) {
+  FLOWC_ASSIGN_OR_RETURN(const TensorData *shapeTensor, constantOperand(node, 1));
+  auto values = toInts(*shapeTensor);
+  if (!values || values->shape.size() != 1)
+    return nodeError(node, "shape input must be a 1-D int64 tensor");
+  Shape target = values->values;
+  bool allowZero = intAttr(node, "allowzero", 0) != 0;
+  int inferred = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && !allowZero) {
+      if (i >= in.size())
+        return nodeError(node, "shape " + shapeString(target) + " copies dimension " +
+                                   std::to_string(i) + " that input " + shapeString(in) +
+                                   " does not have");
+      target[i] = in[i];
+    }
+    if (target[i] == -1) {
+      if (inferred >= 0)
+        return nodeError(node, "shape " + shapeString(target) + " has more than one -1");
+      inferred = static_cast<int>(i);
+      continue;
+    }
+    if (target[i] < 0)
+      return nodeError(node,
+                       "shape " + shapeString(target) + " has a negative dimension");
+    // A dimension of 0 (allowzero) makes any product fit; checked below.
+    if (target[i] != 0 && __builtin_mul_overflow(known, target[i], &known))
+      return nodeError(node, "cannot reshape " + shapeString(in) + " to " +
+                                 shapeString(target) + ": the sizes do not match");
+  }
+  int64_t total = product(in, 0, in.size());
+  bool hasZero = std::find(target.begin(), target.end(), 0) != target.end();
+  if (allowZero && inferred >= 0 && hasZero)
+    return nodeError(node, "shape " + shapeString(target) +
+                               " has both a -1 and a 0 (allowzero): the -1 is ambiguous");
+  if (inferred >= 0)
+    target[inferred] = known ? total / known : 0;
+  if (checkedElementCount(target) != std::optional<int64_t>(total))
+    return nodeError(node,
+                     "cannot reshape " + shapeString(in) + " to " + shapeString(target));
+  return target;
+}
+
+Expected<Shape> Importer::squeezedShape(const Node &node, const Shape &in,
+                                        bool unsqueeze) {
+  int64_t rank = static_cast<int64_t>(in.size());
+  // Unsqueeze axes refer to the output, whose rank grows by their count.
+  int64_t axesRank = rank;
+  if (unsqueeze) {
+    size_t count = intsAttr(node, "axes", {}).size();
+    if (hasOperand(node, 1)) {
+      FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, 1));
+      count = static_cast<size_t>(tensor->info.elementCount());
+    }
+    if (count > kMaxRank)
+      return nodeError(node, "inserts " + std::to_string(count) +
+                                 " axes; flowc takes ranks up to " +
+                                 std::to_string(kMaxRank));
+    axesRank = rank + static_cast<int64_t>(count);
+  }
+  FLOWC_ASSIGN_OR_RETURN(Shape axes, axesOf(node, 1, axesRank));
+  Shape out;
+  if (unsqueeze) {
+    out = in;
+    for (int64_t axis : axes)
+      out.insert(out.begin() + axis, 1);
+    return out;
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    bool listed = std::binary_search(axes.begin(), axes.end(), i);
+    if (listed && in[i] != 1)
+      return nodeError(node, "cannot squeeze axis " + std::to_string(i) + " of size " +
+                                 std::to_string(in[i]));
+    if (!listed && !(axes.empty() && in[i] == 1))
+      out.push_back(in[i]);
+  }
+  return out;
+}
+
+Expected<std::vector<std::pair<int64_t, int64_t>>>
+Importer::sliceRanges(const Node &node, const Shape &in) {
+  int64_t rank = static_cast<int64_t>(in.size());
+  Shape starts, ends, axes, steps;
+  if (model_.opsetVersion < 10) {
+    starts = intsAttr(node, "starts", {});
+    ends = intsAttr(node, "ends", {});
+    axes = intsAttr(node, "axes", {});
+  } else {
+    auto ints = [&](size_t index, Shape &out) -> Status {
+      if (!hasOperand(node, index))
+        return Status::ok();
+      FLOWC_ASSIGN_OR_RETURN(const TensorData *tensor, constantOperand(node, index));
+      auto values = toInts(*tensor);
+      if (!values)
+        return nodeError(node, "input #" + std::to_string(index) + " must be integer");
+      out = values->values;
+      return Status::ok();
+    };
+    FLOWC_RETURN_IF_ERROR(ints(1, starts));
+    FLOWC_RETURN_IF_ERROR(ints(2, ends));
+    FLOWC_RETURN_IF_ERROR(ints(3, axes));
+    FLOWC_RETURN_IF_ERROR(ints(4, steps));
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(static_cast<int64_t>(i));
+  if (starts.size() != ends.size() || axes.size() != starts.size() ||
+      (!steps.empty() && steps.size() != starts.size()))
+    return nodeError(node, "starts " + shapeString(starts) + ", ends " +
+                               shapeString(ends) + ", axes " + shapeString(axes) +
+                               " and steps " + shapeString(steps) + " differ in length");
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (steps[i] == 0)
+      return nodeError(node, "steps[" + std::to_string(i) + "] is 0");
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t d = 0; d < rank; ++d)
+    ranges.emplace_back(0, in[d]);
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (!steps.empty() && steps[i] != 1)
+      return nodeUnsupported(node, "slice steps other than 1 are not supported yet");
+    FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, axes[i], rank));
+    if (!seen.insert(axis).second)
+      return nodeError(node, "axes " + shapeString(axes) + " repeat axis " +
+                                 std::to_string(axis));
+    int64_t dim = in[axis];
+    auto clampIndex = [dim](int64_t v) {
+      return std::clamp(v < 0 ? v + dim : v, int64_t{0}, dim);
+    };
+    int64_t begin = clampIndex(starts[i]), end = clampIndex(ends[i]);
+    ranges[axis] = {begin, std::max(begin, end)};
+  }
+  return ranges;
+}
+
+Status Importer::importSlice(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(auto ranges, sliceRanges(node, shapeOf(x)));
+  Shape start, size;
+  for (const auto &[begin, end] : ranges) {
+    start.push_back(begin);
+    size.push_back(end - begin);
+  }
+  return define(node, slice(x, start, size));
+}
+
+Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indices,
+                                        int64_t axis) {
+  mlir::Type indexType = elementTypeOf(indices);
+  if (!indexType.isInteger(64) && !indexType.isInteger(32))
+    return nodeError(node, "indices must be int64 or int32");
+  Shape shape = shapeOf(data), indexShape = shapeOf(indices);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  // Move `axis` first so the gather is over [1, K, C] values.
+  llvm::SmallVector<int32_t> perms{static_cast<int32_t>(axis)};
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis)
+      perms.push_back(static_cast<int32_t>(i));
+  Value front = transpose(data, perms);
+  int64_t k = shape[axis],
+          rest = product(shape, 0, shape.size()) / std::max<int64_t>(k, 1);
+  int64_t count = product(indexShape, 0, indexShape.size());
+  Value values = reshape(front, {1, k, rest});
+  auto i32 = builder_.getI32Type();
+  Value flat = reshape(indices, {1, count});
+  if (!indexType.isInteger(32))
+    flat = buildTyped<mlir::tosa::CastOp>(i32, {1, count}, {flat});
+  // ONNX counts negative indices from the end.
+  auto i32Const = [&](int32_t value) -> Value {
+    auto type = mlir::RankedTensorType::get({1, 1}, i32);
+    return mlir::tosa::ConstOp::create(
+        builder_, loc_, type, mlir::DenseElementsAttr::get(type, llvm::ArrayRef(value)));
+  };
+  Value negative = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), {1, count},
+                                                     {i32Const(0), flat});
+  Value wrapped = buildTyped<mlir::tosa::AddOp>(
+      i32, {1, count}, {flat, i32Const(static_cast<int32_t>(k))});
+  flat = buildTyped<mlir::tosa::SelectOp>(i32, {1, count}, {negative, wrapped, flat});
+  Value gathered = buildTyped<mlir::tosa::GatherOp>(elementTypeOf(data), {1, count, rest},
+                                                    {values, flat});
+  // [indices..., other dims...] then the gathered dims back in place.
+  Shape unfolded = indexShape;
+  for (size_t i = 1; i < perms.size(); ++i)
+    unfolded.push_back(shape[perms[i]]);
+  Value y = reshape(gathered, unfolded);
+  int64_t indexRank = static_cast<int64_t>(indexShape.size());
+  if (axis == 0)
+    return y;
+  llvm::SmallVector<int32_t> back;
+  for (int64_t i = 0; i < axis; ++i)
+    back.push_back(static_cast<int32_t>(indexRank + i));
+  for (int64_t i = 0; i < indexRank; ++i)
+    back.push_back(static_cast<int32_t>(i));
+  for (int64_t i = axis + 1; i < rank; ++i)
+    back.push_back(static_cast<int32_t>(indexRank + i - 1));
+  return transpose(y, back);
+}
+
+Status Importer::importGather(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
+  Shape shape = shapeOf(data);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
+  // A few constant indices become slices (checked here, free at run time);
+  // runtime or many indices (embedding lookups) a gather.
+  constexpr size_t kMaxSlicedIndices = 16;
+  auto indices = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  // Constant indices are checked here, however many: the runtime's gather
+  // reads where they point.
+  for (int64_t index : indices ? indices->values : std::vector<int64_t>{})
+    if (index < -shape[axis] || index >= shape[axis])
+      return nodeError(node, "index " + std::to_string(index) +
+                                 " is out of range for axis " + std::to_string(axis) +
+                                 " of " + shapeString(shape));
+  if (!indices || indices->values.size() > kMaxSlicedIndices) {
+    FLOWC_ASSIGN_OR_RETURN(Value runtimeIndices, anyOperand(node, 1));
+    FLOWC_ASSIGN_OR_RETURN(Value y, gatherRuntime(node, data, runtimeIndices, axis));
+    return define(node, y);
+  }
+  llvm::SmallVector<Value> rows;
+  for (int64_t index : indices->values) {
+    int64_t k = index < 0 ? index + shape[axis] : index;
+    Shape start(shape.size(), 0), size = shape;
+    start[axis] = k;
+    size[axis] = 1;
+    rows.push_back(slice(data, start, size));
+  }
+  Shape joined = shape;
+  joined[axis] = static_cast<int64_t>(rows.size());
+  Value y = rows.size() == 1 ? rows[0]
+                             : buildTyped<mlir::tosa::ConcatOp>(
+                                   elementTypeOf(data), joined, rows,
+                                   {attr("axis", builder_.getI32IntegerAttr(axis))});
+  // The indices' shape replaces the gathered axis.
+  Shape out(shape.begin(), shape.begin() + axis);
+  out.insert(out.end(), indices->shape.begin(), indices->shape.end());
+  out.insert(out.end(), shape.begin() + axis + 1, shape.end());
+  return define(node, reshape(y, out));
+}
+
+Status Importer::importExpand(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  auto target = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  if (!target)
+    return nodeUnsupported(node, "shape must be a constant integer tensor");
+  if (target->shape.size() != 1)
+    return nodeError(node,
+                     "shape must be a 1-D tensor, got " + shapeString(target->shape));
+  for (int64_t dim : target->values)
+    if (dim < 0)
+      return nodeError(node, "shape " + shapeString(target->values) +
+                                 " has a negative dimension");
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(x), target->values));
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, out));
+  if (out == shapeOf(x))
+    return define(node, x);
+  // x + 0 broadcasts x to `out` (TOSA has no broadcast_to).
+  FLOWC_ASSIGN_OR_RETURN(x, broadcastTo(node, x, out.size()));
+  auto type = f32(out);
+  Value zeros = mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                            mlir::DenseElementsAttr::get(type, 0.0f));
+  return define(node, build<mlir::tosa::AddOp>(out, {x, zeros}));
+}
+
+/// Inference: Dropout passes its input through and keeps every element
+/// (an all-true mask).
+Status Importer::importIdentity(const Node &node) {
+  if (node.opType == "Dropout" && hasOperand(node, 2)) {
+    auto training = intConstant(node.inputs[2]);
+    if (!training || training->values.size() != 1)
+      return nodeUnsupported(node, "training_mode must be a constant");
+    if (training->values[0] != 0)
+      return nodeUnsupported(node, "training mode (random dropout) is not supported");
+  }
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  FLOWC_RETURN_IF_ERROR(define(node, x));
+  if (node.outputs.size() < 2 || node.outputs[1].empty())
+    return Status::ok();
+  Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, shape));
+  addFolded(node.outputs[1], DType::Bool, shape,
+            std::make_shared<std::string>(static_cast<size_t>(count), '\1'));
+  return Status::ok();
+}
+
+Status Importer::importCast(const Node &node) {
+  return importCastTo(node, static_cast<DType>(intAttr(node, "to", 0)));
+}
+
+Status Importer::importCastLike(const Node &node) {
+  if (!hasOperand(node, 1))
+    return nodeError(node, "CastLike needs a target_type input");
+  return importCastTo(node, describeValue(node.inputs[1]).dtype);
+}
+
+Status Importer::importCastTo(const Node &node, DType to) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  mlir::Type target = elementType(to);
+  if (!target)
+    return nodeUnsupported(node, "casting to " + dtypeName(to) + " is not supported");
+  if (target == elementTypeOf(x))
+    return define(node, x);
+  if (!target.isF32())
+    return nodeUnsupported(node, "casting a runtime " + dtypeName(dtypeOf(x)) +
+                                     " tensor to " + dtypeName(to) +
+                                     " is not supported (to float32 only)");
+  return define(node, build<mlir::tosa::CastOp>(shapeOf(x), {x}));
+}
+
+/// Sizes from the `split` input (opset 13+) or attribute (before), else
+/// `num_outputs` (opset 18+) or the output count, ONNX's uneven last part.
+Status Importer::importSplit(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, 0, shape));
+  Shape sizes = intsAttr(node, "split", {});
+  if (hasOperand(node, 1)) {
+    auto split = intConstant(node.inputs[1]);
+    if (!split)
+      return nodeUnsupported(node, "split sizes must be a constant integer tensor");
+    sizes = split->values;
+  }
+  int64_t parts = intAttr(node, "num_outputs", static_cast<int64_t>(node.outputs.size()));
+  if (parts != static_cast<int64_t>(node.outputs.size()))
+    return nodeError(node, "num_outputs=" + std::to_string(parts) + " but the node has " +
+                               std::to_string(node.outputs.size()) + " outputs");
+  for (int64_t size : sizes)
+    if (size < 0)
+      return nodeError(node,
+                       "split sizes " + shapeString(sizes) + " have a negative size");
+  if (sizes.empty()) {
+    if (parts <= 0)
+      return nodeError(node, "no outputs to split into");
+    int64_t each = (shape[axis] + parts - 1) / parts;
+    for (int64_t left = shape[axis]; left > 0; left -= each)
+      sizes.push_back(std::min(each, left));
+  }
+  if (sizes.size() != node.outputs.size())
+    return nodeError(node, "split into " + std::to_string(sizes.size()) +
+                               " parts but the node has " +
+                               std::to_string(node.outputs.size()) + " outputs");
+  int64_t total = 0;
+  bool overflow = false;
+  for (int64_t size : sizes)
+    overflow = overflow || __builtin_add_overflow(total, size, &total);
+  if (overflow || total != shape[axis])
+    return nodeError(node, "split sizes " + shapeString(sizes) + " do not add up to " +
+                               std::to_string(shape[axis]) + " (axis " +
+                               std::to_string(axis) + " of " + shapeString(shape) + ")");
+  Shape start(shape.size(), 0);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Shape size = shape;
+    size[axis] = sizes[i];
+    FLOWC_RETURN_IF_ERROR(defineOutput(node, i, slice(x, start, size)));
+    start[axis] += sizes[i];
+  }
+  return Status::ok();
+}
+
+/// Pad in constant mode with constant, non-negative pads.
+Status Importer::importPad(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  std::string mode = stringAttr(node, "mode", "constant");
+  if (mode != "constant")
+    return nodeUnsupported(node, "mode '" + mode + "' is not supported (constant only)");
+  Shape pads = intsAttr(node, "pads", {});
+  if (hasOperand(node, 1)) {
+    auto values = intConstant(node.inputs[1]);
+    if (!values)
+      return nodeUnsupported(node, "pads must be a constant integer tensor");
+    pads = values->values;
+  }
+  Shape axes;
+  if (hasOperand(node, 3)) {
+    FLOWC_ASSIGN_OR_RETURN(axes, axesOf(node, 3, static_cast<int64_t>(rank)));
+    auto given = intConstant(node.inputs[3]);
+    if (given && given->values.size() != axes.size())
+      return nodeError(node, "axes repeat an axis");
+    if (given) // axesOf sorts; pads follow the order given
+      for (int64_t &axis : given->values)
+        axis = axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
+    axes = given ? given->values : axes;
+  } else {
+    for (size_t i = 0; i < rank; ++i)
+      axes.push_back(static_cast<int64_t>(i));
+  }
+  if (pads.size() != 2 * axes.size())
+    return nodeError(node, "pads has " + std::to_string(pads.size()) +
+                               " values, expected " + std::to_string(2 * axes.size()));
+  Shape padding(2 * rank, 0), out = shape;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t before = pads[i], after = pads[i + axes.size()];
+    if (before < 0 || after < 0)
+      return nodeUnsupported(node, "negative pads (cropping) are not supported");
+    padding[2 * axes[i]] = before;
+    padding[2 * axes[i] + 1] = after;
+    out[axes[i]] += before + after;
+  }
+  float value = 0.0f;
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(value, scalarConstant(node, 2));
+  }
+  return define(
+      node, build<mlir::tosa::PadOp>(out, {x, constShape(padding), scalar(value, 1)}));
+}
+
+/// A Constant's `value` tensor, or its scalar and list forms.
+Status Importer::importConstant(const Node &node) {
+  if (node.outputs.empty())
+    return nodeError(node, "node has no output");
+  if (auto it = node.attributes.find("value");
+      it != node.attributes.end() && it->second.tensor) {
+    it->second.tensor->info.name = node.outputs[0];
+    constants_[node.outputs[0]] = it->second.tensor.get();
+    return Status::ok();
+  }
+  auto find = [&](const char *name) -> const Attribute * {
+    auto it = node.attributes.find(name);
+    return it == node.attributes.end() ? nullptr : &it->second;
+  };
+  if (const Attribute *value = find("value_float"))
+    return defineFloatConstant(node, {}, {value->f});
+  if (const Attribute *value = find("value_floats"))
+    return defineFloatConstant(node, {static_cast<int64_t>(value->floats.size())},
+                               value->floats);
+  if (const Attribute *value = find("value_int"))
+    return defineConstant(node, IntTensor{{}, {value->i}, DType::I64});
+  if (const Attribute *value = find("value_ints"))
+    return defineConstant(
+        node,
+        IntTensor{{static_cast<int64_t>(value->ints.size())}, value->ints, DType::I64});
+  return nodeUnsupported(node, "a Constant needs a value, value_float(s) or value_int(s) "
+                               "attribute (string and sparse values are not supported)");
+}
+
+namespace {
+
+using I = Importer;
+/// Inputs that older opsets took as attributes.
+constexpr OpSignature kShapeFromInput{1, 2, 1, 1};
+
+// The family's op table (OpRegistry.h): one entry per op and opset range.
+// Shape, Size, ConstantOfShape and Range have no import function: they are
+// evaluated at import (ShapeFolding.cpp), or refused.
+constexpr OpInfo kOps[] = {
+    {.name = "Cast", .import = &I::importCast, .cost = dataMovement},
+    {.name = "CastLike",
+     .sinceVersion = 15,
+     .signature = {2, 2, 1, 1},
+     .import = &I::importCastLike},
+    {.name = "Concat",
+     .signature = {1, kAnyCount, 1, 1, true},
+     .import = &I::importConcat,
+     .cost = dataMovement},
+    {.name = "Constant",
+     .signature = {0, 0, 1, 1},
+     .import = &I::importConstant,
+     .cost = dataMovement},
+    {.name = "ConstantOfShape", .sinceVersion = 9, .cost = dataMovement},
+    {.name = "Dropout",
+     .signature = {1, 3, 1, 2},
+     .import = &I::importIdentity,
+     .cost = dataMovement},
+    {.name = "Expand",
+     .sinceVersion = 8,
+     .signature = {2, 2, 1, 1},
+     .import = &I::importExpand,
+     .cost = dataMovement},
+    {.name = "Flatten", .import = &I::importFlatten, .cost = dataMovement},
+    {.name = "Gather",
+     .signature = {2, 2, 1, 1},
+     .import = &I::importGather,
+     .cost = dataMovement},
+    {.name = "Identity", .import = &I::importIdentity, .cost = dataMovement},
+    {.name = "Pad",
+     .signature = {1, 4, 1, 1},
+     .import = &I::importPad,
+     .cost = dataMovement},
+    {.name = "Range", .sinceVersion = 11, .signature = {3, 3, 1, 1}},
+    {.name = "Reshape",
+     .signature = kShapeFromInput,
+     .import = &I::importReshape,
+     .cost = dataMovement},
+    {.name = "Shape", .cost = dataMovement},
+    {.name = "Size"},
+    {.name = "Slice",
+     .signature = {1, 5, 1, 1},
+     .import = &I::importSlice,
+     .cost = dataMovement},
+    {.name = "Split",
+     .signature = {1, 2, 1, kAnyCount},
+     .import = &I::importSplit,
+     .cost = dataMovement},
+    {.name = "Squeeze",
+     .signature = kShapeFromInput,
+     .import = &I::importSqueeze,
+     .cost = dataMovement},
+    {.name = "Transpose", .import = &I::importTranspose, .cost = dataMovement},
+    {.name = "Unsqueeze",
+     .signature = kShapeFromInput,
+     .import = &I::importUnsqueeze,
+     .cost = dataMovement},
+};
+
+} // namespace
+
+std::span<const OpInfo> tensorOps() { return kOps; }
+
+} // namespace flowc::compiler::import
