@@ -246,6 +246,8 @@ void buildBufferizePipeline(mlir::PassManager &pm, const CompileOptions &options
     pm.addPass(std::make_unique<FuseElementwiseOpsPass>());
   // Last on tensors: one buffer per result from here on.
   pm.addPass(std::make_unique<DistinctResultsPass>());
+  // One-Shot Bufferize models func.call, not flowc.library_call.
+  pm.addPass(createLowerLibraryCallsPass());
   // Identity layouts at the boundary: the runtime passes dense row-major
   // buffers as bare pointers.
   mlir::bufferization::OneShotBufferizePassOptions bufferize;
