@@ -43,6 +43,12 @@ protected:
     return mlir::parseSourceString<mlir::ModuleOp>(ir, &context_);
   }
 
+  /// `ir` fails to parse, with a diagnostic containing `message`.
+  void expectInvalid(const std::string &ir, const std::string &message) {
+    EXPECT_FALSE(parse(ir));
+    EXPECT_NE(errors_.find(message), std::string::npos) << errors_;
+  }
+
   mlir::DialectRegistry registry_;
   mlir::MLIRContext context_{mlir::MLIRContext::Threading::DISABLED};
   std::string errors_;
@@ -140,45 +146,32 @@ func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
 }
 
 TEST_F(FlowcDialectTest, LibraryCallParamsMustBeTheKindsStruct) {
-  auto module = parse(withCall("%y = flowc.library_call softmax @k(%x) params [1, 8, 0] "
-                               ": (tensor<1x8xf32>) -> tensor<1x8xf32>"));
-  EXPECT_FALSE(module);
-  EXPECT_NE(errors_.find("'flowc.library_call' op params have 3 words, but a softmax "
-                         "kernel's parameters are 2"),
-            std::string::npos)
-      << errors_;
+  expectInvalid(withCall("%y = flowc.library_call softmax @k(%x) params [1, 8, 0] "
+                         ": (tensor<1x8xf32>) -> tensor<1x8xf32>"),
+                "'flowc.library_call' op params have 3 words, but a softmax "
+                "kernel's parameters are 2");
 }
 
 TEST_F(FlowcDialectTest, LibraryCallInputsMustMatchItsParams) {
   // A layer norm with a scale (hasScale = 1) but no scale input.
-  auto module = parse(withCall("%y = flowc.library_call layernorm @k(%x) params "
-                               "[1, 8, 0, 1, 0] : (tensor<1x8xf32>) -> tensor<1x8xf32>"));
-  EXPECT_FALSE(module);
-  EXPECT_NE(errors_.find("'flowc.library_call' op has 1 inputs, but its layernorm "
-                         "params ask for 2"),
-            std::string::npos)
-      << errors_;
+  expectInvalid(withCall("%y = flowc.library_call layernorm @k(%x) params "
+                         "[1, 8, 0, 1, 0] : (tensor<1x8xf32>) -> tensor<1x8xf32>"),
+                "'flowc.library_call' op has 1 inputs, but its layernorm "
+                "params ask for 2");
 }
 
 TEST_F(FlowcDialectTest, LibraryCallSourceRankIsChecked) {
-  auto module = parse(withCall(
-      "%y = flowc.library_call pool2d @k(%x) params [1, 8, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, "
-      "0, 0, 0, 0, 0] : (tensor<1x8xf32>) -> tensor<1x8xf32>"));
-  EXPECT_FALSE(module);
-  EXPECT_NE(errors_.find("'flowc.library_call' op input 0 of a pool2d kernel must have "
-                         "rank 4, got 'tensor<1x8xf32>'"),
-            std::string::npos)
-      << errors_;
+  expectInvalid(withCall("%y = flowc.library_call pool2d @k(%x) params [1, 8, 1, 1, 1, "
+                         "1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0] "
+                         ": (tensor<1x8xf32>) -> tensor<1x8xf32>"),
+                "'flowc.library_call' op input 0 of a pool2d kernel must have "
+                "rank 4, got 'tensor<1x8xf32>'");
 }
 
 TEST_F(FlowcDialectTest, LibraryCallMustMatchItsCallee) {
-  auto module =
-      parse(withCall("%y = flowc.library_call softmax @missing(%x) params [1, 8] "
-                     ": (tensor<1x8xf32>) -> tensor<1x8xf32>"));
-  EXPECT_FALSE(module);
-  EXPECT_NE(errors_.find("'flowc.library_call' op calls @missing, which is no function"),
-            std::string::npos)
-      << errors_;
+  expectInvalid(withCall("%y = flowc.library_call softmax @missing(%x) params [1, 8] "
+                         ": (tensor<1x8xf32>) -> tensor<1x8xf32>"),
+                "'flowc.library_call' op calls @missing, which is no function");
 }
 
 TEST_F(FlowcDialectTest, WeightKeyMustBeAString) {
@@ -209,39 +202,30 @@ func.func @main(%x: tensor<2xf32> {flowc.weight = "flowc.derived/0", flowc.recip
 }
 
 TEST_F(FlowcDialectTest, KernelKindMustBeKnown) {
-  auto module = parse(R"mlir(
+  expectInvalid(R"mlir(
 func.func private @k(tensor<2xf32>) -> tensor<2xf32>
     attributes {flowc.kernel = "conv3d", flowc.kernel_params = array<i64: 1, 2>}
-)mlir");
-  EXPECT_FALSE(module);
-  EXPECT_NE(errors_.find("'func.func' op attribute 'flowc.kernel' names no library "
-                         "kernel: \"conv3d\" (kinds: conv2d, matmul, pool2d, softmax, "
-                         "layernorm)"),
-            std::string::npos)
-      << errors_;
+)mlir",
+                "'func.func' op attribute 'flowc.kernel' names no library "
+                "kernel: \"conv3d\" (kinds: conv2d, matmul, pool2d, softmax, "
+                "layernorm)");
 }
 
 TEST_F(FlowcDialectTest, KernelParamsMustBeTheKindsStruct) {
-  auto module = parse(R"mlir(
+  expectInvalid(R"mlir(
 func.func private @k(tensor<2xf32>) -> tensor<2xf32>
     attributes {flowc.kernel = "matmul", flowc.kernel_params = array<i64: 1, 2, 3>}
-)mlir");
-  EXPECT_FALSE(module);
-  EXPECT_NE(errors_.find("'func.func' op attribute 'flowc.kernel_params' has 3 words, "
-                         "but a matmul kernel's parameters are 16"),
-            std::string::npos)
-      << errors_;
+)mlir",
+                "'func.func' op attribute 'flowc.kernel_params' has 3 words, "
+                "but a matmul kernel's parameters are 16");
 }
 
 TEST_F(FlowcDialectTest, KernelNeedsItsParams) {
-  auto module = parse(R"mlir(
+  expectInvalid(R"mlir(
 func.func private @k(tensor<2xf32>) -> tensor<2xf32> attributes {flowc.kernel = "softmax"}
-)mlir");
-  EXPECT_FALSE(module);
-  EXPECT_NE(errors_.find("'func.func' op has attribute 'flowc.kernel' but no "
-                         "'flowc.kernel_params'"),
-            std::string::npos)
-      << errors_;
+)mlir",
+                "'func.func' op has attribute 'flowc.kernel' but no "
+                "'flowc.kernel_params'");
 }
 
 TEST_F(FlowcDialectTest, UnknownFlowcAttributeIsRejected) {
