@@ -17,7 +17,7 @@
 #pragma once
 
 #include "flowc/compiler/Compiler.h"
-#include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/KernelAbi.h"
 
 namespace mlir {
 class ModuleOp;

@@ -1,21 +1,30 @@
 // Library kernels: heavy ops leave generated code for the runtime's tuned
-// implementations (oneDNN), behind the ABI of flowc/runtime/KernelAbi.h.
+// implementations (oneDNN), behind the ABI of flowc/runtime/KernelAbi.h
+// (one params struct per kernel kind). The code lives in library/:
+// Patterns.cpp (one pattern per kind), Epilogue.cpp (the bias / residual /
+// activation matcher they share), Outline.cpp (the passes) and
+// LlvmBinding.cpp (the thunks).
 //
-// Two steps around the lowering pipeline:
+// Three steps around the lowering pipeline:
 //  1. On the TOSA graph, `createOutlineLibraryKernelsPass` outlines each
 //     convolution or matrix product, with the layout changes it can absorb
 //     (NCHW<->NHWC transposes, transposed weights) and its epilogue
-//     (bias, residual add, activation), into a private function tagged
-//     `flowc.kernel`; so does each max / average pooling with its
-//     transposes. The body keeps the exact TOSA semantics, so the
-//     function bufferizes like any other and fixes the kernel's buffer ABI.
-//  2. Before the lowering to LLVM, `dropLibraryKernelBodies` leaves
+//     (bias, residual add, activation), into a private function that @main
+//     calls through `flowc.library_call` (its kind and params struct);
+//     so does each pooling, softmax and layer normalization. The body keeps
+//     the exact TOSA semantics, so the function bufferizes like any other
+//     and fixes the kernel's buffer ABI.
+//  2. Right before bufferization, `createLowerLibraryCallsPass` makes each
+//     call a func.call and tags the callee with `flowc.kernel` and
+//     `flowc.kernel_params`.
+//  3. Before the lowering to LLVM, `dropLibraryKernelBodies` leaves
 //     declarations; on the LLVM module, `bindLibraryKernels` gives each
-//     tagged function a body that is a thunk into the runtime's kernel table and
-//     defines the table symbols.
+//     tagged function a body that is a thunk into the runtime's kernel
+//     table and defines the table symbols.
 #pragma once
 
 #include "flowc/compiler/Compiler.h"
+#include "flowc/compiler/dialect/FlowcDialect.h"
 #include "flowc/runtime/KernelAbi.h"
 #include "flowc/support/Status.h"
 
@@ -33,9 +42,12 @@ class Pass;
 
 namespace flowc::compiler {
 
-/// Attributes of an outlined kernel function.
-inline constexpr const char *kKernelKindAttr = "flowc.kernel";
-inline constexpr const char *kKernelParamsAttr = "flowc.kernel_params";
+/// Attributes of an outlined kernel function (declared and verified by the
+/// flowc dialect).
+inline constexpr llvm::StringLiteral kKernelKindAttr =
+    FlowcDialect::KernelAttrHelper::getNameStr();
+inline constexpr llvm::StringLiteral kKernelParamsAttr =
+    FlowcDialect::KernelParamsAttrHelper::getNameStr();
 
 /// One outlined kernel, in call-site order.
 struct LibraryKernel {
@@ -51,8 +63,14 @@ struct LibraryKernel {
 std::unique_ptr<mlir::Pass>
 createOutlineLibraryKernelsPass(Precision precision = Precision::Fp32);
 
-/// The kernels tagged in `module` (after outlining, at any later stage that
-/// still has func.func ops).
+/// Before bufferization: each flowc.library_call becomes a func.call of its
+/// callee, which takes the kind and params (kKernelKindAttr,
+/// kKernelParamsAttr).
+std::unique_ptr<mlir::Pass> createLowerLibraryCallsPass();
+
+/// The kernels of `module` in site order (after outlining, from the
+/// flowc.library_call ops or, once lowered, the tagged functions, at any
+/// later stage that still has func.func ops).
 std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module);
 
 /// The constant weights the kernels read (a convolution's filter, a

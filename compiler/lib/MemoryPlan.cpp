@@ -123,13 +123,15 @@ std::optional<unsigned> residualOperand(mlir::func::CallOp call, mlir::ModuleOp 
     return std::nullopt;
   std::optional<unsigned> index;
   // Buffers as KernelAbi.h orders them.
-  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::Conv2d) &&
-      params.size() == runtime::conv::kCount && params[runtime::conv::kHasResidual])
-    index = 3;
-  namespace mm = runtime::matmul;
-  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::MatMul) &&
-      params.size() == mm::kCount && params[mm::kHasResidual])
-    index = 2 + (params[mm::kHasBias] != 0);
+  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::Conv2d))
+    if (auto conv = runtime::paramsFromWords<runtime::Conv2dParams>(params.asArrayRef());
+        conv && conv->hasResidual)
+      index = 3;
+  if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::MatMul))
+    if (auto matmul =
+            runtime::paramsFromWords<runtime::MatMulParams>(params.asArrayRef());
+        matmul && matmul->hasResidual)
+      index = 2 + (matmul->hasBias != 0);
   if (!index || *index + 1 >= call.getNumOperands())
     return std::nullopt;
   return index;

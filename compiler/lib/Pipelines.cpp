@@ -114,6 +114,8 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
     pm.addPass(createFuseElementwiseOpsPass());
   // Last on tensors: one buffer per result from here on.
   pm.addPass(createDistinctResultsPass());
+  // One-Shot Bufferize models func.call, not flowc.library_call.
+  pm.addPass(createLowerLibraryCallsPass());
   // Identity layouts at the boundary: the runtime passes dense row-major
   // buffers as bare pointers.
   mlir::bufferization::OneShotBufferizePassOptions bufferize;

@@ -54,7 +54,8 @@ void registerFlowcDialects(mlir::DialectRegistry &registry) {
       mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
       mlir::func::FuncDialect, mlir::linalg::LinalgDialect, mlir::LLVM::LLVMDialect,
       mlir::math::MathDialect, mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect,
-      mlir::scf::SCFDialect, mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
+      mlir::scf::SCFDialect, mlir::tensor::TensorDialect, mlir::tosa::TosaDialect,
+      FlowcDialect>();
   mlir::arith::registerBufferizableOpInterfaceExternalModels(registry);
   mlir::arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
   mlir::bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);

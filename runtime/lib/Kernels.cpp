@@ -70,8 +70,8 @@ memory::desc denseDesc(const Dims &dims, const Dims &strides,
 
 /// The type a kernel computes in: bf16 when asked (fp32 buffers are
 /// reordered into it), fp32 otherwise.
-memory::data_type computeType(int64_t bf16) {
-  return bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+memory::data_type computeType(Precision precision) {
+  return precision == Precision::Bf16 ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
 /// Row-major strides of `dims` visited in `order` (outermost first).
@@ -85,20 +85,19 @@ Dims stridesInOrder(const Dims &dims, const std::vector<int> &order) {
   return strides;
 }
 
-Dims activationStrides(const Dims &dims, int64_t layout) {
-  return static_cast<ActivationLayout>(layout) == ActivationLayout::Nhwc
-             ? stridesInOrder(dims, {0, 2, 3, 1})
-             : stridesInOrder(dims, {0, 1, 2, 3});
+Dims activationStrides(const Dims &dims, ActivationLayout layout) {
+  return layout == ActivationLayout::Nhwc ? stridesInOrder(dims, {0, 2, 3, 1})
+                                          : stridesInOrder(dims, {0, 1, 2, 3});
 }
 
 /// The activation as oneDNN post-ops (after an optional residual sum).
-dnnl::post_ops postOps(bool residual, int64_t activation, int64_t alphaBits,
+dnnl::post_ops postOps(bool residual, Activation activation, int64_t alphaBits,
                        int64_t betaBits) {
   dnnl::post_ops ops;
   if (residual)
     ops.append_sum(1.0f);
   float alpha = paramFloat(alphaBits), beta = paramFloat(betaBits);
-  switch (static_cast<Activation>(activation)) {
+  switch (activation) {
   case Activation::None:
     break;
   case Activation::Clip:
@@ -259,17 +258,16 @@ memory::desc anyLayout(const memory::desc &desc,
   return memory::desc(desc.dims(), type, memory::format_tag::any);
 }
 
-memory::desc convWeightsDesc(const int64_t *p) {
-  using namespace conv;
-  int64_t groups = p[kGroups], kh = p[kKernelHeight], kw = p[kKernelWidth];
-  auto layout = static_cast<ConvWeightLayout>(p[kWeightLayout]);
+memory::desc convWeightsDesc(const Conv2dParams &p) {
+  int64_t groups = p.groups, kh = p.kernelHeight, kw = p.kernelWidth;
+  ConvWeightLayout layout = p.weightLayout;
   if (groups == 1) {
-    Dims dims = {p[kOutChannels], p[kInChannels], kh, kw};
+    Dims dims = {p.outChannels, p.inChannels, kh, kw};
     return denseDesc(dims, layout == ConvWeightLayout::Ohwi
                                ? stridesInOrder(dims, {0, 2, 3, 1})
                                : stridesInOrder(dims, {0, 1, 2, 3}));
   }
-  Dims dims = {groups, p[kOutChannels] / groups, p[kInChannels] / groups, kh, kw};
+  Dims dims = {groups, p.outChannels / groups, p.inChannels / groups, kh, kw};
   // Depthwise [kh, kw, channels, multiplier]: group-major channels.
   return denseDesc(dims, layout == ConvWeightLayout::Hwcm
                              ? stridesInOrder(dims, {3, 4, 0, 1, 2})
@@ -283,48 +281,45 @@ struct ConvBuffers {
   memory::data_type type;
 };
 
-ConvBuffers convBuffers(const int64_t *p) {
-  using namespace conv;
+ConvBuffers convBuffers(const Conv2dParams &p) {
   ConvBuffers buffers;
-  buffers.source = {p[kBatch], p[kInChannels], p[kInHeight], p[kInWidth]};
-  buffers.destination = {p[kBatch], p[kOutChannels], p[kOutHeight], p[kOutWidth]};
+  buffers.source = {p.batch, p.inChannels, p.inHeight, p.inWidth};
+  buffers.destination = {p.batch, p.outChannels, p.outHeight, p.outWidth};
   buffers.weightsDesc = convWeightsDesc(p);
   buffers.sourceDesc =
-      denseDesc(buffers.source, activationStrides(buffers.source, p[kSourceLayout]));
+      denseDesc(buffers.source, activationStrides(buffers.source, p.sourceLayout));
   buffers.destinationDesc = denseDesc(
-      buffers.destination, activationStrides(buffers.destination, p[kDestinationLayout]));
-  buffers.biasDesc = denseDesc({p[kOutChannels]}, {1});
-  buffers.type = computeType(p[kBf16]);
+      buffers.destination, activationStrides(buffers.destination, p.destinationLayout));
+  buffers.biasDesc = denseDesc({p.outChannels}, {1});
+  buffers.type = computeType(p.precision);
   return buffers;
 }
 
 dnnl::convolution_forward::primitive_desc
-convPrimitive(const dnnl::engine &engine, const int64_t *p, const ConvBuffers &buffers,
-              const memory::desc &wantedSource, const memory::desc &wantedDestination) {
-  using namespace conv;
+convPrimitive(const dnnl::engine &engine, const Conv2dParams &p,
+              const ConvBuffers &buffers, const memory::desc &wantedSource,
+              const memory::desc &wantedDestination) {
   dnnl::primitive_attr attr;
-  attr.set_post_ops(postOps(p[kHasResidual] != 0, p[kActivation], p[kAlpha], p[kBeta]));
+  attr.set_post_ops(postOps(p.hasResidual != 0, p.activation, p.alpha, p.beta));
   dnnl::convolution_forward::desc desc(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
       wantedSource, anyLayout(buffers.weightsDesc, buffers.type), buffers.biasDesc,
-      wantedDestination, {p[kStrideH], p[kStrideW]},
-      {p[kDilationH] - 1, p[kDilationW] - 1}, {p[kPadTop], p[kPadLeft]},
-      {p[kPadBottom], p[kPadRight]});
+      wantedDestination, {p.strideH, p.strideW}, {p.dilationH - 1, p.dilationW - 1},
+      {p.padTop, p.padLeft}, {p.padBottom, p.padRight});
   return dnnl::convolution_forward::primitive_desc(desc, attr, engine);
 }
 
 /// The first candidate: the library's preferred (blocked) layouts, with
 /// activation reorders. Its weight layout is the one packed at link time.
 dnnl::convolution_forward::primitive_desc
-preferredConvPrimitive(const dnnl::engine &engine, const int64_t *p,
+preferredConvPrimitive(const dnnl::engine &engine, const Conv2dParams &p,
                        const ConvBuffers &buffers) {
   return convPrimitive(engine, p, buffers, anyLayout(buffers.sourceDesc, buffers.type),
                        anyLayout(buffers.destinationDesc));
 }
 
 std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
-                                     const int64_t *p) {
-  using namespace conv;
+                                     const Conv2dParams &p) {
   ConvBuffers buffers = convBuffers(p);
   auto site = std::make_unique<ConvSite>();
   auto addCandidate = [&](const dnnl::convolution_forward::primitive_desc &pd) {
@@ -338,18 +333,18 @@ std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
     variant.destination.init(buffers.destinationDesc, pd.dst_desc(), context.engine,
                              true);
     variant.weights.init(buffers.weightsDesc, pd.weights_desc(), context.engine,
-                         p[kConstantWeights] ? context.prepacked(index, 1) : nullptr);
+                         p.constantWeights ? context.prepacked(index, 1) : nullptr);
     variant.chosenSource = pd.src_desc();
     variant.chosenDestination = pd.dst_desc();
   };
   addCandidate(preferredConvPrimitive(context.engine, p, buffers));
   // And NHWC as the graph has it, with no reorders (but the bf16 rounding).
-  bool nhwc = p[kSourceLayout] == static_cast<int64_t>(ActivationLayout::Nhwc) &&
-              p[kDestinationLayout] == static_cast<int64_t>(ActivationLayout::Nhwc);
+  bool nhwc = p.sourceLayout == ActivationLayout::Nhwc &&
+              p.destinationLayout == ActivationLayout::Nhwc;
   if (nhwc)
     addCandidate(convPrimitive(
         context.engine, p, buffers,
-        denseDesc(buffers.source, activationStrides(buffers.source, p[kSourceLayout]),
+        denseDesc(buffers.source, activationStrides(buffers.source, p.sourceLayout),
                   buffers.type),
         buffers.destinationDesc));
   site->bias = memory(buffers.biasDesc, context.engine, DNNL_MEMORY_NONE);
@@ -358,9 +353,8 @@ std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
 }
 
 void runConvVariant(KernelContext &context, ConvSite &site, ConvVariant &variant,
-                    const int64_t *p, void **buffers) {
-  using namespace conv;
-  bool residual = p[kHasResidual] != 0;
+                    const Conv2dParams &p, void **buffers) {
+  bool residual = p.hasResidual != 0;
   void *out = buffers[residual ? 4 : 3];
   if (residual)
     seedResidual(buffers[3], out, site.destinationBytes);
@@ -368,7 +362,7 @@ void runConvVariant(KernelContext &context, ConvSite &site, ConvVariant &variant
   memory source = variant.source.bind(buffers[0], true, context.stream);
   memory destination = variant.destination.bind(out, residual, context.stream);
   memory weights =
-      variant.weights.bind(buffers[1], p[kConstantWeights] != 0, context.stream);
+      variant.weights.bind(buffers[1], p.constantWeights != 0, context.stream);
   variant.primitive.execute(context.stream, {{DNNL_ARG_SRC, source},
                                              {DNNL_ARG_WEIGHTS, weights},
                                              {DNNL_ARG_BIAS, site.bias},
@@ -379,11 +373,12 @@ void runConvVariant(KernelContext &context, ConvSite &site, ConvVariant &variant
 /// Runs every candidate and keeps the fastest. Each run computes the whole
 /// output from the inputs (the residual is seeded again), so whichever ran
 /// last leaves a correct result.
-void tuneConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
+void tuneConv(KernelContext &context, ConvSite &site, const Conv2dParams &p,
+              void **buffers) {
   // Add-to-output: the residual is the destination, which every run
   // overwrites; each run starts from a saved copy.
   std::string residual;
-  if (p[conv::kHasResidual] != 0 && buffers[3] == buffers[4])
+  if (p.hasResidual != 0 && buffers[3] == buffers[4])
     residual.assign(static_cast<const char *>(buffers[3]), site.destinationBytes);
   auto run = [&](ConvVariant &variant) {
     if (!residual.empty())
@@ -409,7 +404,8 @@ void tuneConv(KernelContext &context, ConvSite &site, const int64_t *p, void **b
   site.candidates.push_back(std::move(chosen));
 }
 
-void runConv(KernelContext &context, ConvSite &site, const int64_t *p, void **buffers) {
+void runConv(KernelContext &context, ConvSite &site, const Conv2dParams &p,
+             void **buffers) {
   if (site.candidates.size() > 1) {
     tuneConv(context, site, p, buffers);
     return;
@@ -435,9 +431,8 @@ struct MatMulBuffers {
   Dims aDims, aStrides, bDims, bStrides;
 };
 
-MatMulBuffers matmulBuffers(const int64_t *p) {
-  using namespace matmul;
-  int64_t batch = p[kBatch], m = p[kM], n = p[kN], k = p[kK];
+MatMulBuffers matmulBuffers(const MatMulParams &p) {
+  int64_t batch = p.batch, m = p.m, n = p.n, k = p.k;
   // One product is described in 2-D: the library's 2-D kernels are faster
   // than its batched ones at batch 1.
   auto matrices = [&](int64_t count, int64_t rows, int64_t columns) {
@@ -454,15 +449,15 @@ MatMulBuffers matmulBuffers(const int64_t *p) {
   std::iota(order.begin(), order.end(), 0);
   std::vector<int> transposed = order;
   std::swap(transposed.end()[-1], transposed.end()[-2]);
-  buffers.bStrides = stridesInOrder(buffers.bDims, p[kTransposedB] ? transposed : order);
+  buffers.bStrides = stridesInOrder(buffers.bDims, p.transposedB ? transposed : order);
   buffers.aStrides = stridesInOrder(buffers.aDims, order);
   buffers.aDesc = denseDesc(buffers.aDims, buffers.aStrides);
   buffers.bDesc = denseDesc(buffers.bDims, buffers.bStrides);
   buffers.cDesc = denseDesc(cDims, stridesInOrder(cDims, order));
-  if (p[kHasBias])
+  if (p.hasBias)
     buffers.biasDesc = denseDesc(biasDims, stridesInOrder(biasDims, order));
-  if (p[kHasMask]) {
-    Dims maskDims = matrices(1, p[kMaskRows] ? m : 1, p[kMaskColumns] ? n : 1);
+  if (p.hasMask) {
+    Dims maskDims = matrices(1, p.maskRows ? m : 1, p.maskColumns ? n : 1);
     buffers.maskDesc = denseDesc(maskDims, stridesInOrder(maskDims, order));
   }
   return buffers;
@@ -470,16 +465,13 @@ MatMulBuffers matmulBuffers(const int64_t *p) {
 
 /// A product's post-ops: the residual's sum, the attention scale and mask,
 /// then the activation.
-dnnl::post_ops matmulPostOps(const int64_t *p, const MatMulBuffers &buffers) {
-  using namespace matmul;
-  dnnl::post_ops ops =
-      postOps(p[kHasResidual] != 0, static_cast<int64_t>(Activation::None), 0, 0);
-  if (p[kScale] != 0)
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, paramFloat(p[kScale]),
-                       0.0f);
-  if (p[kHasMask])
+dnnl::post_ops matmulPostOps(const MatMulParams &p, const MatMulBuffers &buffers) {
+  dnnl::post_ops ops = postOps(p.hasResidual != 0, Activation::None, 0, 0);
+  if (p.scale != 0)
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, paramFloat(p.scale), 0.0f);
+  if (p.hasMask)
     ops.append_binary(dnnl::algorithm::binary_add, buffers.maskDesc);
-  dnnl::post_ops activation = postOps(false, p[kActivation], p[kAlpha], p[kBeta]);
+  dnnl::post_ops activation = postOps(false, p.activation, p.alpha, p.beta);
   for (int i = 0; i < activation.len(); ++i) {
     dnnl::algorithm algorithm;
     float scale, alpha, beta;
@@ -489,12 +481,12 @@ dnnl::post_ops matmulPostOps(const int64_t *p, const MatMulBuffers &buffers) {
   return ops;
 }
 
-dnnl::matmul::primitive_desc matmulPrimitive(const dnnl::engine &engine, const int64_t *p,
+dnnl::matmul::primitive_desc matmulPrimitive(const dnnl::engine &engine,
+                                             const MatMulParams &p,
                                              const MatMulBuffers &buffers) {
-  using namespace matmul;
-  memory::data_type type = computeType(p[kBf16]);
+  memory::data_type type = computeType(p.precision);
   // Constant B may be repacked once into whatever the library prefers.
-  memory::desc wantedB = p[kConstantB]
+  memory::desc wantedB = p.constantB
                              ? memory::desc(buffers.bDims, type, memory::format_tag::any)
                              : denseDesc(buffers.bDims, buffers.bStrides, type);
   memory::desc wantedA = denseDesc(buffers.aDims, buffers.aStrides, type);
@@ -505,38 +497,36 @@ dnnl::matmul::primitive_desc matmulPrimitive(const dnnl::engine &engine, const i
 }
 
 std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, int64_t index,
-                                         const int64_t *p) {
-  using namespace matmul;
+                                         const MatMulParams &p) {
   MatMulBuffers buffers = matmulBuffers(p);
   dnnl::matmul::primitive_desc pd = matmulPrimitive(context.engine, p, buffers);
   auto site = std::make_unique<MatMulSite>();
   site->primitive = dnnl::matmul(pd);
   site->a.init(buffers.aDesc, pd.src_desc(), context.engine, false);
   site->destination = memory(buffers.cDesc, context.engine, DNNL_MEMORY_NONE);
-  if (p[kHasBias])
+  if (p.hasBias)
     site->bias = memory(buffers.biasDesc, context.engine, DNNL_MEMORY_NONE);
-  if (p[kHasMask]) {
+  if (p.hasMask) {
     site->mask = memory(buffers.maskDesc, context.engine, DNNL_MEMORY_NONE);
-    int postOp = (p[kHasResidual] != 0) + (p[kScale] != 0);
+    int postOp = (p.hasResidual != 0) + (p.scale != 0);
     site->maskArgument = DNNL_ARG_ATTR_MULTIPLE_POST_OP(postOp) | DNNL_ARG_SRC_1;
   }
   site->b.init(buffers.bDesc, pd.weights_desc(), context.engine,
-               p[kConstantB] ? context.prepacked(index, 1) : nullptr);
+               p.constantB ? context.prepacked(index, 1) : nullptr);
   site->destinationBytes = buffers.cDesc.get_size();
   return site;
 }
 
-void runMatMul(KernelContext &context, MatMulSite &site, const int64_t *p,
+void runMatMul(KernelContext &context, MatMulSite &site, const MatMulParams &p,
                void **buffers) {
-  using namespace matmul;
   int next = 2;
   std::unordered_map<int, memory> args;
-  if (p[kHasBias]) {
+  if (p.hasBias) {
     site.bias.set_data_handle(buffers[next++]);
     args[DNNL_ARG_BIAS] = site.bias;
   }
-  void *residual = p[kHasResidual] ? buffers[next++] : nullptr;
-  if (p[kHasMask]) {
+  void *residual = p.hasResidual ? buffers[next++] : nullptr;
+  if (p.hasMask) {
     site.mask.set_data_handle(buffers[next++]);
     args[site.maskArgument] = site.mask;
   }
@@ -545,7 +535,7 @@ void runMatMul(KernelContext &context, MatMulSite &site, const int64_t *p,
     seedResidual(residual, out, site.destinationBytes);
   site.destination.set_data_handle(out);
   args[DNNL_ARG_SRC] = site.a.bind(buffers[0], true, context.stream);
-  args[DNNL_ARG_WEIGHTS] = site.b.bind(buffers[1], p[kConstantB] != 0, context.stream);
+  args[DNNL_ARG_WEIGHTS] = site.b.bind(buffers[1], p.constantB != 0, context.stream);
   args[DNNL_ARG_DST] = site.destination;
   site.primitive.execute(context.stream, args);
 }
@@ -557,8 +547,9 @@ struct SourceToDestinationSite : Site {
   memory source, destination;
 };
 
+template <typename Params>
 void runSourceToDestination(KernelContext &context, SourceToDestinationSite &site,
-                            const int64_t *, void **buffers) {
+                            const Params &, void **buffers) {
   site.source.set_data_handle(buffers[0]);
   site.destination.set_data_handle(buffers[1]);
   site.primitive.execute(context.stream,
@@ -566,21 +557,20 @@ void runSourceToDestination(KernelContext &context, SourceToDestinationSite &sit
 }
 
 std::unique_ptr<SourceToDestinationSite> createPool(KernelContext &context, int64_t,
-                                                    const int64_t *p) {
-  using namespace pool;
-  Dims sourceDims = {p[kBatch], p[kChannels], p[kInHeight], p[kInWidth]};
-  Dims destinationDims = {p[kBatch], p[kChannels], p[kOutHeight], p[kOutWidth]};
+                                                    const Pool2dParams &p) {
+  Dims sourceDims = {p.batch, p.channels, p.inHeight, p.inWidth};
+  Dims destinationDims = {p.batch, p.channels, p.outHeight, p.outWidth};
   memory::desc sourceDesc =
-      denseDesc(sourceDims, activationStrides(sourceDims, p[kSourceLayout]));
-  memory::desc destinationDesc = denseDesc(
-      destinationDims, activationStrides(destinationDims, p[kDestinationLayout]));
-  auto algorithm = static_cast<PoolAlgorithm>(p[kAlgorithm]) == PoolAlgorithm::Max
+      denseDesc(sourceDims, activationStrides(sourceDims, p.sourceLayout));
+  memory::desc destinationDesc =
+      denseDesc(destinationDims, activationStrides(destinationDims, p.destinationLayout));
+  auto algorithm = p.algorithm == PoolAlgorithm::Max
                        ? dnnl::algorithm::pooling_max
                        : dnnl::algorithm::pooling_avg_exclude_padding;
-  dnnl::pooling_forward::desc desc(
-      dnnl::prop_kind::forward_inference, algorithm, sourceDesc, destinationDesc,
-      {p[kStrideH], p[kStrideW]}, {p[kKernelHeight], p[kKernelWidth]},
-      {p[kPadTop], p[kPadLeft]}, {p[kPadBottom], p[kPadRight]});
+  dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm,
+                                   sourceDesc, destinationDesc, {p.strideH, p.strideW},
+                                   {p.kernelHeight, p.kernelWidth}, {p.padTop, p.padLeft},
+                                   {p.padBottom, p.padRight});
   auto site = std::make_unique<SourceToDestinationSite>();
   site->primitive =
       dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(desc, context.engine));
@@ -590,9 +580,8 @@ std::unique_ptr<SourceToDestinationSite> createPool(KernelContext &context, int6
 }
 
 std::unique_ptr<SourceToDestinationSite> createSoftmax(KernelContext &context, int64_t,
-                                                       const int64_t *p) {
-  using namespace softmax;
-  Dims dims = {p[kRows], p[kChannels]};
+                                                       const SoftmaxParams &p) {
+  Dims dims = {p.rows, p.channels};
   memory::desc desc = denseDesc(dims, stridesInOrder(dims, {0, 1}));
   auto site = std::make_unique<SourceToDestinationSite>();
   site->primitive = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
@@ -609,21 +598,20 @@ struct LayerNormSite : Site {
 };
 
 std::unique_ptr<LayerNormSite> createLayerNorm(KernelContext &context, int64_t,
-                                               const int64_t *p) {
-  using namespace layernorm;
-  Dims dims = {p[kRows], p[kChannels]};
+                                               const LayerNormParams &p) {
+  Dims dims = {p.rows, p.channels};
   memory::desc desc = denseDesc(dims, stridesInOrder(dims, {0, 1}));
-  memory::desc channelDesc = denseDesc({p[kChannels]}, {1});
+  memory::desc channelDesc = denseDesc({p.channels}, {1});
   auto flags = dnnl::normalization_flags::none;
-  if (p[kHasScale])
+  if (p.hasScale)
     flags |= dnnl::normalization_flags::use_scale;
-  if (p[kHasShift])
+  if (p.hasShift)
     flags |= dnnl::normalization_flags::use_shift;
   auto site = std::make_unique<LayerNormSite>();
   site->primitive =
       dnnl::layer_normalization_forward(dnnl::layer_normalization_forward::primitive_desc(
           dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference,
-                                                  desc, paramFloat(p[kEpsilon]), flags),
+                                                  desc, paramFloat(p.epsilon), flags),
           context.engine));
   site->source = memory(desc, context.engine, DNNL_MEMORY_NONE);
   site->destination = memory(desc, context.engine, DNNL_MEMORY_NONE);
@@ -632,16 +620,15 @@ std::unique_ptr<LayerNormSite> createLayerNorm(KernelContext &context, int64_t,
   return site;
 }
 
-void runLayerNorm(KernelContext &context, LayerNormSite &site, const int64_t *p,
+void runLayerNorm(KernelContext &context, LayerNormSite &site, const LayerNormParams &p,
                   void **buffers) {
-  using namespace layernorm;
   int next = 1;
   std::unordered_map<int, memory> args;
-  if (p[kHasScale]) {
+  if (p.hasScale) {
     site.scale.set_data_handle(buffers[next++]);
     args[DNNL_ARG_SCALE] = site.scale;
   }
-  if (p[kHasShift]) {
+  if (p.hasShift) {
     site.shift.set_data_handle(buffers[next++]);
     args[DNNL_ARG_SHIFT] = site.shift;
   }
@@ -652,12 +639,16 @@ void runLayerNorm(KernelContext &context, LayerNormSite &site, const int64_t *p,
   site.primitive.execute(context.stream, args);
 }
 
-template <typename SiteType, typename Create, typename Run>
-void dispatch(void *opaque, int64_t index, const int64_t *params, void **buffers,
+template <typename SiteType, typename Params, typename Create, typename Run>
+void dispatch(void *opaque, int64_t index, const int64_t *words, void **buffers,
               const char *what, Create create, Run run) {
   auto &context = *static_cast<KernelContext *>(opaque);
   if (!context.failure.isOk())
     return;
+  // The words are the kind's params struct (KernelAbi.h); a copy reads
+  // them without aliasing the constant array as another type.
+  Params params;
+  std::memcpy(&params, words, sizeof(Params));
   try {
     std::unique_ptr<Site> &slot = context.sites.at(index);
     if (!slot)
@@ -670,26 +661,30 @@ void dispatch(void *opaque, int64_t index, const int64_t *params, void **buffers
 }
 
 void convKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<ConvSite>(context, site, params, buffers, "conv2d", createConv, runConv);
+  dispatch<ConvSite, Conv2dParams>(context, site, params, buffers, "conv2d", createConv,
+                                   runConv);
 }
 
 void matmulKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<MatMulSite>(context, site, params, buffers, "matmul", createMatMul, runMatMul);
+  dispatch<MatMulSite, MatMulParams>(context, site, params, buffers, "matmul",
+                                     createMatMul, runMatMul);
 }
 
 void poolKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<SourceToDestinationSite>(context, site, params, buffers, "pool2d", createPool,
-                                    runSourceToDestination);
+  dispatch<SourceToDestinationSite, Pool2dParams>(context, site, params, buffers,
+                                                  "pool2d", createPool,
+                                                  runSourceToDestination<Pool2dParams>);
 }
 
 void softmaxKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<SourceToDestinationSite>(context, site, params, buffers, "softmax",
-                                    createSoftmax, runSourceToDestination);
+  dispatch<SourceToDestinationSite, SoftmaxParams>(context, site, params, buffers,
+                                                   "softmax", createSoftmax,
+                                                   runSourceToDestination<SoftmaxParams>);
 }
 
 void layerNormKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<LayerNormSite>(context, site, params, buffers, "layernorm", createLayerNorm,
-                          runLayerNorm);
+  dispatch<LayerNormSite, LayerNormParams>(context, site, params, buffers, "layernorm",
+                                           createLayerNorm, runLayerNorm);
 }
 
 KernelFunction kernelFor(KernelKind kind) {
@@ -714,20 +709,23 @@ Expected<std::optional<PackedWeight>> packKernelWeight(KernelKind kind,
                                                        const std::vector<int64_t> &params,
                                                        int64_t buffer,
                                                        std::string_view source) {
-  const int64_t *p = params.data();
+  std::optional<Conv2dParams> conv;
+  std::optional<MatMulParams> matmul;
+  if (kind == KernelKind::Conv2d)
+    conv = paramsFromWords<Conv2dParams>(params);
+  if (kind == KernelKind::MatMul)
+    matmul = paramsFromWords<MatMulParams>(params);
   try {
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     memory::desc user, wanted;
-    if (kind == KernelKind::Conv2d && params.size() == conv::kCount && buffer == 1 &&
-        p[conv::kConstantWeights]) {
-      ConvBuffers buffers = convBuffers(p);
+    if (conv && buffer == 1 && conv->constantWeights) {
+      ConvBuffers buffers = convBuffers(*conv);
       user = buffers.weightsDesc;
-      wanted = preferredConvPrimitive(engine, p, buffers).weights_desc();
-    } else if (kind == KernelKind::MatMul && params.size() == matmul::kCount &&
-               buffer == 1 && p[matmul::kConstantB]) {
-      MatMulBuffers buffers = matmulBuffers(p);
+      wanted = preferredConvPrimitive(engine, *conv, buffers).weights_desc();
+    } else if (matmul && buffer == 1 && matmul->constantB) {
+      MatMulBuffers buffers = matmulBuffers(*matmul);
       user = buffers.bDesc;
-      wanted = matmulPrimitive(engine, p, buffers).weights_desc();
+      wanted = matmulPrimitive(engine, *matmul, buffers).weights_desc();
     } else {
       return std::optional<PackedWeight>();
     }

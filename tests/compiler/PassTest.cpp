@@ -31,9 +31,14 @@
 namespace flowc::compiler {
 namespace {
 
-namespace conv = runtime::conv;
-namespace matmul = runtime::matmul;
-namespace pool = runtime::pool;
+/// `kernel`'s parameters as the struct of its kind (KernelAbi.h); a failed
+/// expectation and zeros if the words are not one.
+template <typename Params> Params paramsOf(const LibraryKernel &kernel) {
+  std::optional<Params> params = runtime::paramsFromWords<Params>(kernel.params);
+  EXPECT_TRUE(params) << kernel.function << " has " << kernel.params.size()
+                      << " parameter words";
+  return params.value_or(Params{});
+}
 
 class PassTest : public ::testing::Test {
 protected:
@@ -97,22 +102,22 @@ TEST_F(PassTest, ConvAbsorbsLayoutChangesResidualAndRelu) {
   const LibraryKernel &kernel = kernels[0];
   EXPECT_EQ(kernel.kind, runtime::KernelKind::Conv2d);
   EXPECT_EQ(kernel.bufferCount, 5u); // source, weights, bias, residual, output
-  const std::vector<int64_t> &p = kernel.params;
-  EXPECT_EQ(p[conv::kSourceLayout], int64_t(runtime::ActivationLayout::Nchw));
-  EXPECT_EQ(p[conv::kDestinationLayout], int64_t(runtime::ActivationLayout::Nchw));
-  EXPECT_EQ(p[conv::kWeightLayout], int64_t(runtime::ConvWeightLayout::Oihw));
-  EXPECT_EQ(p[conv::kInChannels], 8);
-  EXPECT_EQ(p[conv::kOutChannels], 4);
-  EXPECT_EQ(p[conv::kPadTop], 1);
-  EXPECT_EQ(p[conv::kPadRight], 1);
-  EXPECT_EQ(p[conv::kConstantWeights], 1);
-  EXPECT_EQ(p[conv::kHasResidual], 1);
-  EXPECT_EQ(p[conv::kActivation], int64_t(runtime::Activation::Clip));
-  EXPECT_EQ(runtime::paramFloat(p[conv::kAlpha]), 0.0f);
-  EXPECT_TRUE(std::isinf(runtime::paramFloat(p[conv::kBeta])));
+  const runtime::Conv2dParams p = paramsOf<runtime::Conv2dParams>(kernel);
+  EXPECT_EQ(p.sourceLayout, runtime::ActivationLayout::Nchw);
+  EXPECT_EQ(p.destinationLayout, runtime::ActivationLayout::Nchw);
+  EXPECT_EQ(p.weightLayout, runtime::ConvWeightLayout::Oihw);
+  EXPECT_EQ(p.inChannels, 8);
+  EXPECT_EQ(p.outChannels, 4);
+  EXPECT_EQ(p.padTop, 1);
+  EXPECT_EQ(p.padRight, 1);
+  EXPECT_EQ(p.constantWeights, 1);
+  EXPECT_EQ(p.hasResidual, 1);
+  EXPECT_EQ(p.activation, runtime::Activation::Clip);
+  EXPECT_EQ(runtime::paramFloat(p.alpha), 0.0f);
+  EXPECT_TRUE(std::isinf(runtime::paramFloat(p.beta)));
   // @main keeps only the call: every absorbed op is gone from it.
   mlir::func::FuncOp graph = main(*module);
-  EXPECT_EQ(count<mlir::func::CallOp>(graph), 1);
+  EXPECT_EQ(count<LibraryCallOp>(graph), 1);
   EXPECT_EQ(count<mlir::tosa::TransposeOp>(graph), 0);
   EXPECT_EQ(count<mlir::tosa::Conv2DOp>(graph), 0);
   EXPECT_EQ(count<mlir::tosa::ClampOp>(graph), 0);
@@ -144,9 +149,9 @@ TEST_F(PassTest, ConvReadsTheUncroppedSource) {
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  EXPECT_EQ(kernels[0].params[conv::kInHeight], 6);
-  EXPECT_EQ(kernels[0].params[conv::kInWidth], 6);
-  EXPECT_EQ(kernels[0].params[conv::kOutHeight], 3);
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).inHeight, 6);
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).inWidth, 6);
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).outHeight, 3);
   EXPECT_EQ(count<mlir::tosa::SliceOp>(main(*module)), 0);
   // The kernel body keeps the crop: its semantics are TOSA's.
   auto function = module->lookupSymbol<mlir::func::FuncOp>(kernels[0].function);
@@ -170,7 +175,7 @@ TEST_F(PassTest, CropBeforePaddingOrAtTheStartStaysInGeneratedCode) {
     ASSERT_TRUE(module);
     std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
     ASSERT_EQ(kernels.size(), 1u);
-    EXPECT_EQ(kernels[0].params[conv::kInHeight], 5);
+    EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).inHeight, 5);
     EXPECT_EQ(count<mlir::tosa::SliceOp>(main(*module)), 1);
   }
 }
@@ -186,8 +191,9 @@ TEST_F(PassTest, ConvResultUsedTwiceKeepsItsEpilogueOutside) {
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  EXPECT_EQ(kernels[0].params[conv::kHasResidual], 0);
-  EXPECT_EQ(kernels[0].params[conv::kActivation], int64_t(runtime::Activation::None));
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).hasResidual, 0);
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).activation,
+            runtime::Activation::None);
   EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 2);
   EXPECT_EQ(count<mlir::tosa::ClampOp>(main(*module)), 1);
 }
@@ -209,11 +215,12 @@ func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x1x1x8xf32> {flowc.weight =
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  EXPECT_EQ(kernels[0].params[conv::kActivation], int64_t(runtime::Activation::Swish));
-  EXPECT_EQ(kernels[0].params[conv::kSourceLayout],
-            int64_t(runtime::ActivationLayout::Nhwc));
-  EXPECT_EQ(kernels[0].params[conv::kWeightLayout],
-            int64_t(runtime::ConvWeightLayout::Ohwi));
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).activation,
+            runtime::Activation::Swish);
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).sourceLayout,
+            runtime::ActivationLayout::Nhwc);
+  EXPECT_EQ(paramsOf<runtime::Conv2dParams>(kernels[0]).weightLayout,
+            runtime::ConvWeightLayout::Ohwi);
   EXPECT_EQ(count<mlir::tosa::SigmoidOp>(main(*module)), 0);
   EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
 }
@@ -236,16 +243,16 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<6x8xf32> {flowc.weight = "w"},
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  const std::vector<int64_t> &p = kernels[0].params;
+  const runtime::MatMulParams p = paramsOf<runtime::MatMulParams>(kernels[0]);
   EXPECT_EQ(kernels[0].kind, runtime::KernelKind::MatMul);
   EXPECT_EQ(kernels[0].bufferCount, 4u); // A, B, bias, output
-  EXPECT_EQ(p[matmul::kM], 4);
-  EXPECT_EQ(p[matmul::kN], 6);
-  EXPECT_EQ(p[matmul::kK], 8);
-  EXPECT_EQ(p[matmul::kTransposedB], 1);
-  EXPECT_EQ(p[matmul::kConstantB], 1);
-  EXPECT_EQ(p[matmul::kHasBias], 1);
-  EXPECT_EQ(p[matmul::kHasResidual], 0);
+  EXPECT_EQ(p.m, 4);
+  EXPECT_EQ(p.n, 6);
+  EXPECT_EQ(p.k, 8);
+  EXPECT_EQ(p.transposedB, 1);
+  EXPECT_EQ(p.constantB, 1);
+  EXPECT_EQ(p.hasBias, 1);
+  EXPECT_EQ(p.hasResidual, 0);
   EXPECT_EQ(count<mlir::tosa::MatMulOp>(main(*module)), 0);
 }
 
@@ -274,9 +281,9 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  EXPECT_EQ(kernels[0].params[matmul::kHasBias], 1);
-  EXPECT_EQ(kernels[0].params[matmul::kActivation],
-            int64_t(runtime::Activation::GeluErf));
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).hasBias, 1);
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).activation,
+            runtime::Activation::GeluErf);
   EXPECT_EQ(count<mlir::tosa::ErfOp>(main(*module)), 0);
   EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
   // With a different constant (not sqrt(2)) it is not GELU: left alone.
@@ -284,8 +291,9 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"
   other.replace(other.find("1.41421354"), 10, "1.50000000");
   auto unchanged = run(other, createOutlineLibraryKernelsPass());
   ASSERT_TRUE(unchanged);
-  EXPECT_EQ(collectLibraryKernels(*unchanged)[0].params[matmul::kActivation],
-            int64_t(runtime::Activation::None));
+  EXPECT_EQ(
+      paramsOf<runtime::MatMulParams>(collectLibraryKernels(*unchanged)[0]).activation,
+      runtime::Activation::None);
   EXPECT_EQ(count<mlir::tosa::ErfOp>(main(*unchanged)), 1);
 }
 
@@ -319,9 +327,9 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  EXPECT_EQ(kernels[0].params[matmul::kHasBias], 1);
-  EXPECT_EQ(kernels[0].params[matmul::kActivation],
-            int64_t(runtime::Activation::GeluTanh));
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).hasBias, 1);
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).activation,
+            runtime::Activation::GeluTanh);
   EXPECT_EQ(count<mlir::tosa::TanhOp>(main(*module)), 0);
   EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
   // A cube coefficient other than GELU's: left alone.
@@ -329,8 +337,9 @@ func.func @main(%x: tensor<1x4x8xf32>, %w: tensor<1x8x6xf32> {flowc.weight = "w"
   other.replace(other.find("0.0447149985"), 12, "0.0500000000");
   auto unchanged = run(other, createOutlineLibraryKernelsPass());
   ASSERT_TRUE(unchanged);
-  EXPECT_EQ(collectLibraryKernels(*unchanged)[0].params[matmul::kActivation],
-            int64_t(runtime::Activation::None));
+  EXPECT_EQ(
+      paramsOf<runtime::MatMulParams>(collectLibraryKernels(*unchanged)[0]).activation,
+      runtime::Activation::None);
   EXPECT_EQ(count<mlir::tosa::TanhOp>(main(*unchanged)), 1);
 }
 
@@ -356,12 +365,12 @@ TEST_F(PassTest, AttentionScaleAndMaskBecomePostOpsOfTheProduct) {
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  const std::vector<int64_t> &p = kernels[0].params;
-  EXPECT_EQ(runtime::paramFloat(p[matmul::kScale]), 0.5f);
-  EXPECT_EQ(p[matmul::kHasMask], 1);
-  EXPECT_EQ(p[matmul::kMaskRows], 0);
-  EXPECT_EQ(p[matmul::kMaskColumns], 1);
-  EXPECT_EQ(p[matmul::kHasBias], 0);
+  const runtime::MatMulParams p = paramsOf<runtime::MatMulParams>(kernels[0]);
+  EXPECT_EQ(runtime::paramFloat(p.scale), 0.5f);
+  EXPECT_EQ(p.hasMask, 1);
+  EXPECT_EQ(p.maskRows, 0);
+  EXPECT_EQ(p.maskColumns, 1);
+  EXPECT_EQ(p.hasBias, 0);
   EXPECT_EQ(kernels[0].bufferCount, 4u); // Q, K^T, mask, scores
   EXPECT_EQ(count<mlir::tosa::MulOp>(main(*module)), 0);
   EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 0);
@@ -377,8 +386,8 @@ TEST_F(PassTest, MasksVaryingAlongTheBatchStayInGeneratedCode) {
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
   // The scale still goes in; the add stays outside.
-  EXPECT_EQ(runtime::paramFloat(kernels[0].params[matmul::kScale]), 0.5f);
-  EXPECT_EQ(kernels[0].params[matmul::kHasMask], 0);
+  EXPECT_EQ(runtime::paramFloat(paramsOf<runtime::MatMulParams>(kernels[0]).scale), 0.5f);
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).hasMask, 0);
   EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 1);
 }
 
@@ -395,9 +404,9 @@ func.func @main(%q: tensor<2x4x8xf32>, %k: tensor<2x4x8xf32>) -> tensor<2x4x4xf3
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  EXPECT_EQ(kernels[0].params[matmul::kBatch], 2);
-  EXPECT_EQ(kernels[0].params[matmul::kTransposedB], 1);
-  EXPECT_EQ(kernels[0].params[matmul::kConstantB], 0);
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).batch, 2);
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).transposedB, 1);
+  EXPECT_EQ(paramsOf<runtime::MatMulParams>(kernels[0]).constantB, 0);
 }
 
 TEST_F(PassTest, NonFloat32ProductsStayInGeneratedCode) {
@@ -432,28 +441,27 @@ TEST_F(PassTest, PoolingBecomesAKernelWithItsLayoutChanges) {
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 2u);
-  const std::vector<int64_t> &max = kernels[0].params;
+  const runtime::Pool2dParams max = paramsOf<runtime::Pool2dParams>(kernels[0]);
   EXPECT_EQ(kernels[0].kind, runtime::KernelKind::Pool2d);
   EXPECT_EQ(kernels[0].bufferCount, 2u);
-  EXPECT_EQ(max[pool::kAlgorithm], int64_t(runtime::PoolAlgorithm::Max));
-  EXPECT_EQ(max[pool::kSourceLayout], int64_t(runtime::ActivationLayout::Nchw));
+  EXPECT_EQ(max.algorithm, runtime::PoolAlgorithm::Max);
+  EXPECT_EQ(max.sourceLayout, runtime::ActivationLayout::Nchw);
   // The max pooling's result also feeds the average pooling, so its
   // transpose back stays in the graph.
-  EXPECT_EQ(max[pool::kDestinationLayout], int64_t(runtime::ActivationLayout::Nhwc));
-  EXPECT_EQ(max[pool::kChannels], 4);
-  EXPECT_EQ(max[pool::kInHeight], 8);
-  EXPECT_EQ(max[pool::kOutWidth], 4);
-  EXPECT_EQ(max[pool::kKernelHeight], 3);
-  EXPECT_EQ(max[pool::kStrideW], 2);
-  EXPECT_EQ(max[pool::kPadTop], 1);
-  EXPECT_EQ(max[pool::kPadBottom], 0);
-  EXPECT_EQ(max[pool::kPadLeft], 1);
-  EXPECT_EQ(max[pool::kPadRight], 0);
-  const std::vector<int64_t> &average = kernels[1].params;
-  EXPECT_EQ(average[pool::kAlgorithm],
-            int64_t(runtime::PoolAlgorithm::AverageExcludingPadding));
-  EXPECT_EQ(average[pool::kSourceLayout], int64_t(runtime::ActivationLayout::Nhwc));
-  EXPECT_EQ(average[pool::kKernelWidth], 2);
+  EXPECT_EQ(max.destinationLayout, runtime::ActivationLayout::Nhwc);
+  EXPECT_EQ(max.channels, 4);
+  EXPECT_EQ(max.inHeight, 8);
+  EXPECT_EQ(max.outWidth, 4);
+  EXPECT_EQ(max.kernelHeight, 3);
+  EXPECT_EQ(max.strideW, 2);
+  EXPECT_EQ(max.padTop, 1);
+  EXPECT_EQ(max.padBottom, 0);
+  EXPECT_EQ(max.padLeft, 1);
+  EXPECT_EQ(max.padRight, 0);
+  const runtime::Pool2dParams average = paramsOf<runtime::Pool2dParams>(kernels[1]);
+  EXPECT_EQ(average.algorithm, runtime::PoolAlgorithm::AverageExcludingPadding);
+  EXPECT_EQ(average.sourceLayout, runtime::ActivationLayout::Nhwc);
+  EXPECT_EQ(average.kernelWidth, 2);
   mlir::func::FuncOp graph = main(*module);
   EXPECT_EQ(count<mlir::tosa::MaxPool2dOp>(graph), 0);
   EXPECT_EQ(count<mlir::tosa::AvgPool2dOp>(graph), 0);
@@ -494,8 +502,8 @@ TEST_F(PassTest, SoftmaxOverTheLastAxisBecomesOneKernel) {
   ASSERT_EQ(kernels.size(), 1u);
   EXPECT_EQ(kernels[0].kind, runtime::KernelKind::Softmax);
   EXPECT_EQ(kernels[0].bufferCount, 2u);
-  EXPECT_EQ(kernels[0].params[runtime::softmax::kRows], 8);
-  EXPECT_EQ(kernels[0].params[runtime::softmax::kChannels], 8);
+  EXPECT_EQ(paramsOf<runtime::SoftmaxParams>(kernels[0]).rows, 8);
+  EXPECT_EQ(paramsOf<runtime::SoftmaxParams>(kernels[0]).channels, 8);
   mlir::func::FuncOp graph = main(*module);
   EXPECT_EQ(count<mlir::tosa::ExpOp>(graph), 0);
   EXPECT_EQ(count<mlir::tosa::ReduceMaxOp>(graph), 0);
@@ -553,14 +561,14 @@ TEST_F(PassTest, PyTorchLayerNormBecomesOneKernelWithScaleAndShift) {
   ASSERT_TRUE(module);
   std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
   ASSERT_EQ(kernels.size(), 1u);
-  namespace ln = runtime::layernorm;
   EXPECT_EQ(kernels[0].kind, runtime::KernelKind::LayerNorm);
   EXPECT_EQ(kernels[0].bufferCount, 4u); // x, gamma, beta, output
-  EXPECT_EQ(kernels[0].params[ln::kRows], 4);
-  EXPECT_EQ(kernels[0].params[ln::kChannels], 8);
-  EXPECT_EQ(kernels[0].params[ln::kHasScale], 1);
-  EXPECT_EQ(kernels[0].params[ln::kHasShift], 1);
-  EXPECT_FLOAT_EQ(runtime::paramFloat(kernels[0].params[ln::kEpsilon]), 1e-5f);
+  EXPECT_EQ(paramsOf<runtime::LayerNormParams>(kernels[0]).rows, 4);
+  EXPECT_EQ(paramsOf<runtime::LayerNormParams>(kernels[0]).channels, 8);
+  EXPECT_EQ(paramsOf<runtime::LayerNormParams>(kernels[0]).hasScale, 1);
+  EXPECT_EQ(paramsOf<runtime::LayerNormParams>(kernels[0]).hasShift, 1);
+  EXPECT_FLOAT_EQ(
+      runtime::paramFloat(paramsOf<runtime::LayerNormParams>(kernels[0]).epsilon), 1e-5f);
   mlir::func::FuncOp graph = main(*module);
   EXPECT_EQ(count<mlir::tosa::ReduceSumOp>(graph), 0);
   EXPECT_EQ(count<mlir::tosa::MulOp>(graph), 0);

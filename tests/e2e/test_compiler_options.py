@@ -61,8 +61,8 @@ def test_print_ir_after_shows_the_outlined_kernels(flowc, cnn):
     result = flowc.run("submit", path, "-o", path.with_suffix(".fca"), "--print-ir-after",
                        "flowc-outline-library-kernels")
     assert "IR Dump After" in result.stderr
-    assert result.stderr.count('flowc.kernel = "conv2d"') == 2
-    assert 'flowc.kernel = "matmul"' in result.stderr
+    assert result.stderr.count("flowc.library_call conv2d @flowc_kernel_") == 2
+    assert "flowc.library_call matmul @flowc_kernel_" in result.stderr
 
 
 def test_bad_pass_names_and_precisions_are_refused(flowc, cnn):

@@ -1,4 +1,5 @@
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/KernelAbi.h"
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tensor.h"
 
@@ -185,6 +186,31 @@ TEST(KernelAbiTest, CodeForAnotherKernelAbiIsRefused) {
   }
 }
 
+// A kernel's params struct is the int64 words generated code passes: the
+// words the compiler writes read back as the same struct, and words of
+// another count are no struct of that kind.
+TEST(KernelAbiTest, ParamsStructsAreTheirWords) {
+  MatMulParams params{};
+  params.batch = 2;
+  params.n = 7;
+  params.activation = Activation::GeluTanh;
+  params.precision = Precision::Bf16;
+  params.scale = floatParam(0.125f);
+  std::vector<int64_t> words = paramWords(params);
+  ASSERT_EQ(words.size(), 16u);
+  // Fields sit where their word is.
+  EXPECT_EQ(words[0], 2);
+  EXPECT_EQ(words[2], 7);
+  EXPECT_EQ(words[8], static_cast<int64_t>(Activation::GeluTanh));
+  EXPECT_EQ(words[11], static_cast<int64_t>(Precision::Bf16));
+  auto read = paramsFromWords<MatMulParams>(words);
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->n, 7);
+  EXPECT_EQ(paramFloat(read->scale), 0.125f);
+  EXPECT_FALSE(paramsFromWords<Conv2dParams>(words));
+  EXPECT_FALSE(paramsFromWords<MatMulParams>(std::span(words).first(15)));
+}
+
 TEST(NpyTest, RoundTrips) {
   TempDir dir;
   Tensor tensor = Tensor::fromFloats({2, 3}, {1, 2, 3, 4, 5, 6.5f});
@@ -248,9 +274,9 @@ TEST(NpyTest, RejectsTruncatedPayloadAndGarbage) {
 // int64 threw from std::stoll.
 TEST(NpyTest, RejectsShapesTooLargeToAddress) {
   TempDir dir;
-  for (const std::string &shape :
-       {std::string("(3000000000000000000, 40)"), std::string("(99999999999999999999999,)"),
-        std::string("(4294967296, 4294967296, 0)")}) {
+  for (const std::string &shape : {std::string("(3000000000000000000, 40)"),
+                                   std::string("(99999999999999999999999,)"),
+                                   std::string("(4294967296, 4294967296, 0)")}) {
     std::string header =
         "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }\n";
     std::string bytes = std::string("\x93NUMPY\x01\x00", 8);

@@ -48,16 +48,19 @@ def OutlineLibraryKernelsPass
     layout changes it can absorb (NCHW<->NHWC transposes, transposed
     weights) and its epilogue (bias, residual add, activation), each max or
     average pooling, softmax over the last axis and layer normalization
-    becomes a private function tagged `flowc.kernel` (its kind) and
-    `flowc.kernel_params` (the kernel ABI's parameters), called from
-    `@main`. The body keeps the exact TOSA semantics, so it bufferizes like
-    any other function and fixes the kernel's buffer ABI; before the
-    lowering to LLVM the body is replaced by a call into the runtime's
-    kernel table.
+    becomes a private function, called from `@main` through a
+    `flowc.library_call` with the kernel's kind and its ABI params struct.
+    The body keeps the exact TOSA semantics, so it bufferizes like any
+    other function and fixes the kernel's buffer ABI; before the lowering
+    to LLVM the body is replaced by a call into the runtime's kernel table.
   }];
-  // LibraryKernels.cpp owns the pass; its create function takes the
+  // library/Outline.cpp owns the pass; its create function takes the
   // precision the pipeline compiles for.
   let constructor = "::flowc::compiler::createOutlineLibraryKernelsPass()";
+  let dependentDialects = [
+    "::mlir::bufferization::BufferizationDialect",
+    "::flowc::compiler::FlowcDialect"
+  ];
   let options = [
     Option<"precision", "precision", "::flowc::Precision",
            /*default=*/"::flowc::Precision::Fp32",
@@ -73,7 +76,25 @@ def OutlineLibraryKernelsPass
     Statistic<"kernelsOutlined", "kernels-outlined",
               "Library kernels outlined">,
     Statistic<"epilogueOpsFused", "epilogue-ops-fused",
-              "Epilogue ops (bias, residual, activation) fused into a kernel">
+              "Ops absorbed into a kernel besides its root (layout changes, "
+              "bias, residual, activation)">
+  ];
+}
+
+def LowerLibraryCallsPass
+    : Pass<"flowc-lower-library-calls", "::mlir::ModuleOp"> {
+  let summary = "Turn flowc.library_call ops into func.call, the kernel's kind "
+                "and params onto the callee";
+  let description = [{
+    Runs last on tensors, right before One-Shot Bufferize, which models
+    `func.call` and not `flowc.library_call`. Each call's kind and params
+    move onto its callee as `flowc.kernel` and `flowc.kernel_params`, where
+    the steps after bufferization (the memory plan, the kernel weights, the
+    LLVM thunks) read them. Not optional: the code needs it whenever the
+    outline pass ran.
+  }];
+  let statistics = [
+    Statistic<"callsLowered", "calls-lowered", "Library calls lowered">
   ];
 }
 

@@ -4,6 +4,7 @@
 // place. The runtime owns the format; the compiler side uses the writer.
 #pragma once
 
+#include "flowc/runtime/KernelAbi.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Sha256.h"
 #include "flowc/support/Status.h"
@@ -58,10 +59,6 @@ struct TensorSpec {
   /// size fits in 62 bits; DataLoss naming `what` and the fault otherwise.
   Status validate(const std::string &what) const;
 };
-
-/// Key prefix of derived weights (computed from the model's weights at link
-/// time, e.g. BatchNorm folded into a convolution).
-inline constexpr const char *kDerivedWeightPrefix = "flowc.derived/";
 
 struct WeightSpec {
   TensorSpec tensor; ///< tensor.name is the weight's resource key.

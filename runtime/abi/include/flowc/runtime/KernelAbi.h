@@ -6,15 +6,23 @@
 //
 //   flowc_kernel_table[kind](flowc_kernel_context, site, params, buffers)
 //
-// `params` is a constant int64 array laid out as below, `buffers` the
+// `params` is a constant int64 array holding the kind's params struct, `buffers` the
 // kernel's inputs in the documented order followed by its output, all dense
 // row-major. The code object defines the table, the context slot and a mask
 // of the kinds it uses; a session fills them after loading the code, and
 // refuses code that needs a kind this runtime lacks.
 #pragma once
 
+#include "flowc/support/Target.h"
+
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
 
 namespace flowc::runtime {
 
@@ -28,6 +36,11 @@ inline constexpr uint64_t kArenaAlignment = 64;
 /// of GCC's libgomp so that oneDNN's GOMP_* calls land in the same thread
 /// pool instead of a second one competing for the cores.
 inline constexpr const char *kOpenMpLibrary = "libomp.so.5";
+
+/// Key prefix of derived weights (computed from the model's weights at link
+/// time, e.g. BatchNorm folded into a convolution), which code binds like
+/// graph weights.
+inline constexpr const char *kDerivedWeightPrefix = "flowc.derived/";
 
 /// Symbols every code object with library kernels defines.
 inline constexpr const char *kKernelTableSymbol = "flowc_kernel_table";
@@ -108,108 +121,110 @@ enum class ConvWeightLayout : int64_t {
   Hwcm = 2,
 };
 
-namespace conv {
-enum Param : int {
-  kBatch,
-  kInChannels,
-  kInHeight,
-  kInWidth,
-  kOutChannels,
-  kKernelHeight,
-  kKernelWidth,
-  kOutHeight,
-  kOutWidth,
-  kStrideH,
-  kStrideW,
-  kDilationH,
-  kDilationW,
-  kPadTop,
-  kPadLeft,
-  kPadBottom,
-  kPadRight,
-  kGroups,
-  kSourceLayout,
-  kWeightLayout,
-  kDestinationLayout,
-  /// Weights are graph weights or constants: converted once per session.
-  kConstantWeights,
-  kHasResidual,
-  kActivation,
-  kAlpha,
-  kBeta,
-  /// Source and weights rounded to bfloat16, fp32 accumulation and output.
-  kBf16,
-  kCount
-};
-} // namespace conv
+/// A kernel's parameters are one of the structs below, passed as the
+/// int64 array it is: every field is an int64 or an int64-sized enum, so
+/// the compiler writes the words and the runtime reads the struct. Flags
+/// are 0 or 1; float values travel as floatParam bits.
+template <typename Params> constexpr bool isKernelParams() {
+  return std::is_trivially_copyable_v<Params> && std::is_standard_layout_v<Params> &&
+         sizeof(Params) % sizeof(int64_t) == 0;
+}
 
-namespace matmul {
+struct Conv2dParams {
+  int64_t batch, inChannels, inHeight, inWidth;
+  int64_t outChannels, kernelHeight, kernelWidth, outHeight, outWidth;
+  int64_t strideH, strideW, dilationH, dilationW;
+  int64_t padTop, padLeft, padBottom, padRight;
+  int64_t groups;
+  ActivationLayout sourceLayout;
+  ConvWeightLayout weightLayout;
+  ActivationLayout destinationLayout;
+  /// Weights are graph weights or constants: converted once per session.
+  int64_t constantWeights;
+  int64_t hasResidual;
+  Activation activation;
+  int64_t alpha, beta;
+  /// Bf16: source and weights rounded to bfloat16, fp32 accumulation and
+  /// output.
+  Precision precision;
+};
+static_assert(isKernelParams<Conv2dParams>() && sizeof(Conv2dParams) == 27 * 8);
+static_assert(offsetof(Conv2dParams, groups) == 17 * 8 &&
+              offsetof(Conv2dParams, constantWeights) == 21 * 8 &&
+              offsetof(Conv2dParams, precision) == 26 * 8);
+
 /// destination[b] = A[b] x B[b] (+ bias[n]) (+ residual[b]), then
 /// (x scale + mask, attention scores), then activation. Buffers: A, B,
 /// [bias], [residual], [mask], destination.
-enum Param : int {
-  kBatch,
-  kM,
-  kN,
-  kK,
+struct MatMulParams {
+  int64_t batch, m, n, k;
   /// B is stored [batch, N, K] (a transposed weight) instead of [batch, K, N].
-  kTransposedB,
+  int64_t transposedB;
   /// B is a graph weight or constant: repacked once per session.
-  kConstantB,
-  kHasBias,
-  kHasResidual,
-  kActivation,
-  kAlpha,
-  kBeta,
-  /// A and B rounded to bfloat16, fp32 accumulation and output.
-  kBf16,
+  int64_t constantB;
+  int64_t hasBias, hasResidual;
+  Activation activation;
+  int64_t alpha, beta;
+  /// Bf16: A and B rounded to bfloat16, fp32 accumulation and output.
+  Precision precision;
   /// floatParam of a constant the result is multiplied by; 0: none.
-  kScale,
+  int64_t scale;
   /// An additive mask, broadcast over the batch: its rows vary along M
-  /// (kMaskRows) or not, its columns along N (kMaskColumns) or not.
-  kHasMask,
-  kMaskRows,
-  kMaskColumns,
-  kCount
+  /// (maskRows) or not, its columns along N (maskColumns) or not.
+  int64_t hasMask, maskRows, maskColumns;
 };
-} // namespace matmul
+static_assert(isKernelParams<MatMulParams>() && sizeof(MatMulParams) == 16 * 8);
+static_assert(offsetof(MatMulParams, constantB) == 5 * 8 &&
+              offsetof(MatMulParams, precision) == 11 * 8 &&
+              offsetof(MatMulParams, maskColumns) == 15 * 8);
 
 /// TOSA's pooling: padding never enters a window's maximum or average.
 enum class PoolAlgorithm : int64_t { Max = 0, AverageExcludingPadding = 1 };
 
-namespace pool {
-enum Param : int {
-  kBatch,
-  kChannels,
-  kInHeight,
-  kInWidth,
-  kOutHeight,
-  kOutWidth,
-  kKernelHeight,
-  kKernelWidth,
-  kStrideH,
-  kStrideW,
-  kPadTop,
-  kPadLeft,
-  kPadBottom,
-  kPadRight,
-  kAlgorithm,
-  kSourceLayout,
-  kDestinationLayout,
-  kCount
+struct Pool2dParams {
+  int64_t batch, channels, inHeight, inWidth, outHeight, outWidth;
+  int64_t kernelHeight, kernelWidth, strideH, strideW;
+  int64_t padTop, padLeft, padBottom, padRight;
+  PoolAlgorithm algorithm;
+  ActivationLayout sourceLayout, destinationLayout;
 };
-} // namespace pool
+static_assert(isKernelParams<Pool2dParams>() && sizeof(Pool2dParams) == 17 * 8);
+static_assert(offsetof(Pool2dParams, algorithm) == 14 * 8);
 
-namespace softmax {
 /// exp(x - max) / sum(exp(x - max)) along the last axis of a dense
 /// [rows, channels] buffer.
-enum Param : int { kRows, kChannels, kCount };
-} // namespace softmax
+struct SoftmaxParams {
+  int64_t rows, channels;
+};
+static_assert(isKernelParams<SoftmaxParams>() && sizeof(SoftmaxParams) == 2 * 8);
 
-namespace layernorm {
 /// (x - mean) / sqrt(variance + epsilon) (* scale[c]) (+ shift[c]) along the
 /// last axis of a dense [rows, channels] buffer.
-enum Param : int { kRows, kChannels, kEpsilon, kHasScale, kHasShift, kCount };
-} // namespace layernorm
+struct LayerNormParams {
+  int64_t rows, channels;
+  /// floatParam bits.
+  int64_t epsilon;
+  int64_t hasScale, hasShift;
+};
+static_assert(isKernelParams<LayerNormParams>() && sizeof(LayerNormParams) == 5 * 8);
+
+/// The words of `params`, as the compiler emits them.
+template <typename Params> std::vector<int64_t> paramWords(const Params &params) {
+  static_assert(isKernelParams<Params>());
+  std::vector<int64_t> words(sizeof(Params) / sizeof(int64_t));
+  std::memcpy(words.data(), &params, sizeof(Params));
+  return words;
+}
+
+/// `words` read as a `Params`, if there are exactly as many as it has.
+template <typename Params>
+std::optional<Params> paramsFromWords(std::span<const int64_t> words) {
+  static_assert(isKernelParams<Params>());
+  if (words.size() * sizeof(int64_t) != sizeof(Params))
+    return std::nullopt;
+  Params params;
+  std::memcpy(&params, words.data(), sizeof(Params));
+  return params;
+}
 
 } // namespace flowc::runtime

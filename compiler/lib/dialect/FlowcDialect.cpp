@@ -1,0 +1,262 @@
+#include "flowc/compiler/dialect/FlowcDialect.h"
+#include "flowc/runtime/KernelAbi.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/Operation.h"
+
+#include "flowc/compiler/dialect/FlowcDialect.cpp.inc"
+#include "flowc/compiler/dialect/FlowcEnums.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "flowc/compiler/dialect/FlowcOps.cpp.inc"
+
+#include <optional>
+
+namespace flowc::compiler {
+
+namespace {
+
+/// The kind `name` spells (runtime::kernelKindName), if it is one.
+std::optional<runtime::KernelKind> kernelKindNamed(llvm::StringRef name) {
+  for (int64_t index = 0; index < runtime::kKernelKindCount; ++index) {
+    auto kind = static_cast<runtime::KernelKind>(index);
+    if (name == runtime::kernelKindName(kind))
+      return kind;
+  }
+  return std::nullopt;
+}
+
+/// How many int64 words the params struct of `kind` has.
+size_t paramWordCount(runtime::KernelKind kind) {
+  switch (kind) {
+  case runtime::KernelKind::Conv2d:
+    return sizeof(runtime::Conv2dParams) / sizeof(int64_t);
+  case runtime::KernelKind::MatMul:
+    return sizeof(runtime::MatMulParams) / sizeof(int64_t);
+  case runtime::KernelKind::Pool2d:
+    return sizeof(runtime::Pool2dParams) / sizeof(int64_t);
+  case runtime::KernelKind::Softmax:
+    return sizeof(runtime::SoftmaxParams) / sizeof(int64_t);
+  case runtime::KernelKind::LayerNorm:
+    return sizeof(runtime::LayerNormParams) / sizeof(int64_t);
+  }
+  return 0;
+}
+
+std::string kernelKindNames() {
+  std::string names;
+  for (int64_t index = 0; index < runtime::kKernelKindCount; ++index)
+    names +=
+        (index ? ", " : "") +
+        std::string(runtime::kernelKindName(static_cast<runtime::KernelKind>(index)));
+  return names;
+}
+
+/// `flowc.kernel_params` of `op` against its `flowc.kernel`, which the
+/// caller checked names a kind.
+mlir::LogicalResult verifyKernelParams(mlir::Operation *op,
+                                       mlir::DenseI64ArrayAttr params,
+                                       runtime::KernelKind kind) {
+  size_t expected = paramWordCount(kind);
+  if (static_cast<size_t>(params.size()) == expected)
+    return mlir::success();
+  return op->emitOpError() << "attribute 'flowc.kernel_params' has " << params.size()
+                           << " words, but a " << runtime::kernelKindName(kind)
+                           << " kernel's parameters are " << expected;
+}
+
+} // namespace
+
+// The op's kinds are the runtime's.
+static_assert(static_cast<int64_t>(LibraryKernelKind::Conv2d) ==
+                  static_cast<int64_t>(runtime::KernelKind::Conv2d) &&
+              static_cast<int64_t>(LibraryKernelKind::MatMul) ==
+                  static_cast<int64_t>(runtime::KernelKind::MatMul) &&
+              static_cast<int64_t>(LibraryKernelKind::Pool2d) ==
+                  static_cast<int64_t>(runtime::KernelKind::Pool2d) &&
+              static_cast<int64_t>(LibraryKernelKind::Softmax) ==
+                  static_cast<int64_t>(runtime::KernelKind::Softmax) &&
+              static_cast<int64_t>(LibraryKernelKind::LayerNorm) ==
+                  static_cast<int64_t>(runtime::KernelKind::LayerNorm) &&
+              runtime::kKernelKindCount == 5);
+
+void FlowcDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "flowc/compiler/dialect/FlowcOps.cpp.inc"
+      >();
+}
+
+namespace {
+
+/// The inputs a kernel of these params reads (KernelAbi.h's buffer orders,
+/// less the destination), or a diagnostic if the words are no such params.
+std::optional<size_t> expectedInputs(LibraryCallOp call) {
+  llvm::ArrayRef<int64_t> words = call.getParams();
+  switch (call.getKind()) {
+  case LibraryKernelKind::Conv2d:
+    if (auto p = runtime::paramsFromWords<runtime::Conv2dParams>(words))
+      return 3 + (p->hasResidual != 0);
+    break;
+  case LibraryKernelKind::MatMul:
+    if (auto p = runtime::paramsFromWords<runtime::MatMulParams>(words))
+      return 2 + (p->hasBias != 0) + (p->hasResidual != 0) + (p->hasMask != 0);
+    break;
+  case LibraryKernelKind::Pool2d:
+    if (runtime::paramsFromWords<runtime::Pool2dParams>(words))
+      return 1;
+    break;
+  case LibraryKernelKind::Softmax:
+    if (runtime::paramsFromWords<runtime::SoftmaxParams>(words))
+      return 1;
+    break;
+  case LibraryKernelKind::LayerNorm:
+    if (auto p = runtime::paramsFromWords<runtime::LayerNormParams>(words))
+      return 1 + (p->hasScale != 0) + (p->hasShift != 0);
+    break;
+  }
+  return std::nullopt;
+}
+
+/// The rank the kind's first input (the source, or A) and result have; 0
+/// for any.
+int64_t sourceRank(LibraryKernelKind kind) {
+  switch (kind) {
+  case LibraryKernelKind::Conv2d:
+  case LibraryKernelKind::Pool2d:
+    return 4;
+  case LibraryKernelKind::MatMul:
+    return 3;
+  case LibraryKernelKind::Softmax:
+  case LibraryKernelKind::LayerNorm:
+    return 0;
+  }
+  return 0;
+}
+
+} // namespace
+
+mlir::LogicalResult LibraryCallOp::verify() {
+  auto kind = static_cast<runtime::KernelKind>(getKind());
+  if (static_cast<size_t>(getParams().size()) != paramWordCount(kind))
+    return emitOpError() << "params have " << getParams().size() << " words, but a "
+                         << stringifyLibraryKernelKind(getKind())
+                         << " kernel's parameters are " << paramWordCount(kind);
+  std::optional<size_t> inputs = expectedInputs(*this);
+  if (inputs && getInputs().size() != *inputs)
+    return emitOpError() << "has " << getInputs().size() << " inputs, but its "
+                         << stringifyLibraryKernelKind(getKind()) << " params ask for "
+                         << *inputs;
+  if (int64_t rank = sourceRank(getKind());
+      rank && !getInputs().empty() &&
+      mlir::cast<mlir::RankedTensorType>(getInputs()[0].getType()).getRank() != rank)
+    return emitOpError() << "input 0 of a " << stringifyLibraryKernelKind(getKind())
+                         << " kernel must have rank " << rank << ", got "
+                         << getInputs()[0].getType();
+  return mlir::success();
+}
+
+mlir::LogicalResult
+LibraryCallOp::verifySymbolUses(mlir::SymbolTableCollection &symbolTable) {
+  auto callee =
+      symbolTable.lookupNearestSymbolFrom<mlir::func::FuncOp>(*this, getCalleeAttr());
+  if (!callee)
+    return emitOpError() << "calls " << getCalleeAttr() << ", which is no function";
+  mlir::FunctionType type = callee.getFunctionType();
+  if (type.getInputs() != getInputs().getTypes() ||
+      type.getResults() != mlir::TypeRange(getResult().getType()))
+    return emitOpError() << "has type "
+                         << mlir::FunctionType::get(getContext(), getInputs().getTypes(),
+                                                    getResult().getType())
+                         << ", but " << getCalleeAttr() << " has type " << type;
+  return mlir::success();
+}
+
+mlir::LogicalResult
+FlowcDialect::verifyOperationAttribute(mlir::Operation *op,
+                                       mlir::NamedAttribute attribute) {
+  llvm::StringRef name = attribute.getName().getValue();
+  mlir::Attribute value = attribute.getValue();
+  auto wrongType = [&](llvm::StringRef expected) {
+    return op->emitOpError() << "attribute '" << name << "' must be " << expected
+                             << ", got " << value;
+  };
+  if (name == KernelAttrHelper::getNameStr()) {
+    auto kind = mlir::dyn_cast<mlir::StringAttr>(value);
+    if (!kind)
+      return wrongType("a string");
+    std::optional<runtime::KernelKind> known = kernelKindNamed(kind.getValue());
+    if (!known)
+      return op->emitOpError() << "attribute '" << name
+                               << "' names no library kernel: " << value
+                               << " (kinds: " << kernelKindNames() << ")";
+    auto params = op->getAttr(KernelParamsAttrHelper::getNameStr());
+    if (!params)
+      return op->emitOpError() << "has attribute '" << name << "' but no '"
+                               << KernelParamsAttrHelper::getNameStr() << "'";
+    auto words = mlir::dyn_cast<mlir::DenseI64ArrayAttr>(params);
+    // A wrong type is reported when the params attribute is visited.
+    return words ? verifyKernelParams(op, words, *known) : mlir::success();
+  }
+  if (name == KernelParamsAttrHelper::getNameStr()) {
+    if (!mlir::isa<mlir::DenseI64ArrayAttr>(value))
+      return wrongType("an array<i64>");
+    if (!op->hasAttr(KernelAttrHelper::getNameStr()))
+      return op->emitOpError() << "has attribute '" << name << "' but no '"
+                               << KernelAttrHelper::getNameStr() << "'";
+    return mlir::success();
+  }
+  if (name == LoopKernelAttrHelper::getNameStr() ||
+      name == ParallelAttrHelper::getNameStr())
+    return mlir::isa<mlir::UnitAttr>(value) ? mlir::success()
+                                            : wrongType("a unit attribute");
+  if (name == ArenaBytesAttrHelper::getNameStr()) {
+    auto bytes = mlir::dyn_cast<mlir::IntegerAttr>(value);
+    if (!bytes)
+      return wrongType("an integer");
+    if (bytes.getValue().isNegative())
+      return op->emitOpError() << "attribute '" << name << "' is negative: " << value;
+    return mlir::success();
+  }
+  if (name == WeightAttrHelper::getNameStr() || name == RecipeAttrHelper::getNameStr() ||
+      name == RecipeInputsAttrHelper::getNameStr())
+    return op->emitOpError() << "attribute '" << name
+                             << "' belongs on a function argument, not on an op";
+  return op->emitOpError() << "has unknown flowc attribute '" << name << "'";
+}
+
+mlir::LogicalResult
+FlowcDialect::verifyRegionArgAttribute(mlir::Operation *op, unsigned region,
+                                       unsigned argument,
+                                       mlir::NamedAttribute attribute) {
+  llvm::StringRef name = attribute.getName().getValue();
+  mlir::Attribute value = attribute.getValue();
+  auto fail = [&](llvm::StringRef problem) {
+    return op->emitOpError() << "argument " << argument << " of region " << region
+                             << ": attribute '" << name << "' " << problem << ", got "
+                             << value;
+  };
+  if (name == WeightAttrHelper::getNameStr() || name == RecipeAttrHelper::getNameStr()) {
+    auto text = mlir::dyn_cast<mlir::StringAttr>(value);
+    if (!text || text.getValue().empty())
+      return fail("must be a non-empty string");
+    return mlir::success();
+  }
+  if (name == RecipeInputsAttrHelper::getNameStr()) {
+    auto keys = mlir::dyn_cast<mlir::ArrayAttr>(value);
+    if (!keys || !llvm::all_of(keys, [](mlir::Attribute key) {
+          return mlir::isa<mlir::StringAttr>(key);
+        }))
+      return fail("must be an array of weight keys (strings)");
+    return mlir::success();
+  }
+  return op->emitOpError() << "argument " << argument << " of region " << region
+                           << " has attribute '" << name
+                           << "', which is not a flowc argument attribute";
+}
+
+} // namespace flowc::compiler
