@@ -14,7 +14,7 @@
 //     so does each pooling, softmax and layer normalization. The body keeps
 //     the exact TOSA semantics, so the function bufferizes like any other
 //     and fixes the kernel's buffer ABI.
-//  2. Right before bufferization, `createLowerLibraryCallsPass` makes each
+//  2. Right before bufferization, flowc-lower-library-calls makes each
 //     call a func.call and tags the callee with `flowc.kernel` and
 //     `flowc.kernel_params`.
 //  3. Before the lowering to LLVM, `dropLibraryKernelBodies` leaves
@@ -63,10 +63,6 @@ struct LibraryKernel {
 std::unique_ptr<mlir::Pass>
 createOutlineLibraryKernelsPass(Precision precision = Precision::Fp32);
 
-/// Before bufferization: each flowc.library_call becomes a func.call of its
-/// callee, which takes the kind and params (kKernelKindAttr,
-/// kKernelParamsAttr).
-std::unique_ptr<mlir::Pass> createLowerLibraryCallsPass();
 
 /// The kernels of `module` in site order (after outlining, from the
 /// flowc.library_call ops or, once lowered, the tagged functions, at any

@@ -5,6 +5,7 @@
 #include "LibraryKernels.h"
 #include "Matchers.h"
 #include "MemoryPlan.h"
+#include "transforms/Passes.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -188,14 +189,10 @@ kernelOf(mlir::func::FuncOp function, const std::map<std::string, LibraryCallOp>
 
 } // namespace
 
-std::unique_ptr<mlir::Pass> createLowerLibraryCallsPass() {
-  return std::make_unique<LowerLibraryCallsPass>();
-}
-
 std::unique_ptr<mlir::Pass> createOutlineLibraryKernelsPass(Precision precision) {
-  auto pass = std::make_unique<OutlineLibraryKernelsPass>();
-  pass->precision = precision;
-  return pass;
+  OutlineLibraryKernelsPassOptions options;
+  options.precision = precision;
+  return std::make_unique<OutlineLibraryKernelsPass>(options);
 }
 
 std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module) {
