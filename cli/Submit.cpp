@@ -5,7 +5,6 @@
 #include "flowc/support/AtomicFile.h"
 
 #include <cstdlib>
-#include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
 

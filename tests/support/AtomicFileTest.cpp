@@ -1,5 +1,7 @@
 #include "flowc/support/AtomicFile.h"
 
+#include "flowc/support/MappedFile.h"
+
 #include "../common/TestUtil.h"
 
 #include <filesystem>
