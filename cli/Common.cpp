@@ -1,5 +1,7 @@
 #include "Common.h"
 
+#include "flowc/rpc/GrpcStatus.h"
+#include "flowc/rpc/Vocabulary.h"
 #include "flowc/support/Environment.h"
 #include "flowc/support/ErrorFields.h"
 #include "flowc/support/MappedFile.h"
@@ -65,32 +67,39 @@ Expected<std::string> absoluteModelPath(const std::string &path) {
 }
 
 Status fromGrpc(const grpc::Status &status, const std::string &what) {
-  if (status.ok())
-    return Status::ok();
-  switch (status.error_code()) {
-  case grpc::StatusCode::INVALID_ARGUMENT:
-    return invalidArgument(status.error_message());
-  case grpc::StatusCode::NOT_FOUND:
-    return notFound(status.error_message());
-  case grpc::StatusCode::UNIMPLEMENTED:
-    return unimplemented(status.error_message());
-  case grpc::StatusCode::RESOURCE_EXHAUSTED:
-    return resourceExhausted(status.error_message());
-  case grpc::StatusCode::DATA_LOSS:
-    return dataLoss(status.error_message());
-  case grpc::StatusCode::FAILED_PRECONDITION:
-    return failedPrecondition(status.error_message());
-  case grpc::StatusCode::UNAVAILABLE:
-    return unavailable(what + ": daemon unavailable: " + status.error_message());
+  Status answer = rpc::fromGrpcStatus(status);
+  switch (answer.code()) {
+  // The daemon's verdict on the input: its message says what and where.
+  case StatusCode::Ok:
+  case StatusCode::InvalidArgument:
+  case StatusCode::NotFound:
+  case StatusCode::Unimplemented:
+  case StatusCode::ResourceExhausted:
+  case StatusCode::DataLoss:
+  case StatusCode::FailedPrecondition:
+    return answer;
+  case StatusCode::Unavailable:
+    return unavailable(what + ": daemon unavailable: " + answer.message());
   // Refused by the daemon's front door: the token or its role, not the
   // input, is wrong.
-  case grpc::StatusCode::UNAUTHENTICATED:
-    return failedPrecondition(what + ": unauthenticated: " + status.error_message());
-  case grpc::StatusCode::PERMISSION_DENIED:
-    return failedPrecondition(what + ": permission denied: " + status.error_message());
+  case StatusCode::Unauthenticated:
+    return failedPrecondition(what + ": unauthenticated: " + answer.message());
+  case StatusCode::PermissionDenied:
+    return failedPrecondition(what + ": permission denied: " + answer.message());
   default:
-    return internalError(what + ": " + status.error_message());
+    return internalError(what + ": " + answer.message());
   }
+}
+
+Status setCompileOptions(const std::string &target, int optLevel,
+                         const std::string &precision,
+                         flowc::v1::CompileOptions &options) {
+  FLOWC_ASSIGN_OR_RETURN(Target parsedTarget, parseTarget(target));
+  FLOWC_ASSIGN_OR_RETURN(Precision parsedPrecision, parsePrecision(precision));
+  options.set_target(rpc::toProto(parsedTarget));
+  options.set_opt_level(optLevel);
+  options.set_precision(rpc::toProto(parsedPrecision));
+  return Status::ok();
 }
 
 Expected<flowc::v1::HealthResponse> DaemonClient::health(int timeoutMs) {
@@ -400,11 +409,8 @@ std::optional<flowc::v1::ErrorDetail> errorDetailOf(const grpc::ClientContext &c
   auto found = trailers.find("grpc-status-details-bin");
   if (found == trailers.end())
     return std::nullopt;
-  flowc::v1::ErrorDetail detail;
-  if (!detail.ParseFromArray(found->second.data(),
-                             static_cast<int>(found->second.size())))
-    return std::nullopt;
-  return detail;
+  return rpc::parseErrorDetail(
+      std::string_view(found->second.data(), found->second.size()));
 }
 
 std::string oneLine(const std::string &text) {

@@ -83,6 +83,12 @@ Expected<std::string> absoluteModelPath(const std::string &path);
 /// Status from a failed RPC, keeping the daemon's message.
 Status fromGrpc(const grpc::Status &status, const std::string &what);
 
+/// Sets the wire's target, level and precision from their command-line
+/// spellings; InvalidArgument listing the supported names for another.
+Status setCompileOptions(const std::string &target, int optLevel,
+                         const std::string &precision,
+                         flowc::v1::CompileOptions &options);
+
 /// Exit statuses, so scripts and test harnesses can tell a bad model from
 /// an unsupported one without parsing messages (also in README).
 inline constexpr int kExitFailure = 1;     ///< Internal errors, anything else.

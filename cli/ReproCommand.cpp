@@ -107,9 +107,10 @@ int runRepro(const ReproOptions &options, GlobalOptions &global) {
     return reportError(client.status());
   flowc::v1::ReproRequest request;
   request.set_model_path(*model);
-  request.set_target(options.target);
-  request.set_opt_level(options.optLevel);
-  request.set_precision(options.precision);
+  if (Status set = setCompileOptions(options.target, options.optLevel, options.precision,
+                                     *request.mutable_options());
+      !set)
+    return reportError(set);
   if (Status shapes = addInputShapes(options.inputShapes, request); !shapes)
     return reportError(shapes);
   auto files = receiveFiles(**client, request, "repro " + options.model);

@@ -8,6 +8,14 @@ namespace flowc::cli {
 
 namespace {
 
+/// "a, b, c", or "none" from a daemon that names none.
+std::string optionalPassList(const flowc::v1::HealthResponse &health) {
+  std::string list;
+  for (const std::string &pass : health.optional_passes())
+    list += (list.empty() ? "" : ", ") + pass;
+  return list.empty() ? "none" : list;
+}
+
 int runStatus(GlobalOptions &global, bool json) {
   global.resolve();
   auto client = DaemonClient::connect(global, /*autostart=*/false);
@@ -50,6 +58,8 @@ int runStatus(GlobalOptions &global, bool json) {
               {"jobs_completed", stats.jobs_completed()},
               {"jobs_failed", stats.jobs_failed()},
               {"remote_cache", nullptr}});
+  out["optional_passes"] = std::vector<std::string>(health->optional_passes().begin(),
+                                                    health->optional_passes().end());
   if (stats.has_remote_cache()) {
     const flowc::v1::RemoteCacheStatus &remote = stats.remote_cache();
     const flowc::v1::RemoteCacheCounters &c = remote.counters();
@@ -86,7 +96,9 @@ int runStatus(GlobalOptions &global, bool json) {
             << hitRateText(cache.hits(), cache.misses()) << ")\n"
             << "jobs: " << stats.jobs_running() << " running, " << stats.jobs_queued()
             << " queued, " << stats.jobs_completed() << " done, " << stats.jobs_failed()
-            << " failed" << std::endl;
+            << " failed\n"
+            << "optional passes (--disable-pass): " << optionalPassList(*health)
+            << std::endl;
   if (stats.has_remote_cache()) {
     const flowc::v1::RemoteCacheStatus &remote = stats.remote_cache();
     const flowc::v1::RemoteCacheCounters &c = remote.counters();

@@ -2,8 +2,9 @@
 
 #include "PlaceArtifact.h"
 
+#include "flowc/support/AtomicFile.h"
+
 #include <cstdlib>
-#include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -11,38 +12,26 @@ namespace flowc::cli {
 
 namespace {
 
-/// Streams the artifact into `path` (temp file + rename).
+/// Streams the artifact into `path` (AtomicFile: no partial artifact).
 Status downloadArtifact(DaemonClient &client, const std::string &digest,
                         const std::string &path) {
-  std::string tmp = path + ".part";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return errnoStatus(errno, "cannot write '" + tmp + "'");
+  FLOWC_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
   grpc::ClientContext context;
   flowc::v1::FetchArtifactRequest request;
   request.set_digest(digest);
   auto reader = client.compiler().FetchArtifact(&context, request);
   flowc::v1::ArtifactChunk chunk;
   Status status;
-  uint64_t total = 0;
   while (status.isOk() && reader->Read(&chunk)) {
     const std::string &data = chunk.data();
-    if (::pwrite(fd, data.data(), data.size(), static_cast<off_t>(chunk.offset())) !=
-        static_cast<ssize_t>(data.size()))
-      status = errnoStatus(errno, "cannot write '" + tmp + "'");
-    total += data.size();
+    if (::pwrite(file.fd(), data.data(), data.size(),
+                 static_cast<off_t>(chunk.offset())) != static_cast<ssize_t>(data.size()))
+      status = errnoStatus(errno, "cannot write '" + file.tempPath() + "'");
   }
   grpc::Status rpc = reader->Finish();
-  if (status.isOk())
-    status = fromGrpc(rpc, "fetch artifact " + digest);
-  if (status.isOk() && fsync(fd) != 0)
-    status = errnoStatus(errno, "cannot fsync '" + tmp + "'");
-  ::close(fd);
-  if (status.isOk() && std::rename(tmp.c_str(), path.c_str()) != 0)
-    status = errnoStatus(errno, "cannot rename '" + tmp + "' to '" + path + "'");
-  if (!status.isOk())
-    ::unlink(tmp.c_str());
-  return status;
+  FLOWC_RETURN_IF_ERROR(status);
+  FLOWC_RETURN_IF_ERROR(fromGrpc(rpc, "fetch artifact " + digest));
+  return file.commit();
 }
 
 Status buildRequest(DaemonClient &client, const GlobalOptions &global,
@@ -57,12 +46,12 @@ Status buildRequest(DaemonClient &client, const GlobalOptions &global,
     request.set_model_path(spec.model);
     request.set_want_local_path(true);
   }
-  request.set_target(spec.compile.target);
-  request.set_opt_level(spec.compile.optLevel);
-  request.set_precision(spec.compile.precision);
+  flowc::v1::CompileOptions &options = *request.mutable_options();
+  FLOWC_RETURN_IF_ERROR(setCompileOptions(spec.compile.target, spec.compile.optLevel,
+                                          spec.compile.precision, options));
   for (const std::string &pass : spec.compile.disabledPasses)
-    request.add_disabled_passes(pass);
-  request.set_print_ir_after(spec.printIrAfter);
+    options.add_disabled_passes(pass);
+  options.set_print_ir_after(spec.printIrAfter);
   request.set_thin(spec.compile.thin);
   request.set_client(clientIdentity());
   request.set_explain(spec.explain);

@@ -100,15 +100,15 @@ def npy_seeds(out: pathlib.Path):
 
 
 REQUESTS = [
-    ("SubmitRequest", 'model_path: "/models/cnn.onnx" target: "cpu" opt_level: 2'),
-    ("SubmitRequest", 'model_path: "/m/bert.onnx" opt_level: 3 priority: 1 precision: "bf16" '
-                      'input_shapes { name: "input_ids" dims: 1 dims: 128 } '
+    ("SubmitRequest", 'model_path: "/models/cnn.onnx" options { target: TARGET_CPU opt_level: 2 }'),
+    ("SubmitRequest", 'model_path: "/m/bert.onnx" options { opt_level: 3 precision: PRECISION_BF16 } '
+                      'priority: 1 input_shapes { name: "input_ids" dims: 1 dims: 128 } '
                       'input_shapes { name: "mask" dims: 1 dims: 128 } want_local_path: true'),
-    ("SubmitRequest", 'model_path: "/m/x.onnx" opt_level: 0 thin: true '
-                      'disabled_passes: "flowc-derive-weights" print_ir_after: "all"'),
+    ("SubmitRequest", 'model_path: "/m/x.onnx" thin: true options { opt_level: 0 '
+                      'disabled_passes: "flowc-derive-weights" print_ir_after: "all" }'),
     ("InspectRequest", 'model_path: "/m/repro_dir" input_shapes { name: "x" dims: 2 }'),
-    ("ReproRequest", 'model_path: "/m/x.onnx" target: "cpu" opt_level: 1 precision: "fp32" '
-                     'input_shapes { name: "x" dims: 4 dims: 3 }'),
+    ("ReproRequest", 'model_path: "/m/x.onnx" options { target: TARGET_CPU opt_level: 1 '
+                     'precision: PRECISION_FP32 } input_shapes { name: "x" dims: 4 dims: 3 }'),
 ]
 
 

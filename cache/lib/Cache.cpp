@@ -2,6 +2,8 @@
 
 #include "Index.h"
 
+#include "flowc/support/AtomicFile.h"
+
 #include <cerrno>
 #include <cstring>
 #include <chrono>
@@ -207,15 +209,7 @@ public:
   }
 
   Status write(std::string_view bytes) {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0)
-        return errnoStatus(errno, "cannot write '" + path_ + "'");
-      done += static_cast<size_t>(n);
-    }
+    FLOWC_RETURN_IF_ERROR(writeAll(fd_, bytes, path_));
     // Start writeback now, so that the final fsync finds little left to do
     // and the disk works while the next chunk is hashed.
     sync_file_range(fd_, static_cast<off_t>(written_), static_cast<off_t>(bytes.size()),

@@ -1,7 +1,8 @@
 #include "AdminService.h"
 
 #include "Auth.h"
-#include "GrpcStatus.h"
+#include "flowc/compiler/Compiler.h"
+#include "flowc/rpc/GrpcStatus.h"
 #include "Trace.h"
 
 #include <csignal>
@@ -20,6 +21,8 @@ grpc::Status AdminService::Health(grpc::ServerContext *, const flowc::v1::Health
       std::chrono::duration<double>(std::chrono::steady_clock::now() - context_.started)
           .count());
   response->set_workers(static_cast<int32_t>(context_.jobs->workerCount()));
+  for (const std::string &pass : compiler::optionalPassNames())
+    response->add_optional_passes(pass);
   return grpc::Status::OK;
 }
 
@@ -27,7 +30,7 @@ grpc::Status AdminService::Stats(grpc::ServerContext *, const flowc::v1::StatsRe
                                  flowc::v1::StatsResponse *response) {
   auto stats = context_.cache->stats();
   if (!stats)
-    return toGrpcStatus(stats.status());
+    return rpc::toGrpcStatus(stats.status());
   scheduler::JobCounts jobs = context_.jobs->counts();
   response->set_blob_count(stats->blobCount);
   response->set_blob_bytes(stats->blobBytes);
@@ -89,7 +92,7 @@ grpc::Status AdminService::Cancel(grpc::ServerContext *context,
                                   flowc::v1::CancelResponse *response) {
   const std::string &jobId = request->job_id();
   if (!isJobId(jobId))
-    return toGrpcStatus(unknownJob(jobId));
+    return rpc::toGrpcStatus(unknownJob(jobId));
   Status why(StatusCode::Cancelled,
              "job " + jobId + " was cancelled by " + callerName(*context));
   if (context_.controls.stop(jobId, why)) {
@@ -104,7 +107,7 @@ grpc::Status AdminService::Cancel(grpc::ServerContext *context,
     return grpc::Status::OK;
   }
   spdlog::warn("cancel job={}: no such job", jobId);
-  return toGrpcStatus(unknownJob(jobId));
+  return rpc::toGrpcStatus(unknownJob(jobId));
 }
 
 grpc::Status AdminService::Trace(grpc::ServerContext *,
@@ -117,7 +120,7 @@ grpc::Status AdminService::Trace(grpc::ServerContext *,
   }
   auto stored = readTraceFile(context_.traceDir(), jobId);
   if (!stored)
-    return toGrpcStatus(stored.status());
+    return rpc::toGrpcStatus(stored.status());
   response->set_trace_json(std::move(*stored));
   return grpc::Status::OK;
 }

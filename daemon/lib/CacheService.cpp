@@ -1,6 +1,6 @@
 #include "CacheService.h"
 
-#include "GrpcStatus.h"
+#include "flowc/rpc/GrpcStatus.h"
 
 #include <spdlog/spdlog.h>
 
@@ -22,10 +22,10 @@ grpc::Status CacheService::Stats(grpc::ServerContext *,
                                  flowc::v1::CacheStatsResponse *response) {
   auto stats = context_.cache->stats();
   if (!stats)
-    return toGrpcStatus(stats.status());
+    return rpc::toGrpcStatus(stats.status());
   if (request->zero()) {
     if (Status zeroed = context_.cache->zeroCounters(); !zeroed)
-      return toGrpcStatus(zeroed);
+      return rpc::toGrpcStatus(zeroed);
     spdlog::info("cache counters zeroed");
   }
   for (const auto &[kind, counts] : stats->byKind) {
@@ -54,7 +54,7 @@ grpc::Status CacheService::List(grpc::ServerContext *,
                                 flowc::v1::CacheListResponse *response) {
   auto blobs = context_.cache->list(request->limit() ? request->limit() : 1000);
   if (!blobs)
-    return toGrpcStatus(blobs.status());
+    return rpc::toGrpcStatus(blobs.status());
   for (const cache::BlobInfo &blob : *blobs) {
     flowc::v1::CacheBlob *out = response->add_blobs();
     out->set_digest(blob.digest.toString());
@@ -73,7 +73,7 @@ grpc::Status CacheService::Gc(grpc::ServerContext *,
                                              : context_.cache->options().maxBytes;
   auto report = context_.cache->collectGarbage(target);
   if (!report)
-    return toGrpcStatus(report.status());
+    return rpc::toGrpcStatus(report.status());
   fillGc(*report, response);
   spdlog::info("cache gc target_bytes={} evicted_blobs={} evicted_bytes={}", target,
                report->evictedBlobs, report->evictedBytes);
@@ -85,7 +85,7 @@ grpc::Status CacheService::Verify(grpc::ServerContext *,
                                   flowc::v1::CacheVerifyResponse *response) {
   auto report = context_.cache->verify(request->repair());
   if (!report)
-    return toGrpcStatus(report.status());
+    return rpc::toGrpcStatus(report.status());
   response->set_checked(report->checked);
   for (const std::string &bad : report->corrupt)
     response->add_corrupt(bad);
@@ -105,11 +105,11 @@ grpc::Status CacheService::setPinned(const flowc::v1::CachePinRequest &request,
                                      bool pinned) {
   auto digest = cache::Digest::parse(request.digest());
   if (!digest)
-    return toGrpcStatus(digest.status());
+    return rpc::toGrpcStatus(digest.status());
   Status status = pinned ? context_.cache->pin(*digest) : context_.cache->unpin(*digest);
   spdlog::info("cache {} digest={} status={}", pinned ? "pin" : "unpin", request.digest(),
                status.toString());
-  return toGrpcStatus(status);
+  return rpc::toGrpcStatus(status);
 }
 
 grpc::Status CacheService::Pin(grpc::ServerContext *,
@@ -129,7 +129,7 @@ grpc::Status CacheService::Clear(grpc::ServerContext *,
                                  flowc::v1::CacheGcResponse *response) {
   auto report = context_.cache->clear();
   if (!report)
-    return toGrpcStatus(report.status());
+    return rpc::toGrpcStatus(report.status());
   fillGc(*report, response);
   spdlog::info("cache clear evicted_blobs={} dropped_actions={}", report->evictedBlobs,
                report->droppedActions);

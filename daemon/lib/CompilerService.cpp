@@ -1,7 +1,7 @@
 #include "CompilerService.h"
 
 #include "Auth.h"
-#include "GrpcStatus.h"
+#include "flowc/rpc/GrpcStatus.h"
 #include "WorkerProcess.h"
 
 #include "flowc/support/MappedFile.h"
@@ -189,9 +189,9 @@ grpc::Status CompilerService::Inspect(grpc::ServerContext *context,
   const std::string &path = request->model_path();
   auto shapes = worker::validateInspectRequest(*request);
   if (!shapes)
-    return toGrpcStatus(shapes.status());
+    return rpc::toGrpcStatus(shapes.status());
   if (Status local = authorizeModelPath(*context, path); !local)
-    return toGrpcStatus(local);
+    return rpc::toGrpcStatus(local);
   flowc::v1::WorkerTask task = workerTask(context_);
   *task.mutable_inspect() = *request;
   bool answered = false;
@@ -208,7 +208,7 @@ grpc::Status CompilerService::Inspect(grpc::ServerContext *context,
     status = internalError(path + ": the worker ended without an answer");
   if (!status) {
     spdlog::warn("inspect model={} status={}", path, status.toString());
-    return toGrpcStatus(status);
+    return rpc::toGrpcStatus(status);
   }
   spdlog::info("inspect model={} model_digest={}", path, response->model_digest());
   return grpc::Status::OK;
@@ -219,9 +219,9 @@ grpc::Status CompilerService::Repro(grpc::ServerContext *context,
                                     grpc::ServerWriter<flowc::v1::ReproChunk> *writer) {
   const std::string &path = request->model_path();
   if (auto valid = worker::validateReproRequest(*request); !valid)
-    return toGrpcStatus(valid.status());
+    return rpc::toGrpcStatus(valid.status());
   if (Status local = authorizeModelPath(*context, path); !local)
-    return toGrpcStatus(local);
+    return rpc::toGrpcStatus(local);
   flowc::v1::WorkerTask task = workerTask(context_);
   *task.mutable_repro() = *request;
   size_t bytes = 0;
@@ -237,7 +237,7 @@ grpc::Status CompilerService::Repro(grpc::ServerContext *context,
       [&] { return clientGone || context->IsCancelled(); });
   if (!status) {
     spdlog::warn("repro model={} status={}", path, status.toString());
-    return toGrpcStatus(status);
+    return rpc::toGrpcStatus(status);
   }
   spdlog::info("repro model={} bytes={}", path, bytes);
   return grpc::Status::OK;
@@ -254,7 +254,7 @@ grpc::Status CompilerService::Submit(grpc::ServerContext *context,
   auto model = uploads_.materialize(*request);
   if (!model) {
     spdlog::warn("submit manifest status={}", model.status().toString());
-    return toGrpcStatus(model.status());
+    return rpc::toGrpcStatus(model.status());
   }
   return (*model)->scrub(submitPath(context, &(*model)->request(), writer, model->get()));
 }
@@ -266,16 +266,16 @@ CompilerService::submitPath(grpc::ServerContext *context,
                             const MaterializedModel *materialized) {
   auto compile = worker::validateSubmitRequest(*request);
   if (!compile)
-    return toGrpcStatus(compile.status());
+    return rpc::toGrpcStatus(compile.status());
   if (double limit = request->timeout_seconds(); !(limit >= 0 && limit <= kMaxTimeout))
-    return toGrpcStatus(
+    return rpc::toGrpcStatus(
         invalidArgument("timeout_seconds " + std::to_string(limit) +
                         " is not a number of seconds from 0 "
                         "(no limit) to " +
                         std::to_string(static_cast<int64_t>(kMaxTimeout))));
   // The daemon's copy of an uploaded model lives as long as its submit.
   if (request->detach() && materialized)
-    return toGrpcStatus(failedPrecondition(
+    return rpc::toGrpcStatus(failedPrecondition(
         "--detach needs a model the daemon reads in place; an uploaded model is kept "
         "only while its submit waits"));
   const std::string &path = compile->modelPath;
@@ -284,11 +284,11 @@ CompilerService::submitPath(grpc::ServerContext *context,
   if (Status local = materialized ? Status::ok()
                                   : authorizeModelPath(*context, request->model_path());
       !local)
-    return toGrpcStatus(local);
+    return rpc::toGrpcStatus(local);
   auto fail = [&](const std::string &jobId, const Status &status) {
     ++context_.jobsFailed;
     spdlog::warn("job={} model={} status={}", jobId, path, status.toString());
-    return toGrpcStatus(status);
+    return rpc::toGrpcStatus(status);
   };
   // A hit needs no worker: a few stats and index lookups, in this thread.
   auto cached = context_.executor->cachedResult(*compile);
@@ -519,7 +519,7 @@ grpc::Status CompilerService::followFlight(
       lock.unlock();
       spdlog::info("job={} model={} status={}", flight->jobId, request.model_path(),
                    why.toString());
-      return toGrpcStatus(why);
+      return rpc::toGrpcStatus(why);
     }
     bool timedOut = ownLimit > 0 && secondsSince(joined) >= ownLimit;
     if (context->IsCancelled() || timedOut) {
@@ -535,7 +535,7 @@ grpc::Status CompilerService::followFlight(
                                 "job " + jobId + " was cancelled: its client went away");
       if (last && flights_->stop(flight, JobStop::Kill, why))
         spdlog::info("job={} model={} {}", jobId, request.model_path(), why.message());
-      return toGrpcStatus(why);
+      return rpc::toGrpcStatus(why);
     }
     std::vector<flowc::v1::Progress> fresh(flight->progress.begin() + sent,
                                            flight->progress.end());
@@ -558,7 +558,7 @@ grpc::Status CompilerService::followFlight(
     ++context_.jobsFailed;
     spdlog::warn("job={} model={} status={}", jobId, request.model_path(),
                  flight->failure->toString());
-    return toGrpcStatus(*flight->failure);
+    return rpc::toGrpcStatus(*flight->failure);
   }
   flowc::v1::CompileResult result = *flight->result;
   lock.unlock();
@@ -593,11 +593,11 @@ CompilerService::FetchArtifact(grpc::ServerContext *context,
                                grpc::ServerWriter<flowc::v1::ArtifactChunk> *writer) {
   auto digest = cache::Digest::parse(request->digest());
   if (!digest)
-    return toGrpcStatus(digest.status());
+    return rpc::toGrpcStatus(digest.status());
   // The handle pins the artifact while it streams.
   auto blob = context_.cache->get(*digest);
   if (!blob)
-    return toGrpcStatus(blob.status());
+    return rpc::toGrpcStatus(blob.status());
   std::string_view bytes = blob->bytes();
   if (!streamChunks(context, writer, bytes))
     return grpc::Status::CANCELLED;

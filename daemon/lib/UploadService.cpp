@@ -1,6 +1,6 @@
 #include "UploadService.h"
 
-#include "GrpcStatus.h"
+#include "flowc/rpc/GrpcStatus.h"
 
 #include "flowc/support/MappedFile.h"
 
@@ -240,7 +240,7 @@ UploadService::findMissingBlobs(const flowc::v1::FindMissingBlobsRequest &reques
                                 flowc::v1::FindMissingBlobsResponse *response) {
   auto fail = [](const Status &status) {
     spdlog::warn("find-missing-blobs status={}", status.toString());
-    return toGrpcStatus(status);
+    return rpc::toGrpcStatus(status);
   };
   if (static_cast<size_t>(request.digests_size()) > limits_.maxDigestsPerRequest)
     return fail(invalidArgument(std::to_string(request.digests_size()) +
@@ -264,7 +264,7 @@ grpc::Status UploadService::queryUpload(const flowc::v1::QueryUploadRequest &req
                                         flowc::v1::QueryUploadResponse *response) {
   auto digest = parseDigest(request.digest(), "digest");
   if (!digest)
-    return toGrpcStatus(digest.status());
+    return rpc::toGrpcStatus(digest.status());
   if (cache_.contains(*digest)) {
     response->set_complete(true);
     response->set_committed_size(digest->size);
@@ -282,16 +282,16 @@ grpc::Status UploadService::uploadBlob(grpc::ServerContext *context,
                                        flowc::v1::UploadBlobResponse *response) {
   flowc::v1::UploadChunk first;
   if (!reader->Read(&first))
-    return toGrpcStatus(invalidArgument("an upload without any chunk"));
+    return rpc::toGrpcStatus(invalidArgument("an upload without any chunk"));
   auto digest = parseDigest(first.digest(), "upload digest");
   if (!digest) {
     spdlog::warn("upload status={}", digest.status().toString());
-    return toGrpcStatus(digest.status());
+    return rpc::toGrpcStatus(digest.status());
   }
   std::string name = digest->toString();
   auto fail = [&](const Status &status) {
     spdlog::warn("upload blob={} status={}", name, status.toString());
-    return toGrpcStatus(status);
+    return rpc::toGrpcStatus(status);
   };
   if (cache_.readOnly())
     return fail(unavailable("the daemon's cache '" + cache_.root() +

@@ -130,6 +130,18 @@ def _model_path(model, example_inputs, directory):
                               "or a torch.nn.Module")
 
 
+# The spellings flowc submit takes, as flowc.v1's enum value names.
+_TARGETS = {"cpu": "TARGET_CPU"}
+_PRECISIONS = {"fp32": "PRECISION_FP32", "bf16": "PRECISION_BF16"}
+
+
+def _wire_enum(what, name, names, flowc_pb2):
+    if name not in names:
+        raise errors.error("invalid_argument",
+                           f"unknown {what} '{name}' (supported: {', '.join(names)})")
+    return getattr(flowc_pb2, names[name])
+
+
 def _request(path, *, target, opt_level, precision, input_shapes, thin, explain, timeout,
              disabled_passes, batch):
     from .v1 import flowc_pb2
@@ -140,12 +152,13 @@ def _request(path, *, target, opt_level, precision, input_shapes, thin, explain,
     # flowc submit's defaults, always sent: an unset opt_level is -O0 (the
     # reference loops) to the daemon, and the same options as the CLI's
     # make the same cache entry.
-    request.target = target or "cpu"
-    request.opt_level = 2 if opt_level is None else int(opt_level)
-    request.precision = precision or "fp32"
+    options = request.options
+    options.target = _wire_enum("target", target or "cpu", _TARGETS, flowc_pb2)
+    options.opt_level = 2 if opt_level is None else int(opt_level)
+    options.precision = _wire_enum("precision", precision or "fp32", _PRECISIONS, flowc_pb2)
+    options.disabled_passes.extend(disabled_passes or ())
     if timeout:
         request.timeout_seconds = float(timeout)
-    request.disabled_passes.extend(disabled_passes or ())
     request.priority = flowc_pb2.PRIORITY_BATCH if batch else flowc_pb2.PRIORITY_INTERACTIVE
     for name, dims in (input_shapes or {}).items():
         request.input_shapes.add(name=name, dims=[int(d) for d in dims])

@@ -260,34 +260,16 @@ Expected<Plan> Plan::fromJson(const nlohmann::json &json) {
 
 Expected<std::unique_ptr<ArtifactWriter>>
 ArtifactWriter::create(const std::string &path) {
-  std::string tmpPath = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmpPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return errnoStatus(errno, "cannot create artifact '" + tmpPath + "'");
-  std::unique_ptr<ArtifactWriter> writer(new ArtifactWriter(path, tmpPath, fd));
+  FLOWC_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  std::unique_ptr<ArtifactWriter> writer(new ArtifactWriter(std::move(file)));
   FileHeader placeholder{};
   FLOWC_RETURN_IF_ERROR(
       writer->write({reinterpret_cast<const char *>(&placeholder), sizeof placeholder}));
   return writer;
 }
 
-ArtifactWriter::~ArtifactWriter() {
-  if (fd_ >= 0)
-    ::close(fd_);
-  if (!finished_)
-    ::unlink(tmpPath_.c_str());
-}
-
 Status ArtifactWriter::write(std::string_view bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return errnoStatus(errno, "cannot write artifact '" + tmpPath_ + "'");
-    done += static_cast<size_t>(n);
-  }
+  FLOWC_RETURN_IF_ERROR(file_.write(bytes));
   position_ += bytes.size();
   return Status::ok();
 }
@@ -328,10 +310,11 @@ Status ArtifactWriter::finish() {
   FLOWC_RETURN_IF_ERROR(padTo(8));
   // The digests come from the file as written (the page cache has it), so
   // they cover exactly the bytes a reader will map, on every core at once.
-  FLOWC_ASSIGN_OR_RETURN(MappedFile written, MappedFile::open(tmpPath_));
+  FLOWC_ASSIGN_OR_RETURN(MappedFile written, MappedFile::open(file_.tempPath()));
   if (written.size() != position_)
-    return dataLoss("artifact '" + tmpPath_ + "' has " + std::to_string(written.size()) +
-                    " bytes after writing " + std::to_string(position_));
+    return dataLoss("artifact '" + file_.tempPath() + "' has " +
+                    std::to_string(written.size()) + " bytes after writing " +
+                    std::to_string(position_));
   std::vector<std::string_view> sections;
   for (const Entry &entry : entries_)
     sections.push_back(written.view().substr(entry.offset, entry.size));
@@ -355,16 +338,10 @@ Status ArtifactWriter::finish() {
   Sha256 digest = headerDigest(header, table);
   std::memcpy(header.digest, digest.data(), sizeof header.digest);
   FLOWC_RETURN_IF_ERROR(write(table));
-  if (pwrite(fd_, &header, sizeof header, 0) != static_cast<ssize_t>(sizeof header))
-    return errnoStatus(errno, "cannot write artifact header '" + tmpPath_ + "'");
-  if (fsync(fd_) != 0)
-    return errnoStatus(errno, "cannot fsync artifact '" + tmpPath_ + "'");
-  ::close(fd_);
-  fd_ = -1;
-  if (::rename(tmpPath_.c_str(), path_.c_str()) != 0)
-    return errnoStatus(errno, "cannot rename artifact to '" + path_ + "'");
-  finished_ = true;
-  return Status::ok();
+  if (pwrite(file_.fd(), &header, sizeof header, 0) !=
+      static_cast<ssize_t>(sizeof header))
+    return errnoStatus(errno, "cannot write artifact header '" + file_.tempPath() + "'");
+  return file_.commit();
 }
 
 Expected<std::shared_ptr<Artifact>> Artifact::open(const std::string &path,

@@ -1,5 +1,7 @@
 #include "flowc/support/MappedFile.h"
 
+#include "flowc/support/AtomicFile.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cassert>
@@ -252,34 +254,9 @@ Expected<std::string> readFileToString(const std::string &path) {
 }
 
 Status writeFileAtomically(const std::string &path, std::string_view bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return errnoStatus(errno, "cannot create '" + tmp + "'");
-  size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return errnoStatus(err, "cannot write '" + tmp + "'");
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return errnoStatus(err, "cannot flush '" + tmp + "'");
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return errnoStatus(err, "cannot rename '" + tmp + "' to '" + path + "'");
-  }
-  return Status::ok();
+  FLOWC_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  FLOWC_RETURN_IF_ERROR(file.write(bytes));
+  return file.commit();
 }
 
 } // namespace flowc

@@ -204,8 +204,8 @@ flowc::v1::SubmitRequest submit(const std::string &client, int optLevel) {
   flowc::v1::SubmitRequest request;
   request.set_model_path("/models/cnn.onnx");
   request.set_client(client);
-  request.set_opt_level(optLevel);
-  request.set_target("cpu");
+  request.mutable_options()->set_opt_level(optLevel);
+  request.mutable_options()->set_target(flowc::v1::TARGET_CPU);
   return request;
 }
 

@@ -84,6 +84,20 @@ def test_bad_pass_names_and_precisions_are_refused(flowc, cnn):
     assert result.returncode == 2 and "--threads: Value 0 not in range" in result.stderr
 
 
+def test_status_lists_the_passes_that_disable_pass_takes(flowc, cnn):
+    path, _ = cnn
+    # The daemon (auto-started by this submit) refuses another name, listing
+    # its passes, and `flowc status` lists the same ones.
+    result = flowc.run("submit", path, "--disable-pass", "cse", check=False)
+    assert result.returncode == 3, result.stderr
+    status = json.loads(flowc.run("status", "--json").stdout)
+    passes = status["optional_passes"]
+    assert "flowc-derive-weights" in passes and "flowc-outline-library-kernels" in passes
+    assert f"cannot disable pass 'cse' (optional passes: {', '.join(passes)})" in result.stderr
+    text = flowc.run("status").stdout
+    assert f"optional passes (--disable-pass): {', '.join(passes)}\n" in text, text
+
+
 def test_bf16_stays_close_to_fp32_on_a_real_network(flowc, cnn, request):
     """bf16 rounds inputs and weights of every convolution and product:
     ~1e-2 relative error on ResNet-18's logits, the same top class. Without

@@ -136,7 +136,7 @@ protected:
   v1::SubmitRequest
   manifest(const std::vector<std::pair<std::string, std::string>> &files) {
     v1::SubmitRequest request;
-    request.set_opt_level(2);
+    request.mutable_options()->set_opt_level(2);
     for (const auto &[path, digest] : files) {
       v1::ModelFile *file = request.mutable_model()->add_files();
       file->set_path(path);

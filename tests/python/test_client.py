@@ -173,6 +173,24 @@ def test_a_missing_model_raises_not_found_naming_the_path(client, tmp_path):
         flowc.compile(42, progress=False)
 
 
+def test_bad_compile_options_raise_invalid_argument_naming_them(client, tmp_path):
+    import flowc
+
+    path = cnn(tmp_path)
+    # Names the wire has no enum value for are refused before any RPC.
+    with pytest.raises(flowc.InvalidModel, match=r"unknown target 'tpu' \(supported: cpu\)"):
+        flowc.compile(path, target="tpu", progress=False)
+    with pytest.raises(flowc.InvalidModel,
+                       match=r"unknown precision 'fp8' \(supported: fp32, bf16\)"):
+        flowc.compile(path, precision="fp8", progress=False)
+    # A pass name the daemon's compiler lacks is its refusal, with the list.
+    with pytest.raises(flowc.InvalidModel) as raised:
+        flowc.compile(path, disabled_passes=["no-such-pass"], progress=False)
+    assert raised.value.kind == "invalid_argument"
+    assert "cannot disable pass 'no-such-pass' (optional passes: flowc-derive-weights" \
+        in raised.value.message
+
+
 def test_bad_run_inputs_raise_naming_the_input(client, tmp_path):
     import flowc
 

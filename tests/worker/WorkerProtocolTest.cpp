@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 flowc::v1::SubmitRequest goodSubmit() {
   flowc::v1::SubmitRequest request;
   request.set_model_path("/models/m.onnx");
-  request.set_opt_level(2);
+  request.mutable_options()->set_opt_level(2);
   return request;
 }
 
@@ -24,7 +24,24 @@ TEST(RequestValidationTest, AcceptsAPlainSubmit) {
   ASSERT_TRUE(compile) << compile.status().toString();
   EXPECT_EQ(compile->modelPath, "/models/m.onnx");
   EXPECT_EQ(compile->options.target, Target::Cpu);
+  EXPECT_EQ(compile->options.precision, Precision::Fp32);
   EXPECT_EQ(compile->kind, ArtifactKind::Packed);
+}
+
+// The wire's enums reach the compiler's options as the same values.
+TEST(RequestValidationTest, CarriesTheWireEnums) {
+  flowc::v1::SubmitRequest request = goodSubmit();
+  request.mutable_options()->set_target(flowc::v1::TARGET_CPU);
+  request.mutable_options()->set_precision(flowc::v1::PRECISION_BF16);
+  request.mutable_options()->add_disabled_passes("flowc-derive-weights");
+  request.mutable_options()->set_print_ir_after("all");
+  auto compile = validateSubmitRequest(request);
+  ASSERT_TRUE(compile) << compile.status().toString();
+  EXPECT_EQ(compile->options.target, Target::Cpu);
+  EXPECT_EQ(compile->options.precision, Precision::Bf16);
+  EXPECT_EQ(compile->options.disabledPasses,
+            std::vector<std::string>{"flowc-derive-weights"});
+  EXPECT_EQ(compile->options.printIrAfter, "all");
 }
 
 TEST(RequestValidationTest, NamesTheBadField) {
@@ -37,10 +54,17 @@ TEST(RequestValidationTest, NamesTheBadField) {
       {[](auto &r) { r.set_model_path(""); }, "absolute path"},
       {[](auto &r) { r.set_model_path("/" + std::string(5000, 'a')); }, "5001 bytes"},
       {[](auto &r) { r.set_model_path(std::string("/a\0b", 4)); }, "NUL"},
-      {[](auto &r) { r.set_opt_level(9); }, "out of range 0..3"},
-      {[](auto &r) { r.set_target("tpu"); }, "unknown target 'tpu'"},
-      {[](auto &r) { r.set_precision("fp8"); }, "unknown precision 'fp8'"},
-      {[](auto &r) { r.add_disabled_passes("no-such-pass"); }, "no-such-pass"},
+      {[](auto &r) { r.mutable_options()->set_opt_level(9); }, "out of range 0..3"},
+      {[](auto &r) {
+         r.mutable_options()->set_target(static_cast<flowc::v1::Target>(7));
+       },
+       "options.target is 7, not a value this daemon knows (supported: cpu)"},
+      {[](auto &r) {
+         r.mutable_options()->set_precision(static_cast<flowc::v1::Precision>(9));
+       },
+       "options.precision is 9, not a value this daemon knows (supported: fp32, bf16)"},
+      {[](auto &r) { r.mutable_options()->add_disabled_passes("no-such-pass"); },
+       "cannot disable pass 'no-such-pass' (optional passes: flowc-derive-weights"},
       {[](auto &r) {
          auto *shape = r.add_input_shapes();
          shape->set_name("x");
@@ -80,8 +104,24 @@ TEST(RequestValidationTest, InspectAndReproNeedAnAbsolutePath) {
   EXPECT_EQ(validateInspectRequest(inspect).status().code(), StatusCode::InvalidArgument);
   flowc::v1::ReproRequest repro;
   repro.set_model_path("/m.onnx");
-  repro.set_opt_level(7);
+  repro.mutable_options()->set_opt_level(7);
   EXPECT_THAT(validateReproRequest(repro).status().message(), HasSubstr("0..3"));
+}
+
+// A reproducer records target, level and precision only: Repro refuses the
+// debugging options rather than drop them.
+TEST(RequestValidationTest, ReproRefusesTheDebuggingOptions) {
+  flowc::v1::ReproRequest repro;
+  repro.set_model_path("/m.onnx");
+  repro.mutable_options()->set_opt_level(2);
+  ASSERT_TRUE(validateReproRequest(repro));
+  repro.mutable_options()->set_print_ir_after("all");
+  auto refused = validateReproRequest(repro);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), StatusCode::InvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("options.disabled_passes and options.print_ir_after apply to "
+                        "Submit only"));
 }
 
 class PipeTest : public ::testing::Test {

@@ -1,5 +1,6 @@
 #include "flowc/worker/Bundle.h"
 
+#include "flowc/support/AtomicFile.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/worker/RemoteTier.h"
 
@@ -7,11 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <unistd.h>
 
 namespace flowc::worker {
 
@@ -66,28 +65,15 @@ std::string header(const std::string &name, uint64_t size) {
   return block;
 }
 
-Status writeAll(int fd, std::string_view bytes, const std::string &path) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      return errnoStatus(errno, "cannot write '" + path + "'");
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return Status::ok();
-}
-
-Status writeMember(int fd, const std::string &path, const std::string &name,
-                   std::string_view bytes) {
-  FLOWC_RETURN_IF_ERROR(writeAll(fd, header(name, bytes.size()), path));
+Status writeMember(AtomicFile &file, const std::string &name, std::string_view bytes) {
+  FLOWC_RETURN_IF_ERROR(file.write(header(name, bytes.size())));
   for (size_t offset = 0; offset < bytes.size(); offset += kWriteSlice) {
     std::string_view slice = bytes.substr(offset, kWriteSlice);
-    FLOWC_RETURN_IF_ERROR(writeAll(fd, slice, path));
+    FLOWC_RETURN_IF_ERROR(file.write(slice));
     MappedFile::releasePages(slice);
   }
   size_t padding = (kBlock - bytes.size() % kBlock) % kBlock;
-  return writeAll(fd, std::string(padding, '\0'), path);
+  return file.write(std::string(padding, '\0'));
 }
 
 json entryJson(const cache::ActionRecord &entry) {
@@ -208,25 +194,12 @@ Expected<BundleReport> writeBundle(cache::Cache &cache,
       if (seen.insert(digest.toString()).second)
         blobs.push_back(digest);
   }
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return errnoStatus(errno, "cannot create '" + temp + "'");
-  struct Closer {
-    int fd;
-    const std::string &temp;
-    bool keep = false;
-    ~Closer() {
-      ::close(fd);
-      if (!keep)
-        ::unlink(temp.c_str());
-    }
-  } closer{fd, temp};
+  FLOWC_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
   json list = json::array();
   for (const cache::ActionRecord &entry : entries)
     list.push_back(entryJson(entry));
   json manifest = {{"format", kFormat}, {"complete", true}, {"entries", list}};
-  FLOWC_RETURN_IF_ERROR(writeMember(fd, temp, kManifest, manifest.dump(2)));
+  FLOWC_RETURN_IF_ERROR(writeMember(file, kManifest, manifest.dump(2)));
   BundleReport report;
   report.entries = entries.size();
   for (const Digest &digest : blobs) {
@@ -235,16 +208,12 @@ Expected<BundleReport> writeBundle(cache::Cache &cache,
       return failedPrecondition("blob " + digest.toString() +
                                 " of the bundle is gone from '" + cache.root() +
                                 "': " + blob.status().message());
-    FLOWC_RETURN_IF_ERROR(writeMember(fd, temp, memberName(digest), blob->bytes()));
+    FLOWC_RETURN_IF_ERROR(writeMember(file, memberName(digest), blob->bytes()));
     ++report.blobs;
     report.bytes += digest.size;
   }
-  FLOWC_RETURN_IF_ERROR(writeAll(fd, std::string(2 * kBlock, '\0'), temp));
-  if (::fsync(fd) != 0)
-    return errnoStatus(errno, "cannot write '" + temp + "'");
-  if (::rename(temp.c_str(), path.c_str()) != 0)
-    return errnoStatus(errno, "cannot move '" + temp + "' to '" + path + "'");
-  closer.keep = true;
+  FLOWC_RETURN_IF_ERROR(file.write(std::string(2 * kBlock, '\0')));
+  FLOWC_RETURN_IF_ERROR(file.commit());
   return report;
 }
 

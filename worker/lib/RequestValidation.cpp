@@ -1,5 +1,7 @@
 #include "flowc/worker/RequestValidation.h"
 
+#include "flowc/rpc/Vocabulary.h"
+
 namespace flowc::worker {
 
 namespace {
@@ -22,18 +24,32 @@ Status requireModelPath(const std::string &path) {
   return Status::ok();
 }
 
-/// Options from a request: an empty target is "cpu", an empty precision
-/// "fp32". InvalidArgument naming the bad field.
-Expected<compiler::CompileOptions> compileOptions(const std::string &target, int optLevel,
-                                                  const std::string &precision) {
+/// Whether a request may ask for the debugging options (Submit) or not
+/// (Repro, whose reproducer records target, level and precision only).
+enum class DebugOptions { Allowed, Refused };
+
+/// The one conversion from the wire's CompileOptions: unset enums are the
+/// defaults (cpu, fp32). InvalidArgument naming the field
+/// ("options.precision").
+Expected<compiler::CompileOptions> compileOptions(const flowc::v1::CompileOptions &wire,
+                                                  DebugOptions debug) {
   compiler::CompileOptions options;
-  if (!target.empty()) {
-    FLOWC_ASSIGN_OR_RETURN(options.target, parseTarget(target));
-  }
-  options.optLevel = optLevel;
-  if (!precision.empty()) {
-    FLOWC_ASSIGN_OR_RETURN(options.precision, parsePrecision(precision));
-  }
+  FLOWC_ASSIGN_OR_RETURN(options.target,
+                         rpc::targetFromProto(wire.target(), "options.target"));
+  FLOWC_ASSIGN_OR_RETURN(options.precision,
+                         rpc::precisionFromProto(wire.precision(), "options.precision"));
+  options.optLevel = wire.opt_level();
+  if (debug == DebugOptions::Refused &&
+      (wire.disabled_passes_size() > 0 || !wire.print_ir_after().empty()))
+    return invalidArgument("options.disabled_passes and options.print_ir_after apply to "
+                           "Submit only; a reproducer does not record them");
+  if (wire.disabled_passes_size() > kMaxRepeated)
+    return invalidArgument(
+        "options.disabled_passes: " + std::to_string(wire.disabled_passes_size()) +
+        " disabled passes, more than " + std::to_string(kMaxRepeated));
+  options.disabledPasses.assign(wire.disabled_passes().begin(),
+                                wire.disabled_passes().end());
+  options.printIrAfter = wire.print_ir_after();
   FLOWC_RETURN_IF_ERROR(options.validate());
   return options;
 }
@@ -74,17 +90,9 @@ Expected<CompileRequest> validateSubmitRequest(const flowc::v1::SubmitRequest &r
   compile.modelPath = request.model_path();
   compile.explain = request.explain();
   FLOWC_ASSIGN_OR_RETURN(compile.inputShapes, inputShapesOf(request.input_shapes()));
-  FLOWC_ASSIGN_OR_RETURN(
-      compile.options,
-      compileOptions(request.target(), request.opt_level(), request.precision()));
-  if (request.disabled_passes_size() > kMaxRepeated)
-    return invalidArgument(std::to_string(request.disabled_passes_size()) +
-                           " disabled passes, more than " + std::to_string(kMaxRepeated));
-  compile.options.disabledPasses.assign(request.disabled_passes().begin(),
-                                        request.disabled_passes().end());
-  compile.options.printIrAfter = request.print_ir_after();
+  FLOWC_ASSIGN_OR_RETURN(compile.options,
+                         compileOptions(request.options(), DebugOptions::Allowed));
   compile.kind = request.thin() ? ArtifactKind::Thin : ArtifactKind::Packed;
-  FLOWC_RETURN_IF_ERROR(compile.options.validate());
   return compile;
 }
 
@@ -97,9 +105,8 @@ validateInspectRequest(const flowc::v1::InspectRequest &request) {
 Expected<ReproParameters> validateReproRequest(const flowc::v1::ReproRequest &request) {
   FLOWC_RETURN_IF_ERROR(requireModelPath(request.model_path()));
   ReproParameters parameters;
-  FLOWC_ASSIGN_OR_RETURN(
-      parameters.options,
-      compileOptions(request.target(), request.opt_level(), request.precision()));
+  FLOWC_ASSIGN_OR_RETURN(parameters.options,
+                         compileOptions(request.options(), DebugOptions::Refused));
   FLOWC_ASSIGN_OR_RETURN(parameters.inputShapes, inputShapesOf(request.input_shapes()));
   return parameters;
 }

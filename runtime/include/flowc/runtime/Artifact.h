@@ -5,6 +5,7 @@
 #pragma once
 
 #include "flowc/runtime/KernelAbi.h"
+#include "flowc/support/AtomicFile.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Sha256.h"
 #include "flowc/support/Status.h"
@@ -100,7 +101,6 @@ struct Plan {
 class ArtifactWriter {
 public:
   static Expected<std::unique_ptr<ArtifactWriter>> create(const std::string &path);
-  ~ArtifactWriter();
 
   Status addSection(SectionKind kind, std::string_view bytes);
   /// Adds the Weights section from pieces, each starting on a page boundary;
@@ -111,8 +111,7 @@ public:
   Status finish();
 
 private:
-  ArtifactWriter(std::string path, std::string tmpPath, int fd)
-      : path_(std::move(path)), tmpPath_(std::move(tmpPath)), fd_(fd) {}
+  explicit ArtifactWriter(AtomicFile file) : file_(std::move(file)) {}
   Status write(std::string_view bytes);
   Status padTo(uint64_t alignment);
 
@@ -121,11 +120,10 @@ private:
     uint64_t offset;
     uint64_t size;
   };
-  std::string path_, tmpPath_;
-  int fd_;
+  /// Removed unless finish() renamed it into place.
+  AtomicFile file_;
   uint64_t position_ = 0;
   std::vector<Entry> entries_;
-  bool finished_ = false;
 };
 
 /// Finds an external weight of a thin artifact by digest ("sha256:<hex>/<size>"):

@@ -1,0 +1,117 @@
+#include "flowc/support/AtomicFile.h"
+
+#include "flowc/support/MappedFile.h"
+
+#include "../common/TestUtil.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
+
+namespace flowc {
+namespace {
+
+using testing::StatusIs;
+using testing::TempDir;
+
+std::string contents(const std::string &path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+size_t entries(const std::string &dir) {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(dir),
+                                           std::filesystem::directory_iterator()));
+}
+
+// The target shows the old bytes until commit, the new ones after, and no
+// temp file is left.
+TEST(AtomicFileTest, ReplacesTheTargetOnlyAtCommit) {
+  TempDir dir;
+  std::string path = dir.file("out.bin");
+  ASSERT_TRUE(writeFileAtomically(path, "old"));
+  auto file = AtomicFile::create(path);
+  ASSERT_TRUE(file) << file.status().toString();
+  // The temp file lies beside the target, named after it.
+  EXPECT_EQ(std::filesystem::path(file->tempPath()).parent_path(),
+            std::filesystem::path(path).parent_path());
+  EXPECT_TRUE(file->tempPath().starts_with(path + ".tmp."));
+  ASSERT_TRUE(file->write("new "));
+  ASSERT_TRUE(file->write("bytes"));
+  EXPECT_EQ(contents(path), "old");
+  ASSERT_TRUE(file->commit());
+  EXPECT_EQ(contents(path), "new bytes");
+  EXPECT_EQ(entries(dir.path()), 1u);
+}
+
+// An abandoned file (an error before commit) leaves the target as it was
+// and removes its temp file.
+TEST(AtomicFileTest, RemovesTheTempFileWithoutCommit) {
+  TempDir dir;
+  std::string path = dir.file("out.bin");
+  {
+    auto file = AtomicFile::create(path);
+    ASSERT_TRUE(file);
+    ASSERT_TRUE(file->write("partial"));
+    EXPECT_TRUE(std::filesystem::exists(file->tempPath()));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(entries(dir.path()), 0u);
+}
+
+// Two writers of one target at once get two temp files, never one shared.
+TEST(AtomicFileTest, ConcurrentWritersGetDistinctTempFiles) {
+  TempDir dir;
+  std::string path = dir.file("out.bin");
+  auto first = AtomicFile::create(path);
+  auto second = AtomicFile::create(path);
+  ASSERT_TRUE(first && second);
+  EXPECT_NE(first->tempPath(), second->tempPath());
+  ASSERT_TRUE(first->write("first"));
+  ASSERT_TRUE(second->write("second"));
+  ASSERT_TRUE(first->commit());
+  ASSERT_TRUE(second->commit());
+  EXPECT_EQ(contents(path), "second");
+}
+
+// The mode given, less the umask, is the committed file's.
+TEST(AtomicFileTest, KeepsTheModeGiven) {
+  TempDir dir;
+  std::string path = dir.file("secret");
+  auto file = AtomicFile::create(path, 0600);
+  ASSERT_TRUE(file);
+  ASSERT_TRUE(file->commit());
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// A directory that does not exist is an error naming the temp path.
+TEST(AtomicFileTest, NamesThePathItCannotCreate) {
+  TempDir dir;
+  std::string path = dir.file("missing/out.bin");
+  EXPECT_THAT(AtomicFile::create(path),
+              StatusIs(StatusCode::NotFound, "cannot create '" + path + ".tmp."));
+}
+
+// A rename that cannot happen (the target is a non-empty directory) fails
+// with both paths named, and the temp file is still removed.
+TEST(AtomicFileTest, AFailedRenameNamesBothPathsAndCleansUp) {
+  TempDir dir;
+  std::string path = dir.file("taken");
+  std::filesystem::create_directories(path + "/inside");
+  {
+    auto file = AtomicFile::create(path);
+    ASSERT_TRUE(file);
+    Status committed = file->commit();
+    ASSERT_FALSE(committed);
+    EXPECT_THAT(committed.message(),
+                ::testing::HasSubstr("cannot rename '" + path + ".tmp."));
+    EXPECT_THAT(committed.message(), ::testing::HasSubstr("' to '" + path + "'"));
+  }
+  EXPECT_EQ(entries(dir.path()), 1u);
+}
+
+} // namespace
+} // namespace flowc
