@@ -244,9 +244,16 @@ Expected<mlir::OwningOpRef<mlir::ModuleOp>> parseGraph(mlir::MLIRContext &contex
   auto sourceMgr = std::make_shared<llvm::SourceMgr>();
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
   mlir::ParserConfig config(&context);
+  // The flowc dialect verifies its attributes as the module is read: its
+  // diagnostic says which op and attribute are malformed.
+  DiagnosticCollector diagnostics(context);
   auto module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, config);
-  if (!module)
-    return dataLoss("graph IR bytecode does not parse");
+  if (!module) {
+    std::string why = diagnostics.text;
+    while (!why.empty() && why.back() == '\n')
+      why.pop_back();
+    return dataLoss("graph IR bytecode does not parse" + (why.empty() ? "" : ": " + why));
+  }
   return module;
 }
 

@@ -240,15 +240,6 @@ struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
     auto main = getOperation().lookupSymbol<mlir::func::FuncOp>("main");
     if (!main || main.isExternal())
       return;
-    // Recipes name their inputs by key: a key that is no string names none.
-    for (unsigned i = 0; i < main.getNumArguments(); ++i) {
-      mlir::Attribute key = main.getArgAttr(i, "flowc.weight");
-      if (key && !mlir::isa<mlir::StringAttr>(key)) {
-        main.emitOpError("argument ") << i << ": flowc.weight is " << key
-                                      << "; expected a string (the weight's key)";
-        return signalPassFailure();
-      }
-    }
     foldAffines(main);
     deriveWeights(main);
     dropDeadWeights(main);

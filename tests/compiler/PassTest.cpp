@@ -702,7 +702,27 @@ TEST_F(PassTest, SplitMovesEachKernelIntoAModuleOfItsOwn) {
 // stage, the pass and its diagnostic (once "lowering to buffers failed: "
 // with nothing after it).
 TEST(PassFailureTest, CompileErrorNamesTheStageThePassAndItsDiagnostic) {
-  // Graph IR whose weight key is no string: flowc-derive-weights refuses it.
+  // Graph IR that claims an arena already: flowc-plan-activation-memory
+  // refuses to plan it again.
+  constexpr const char *ir = R"mlir(
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> attributes {flowc.arena_bytes = 64 : i64} {
+  %y = tosa.add %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+)mlir";
+  CompileOptions options;
+  options.optLevel = 1;
+  EXPECT_THAT(
+      planCompile(ir, options, CodeTarget::host()).status(),
+      testing::StatusIs(StatusCode::Internal,
+                        "lowering to buffers failed in flowc-plan-activation-memory: "
+                        "'func.func' op already has an activation arena "
+                        "(flowc.arena_bytes); the memory plan runs once"));
+}
+
+// Malformed flowc attributes are refused as the graph is read, with the
+// dialect verifier's message.
+TEST(PassFailureTest, MalformedWeightKeyIsRefusedWhenTheGraphIsRead) {
   constexpr const char *ir = R"mlir(
 func.func @main(%x: tensor<4xf32>, %w: tensor<4xf32> {flowc.weight = 7 : i64}) -> tensor<4xf32> {
   %y = tosa.add %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
@@ -711,12 +731,12 @@ func.func @main(%x: tensor<4xf32>, %w: tensor<4xf32> {flowc.weight = 7 : i64}) -
 )mlir";
   CompileOptions options;
   options.optLevel = 1;
-  EXPECT_THAT(planCompile(ir, options, CodeTarget::host()).status(),
-              testing::StatusIs(
-                  StatusCode::Internal,
-                  "lowering to buffers failed in flowc-derive-weights: 'func.func' op "
-                  "argument 1: flowc.weight is 7 : i64; expected a string (the "
-                  "weight's key)"));
+  EXPECT_THAT(
+      planCompile(ir, options, CodeTarget::host()).status(),
+      testing::StatusIs(StatusCode::DataLoss,
+                        "graph IR bytecode does not parse: "
+                        "'func.func' op argument 1 of region 0: attribute "
+                        "'flowc.weight' must be a non-empty string, got 7 : i64"));
 }
 
 } // namespace

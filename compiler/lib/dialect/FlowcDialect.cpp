@@ -8,13 +8,223 @@
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/Operation.h"
 
+#include <array>
+#include <cstddef>
+#include <optional>
+
+namespace flowc::compiler {
+
+namespace {
+
+/// One field of a kernel's params struct, as the IR spells it: the
+/// struct's field name, its word, and whether the word holds floatParam
+/// bits (printed as the float).
+struct ParamField {
+  const char *name;
+  size_t offset;
+  bool isFloat;
+};
+
+#define FLOWC_INT_FIELD(Params, field)                                                   \
+  ParamField { #field, offsetof(runtime::Params, field), false }
+#define FLOWC_FLOAT_FIELD(Params, field)                                                 \
+  ParamField { #field, offsetof(runtime::Params, field), true }
+
+constexpr std::array kConv2dFields = {
+    FLOWC_INT_FIELD(Conv2dParams, batch),
+    FLOWC_INT_FIELD(Conv2dParams, inChannels),
+    FLOWC_INT_FIELD(Conv2dParams, inHeight),
+    FLOWC_INT_FIELD(Conv2dParams, inWidth),
+    FLOWC_INT_FIELD(Conv2dParams, outChannels),
+    FLOWC_INT_FIELD(Conv2dParams, kernelHeight),
+    FLOWC_INT_FIELD(Conv2dParams, kernelWidth),
+    FLOWC_INT_FIELD(Conv2dParams, outHeight),
+    FLOWC_INT_FIELD(Conv2dParams, outWidth),
+    FLOWC_INT_FIELD(Conv2dParams, strideH),
+    FLOWC_INT_FIELD(Conv2dParams, strideW),
+    FLOWC_INT_FIELD(Conv2dParams, dilationH),
+    FLOWC_INT_FIELD(Conv2dParams, dilationW),
+    FLOWC_INT_FIELD(Conv2dParams, padTop),
+    FLOWC_INT_FIELD(Conv2dParams, padLeft),
+    FLOWC_INT_FIELD(Conv2dParams, padBottom),
+    FLOWC_INT_FIELD(Conv2dParams, padRight),
+    FLOWC_INT_FIELD(Conv2dParams, groups),
+    FLOWC_INT_FIELD(Conv2dParams, sourceLayout),
+    FLOWC_INT_FIELD(Conv2dParams, weightLayout),
+    FLOWC_INT_FIELD(Conv2dParams, destinationLayout),
+    FLOWC_INT_FIELD(Conv2dParams, constantWeights),
+    FLOWC_INT_FIELD(Conv2dParams, hasResidual),
+    FLOWC_INT_FIELD(Conv2dParams, activation),
+    FLOWC_FLOAT_FIELD(Conv2dParams, alpha),
+    FLOWC_FLOAT_FIELD(Conv2dParams, beta),
+    FLOWC_INT_FIELD(Conv2dParams, precision),
+};
+constexpr std::array kMatMulFields = {
+    FLOWC_INT_FIELD(MatMulParams, batch),
+    FLOWC_INT_FIELD(MatMulParams, m),
+    FLOWC_INT_FIELD(MatMulParams, n),
+    FLOWC_INT_FIELD(MatMulParams, k),
+    FLOWC_INT_FIELD(MatMulParams, transposedB),
+    FLOWC_INT_FIELD(MatMulParams, constantB),
+    FLOWC_INT_FIELD(MatMulParams, hasBias),
+    FLOWC_INT_FIELD(MatMulParams, hasResidual),
+    FLOWC_INT_FIELD(MatMulParams, activation),
+    FLOWC_FLOAT_FIELD(MatMulParams, alpha),
+    FLOWC_FLOAT_FIELD(MatMulParams, beta),
+    FLOWC_INT_FIELD(MatMulParams, precision),
+    FLOWC_FLOAT_FIELD(MatMulParams, scale),
+    FLOWC_INT_FIELD(MatMulParams, hasMask),
+    FLOWC_INT_FIELD(MatMulParams, maskRows),
+    FLOWC_INT_FIELD(MatMulParams, maskColumns),
+};
+constexpr std::array kPool2dFields = {
+    FLOWC_INT_FIELD(Pool2dParams, batch),
+    FLOWC_INT_FIELD(Pool2dParams, channels),
+    FLOWC_INT_FIELD(Pool2dParams, inHeight),
+    FLOWC_INT_FIELD(Pool2dParams, inWidth),
+    FLOWC_INT_FIELD(Pool2dParams, outHeight),
+    FLOWC_INT_FIELD(Pool2dParams, outWidth),
+    FLOWC_INT_FIELD(Pool2dParams, kernelHeight),
+    FLOWC_INT_FIELD(Pool2dParams, kernelWidth),
+    FLOWC_INT_FIELD(Pool2dParams, strideH),
+    FLOWC_INT_FIELD(Pool2dParams, strideW),
+    FLOWC_INT_FIELD(Pool2dParams, padTop),
+    FLOWC_INT_FIELD(Pool2dParams, padLeft),
+    FLOWC_INT_FIELD(Pool2dParams, padBottom),
+    FLOWC_INT_FIELD(Pool2dParams, padRight),
+    FLOWC_INT_FIELD(Pool2dParams, algorithm),
+    FLOWC_INT_FIELD(Pool2dParams, sourceLayout),
+    FLOWC_INT_FIELD(Pool2dParams, destinationLayout),
+};
+constexpr std::array kSoftmaxFields = {
+    FLOWC_INT_FIELD(SoftmaxParams, rows),
+    FLOWC_INT_FIELD(SoftmaxParams, channels),
+};
+constexpr std::array kLayerNormFields = {
+    FLOWC_INT_FIELD(LayerNormParams, rows),
+    FLOWC_INT_FIELD(LayerNormParams, channels),
+    FLOWC_FLOAT_FIELD(LayerNormParams, epsilon),
+    FLOWC_INT_FIELD(LayerNormParams, hasScale),
+    FLOWC_INT_FIELD(LayerNormParams, hasShift),
+};
+
+#undef FLOWC_INT_FIELD
+#undef FLOWC_FLOAT_FIELD
+
+/// Every word of `Params`, once and in order: the IR's names are the
+/// struct's, so adding a field without naming it here does not compile.
+template <typename Params, size_t N>
+constexpr bool namesEveryWord(const std::array<ParamField, N> &fields) {
+  if (N * sizeof(int64_t) != sizeof(Params))
+    return false;
+  for (size_t i = 0; i < N; ++i)
+    if (fields[i].offset != i * sizeof(int64_t))
+      return false;
+  return true;
+}
+static_assert(namesEveryWord<runtime::Conv2dParams>(kConv2dFields));
+static_assert(namesEveryWord<runtime::MatMulParams>(kMatMulFields));
+static_assert(namesEveryWord<runtime::Pool2dParams>(kPool2dFields));
+static_assert(namesEveryWord<runtime::SoftmaxParams>(kSoftmaxFields));
+static_assert(namesEveryWord<runtime::LayerNormParams>(kLayerNormFields));
+
+/// The fields of `kind`'s params struct, in word order.
+llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
+  switch (kind) {
+  case runtime::KernelKind::Conv2d:
+    return kConv2dFields;
+  case runtime::KernelKind::MatMul:
+    return kMatMulFields;
+  case runtime::KernelKind::Pool2d:
+    return kPool2dFields;
+  case runtime::KernelKind::Softmax:
+    return kSoftmaxFields;
+  case runtime::KernelKind::LayerNorm:
+    return kLayerNormFields;
+  }
+  return {};
+}
+
+/// How many int64 words the params struct of `kind` has.
+size_t paramWordCount(runtime::KernelKind kind) { return paramFields(kind).size(); }
+
+} // namespace
+
+/// `<batch = 1, inChannels = 8, ..., alpha = 0.0, ...>`: every field of
+/// the kind's struct, by name and in order.
+static mlir::ParseResult parseKernelParams(mlir::OpAsmParser &parser,
+                                           LibraryKernelKindAttr kind,
+                                           mlir::DenseI64ArrayAttr &params) {
+  llvm::ArrayRef<ParamField> fields =
+      paramFields(static_cast<runtime::KernelKind>(kind.getValue()));
+  llvm::SmallVector<int64_t> words;
+  auto parseField = [&]() -> mlir::ParseResult {
+    llvm::SMLoc at = parser.getCurrentLocation();
+    llvm::StringRef name;
+    if (parser.parseKeyword(&name) || parser.parseEqual())
+      return mlir::failure();
+    if (words.size() >= fields.size())
+      return parser.emitError(at)
+             << "a " << stringifyLibraryKernelKind(kind.getValue()) << " kernel has "
+             << fields.size() << " params; '" << name << "' is one too many";
+    const ParamField &field = fields[words.size()];
+    if (name != field.name)
+      return parser.emitError(at) << "expected param '" << field.name << "' of a "
+                                  << stringifyLibraryKernelKind(kind.getValue())
+                                  << " kernel, got '" << name << "'";
+    if (field.isFloat) {
+      llvm::APFloat value(0.0f);
+      if (parser.parseFloat(llvm::APFloat::IEEEsingle(), value))
+        return mlir::failure();
+      words.push_back(runtime::floatParam(value.convertToFloat()));
+      return mlir::success();
+    }
+    int64_t value = 0;
+    if (parser.parseInteger(value))
+      return mlir::failure();
+    words.push_back(value);
+    return mlir::success();
+  };
+  if (parser.parseCommaSeparatedList(mlir::AsmParser::Delimiter::LessGreater, parseField))
+    return mlir::failure();
+  if (words.size() != fields.size())
+    return parser.emitError(parser.getCurrentLocation())
+           << "a " << stringifyLibraryKernelKind(kind.getValue()) << " kernel has "
+           << fields.size() << " params, got " << words.size();
+  params = mlir::DenseI64ArrayAttr::get(parser.getContext(), words);
+  return mlir::success();
+}
+
+static void printKernelParams(mlir::OpAsmPrinter &printer, LibraryCallOp,
+                              LibraryKernelKindAttr kind,
+                              mlir::DenseI64ArrayAttr params) {
+  llvm::ArrayRef<ParamField> fields =
+      paramFields(static_cast<runtime::KernelKind>(kind.getValue()));
+  llvm::ArrayRef<int64_t> words = params.asArrayRef();
+  // The verifier refuses a call whose words are not the struct; print
+  // such IR (in diagnostics) as plain words.
+  if (words.size() != fields.size()) {
+    printer << "<words " << words << ">";
+    return;
+  }
+  printer << "<";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    printer << (i ? ", " : "") << fields[i].name << " = ";
+    if (fields[i].isFloat)
+      printer.printFloat(llvm::APFloat(runtime::paramFloat(words[i])));
+    else
+      printer << words[i];
+  }
+  printer << ">";
+}
+
+} // namespace flowc::compiler
+
 #include "flowc/compiler/dialect/FlowcDialect.cpp.inc"
 #include "flowc/compiler/dialect/FlowcEnums.cpp.inc"
 
 #define GET_OP_CLASSES
 #include "flowc/compiler/dialect/FlowcOps.cpp.inc"
-
-#include <optional>
 
 namespace flowc::compiler {
 
@@ -28,23 +238,6 @@ std::optional<runtime::KernelKind> kernelKindNamed(llvm::StringRef name) {
       return kind;
   }
   return std::nullopt;
-}
-
-/// How many int64 words the params struct of `kind` has.
-size_t paramWordCount(runtime::KernelKind kind) {
-  switch (kind) {
-  case runtime::KernelKind::Conv2d:
-    return sizeof(runtime::Conv2dParams) / sizeof(int64_t);
-  case runtime::KernelKind::MatMul:
-    return sizeof(runtime::MatMulParams) / sizeof(int64_t);
-  case runtime::KernelKind::Pool2d:
-    return sizeof(runtime::Pool2dParams) / sizeof(int64_t);
-  case runtime::KernelKind::Softmax:
-    return sizeof(runtime::SoftmaxParams) / sizeof(int64_t);
-  case runtime::KernelKind::LayerNorm:
-    return sizeof(runtime::LayerNormParams) / sizeof(int64_t);
-  }
-  return 0;
 }
 
 std::string kernelKindNames() {

@@ -8,7 +8,7 @@ func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>
 }
 func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
-  %y = flowc.library_call softmax @k(%x) params [1, 8] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call softmax @k(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 // expected-error @+1 {{'func.func' op argument 0 of region 0: attribute 'flowc.weight' must be a non-empty string, got 3 : i64}}
@@ -22,7 +22,7 @@ func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>
 }
 func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
-  %y = flowc.library_call softmax @k(%x) params [1, 8] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call softmax @k(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 // expected-error @+1 {{attribute 'flowc.recipe_inputs' must be an array of weight keys (strings), got [1]}}
@@ -38,7 +38,7 @@ func.func private @l(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>
 }
 func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
-  %y = flowc.library_call softmax @l(%x) params [1, 8] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call softmax @l(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 
@@ -50,7 +50,7 @@ func.func private @l(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>
 }
 func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
-  %y = flowc.library_call softmax @l(%x) params [1, 8] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call softmax @l(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 
@@ -62,7 +62,7 @@ func.func private @l(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>
 }
 func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
-  %y = flowc.library_call softmax @l(%x) params [1, 8] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call softmax @l(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 
@@ -76,6 +76,6 @@ func.func private @l(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>
 }
 func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
-  %y = flowc.library_call softmax @l(%x) params [1, 8] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call softmax @l(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }

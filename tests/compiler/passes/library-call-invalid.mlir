@@ -1,15 +1,37 @@
 // RUN: flowc-opt %s --split-input-file --verify-diagnostics
 
-// The verifier of flowc.library_call: the params are the kind's ABI
-// struct, the inputs are the ones those params ask for, and the callee is
-// a function of the call's type.
+// flowc.library_call's parser and verifier: the params are the kind's ABI
+// struct, every field by name and in order; the inputs are the ones those
+// params ask for; the callee is a function of the call's type.
 
 func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>
 }
 func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
-  // expected-error @+1 {{'flowc.library_call' op params have 3 words, but a softmax kernel's parameters are 2}}
-  %y = flowc.library_call softmax @k(%x) params [1, 8, 0] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  // expected-error @+1 {{a softmax kernel has 2 params; 'epsilon' is one too many}}
+  %y = flowc.library_call softmax @k(%x) params <rows = 1, channels = 8, epsilon = 0> : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}
+
+// -----
+
+func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
+  return %x : tensor<1x8xf32>
+}
+func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
+  // expected-error @+1 {{expected param 'rows' of a softmax kernel, got 'channels'}}
+  %y = flowc.library_call softmax @k(%x) params <channels = 8, rows = 1> : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}
+
+// -----
+
+func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
+  return %x : tensor<1x8xf32>
+}
+func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
+  // expected-error @+1 {{a softmax kernel has 2 params, got 1}}
+  %y = flowc.library_call softmax @k(%x) params <rows = 1> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 
@@ -21,7 +43,7 @@ func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
 }
 func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   // expected-error @+1 {{'flowc.library_call' op has 1 inputs, but its layernorm params ask for 2}}
-  %y = flowc.library_call layernorm @k(%x) params [1, 8, 0, 1, 0] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call layernorm @k(%x) params <rows = 1, channels = 8, epsilon = 1.0e-05, hasScale = 1, hasShift = 0> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 
@@ -32,7 +54,7 @@ func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
 }
 func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   // expected-error @+1 {{'flowc.library_call' op input 0 of a pool2d kernel must have rank 4, got 'tensor<1x8xf32>'}}
-  %y = flowc.library_call pool2d @k(%x) params [1, 8, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call pool2d @k(%x) params <batch = 1, channels = 8, inHeight = 1, inWidth = 1, outHeight = 1, outWidth = 1, kernelHeight = 1, kernelWidth = 1, strideH = 1, strideW = 1, padTop = 0, padLeft = 0, padBottom = 0, padRight = 0, algorithm = 0, sourceLayout = 0, destinationLayout = 0> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
 
@@ -40,6 +62,6 @@ func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
 
 func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   // expected-error @+1 {{'flowc.library_call' op calls @missing, which is no function}}
-  %y = flowc.library_call softmax @missing(%x) params [1, 8] : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  %y = flowc.library_call softmax @missing(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }

@@ -1,14 +1,15 @@
 // RUN: flowc-opt %s --split-input-file --flowc-outline-library-kernels | FileCheck %s
+// RUN: flowc-opt %s --split-input-file --flowc-outline-library-kernels=precision=bf16 | FileCheck %s --check-prefix=BF16
 
-// The kernel ABI's parameters, by name, are checked in
-// tests/compiler/PassTest.cpp; here, the shape of the outlined IR.
+// The outlined IR: a private function with the exact TOSA the kernel
+// replaces, and a flowc.library_call in @main with the kind's params struct
+// by field name. tests/compiler/PassTest.cpp checks more patterns' params.
 
 // ResNet's block tail: NCHW input transposed for TOSA, OIHW weights
 // transposed, the result transposed back, a residual add and a Relu. The
 // kernel absorbs all of it: @main keeps only the call.
 // CHECK-LABEL: func.func private @flowc_kernel_0
-// CHECK-SAME: (%{{.*}}: tensor<1x8x6x6xf32> {bufferization.writable = false}, %{{.*}}: tensor<4x8x3x3xf32> {bufferization.writable = false}, %{{.*}}: tensor<4xf32> {bufferization.writable = false}, %{{.*}}: tensor<1x4x6x6xf32> {bufferization.writable = false}) -> tensor<1x4x6x6xf32>
-// CHECK-SAME: attributes {flowc.kernel = "conv2d", flowc.kernel_params = array<i64: {{.*}}>}
+// CHECK-SAME: (%{{.*}}: tensor<1x8x6x6xf32> {bufferization.writable = false}, %{{.*}}: tensor<4x8x3x3xf32> {bufferization.writable = false}, %{{.*}}: tensor<4xf32> {bufferization.writable = false}, %{{.*}}: tensor<1x4x6x6xf32> {bufferization.writable = false}) -> tensor<1x4x6x6xf32> {
 // The body keeps the exact TOSA semantics, so it bufferizes like any other.
 // CHECK: tosa.transpose
 // CHECK: tosa.transpose
@@ -20,7 +21,12 @@
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<1x8x6x6xf32>, %[[R:[^:]*]]: tensor<1x4x6x6xf32>, %[[W:[^:]*]]: tensor<4x8x3x3xf32> {flowc.weight = "w"}, %[[B:[^:]*]]: tensor<4xf32> {flowc.weight = "b"})
 // CHECK-NOT: tosa.transpose
 // CHECK-NOT: tosa.conv2d
-// CHECK: %[[Y:.*]] = call @flowc_kernel_0(%[[X]], %[[W]], %[[B]], %[[R]])
+// The source and the result stay NCHW (layout 0) for the kernel, the
+// weights are graph weights (constant), the residual and the Relu (clamp
+// 0..+inf, activation 1) are its epilogue.
+// CHECK: %[[Y:.*]] = flowc.library_call conv2d @flowc_kernel_0(%[[X]], %[[W]], %[[B]], %[[R]]) params <batch = 1, inChannels = 8, inHeight = 6, inWidth = 6, outChannels = 4, kernelHeight = 3, kernelWidth = 3, outHeight = 6, outWidth = 6, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1, padTop = 1, padLeft = 1, padBottom = 1, padRight = 1, groups = 1, sourceLayout = 0, weightLayout = 0, destinationLayout = 0, constantWeights = 1, hasResidual = 1, activation = 1, alpha = 0.000000e+00, beta = 0x7F800000, precision = 0>
+// BF16-LABEL: func.func @main
+// BF16: flowc.library_call conv2d {{.*}} precision = 1>
 // CHECK-NOT: tosa.add
 // CHECK-NOT: tosa.clamp
 // CHECK: return %[[Y]]
@@ -41,12 +47,16 @@ func.func @main(%x: tensor<1x8x6x6xf32>, %r: tensor<1x4x6x6xf32>,
 
 // Max and average pooling, each a kernel with the layout changes around it.
 // CHECK-LABEL: func.func private @flowc_kernel_0
-// CHECK-SAME: attributes {flowc.kernel = "pool2d"
+// CHECK: tosa.max_pool2d
 // CHECK-LABEL: func.func private @flowc_kernel_1
-// CHECK-SAME: attributes {flowc.kernel = "pool2d"
+// CHECK: tosa.avg_pool2d
 // CHECK-LABEL: func.func @main
-// CHECK: %[[P:.*]] = call @flowc_kernel_0(%{{.*}})
-// CHECK: call @flowc_kernel_1(%[[P]])
+// The max pool reads NCHW (its transpose absorbed) and writes NHWC, which
+// the average pool reads; padding never counts in the average (algorithm 1).
+// CHECK: %[[P:.*]] = flowc.library_call pool2d @flowc_kernel_0(%{{.*}}) params <batch = 1, channels = 4, inHeight = 8, inWidth = 8, outHeight = 4, outWidth = 4, kernelHeight = 3, kernelWidth = 3, strideH = 2, strideW = 2, padTop = 1, padLeft = 1, padBottom = 0, padRight = 0, algorithm = 0, sourceLayout = 0, destinationLayout = 1>
+// CHECK: flowc.library_call pool2d @flowc_kernel_1(%[[P]]) params <{{.*}}algorithm = 1, sourceLayout = 1, destinationLayout = 1>
+// BF16-LABEL: func.func @main
+// BF16-NOT: precision
 // CHECK-NOT: tosa.max_pool2d
 // CHECK-NOT: tosa.avg_pool2d
 // CHECK: return

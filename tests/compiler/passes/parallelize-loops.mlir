@@ -71,7 +71,7 @@ func.func @main(%a: memref<1x128x768xf32>, %b: memref<4x8xf32>, %r: memref<64x51
 // CHECK-NEXT: scf.for %{{.*}} = %c0 to %c256 step %c1 {
 // CHECK-NOT: scf.parallel
 // CHECK: call @kernel
-func.func private @kernel(%a: memref<256x256xf32>) attributes {flowc.kernel = 0 : i64} {
+func.func private @kernel(%a: memref<256x256xf32>) attributes {flowc.kernel = "softmax", flowc.kernel_params = array<i64: 256, 256>} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c256 = arith.constant 256 : index

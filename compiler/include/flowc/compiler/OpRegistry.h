@@ -48,7 +48,7 @@ struct OpInfo {
   /// The model opsets (inclusive) this entry imports.
   int64_t sinceVersion = kMinOpset;
   int64_t untilVersion = kMaxOpset;
-  OpSignature signature;
+  OpSignature signature = {};
   /// Builds the node's TOSA ops. Null for ops that are only ever computed
   /// at import time (Shape, Range, ...): a node the shape folder could not
   /// evaluate is refused as unsupported.

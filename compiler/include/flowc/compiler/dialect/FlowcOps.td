@@ -27,8 +27,9 @@ def Flowc_LibraryCallOp : Op<Flowc_Dialect, "library_call", [
     private function whose body is the exact TOSA the kernel replaces (it
     bufferizes like any function and so fixes the kernel's buffer ABI),
     `kind` the runtime kernel, `params` that kind's params struct of
-    KernelAbi.h as int64 words, `inputs` the kernel's buffers in the
-    kind's order. The verifier checks the words against the kind and the
+    KernelAbi.h (int64 words, written and read by field name, in the
+    struct's order: floats as floats), `inputs` the kernel's buffers in
+    the kind's order. The verifier checks the words against the kind and the
     inputs against the params' flags and the kind's ranks.
 
     One-Shot Bufferize models `func.call` only: right before it,
@@ -37,8 +38,8 @@ def Flowc_LibraryCallOp : Op<Flowc_Dialect, "library_call", [
     `flowc.kernel_params`), where the later steps read them.
 
     ```mlir
-    %y = flowc.library_call conv2d @flowc_kernel_0(%x, %w, %b)
-        params [1, 8, 6, 6, ...] : (...) -> tensor<1x4x6x6xf32>
+    %y = flowc.library_call softmax @flowc_kernel_3(%x)
+        params <rows = 128, channels = 128> : (tensor<128x128xf32>) -> tensor<128x128xf32>
     ```
   }];
   let arguments = (ins
@@ -51,7 +52,8 @@ def Flowc_LibraryCallOp : Op<Flowc_Dialect, "library_call", [
   );
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
-    $kind $callee `(` $inputs `)` `params` $params attr-dict `:`
+    $kind $callee `(` $inputs `)` `params` custom<KernelParams>(ref($kind), $params)
+    attr-dict `:`
     functional-type($inputs, $result)
   }];
   let hasVerifier = 1;
