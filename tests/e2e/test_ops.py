@@ -202,6 +202,11 @@ CASES = {
     "prelu_runtime_slope_opset_9": lambda: graph_case(
         "p", [helper.make_node("PRelu", ["x", "slope"], ["y"])],
         {"x": [2, 3, 4], "slope": [4]}, [2, 3, 4], opset=9),
+    "mish_opset_18": lambda: graph_case(
+        "m", [helper.make_node("Mul", ["x", "four"], ["big"]),
+              helper.make_node("Mish", ["big"], ["y"])],
+        {"x": [3, 8]}, [3, 8],
+        [numpy_helper.from_array(np.array(4.0, np.float32), "four")], opset=18),
     "constant_node_operand": lambda: graph_case(
         "k", [helper.make_node("Constant", [], ["c"],
                                value=numpy_helper.from_array(

@@ -204,17 +204,21 @@ Status Importer::importUnary(const Node &node) {
     return define(node, build<mlir::tosa::SinOp>(shape, {x}));
   if (op == "Cos")
     return define(node, build<mlir::tosa::CosOp>(shape, {x}));
-  if (op == "Softplus") {
-    // log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|)) so large x cannot overflow.
+  // log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|)) so large x cannot overflow.
+  auto softplus = [&] {
     Value negAbs = mul(build<mlir::tosa::AbsOp>(shape, {x}), scalar(-1.0f, rank));
     Value tail = build<mlir::tosa::LogOp>(
         shape,
         {build<mlir::tosa::AddOp>(
             shape, {build<mlir::tosa::ExpOp>(shape, {negAbs}), scalar(1.0f, rank)})});
-    return define(
-        node, build<mlir::tosa::AddOp>(
-                  shape, {clamp(x, 0.0f, std::numeric_limits<float>::infinity()), tail}));
-  }
+    return build<mlir::tosa::AddOp>(
+        shape, {clamp(x, 0.0f, std::numeric_limits<float>::infinity()), tail});
+  };
+  if (op == "Softplus")
+    return define(node, softplus());
+  // x * tanh(softplus(x)) (YOLOv4's activation).
+  if (op == "Mish")
+    return define(node, mul(x, build<mlir::tosa::TanhOp>(shape, {softplus()})));
   if (op == "Softsign") {
     Value denominator = build<mlir::tosa::AddOp>(
         shape, {build<mlir::tosa::AbsOp>(shape, {x}), scalar(1.0f, rank)});
@@ -424,6 +428,11 @@ constexpr OpInfo kOps[] = {
      .signature = kVariadic,
      .import = &I::importVariadic,
      .cost = variadicFlops},
+    // abs, neg, exp, add, log, max, add, tanh, mul
+    {.name = "Mish",
+     .sinceVersion = 18,
+     .import = &I::importUnary,
+     .cost = perElement<9>},
     {.name = "Mul",
      .signature = kBinary,
      .import = &I::importBinary,
