@@ -35,6 +35,7 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/LLVMTranslationInterface.h"
 #include "mlir/Transforms/Passes.h"
 
 namespace flowc::compiler {
@@ -48,14 +49,27 @@ namespace generated {
 
 void registerFlowcPasses() { generated::registerFlowcPasses(); }
 
+namespace {
+
+/// flowc's attributes have done their work by the time a module becomes
+/// LLVM IR (weight keys are argument positions, kernel params are thunk
+/// constants): they translate to nothing. Without this interface the
+/// translation warns about each attributed argument, printing the whole
+/// function every time (a second of ResNet-50's compile).
+struct FlowcToLlvmIrTranslation : mlir::LLVMTranslationDialectInterface {
+  using LLVMTranslationDialectInterface::LLVMTranslationDialectInterface;
+};
+
+} // namespace
+
 void registerFlowcDialects(mlir::DialectRegistry &registry) {
-  registry.insert<
-      mlir::affine::AffineDialect, mlir::arith::ArithDialect,
-      mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
-      mlir::func::FuncDialect, mlir::linalg::LinalgDialect, mlir::LLVM::LLVMDialect,
-      mlir::math::MathDialect, mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect,
-      mlir::scf::SCFDialect, mlir::tensor::TensorDialect, mlir::tosa::TosaDialect,
-      FlowcDialect>();
+  registry.insert<mlir::affine::AffineDialect, mlir::arith::ArithDialect,
+                  mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
+                  mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
+                  mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
+                  mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect,
+                  mlir::scf::SCFDialect, mlir::tensor::TensorDialect,
+                  mlir::tosa::TosaDialect, FlowcDialect>();
   mlir::arith::registerBufferizableOpInterfaceExternalModels(registry);
   mlir::arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
   mlir::bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
@@ -68,6 +82,9 @@ void registerFlowcDialects(mlir::DialectRegistry &registry) {
   mlir::registerBuiltinDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);
   mlir::registerOpenMPDialectTranslation(registry);
+  registry.addExtension(+[](mlir::MLIRContext *, FlowcDialect *dialect) {
+    dialect->addInterfaces<FlowcToLlvmIrTranslation>();
+  });
 }
 
 void registerPipelineUpstreamPasses() {
