@@ -698,45 +698,42 @@ TEST_F(PassTest, SplitMovesEachKernelIntoAModuleOfItsOwn) {
   EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
 }
 
-// A pass that refuses its input says why, and the compile's error names the
-// stage, the pass and its diagnostic (once "lowering to buffers failed: "
-// with nothing after it).
-TEST(PassFailureTest, CompileErrorNamesTheStageThePassAndItsDiagnostic) {
-  // Graph IR that claims an arena already: flowc-plan-activation-memory
-  // refuses to plan it again.
-  constexpr const char *ir = R"mlir(
-func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> attributes {flowc.arena_bytes = 64 : i64} {
-  %y = tosa.add %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-  return %y : tensor<4xf32>
-}
-)mlir";
+// A graph the compile refuses gets an error that says why: a pass that
+// refuses its input names the stage, the pass and its diagnostic (once
+// "lowering to buffers failed: " with nothing after it); a malformed flowc
+// attribute is refused as the graph is read, with the dialect verifier's
+// message.
+TEST(PassFailureTest, RefusedGraphsSayWhatIsWrong) {
+  struct Refused {
+    const char *signature;
+    StatusCode code;
+    const char *message;
+  };
+  const Refused cases[] = {
+      // Claims an arena already: flowc-plan-activation-memory refuses to
+      // plan it again.
+      {"%x: tensor<4xf32>, %w: tensor<4xf32>) -> tensor<4xf32> attributes "
+       "{flowc.arena_bytes = 64 : i64}",
+       StatusCode::Internal,
+       "lowering to buffers failed in flowc-plan-activation-memory: 'func.func' op "
+       "already has an activation arena (flowc.arena_bytes); the memory plan runs once"},
+      {"%x: tensor<4xf32>, %w: tensor<4xf32> {flowc.weight = 7 : i64}) -> tensor<4xf32>",
+       StatusCode::DataLoss,
+       "graph IR bytecode does not parse: 'func.func' op argument 1 of region 0: "
+       "attribute 'flowc.weight' must be a non-empty string, got 7 : i64"},
+  };
   CompileOptions options;
   options.optLevel = 1;
-  EXPECT_THAT(
-      planCompile(ir, options, CodeTarget::host()).status(),
-      testing::StatusIs(StatusCode::Internal,
-                        "lowering to buffers failed in flowc-plan-activation-memory: "
-                        "'func.func' op already has an activation arena "
-                        "(flowc.arena_bytes); the memory plan runs once"));
-}
-
-// Malformed flowc attributes are refused as the graph is read, with the
-// dialect verifier's message.
-TEST(PassFailureTest, MalformedWeightKeyIsRefusedWhenTheGraphIsRead) {
-  constexpr const char *ir = R"mlir(
-func.func @main(%x: tensor<4xf32>, %w: tensor<4xf32> {flowc.weight = 7 : i64}) -> tensor<4xf32> {
+  for (const Refused &refused : cases) {
+    std::string ir = std::string("func.func @main(") + refused.signature + R"mlir( {
   %y = tosa.add %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %y : tensor<4xf32>
 }
 )mlir";
-  CompileOptions options;
-  options.optLevel = 1;
-  EXPECT_THAT(
-      planCompile(ir, options, CodeTarget::host()).status(),
-      testing::StatusIs(StatusCode::DataLoss,
-                        "graph IR bytecode does not parse: "
-                        "'func.func' op argument 1 of region 0: attribute "
-                        "'flowc.weight' must be a non-empty string, got 7 : i64"));
+    EXPECT_THAT(planCompile(ir, options, CodeTarget::host()).status(),
+                testing::StatusIs(refused.code, refused.message))
+        << ir;
+  }
 }
 
 } // namespace
