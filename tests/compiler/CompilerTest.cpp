@@ -220,10 +220,12 @@ TEST(OpRegistryTest, EntriesAreOrderedVersionedAndDoNotOverlap) {
     EXPECT_EQ(findOp(op.name, op.sinceVersion), &op) << op.name;
     EXPECT_EQ(findOp(op.name, op.untilVersion), &op) << op.name;
     // Sorted by name, then range; two entries of one op never overlap.
-    if (i > 0 && ops[i - 1].name == op.name)
+    if (i > 0 && ops[i - 1].name == op.name) {
       EXPECT_LT(ops[i - 1].untilVersion, op.sinceVersion) << op.name;
-    if (i > 0)
+    }
+    if (i > 0) {
       EXPECT_LE(ops[i - 1].name, op.name);
+    }
   }
   EXPECT_EQ(findOp("Einsum"), nullptr);
   EXPECT_EQ(findOp("PRelu", 6), nullptr);
