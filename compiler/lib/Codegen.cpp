@@ -21,6 +21,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -238,21 +239,62 @@ void hideSymbol(llvm::Module &module, const std::string &symbol) {
   }
 }
 
+/// `diag`'s message with its attribute and type arguments left out.
+std::string textArguments(const mlir::Diagnostic &diag) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (const mlir::DiagnosticArgument &argument : diag.getArguments()) {
+    switch (argument.getKind()) {
+    case mlir::DiagnosticArgument::DiagnosticArgumentKind::String:
+      os << argument.getAsString();
+      break;
+    case mlir::DiagnosticArgument::DiagnosticArgumentKind::Integer:
+      os << argument.getAsInteger();
+      break;
+    case mlir::DiagnosticArgument::DiagnosticArgumentKind::Unsigned:
+      os << argument.getAsUnsigned();
+      break;
+    case mlir::DiagnosticArgument::DiagnosticArgumentKind::Double:
+      os << argument.getAsDouble();
+      break;
+    case mlir::DiagnosticArgument::DiagnosticArgumentKind::Attribute:
+    case mlir::DiagnosticArgument::DiagnosticArgumentKind::Type:
+      os << "<...>";
+      break;
+    }
+  }
+  return text;
+}
+
 Expected<mlir::OwningOpRef<mlir::ModuleOp>> parseGraph(mlir::MLIRContext &context,
                                                        const std::string &irBytecode) {
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(irBytecode, "graph.mlirbc");
   auto sourceMgr = std::make_shared<llvm::SourceMgr>();
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  mlir::ParserConfig config(&context);
-  // The flowc dialect verifies its attributes as the module is read: its
-  // diagnostic says which op and attribute are malformed.
+  // Read, then verify. While bytes are read, a diagnostic can carry an
+  // attribute the reader half-built from damaged bytes, which MLIR's printer
+  // crashes on: only its text arguments are kept.
+  mlir::ParserConfig config(&context, /*verifyAfterParse=*/false);
+  std::string readError;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  {
+    mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diag) {
+      if (readError.empty())
+        readError = textArguments(diag);
+      return mlir::success();
+    });
+    module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, config);
+  }
+  if (!module)
+    return dataLoss("graph IR bytecode does not parse" +
+                    (readError.empty() ? "" : ": " + readError));
+  // The flowc dialect's verifier says which op and attribute are malformed.
   DiagnosticCollector diagnostics(context);
-  auto module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, config);
-  if (!module) {
+  if (mlir::failed(mlir::verify(*module))) {
     std::string why = diagnostics.text;
     while (!why.empty() && why.back() == '\n')
       why.pop_back();
-    return dataLoss("graph IR bytecode does not parse" + (why.empty() ? "" : ": " + why));
+    return dataLoss("graph IR does not verify" + (why.empty() ? "" : ": " + why));
   }
   return module;
 }

@@ -601,7 +601,7 @@ TEST(PassFailureTest, RefusedGraphsSayWhatIsWrong) {
        "already has an activation arena (flowc.arena_bytes); the memory plan runs once"},
       {"%x: tensor<4xf32>, %w: tensor<4xf32> {flowc.weight = 7 : i64}) -> tensor<4xf32>",
        StatusCode::DataLoss,
-       "graph IR bytecode does not parse: 'func.func' op argument 1 of region 0: "
+       "graph IR does not verify: 'func.func' op argument 1 of region 0: "
        "attribute 'flowc.weight' must be a non-empty string, got 7 : i64"},
   };
   CompileOptions options;
