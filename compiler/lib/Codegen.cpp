@@ -154,6 +154,13 @@ struct DiagnosticCollector {
           text += diag.str() + "\n";
           return mlir::success();
         }) {}
+  /// The diagnostics without the trailing newline.
+  std::string message() const {
+    std::string trimmed = text;
+    while (!trimmed.empty() && trimmed.back() == '\n')
+      trimmed.pop_back();
+    return trimmed;
+  }
   std::string text;
   mlir::ScopedDiagnosticHandler handler;
 };
@@ -180,11 +187,10 @@ Status runStage(mlir::PassManager &pm, mlir::ModuleOp module,
   pm.addInstrumentation(std::make_unique<FailedPassRecorder>(failedPass));
   if (mlir::succeeded(pm.run(module)))
     return Status::ok();
-  std::string detail = diagnostics.text.empty() ? "no diagnostic" : diagnostics.text;
-  while (!detail.empty() && detail.back() == '\n')
-    detail.pop_back();
+  std::string detail = diagnostics.message();
   return internalError(what + " failed" +
-                       (failedPass.empty() ? "" : " in " + failedPass) + ": " + detail);
+                       (failedPass.empty() ? "" : " in " + failedPass) + ": " +
+                       (detail.empty() ? "no diagnostic" : detail));
 }
 
 /// One object file of the shared object: @main's module or a kernel's.
@@ -291,9 +297,9 @@ Expected<mlir::OwningOpRef<mlir::ModuleOp>> parseGraph(mlir::MLIRContext &contex
   // The flowc dialect's verifier says which op and attribute are malformed.
   DiagnosticCollector diagnostics(context);
   if (mlir::failed(mlir::verify(*module))) {
-    std::string why = diagnostics.text;
-    while (!why.empty() && why.back() == '\n')
-      why.pop_back();
+    // The first diagnostics say where; a damaged graph can produce pages.
+    std::string why = diagnostics.message().substr(0, 400);
+    std::replace(why.begin(), why.end(), '\n', ' ');
     return dataLoss("graph IR does not verify" + (why.empty() ? "" : ": " + why));
   }
   return module;
@@ -533,16 +539,9 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
   mlir::DialectRegistry registry;
   registerFlowcDialects(registry);
   mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
-  DiagnosticCollector diagnostics(context);
-  auto module = parseGraph(context, irBytecode);
-  if (!module) {
-    // The first diagnostics say where; a garbage file can produce pages.
-    std::string detail = diagnostics.text.substr(0, 400);
-    std::replace(detail.begin(), detail.end(), '\n', ' ');
-    return Status(module.status().code(),
-                  module.status().message() + (detail.empty() ? "" : ": " + detail));
-  }
-  auto main = (*module)->lookupSymbol<mlir::func::FuncOp>("main");
+  // parseGraph's own handlers take every diagnostic of the read and verify.
+  FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
+  auto main = module->lookupSymbol<mlir::func::FuncOp>("main");
   if (!main)
     return invalidArgument("graph IR has no func.func @main");
   GraphSignature signature;
