@@ -230,16 +230,6 @@ namespace flowc::compiler {
 
 namespace {
 
-/// The kind `name` spells (runtime::kernelKindName), if it is one.
-std::optional<runtime::KernelKind> kernelKindNamed(llvm::StringRef name) {
-  for (int64_t index = 0; index < runtime::kKernelKindCount; ++index) {
-    auto kind = static_cast<runtime::KernelKind>(index);
-    if (name == runtime::kernelKindName(kind))
-      return kind;
-  }
-  return std::nullopt;
-}
-
 std::string kernelKindNames() {
   std::string names;
   for (int64_t index = 0; index < runtime::kKernelKindCount; ++index)
@@ -382,7 +372,7 @@ FlowcDialect::verifyOperationAttribute(mlir::Operation *op,
     auto kind = mlir::dyn_cast<mlir::StringAttr>(value);
     if (!kind)
       return wrongType("a string");
-    std::optional<runtime::KernelKind> known = kernelKindNamed(kind.getValue());
+    std::optional<LibraryKernelKind> known = symbolizeLibraryKernelKind(kind.getValue());
     if (!known)
       return op->emitOpError() << "attribute '" << name
                                << "' names no library kernel: " << value
@@ -393,7 +383,8 @@ FlowcDialect::verifyOperationAttribute(mlir::Operation *op,
                                << KernelParamsAttrHelper::getNameStr() << "'";
     auto words = mlir::dyn_cast<mlir::DenseI64ArrayAttr>(params);
     // A wrong type is reported when the params attribute is visited.
-    return words ? verifyKernelParams(op, words, *known) : mlir::success();
+    return words ? verifyKernelParams(op, words, static_cast<runtime::KernelKind>(*known))
+                 : mlir::success();
   }
   if (name == KernelParamsAttrHelper::getNameStr()) {
     if (!mlir::isa<mlir::DenseI64ArrayAttr>(value))
