@@ -937,7 +937,8 @@ Status Cache::recordTuning(const TuningRecord &record) {
 }
 
 Expected<std::optional<TuningRecord>> Cache::bestTuning(std::string_view signature,
-                                                        std::string_view device) {
+                                                        std::string_view device,
+                                                        std::string_view) {
   return index_->bestTuning(signature, device);
 }
 

@@ -459,8 +459,12 @@ Expected<std::optional<TuningRecord>> Index::bestTuning(std::string_view signatu
   FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
   if (!row)
     return std::optional<TuningRecord>();
-  return std::optional<TuningRecord>(TuningRecord{
-      std::string(signature), std::string(device), stmt.text(0), stmt.integer(1)});
+  TuningRecord record;
+  record.signature = signature;
+  record.device = device;
+  record.candidate = stmt.text(0);
+  record.timeNs = stmt.integer(1);
+  return std::optional<TuningRecord>(std::move(record));
 }
 
 Status Index::bump(std::string_view counter, int64_t delta) {

@@ -63,12 +63,36 @@ struct ActionRecord {
   std::vector<Digest> deps;
 };
 
-/// One measured candidate of a tunable kernel on a device.
+/// One measured candidate of a tunable kernel on a device: search's result
+/// (docs/search.md). The key is (signature, device, versions, candidate).
 struct TuningRecord {
+  /// What was tuned: a library kernel's kind and params, or a loop
+  /// kernel's IR digest ("conv2d:...", "loop:sha256:...").
   std::string signature;
+  /// The machine the time describes (CPU model, features, cores).
   std::string device;
+  /// The library and compiler versions the time depends on.
+  std::string versions;
   std::string candidate;
+  /// Median, and half the 95% interval of the median.
   int64_t timeNs = 0;
+  int64_t spreadNs = 0;
+  int64_t samples = 0;
+  /// The winner's interval separated from the runner-up's in that
+  /// measurement.
+  bool separated = false;
+  /// The measurement's noise (Measurement::noise).
+  double noise = 0;
+  /// When (ms since the epoch) and where (host name) it was measured.
+  int64_t measuredMs = 0;
+  std::string host;
+};
+
+/// What an import of tuning records did.
+struct TuningImport {
+  uint64_t imported = 0;
+  /// Records refused (malformed, or not a record), each warned about.
+  uint64_t ignored = 0;
 };
 
 /// Lookups of one kind of action-cache entry.
@@ -285,11 +309,30 @@ public:
 
   // Tuning records ----------------------------------------------------------
 
-  /// Keeps the fastest time seen for (signature, device, candidate).
+  /// Keeps `record`, replacing an earlier one of the same key. InvalidArgument
+  /// for a record that is not valid (empty fields, a time that is not
+  /// positive). A new best for its (signature, device, versions) changes
+  /// tuningState.
   Status recordTuning(const TuningRecord &record);
-  /// The fastest candidate recorded for (signature, device), if any.
+  /// The fastest valid candidate recorded for (signature, device, versions);
+  /// a stored row that is not valid is skipped with a warning.
   Expected<std::optional<TuningRecord>> bestTuning(std::string_view signature,
-                                                   std::string_view device);
+                                                   std::string_view device,
+                                                   std::string_view versions);
+  /// Every record (of `device` when not empty), by signature then time.
+  Expected<std::vector<TuningRecord>> listTuning(std::string_view device = {});
+  /// A digest of the best candidate of every (signature, versions) of
+  /// `device`: equal for caches holding the same bests, whatever else they
+  /// hold or the order they learned it in. Part of artifact and code keys.
+  Expected<std::string> tuningState(std::string_view device);
+  /// Removes every record (of `device` when not empty); how many went.
+  Expected<uint64_t> clearTuning(std::string_view device = {});
+  /// The records as a JSON document ({"format": "flowc.tuning.v1",
+  /// "records": [...]}), for importTuning elsewhere.
+  Expected<std::string> exportTuning(std::string_view device = {});
+  /// Records from an exportTuning document. InvalidArgument when it is not
+  /// one; a record in it that is not valid is ignored with a warning.
+  Expected<TuningImport> importTuning(std::string_view document);
 
   // Maintenance -----------------------------------------------------------
 

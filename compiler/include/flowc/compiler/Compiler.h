@@ -3,6 +3,7 @@
 #pragma once
 
 #include "flowc/compiler/OnnxModel.h"
+#include "flowc/support/Measure.h"
 #include "flowc/support/Status.h"
 #include "flowc/support/Target.h"
 
@@ -152,6 +153,14 @@ struct KernelWeight {
   std::vector<int64_t> params;
 };
 
+/// A library kernel call site: what search tunes (runtime/Tuning.h).
+struct LibrarySite {
+  int64_t site = 0;
+  /// runtime::KernelKind and the kernel's parameters (KernelAbi.h).
+  int64_t kind = 0;
+  std::vector<int64_t> params;
+};
+
 /// The weights compiled code binds, in argument order after its inputs:
 /// keys of the graph's weights (those the code still reads) and of derived
 /// weights; and which of them library kernels read as constants.
@@ -159,6 +168,8 @@ struct CodeWeights {
   std::vector<std::string> keys;
   std::vector<DerivedWeight> derived;
   std::vector<KernelWeight> kernelWeights;
+  /// Every library kernel call site, in site order.
+  std::vector<LibrarySite> librarySites;
 
   const DerivedWeight *findDerived(const std::string &key) const {
     for (const DerivedWeight &weight : derived)
@@ -231,7 +242,31 @@ struct PlannedKernel {
   std::string text;
   /// Calls of it in @main.
   int callSites = 0;
+  /// The search candidate it is lowered with (loopKernelCandidates); empty:
+  /// the default lowering.
+  std::string candidate = {};
+
+  /// What its object depends on: `key` and the candidate.
+  std::string cacheKey() const {
+    return candidate.empty() ? key : key + "\ncandidate=" + candidate;
+  }
 };
+
+/// The search candidates of a planned loop kernel, in a deterministic order;
+/// the first is the default (an empty PlannedKernel::candidate lowers the
+/// same way). A candidate is a short text ("parallel=1;vector=8").
+std::vector<std::string> loopKernelCandidates(const PlannedKernel &kernel,
+                                              const CompileOptions &options);
+
+/// Compiles each of `candidates` of `kernel` for this host (in `workDir`)
+/// and times them against each other (measureInterleaved) on random data of
+/// the kernel's buffers' shapes. InvalidArgument for a candidate that is not
+/// one of loopKernelCandidates'.
+Expected<Measurement> measureLoopKernel(const PlannedKernel &kernel,
+                                        const std::vector<std::string> &candidates,
+                                        const CompileOptions &options,
+                                        const MeasureOptions &measure,
+                                        const std::string &workDir);
 
 /// A compile after the graph passes and the partition: @main's object,
 /// what the code binds, and the kernels still to compile.

@@ -85,12 +85,29 @@ struct PackedWeightSpec {
   bool external = false;
 };
 
+/// A kernel search chose a candidate for (runtime/Tuning.h, docs/search.md),
+/// and the tuning record the choice came from. A library kernel site
+/// (`site` >= 0) runs `candidate`; a loop kernel's (`site` -1, `kernel` its
+/// symbol) was compiled with it. Sites not listed run their default.
+struct TunedKernelSpec {
+  int64_t site = -1;
+  std::string kernel;
+  std::string signature;
+  std::string candidate;
+  /// The record: its median and spread, where and when it was measured.
+  int64_t timeNs = 0;
+  int64_t spreadNs = 0;
+  std::string host;
+  int64_t measuredMs = 0;
+};
+
 struct Plan {
   std::string entry;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::vector<WeightSpec> weights;
   std::vector<PackedWeightSpec> packed;
+  std::vector<TunedKernelSpec> tuned;
 
   nlohmann::json toJson() const;
   static Expected<Plan> fromJson(const nlohmann::json &json);

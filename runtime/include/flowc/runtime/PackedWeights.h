@@ -27,9 +27,12 @@ struct PackedWeight {
 /// weight, or already in the wanted layout. InvalidArgument when `source`
 /// has the wrong size; Internal when the library refuses the parameters.
 /// Thread-safe.
+/// `candidate` is the search candidate the site runs (Plan::tuned); empty:
+/// the default.
 Expected<std::optional<PackedWeight>> packKernelWeight(KernelKind kind,
                                                        const std::vector<int64_t> &params,
                                                        int64_t buffer,
-                                                       std::string_view source);
+                                                       std::string_view source,
+                                                       std::string_view candidate = {});
 
 } // namespace flowc::runtime
