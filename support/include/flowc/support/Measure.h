@@ -23,6 +23,10 @@ struct MeasureOptions {
   /// Rounds before separation may end the measurement.
   int minRounds = 7;
   int maxRounds = 200;
+  /// A file locked (flock, exclusive) from the first warm-up run to the last
+  /// sample: measurements of processes sharing it never overlap, while
+  /// their other work (compiling candidates) does. Empty: none.
+  std::string lockPath;
 };
 
 struct CandidateTiming {
@@ -56,7 +60,8 @@ struct Measurement {
 
 /// Times `runs[i]` (named `names[i]`) against each other as the header
 /// says. Every run must compute the same thing; the caller owns pinning.
-/// With one candidate, times it for minRounds.
+/// With one candidate, times it for minRounds. A lock that cannot be taken
+/// is logged and the measurement goes on without it.
 Measurement measureInterleaved(const std::vector<std::string> &names,
                                const std::vector<std::function<void()>> &runs,
                                const MeasureOptions &options);
