@@ -39,6 +39,8 @@ struct CompileFlags {
   /// `--input-shape NAME=DIMS` values.
   std::vector<std::string> inputShapes;
   bool thin = false;
+  /// `--search-budget`: SECONDS, none or exhaustive (SearchBudget::parse).
+  std::string searchBudget = "none";
 };
 
 /// Registers --target, -O, --precision, --disable-pass, --input-shape and

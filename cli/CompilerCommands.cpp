@@ -32,6 +32,7 @@ Expected<worker::CompileRequest> compileRequest(const std::string &model,
     request.inputShapes[shape.first] = shape.second;
   }
   request.kind = flags.thin ? worker::ArtifactKind::Thin : worker::ArtifactKind::Packed;
+  FLOWC_ASSIGN_OR_RETURN(request.search, SearchBudget::parse(flags.searchBudget));
   return request;
 }
 
@@ -83,6 +84,13 @@ int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
                {"seconds", seconds},
                {"kernels_compiled", result->kernelsCompiled},
                {"kernels_reused", result->kernelsReused},
+               {"search",
+                {{"tunable_kernels", result->search.tunableKernels},
+                 {"tuned_kernels", result->search.tunedKernels},
+                 {"measured_kernels", result->search.measuredKernels},
+                 {"candidates_measured", result->search.candidatesMeasured},
+                 {"seconds", result->search.seconds},
+                 {"budget_ended", result->search.budgetEnded}}},
                {"artifact_transfer", placementName(*placed)},
                {"threads", threads}});
     return 0;

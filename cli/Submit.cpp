@@ -2,7 +2,9 @@
 
 #include "PlaceArtifact.h"
 
+#include "flowc/rpc/Vocabulary.h"
 #include "flowc/support/AtomicFile.h"
+#include "flowc/support/SearchBudget.h"
 
 #include <cstdlib>
 #include <pwd.h>
@@ -53,6 +55,8 @@ Status buildRequest(DaemonClient &client, const GlobalOptions &global,
     options.add_disabled_passes(pass);
   options.set_print_ir_after(spec.printIrAfter);
   request.set_thin(spec.compile.thin);
+  FLOWC_ASSIGN_OR_RETURN(SearchBudget budget, SearchBudget::parse(spec.compile.searchBudget));
+  *request.mutable_search_budget() = rpc::toProto(budget);
   request.set_client(clientIdentity());
   request.set_explain(spec.explain);
   request.set_detach(spec.detach);

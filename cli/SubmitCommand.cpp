@@ -5,6 +5,7 @@
 #include "Submit.h"
 
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/SearchBudget.h"
 
 #include <condition_variable>
 #include <cstdio>
@@ -76,6 +77,15 @@ unsigned terminalColumns() {
   return 80;
 }
 
+nlohmann::json searchJson(const flowc::v1::SearchSummary &search) {
+  return {{"tunable_kernels", search.tunable_kernels()},
+          {"tuned_kernels", search.tuned_kernels()},
+          {"measured_kernels", search.measured_kernels()},
+          {"candidates_measured", search.candidates_measured()},
+          {"seconds", search.seconds()},
+          {"budget_ended", search.budget_ended()}};
+}
+
 /// The object `--json` prints and NDJSON's "result" event carries.
 nlohmann::json resultJson(const SubmitOptions &options, const std::string &output,
                           const flowc::v1::CompileResult &result,
@@ -91,6 +101,7 @@ nlohmann::json resultJson(const SubmitOptions &options, const std::string &outpu
                          {"artifact_transfer", transfer},
                          {"kernels_compiled", result.kernels_compiled()},
                          {"kernels_reused", result.kernels_reused()},
+                         {"search", searchJson(result.search())},
                          {"thin", options.compile.thin},
                          {"job_id", result.job_id()},
                          {"answered_by", result.answered_by()}};
@@ -237,6 +248,13 @@ void addCompileFlags(CLI::App *cmd, CompileFlags &flags) {
   cmd->add_flag("--thin", flags.thin,
                 "Thin artifact: weights referred to by digest and mapped from this "
                 "cache when it runs (kilobytes for any model; runs where the cache is)");
+  cmd->add_option("--search-budget", flags.searchBudget,
+                  "SECONDS, none (default) or exhaustive: how long search may measure "
+                  "kernels that have no tuning record; records are used whatever it says")
+      ->check([](const std::string &text) {
+        auto budget = SearchBudget::parse(text);
+        return budget ? std::string() : budget.status().message();
+      });
 }
 
 CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {

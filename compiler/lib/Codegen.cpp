@@ -610,6 +610,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   plan.weights = collectCodeWeights(*module);
   std::vector<LibraryKernel> libraryKernels = collectLibraryKernels(*module);
   plan.weights.kernelWeights = collectKernelWeights(*module, libraryKernels);
+  plan.weights.librarySites = librarySitesOf(libraryKernels);
   uint64_t arenaBytes = plannedArenaBytes(*module);
   mlir::PassManager prepare(&context);
   buildPrepareLoopsPipeline(prepare, options);

@@ -75,6 +75,9 @@ std::vector<LibraryKernel> collectLibraryKernels(mlir::ModuleOp module);
 std::vector<KernelWeight> collectKernelWeights(mlir::ModuleOp module,
                                                const std::vector<LibraryKernel> &kernels);
 
+/// The call sites of collectLibraryKernels' list, for search.
+std::vector<LibrarySite> librarySitesOf(const std::vector<LibraryKernel> &kernels);
+
 /// Makes each kernel function a declaration: once bufferized, its body has
 /// fixed the kernel's buffer ABI, and bindLibraryKernels replaces it anyway,
 /// so lowering it to LLVM would be wasted work.

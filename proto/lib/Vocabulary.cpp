@@ -55,4 +55,41 @@ Expected<Precision> precisionFromProto(int precision, std::string_view field) {
   return fromWire<Precision>(kPrecisions, precision, field, precisionNames());
 }
 
+flowc::v1::SearchBudget toProto(const SearchBudget &budget) {
+  flowc::v1::SearchBudget out;
+  switch (budget.mode) {
+  case SearchBudget::Mode::None:
+    out.set_mode(flowc::v1::SearchBudget::SEARCH_NONE);
+    break;
+  case SearchBudget::Mode::Seconds:
+    out.set_mode(flowc::v1::SearchBudget::SEARCH_SECONDS);
+    out.set_seconds(budget.seconds);
+    break;
+  case SearchBudget::Mode::Exhaustive:
+    out.set_mode(flowc::v1::SearchBudget::SEARCH_EXHAUSTIVE);
+    break;
+  }
+  return out;
+}
+
+Expected<SearchBudget> searchBudgetFromProto(const flowc::v1::SearchBudget &budget,
+                                             std::string_view field) {
+  switch (budget.mode()) {
+  case flowc::v1::SearchBudget::SEARCH_NONE:
+    return SearchBudget{};
+  case flowc::v1::SearchBudget::SEARCH_EXHAUSTIVE:
+    return SearchBudget{SearchBudget::Mode::Exhaustive, 0};
+  case flowc::v1::SearchBudget::SEARCH_SECONDS:
+    if (!(budget.seconds() > 0) || budget.seconds() > kMaxSearchSeconds)
+      return invalidArgument(std::string(field) + ".seconds is " +
+                             std::to_string(budget.seconds()) +
+                             ", not a number of seconds in (0, 1e6]");
+    return SearchBudget{SearchBudget::Mode::Seconds, budget.seconds()};
+  default:
+    break;
+  }
+  return invalidArgument(std::string(field) + ".mode is " + std::to_string(budget.mode()) +
+                         ", not a value this daemon knows (none, seconds, exhaustive)");
+}
+
 } // namespace flowc::rpc

@@ -72,16 +72,22 @@ private:
 
 Digest CompileExecutor::artifactKey(const Digest &modelDigest,
                                     const compiler::CompileOptions &options,
-                                    ArtifactKind kind) const {
+                                    ArtifactKind kind,
+                                    const std::string &tuningState) const {
   // The format version is part of the key: a runtime that reads only the
   // new format must never be served a cached artifact of the old one.
   ActionKey key(artifactFormat(), buildId_);
   key.add(compiler::hostTargetDescription())
       .add(options.canonical())
-      .add(modelDigest.toString());
+      .add(modelDigest.toString())
+      .add(tuningState);
   if (kind == ArtifactKind::Thin)
     key.add("thin");
   return key.digest();
+}
+
+Expected<std::string> CompileExecutor::tuningState() {
+  return cache_.tuningState(deviceDescriptor());
 }
 
 bool CompileExecutor::servable(const Digest &artifact) {
@@ -97,7 +103,8 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
                                 const CompileRequest &request) {
   const compiler::CompileOptions &options = request.options;
   using Result = std::optional<CompileResult>;
-  if (isReproducerPath(file.path))
+  // A compile that searches looks for kernels with no record: it plans.
+  if (isReproducerPath(file.path) || request.search.searches())
     return Result();
   FLOWC_ASSIGN_OR_RETURN(auto modelDigest,
                          cache_.lookupStat(file, memoPurpose(request.inputShapes)));
@@ -108,10 +115,11 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
   auto manifest = cache_.get(*modelDigest);
   if (!manifest)
     return Result();
+  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState());
   FLOWC_ASSIGN_OR_RETURN(
       auto artifact,
       cache_.lookupAction(cache::ActionKind::Artifact,
-                          artifactKey(*modelDigest, options, request.kind)));
+                          artifactKey(*modelDigest, options, request.kind, state)));
   if (!artifact || !servable(*artifact))
     return Result();
   CompileResult result;
@@ -194,13 +202,16 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   CompileResult result;
   result.modelDigest = ingested.modelDigest;
   result.opCounts = ingested.graph.opCounts;
-  Digest key = artifactKey(ingested.modelDigest, request.options, request.kind);
-  std::string factors = keyFactors(ingested, request, buildId_, key).dump();
+  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState());
+  Digest key = artifactKey(ingested.modelDigest, request.options, request.kind, state);
+  std::string factors = keyFactors(ingested, request, buildId_, key, state).dump();
   std::string answeredBy, cachedFactors;
-  FLOWC_ASSIGN_OR_RETURN(
-      auto cached, printsIr ? std::optional<Digest>()
-                            : lookupArtifact(key, ingested, answeredBy, &cachedFactors));
-  if (!printsIr)
+  // A compile that searches plans to find the kernels that have no record.
+  bool looksUp = !printsIr && !request.search.searches();
+  FLOWC_ASSIGN_OR_RETURN(auto cached,
+                         !looksUp ? std::optional<Digest>()
+                                  : lookupArtifact(key, ingested, answeredBy, &cachedFactors));
+  if (looksUp)
     progress.countLookups("artifact", cached ? 1 : 0, cached ? 0 : 1);
   if (cached && cache_.contains(ingested.modelDigest) && servable(*cached)) {
     FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
@@ -239,11 +250,18 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(Digest manifest, cache_.put(ingested.manifest));
   pins.add(manifest);
 
-  FLOWC_ASSIGN_OR_RETURN(CompiledCode code, codeFor(ingested, request.options, progress,
-                                                    result.codeCacheHit));
+  FLOWC_ASSIGN_OR_RETURN(CompiledCode code,
+                         codeFor(ingested, request, state, progress, result.codeCacheHit));
   pins.add(code.object);
   result.kernelsCompiled = code.kernelsCompiled;
   result.kernelsReused = code.kernelsReused;
+  result.search = code.search;
+  // Search may have added records: the artifact is what this state makes.
+  if (request.search.searches()) {
+    FLOWC_ASSIGN_OR_RETURN(state, tuningState());
+    key = artifactKey(ingested.modelDigest, request.options, request.kind, state);
+    factors = keyFactors(ingested, request, buildId_, key, state).dump();
+  }
   progress("link", "artifact");
   FLOWC_ASSIGN_OR_RETURN(LinkedArtifact linked,
                          linkArtifact(ingested, request, code, pins, progress));
@@ -262,13 +280,15 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
 
 std::pair<Digest, Digest>
 CompileExecutor::codeKeys(const IngestedModel &ingested,
-                          const compiler::CompileOptions &options) const {
+                          const compiler::CompileOptions &options,
+                          const std::string &tuningState) const {
   // Weight metadata, never contents: a fine-tune that keeps every shape
   // reuses the code and only re-links.
-  ActionKey key("flowc.code.v1", buildId_);
+  ActionKey key("flowc.code.v2", buildId_);
   key.add(compiler::hostTargetDescription())
       .add(options.canonical())
-      .add(ingested.irDigest.toString());
+      .add(ingested.irDigest.toString())
+      .add(tuningState);
   for (const compiler::WeightRef &weight : ingested.graph.weights)
     key.add(weight.key + ":" + compiler::dtypeName(weight.info.dtype) + ":" +
             json(weight.info.shape).dump());
@@ -279,7 +299,8 @@ Expected<std::vector<cache::ActionRecord>>
 CompileExecutor::recordedEntries(const CompileRequest &request) {
   FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested,
                          ingestModel(request.modelPath, request.inputShapes));
-  Digest key = artifactKey(ingested.modelDigest, request.options, request.kind);
+  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState());
+  Digest key = artifactKey(ingested.modelDigest, request.options, request.kind, state);
   FLOWC_ASSIGN_OR_RETURN(auto artifact,
                          cache_.actionEntry(cache::ActionKind::Artifact, key));
   if (!artifact)
@@ -288,7 +309,7 @@ CompileExecutor::recordedEntries(const CompileRequest &request) {
         "' (no complete artifact entry " + key.toString() + "): submit it first");
   std::vector<cache::ActionRecord> entries{*artifact};
   // The code entries let a reader re-link after a weights-only change.
-  auto [codeKey, weightsKey] = codeKeys(ingested, request.options);
+  auto [codeKey, weightsKey] = codeKeys(ingested, request.options, state);
   FLOWC_ASSIGN_OR_RETURN(auto code, cache_.actionEntry(cache::ActionKind::Code, codeKey));
   FLOWC_ASSIGN_OR_RETURN(auto weights,
                          cache_.actionEntry(cache::ActionKind::Code, weightsKey));
@@ -300,12 +321,16 @@ CompileExecutor::recordedEntries(const CompileRequest &request) {
 }
 
 Expected<CompileExecutor::CompiledCode>
-CompileExecutor::codeFor(const IngestedModel &ingested,
-                         const compiler::CompileOptions &options, JobProgress &progress,
+CompileExecutor::codeFor(const IngestedModel &ingested, const CompileRequest &request,
+                         const std::string &tuningState, JobProgress &progress,
                          bool &hit) {
-  auto [codeKey, weightsKey] = codeKeys(ingested, options);
-  FLOWC_ASSIGN_OR_RETURN(auto cached, lookupTiered(cache::ActionKind::Code, codeKey));
-  progress.countLookups("code", cached ? 1 : 0, cached ? 0 : 1);
+  const compiler::CompileOptions &options = request.options;
+  auto [codeKey, weightsKey] = codeKeys(ingested, options, tuningState);
+  std::optional<Digest> cached;
+  if (!request.search.searches()) {
+    FLOWC_ASSIGN_OR_RETURN(cached, lookupTiered(cache::ActionKind::Code, codeKey));
+    progress.countLookups("code", cached ? 1 : 0, cached ? 0 : 1);
+  }
   // The weight list belongs to the same answer: one lookup in the figures.
   std::optional<Digest> cachedWeights;
   if (cached) {
@@ -316,21 +341,32 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
   if (cached && cachedWeights && options.printIrAfter.empty()) {
     auto blob = cache_.get(*cachedWeights);
     std::optional<compiler::CodeWeights> weights;
+    std::vector<runtime::TunedKernelSpec> tuned;
     if (blob)
-      weights = parseCodeWeights(blob->bytes());
+      weights = parseCodeWeights(blob->bytes(), &tuned);
     if (weights) {
       hit = true;
       progress("codegen", "code cache hit " + cached->toString());
-      return CompiledCode{*cached, std::move(*weights)};
+      CompiledCode code;
+      code.object = *cached;
+      code.weights = std::move(*weights);
+      code.tuned = std::move(tuned);
+      return code;
     }
   }
   hit = false;
   // Printing IR shows every pass on every kernel: one in-process compile.
   FLOWC_ASSIGN_OR_RETURN(CompiledCode compiled,
                          options.printIrAfter.empty()
-                             ? codeFromTasks(ingested, options, progress)
+                             ? codeFromTasks(ingested, options, request.search, progress)
                              : printedCode(ingested, options, progress));
-  FLOWC_ASSIGN_OR_RETURN(Digest weights, cache_.put(codeWeightsText(compiled.weights)));
+  // Stored under the state the search left, which decided its kernels.
+  if (request.search.searches()) {
+    FLOWC_ASSIGN_OR_RETURN(std::string state, this->tuningState());
+    std::tie(codeKey, weightsKey) = codeKeys(ingested, options, state);
+  }
+  FLOWC_ASSIGN_OR_RETURN(Digest weights,
+                         cache_.put(codeWeightsText(compiled.weights, compiled.tuned)));
   FLOWC_RETURN_IF_ERROR(
       cache_.recordAction(cache::ActionKind::Code, codeKey, compiled.object));
   FLOWC_RETURN_IF_ERROR(
@@ -342,6 +378,18 @@ CompileExecutor::codeFor(const IngestedModel &ingested,
 }
 
 namespace {
+
+/// "53 tunable kernels: 40 from records (12 measured now, 96 candidates,
+/// 8.1 s)".
+std::string searchSummaryText(const SearchSummary &summary) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f s", summary.seconds);
+  return std::to_string(summary.tunableKernels) + " tunable kernels: " +
+         std::to_string(summary.tunedKernels) + " from tuning records (" +
+         std::to_string(summary.measuredKernels) + " measured now, " +
+         std::to_string(summary.candidatesMeasured) + " candidates, " + seconds +
+         (summary.budgetEnded ? ", the budget ended" : "") + "), the others run defaults";
+}
 
 std::string kernelSummary(int calls, size_t distinct, size_t compiled) {
   return std::to_string(calls) + " loop nests, " + std::to_string(distinct) +
@@ -376,7 +424,7 @@ TaskRunner &CompileExecutor::runner() {
 Expected<CompileExecutor::CompiledCode>
 CompileExecutor::codeFromTasks(const IngestedModel &ingested,
                                const compiler::CompileOptions &options,
-                               JobProgress &progress) {
+                               const SearchBudget &budget, JobProgress &progress) {
   const compiler::CodeTarget &target = compiler::CodeTarget::host();
   progress("plan", "graph passes and partition for " + target.cpu);
   FLOWC_ASSIGN_OR_RETURN(
@@ -395,6 +443,21 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
       compiler::CompilePlan plan,
       parsePlanOutput(planBlob.bytes(), std::string(graphBlob.bytes())));
 
+  // Search decides each tunable kernel's candidate before any is compiled.
+  if (budget.searches())
+    progress("search", "measuring kernels with no tuning record, budget " + budget.text());
+  FLOWC_ASSIGN_OR_RETURN(
+      SearchChoices choices,
+      searchKernels(cache_, remote_, runner(), plan, options, budget, buildId_,
+                    [&](const std::string &warning) {
+                      spdlog::warn("{}", warning);
+                      progress("search", warning);
+                    }));
+  for (size_t i = 0; i < plan.kernels.size(); ++i)
+    plan.kernels[i].candidate = choices.loopCandidates[i];
+  if (choices.summary.tunableKernels > 0)
+    progress("search", searchSummaryText(choices.summary));
+
   // The kernel cache first: only the kernels it misses become tasks.
   CasKernelCache kernelCache(cache_, buildId_, remote_);
   std::vector<std::string> objects(plan.kernels.size());
@@ -403,13 +466,13 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
   int calls = 0;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     calls += plan.kernels[i].callSites;
-    if (std::optional<std::string> object = kernelCache.lookup(plan.kernels[i].key)) {
+    if (std::optional<std::string> object = kernelCache.lookup(plan.kernels[i].cacheKey())) {
       objects[i] = std::move(*object);
       continue;
     }
     FLOWC_ASSIGN_OR_RETURN(
         Task task, makeCodegenTask(cache_, plan.kernels[i], options, target, buildId_));
-    task.cacheKey = kernelCache.actionKey(plan.kernels[i].key).toString();
+    task.cacheKey = kernelCache.actionKey(plan.kernels[i].cacheKey()).toString();
     missing.push_back(i);
     tasks.push_back(std::move(task));
   }
@@ -439,7 +502,7 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
       return outcomes[m].status();
     FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle object, cache_.get(outcomes[m]->outputs[0]));
     objects[missing[m]] = std::string(object.bytes());
-    kernelCache.record(plan.kernels[missing[m]].key, object.digest());
+    kernelCache.record(plan.kernels[missing[m]].cacheKey(), object.digest());
   }
   if (!plan.kernels.empty())
     progress("kernels",
@@ -452,6 +515,8 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
   compiled.weights = std::move(plan.weights);
   compiled.kernelsCompiled = static_cast<unsigned>(missing.size());
   compiled.kernelsReused = static_cast<unsigned>(plan.kernels.size() - missing.size());
+  compiled.tuned = std::move(choices.tuned);
+  compiled.search = choices.summary;
   FLOWC_ASSIGN_OR_RETURN(compiled.object, cache_.put(library));
   return compiled;
 }

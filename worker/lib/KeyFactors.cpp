@@ -42,7 +42,8 @@ std::string text(const json &value) {
 } // namespace
 
 json keyFactors(const IngestedModel &ingested, const CompileRequest &request,
-                const std::string &buildId, const cache::Digest &artifactKey) {
+                const std::string &buildId, const cache::Digest &artifactKey,
+                const std::string &tuningState) {
   json weights = json::array();
   for (size_t i = 0; i < ingested.graph.weights.size(); ++i) {
     const compiler::WeightRef &weight = ingested.graph.weights[i];
@@ -66,6 +67,7 @@ json keyFactors(const IngestedModel &ingested, const CompileRequest &request,
                       ";shapes=" + compiler::canonicalInputShapes(request.inputShapes) +
                       (request.kind == ArtifactKind::Thin ? ";thin" : "")},
       {"toolchain", buildId + " " + artifactFormat()},
+      {"tuning", tuningState},
       {"host", hostName()},
       {"when", static_cast<int64_t>(::time(nullptr))},
   };
@@ -179,7 +181,8 @@ std::vector<std::string> factorDifferences(const json &wanted, const json &neare
        {graphDifference(wanted, nearest), weightDifference(wanted, nearest),
         valueDifference(wanted, nearest, "target"),
         valueDifference(wanted, nearest, "options"),
-        valueDifference(wanted, nearest, "toolchain")})
+        valueDifference(wanted, nearest, "toolchain"),
+        valueDifference(wanted, nearest, "tuning")})
     if (difference)
       lines.push_back(*difference);
   return lines;

@@ -13,9 +13,11 @@
 
 namespace flowc::worker {
 
-/// The manifest of one artifact compile (JSON).
+/// The manifest of one artifact compile (JSON). `tuningState`: the tuning
+/// records' state it was compiled under (Cache::tuningState).
 nlohmann::json keyFactors(const IngestedModel &ingested, const CompileRequest &request,
-                          const std::string &buildId, const cache::Digest &artifactKey);
+                          const std::string &buildId, const cache::Digest &artifactKey,
+                          const std::string &tuningState);
 
 /// The model's name for the name index: the file's name without its
 /// directory, so the same model under another path finds its entries.

@@ -87,15 +87,30 @@ CompileExecutor::derivedWeight(const IngestedModel &ingested,
   return storeDerivation(actionKey, bytes, pins);
 }
 
+namespace {
+
+/// The candidate search chose for library kernel site `site` (empty: the
+/// default).
+std::string candidateOf(const std::vector<runtime::TunedKernelSpec> &tuned, int64_t site) {
+  for (const runtime::TunedKernelSpec &spec : tuned)
+    if (spec.site == site)
+      return spec.candidate;
+  return "";
+}
+
+} // namespace
+
 Expected<std::optional<CompileExecutor::PackedBlob>>
 CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
+                              const std::string &candidate,
                               const cache::BlobHandle &source, cache::PinGuard &pins,
                               int &computed) {
-  // The layout depends on the kernel, the CPU and the library build; the
-  // bytes on the source's contents too.
-  ActionKey key("flowc.packed.v1", buildId_);
+  // The layout depends on the kernel, the candidate it runs, the CPU and
+  // the library build; the bytes on the source's contents too.
+  ActionKey key("flowc.packed.v2", buildId_);
   key.add(compiler::hostTargetDescription())
       .add(json({weight.kind, weight.buffer, weight.params}).dump())
+      .add(candidate)
       .add(source.digest().toString());
   Digest bytesKey = key.digest(), layoutKey = key.digestOf("layout");
   FLOWC_ASSIGN_OR_RETURN(auto layout, cachedDerivation(layoutKey, pins));
@@ -111,7 +126,7 @@ CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
   FLOWC_ASSIGN_OR_RETURN(
       std::optional<runtime::PackedWeight> packed,
       runtime::packKernelWeight(static_cast<runtime::KernelKind>(weight.kind),
-                                weight.params, weight.buffer, source.bytes()));
+                                weight.params, weight.buffer, source.bytes(), candidate));
   // The source was read whole: its pages go, so linking a model costs no
   // resident memory per weight byte (the artifact writer does the same).
   MappedFile::releasePages(source.bytes());
@@ -188,8 +203,9 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
                            " reads weight '" + weight.key +
                            "', which the code does not bind");
     FLOWC_ASSIGN_OR_RETURN(std::optional<PackedBlob> packed,
-                           packedWeight(weight, blobs[bound - code.weights.keys.begin()],
-                                        pins, packedComputed));
+                           packedWeight(weight, candidateOf(code.tuned, weight.site),
+                                        blobs[bound - code.weights.keys.begin()], pins,
+                                        packedComputed));
     if (!packed)
       continue;
     packedSpecs.push_back({weight.site, weight.buffer, std::move(packed->layout),
@@ -262,6 +278,7 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
       spec.offset = offsets[next++];
     plan.packed.push_back(std::move(spec));
   }
+  plan.tuned = code.tuned;
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::Plan, plan.toJson().dump(2)));
   FLOWC_RETURN_IF_ERROR(writer->finish());

@@ -1,6 +1,7 @@
 #include "flowc/worker/Tasks.h"
 
 #include "flowc/compiler/PassObserver.h"
+#include "flowc/worker/Search.h"
 #include "flowc/support/MappedFile.h"
 
 #include <atomic>
@@ -29,10 +30,37 @@ constexpr const char *kKernelFile = "kernel.mlir";
 constexpr const char *kPlanFile = "plan.json";
 constexpr const char *kGraphObjectFile = "graph.o";
 constexpr const char *kKernelObjectFile = "kernel.o";
+constexpr const char *kMeasureFile = "measure.json";
 
-/// Version 2 added the library kernels' constant weights; a version 1 list
-/// is unreadable, so its code is compiled again.
-constexpr const char *kCodeWeightsFormat = "flowc.code-weights.v2";
+/// Version 2 added the library kernels' constant weights, version 3 the
+/// library sites and what search chose; an older list is unreadable, so its
+/// code is compiled again.
+constexpr const char *kCodeWeightsFormat = "flowc.code-weights.v3";
+
+json tunedJson(const std::vector<runtime::TunedKernelSpec> &tuned) {
+  json list = json::array();
+  for (const runtime::TunedKernelSpec &spec : tuned)
+    list.push_back({{"site", spec.site},
+                    {"kernel", spec.kernel},
+                    {"signature", spec.signature},
+                    {"candidate", spec.candidate},
+                    {"time_ns", spec.timeNs},
+                    {"spread_ns", spec.spreadNs},
+                    {"host", spec.host},
+                    {"measured_ms", spec.measuredMs}});
+  return list;
+}
+
+std::vector<runtime::TunedKernelSpec> tunedFrom(const json &list) {
+  std::vector<runtime::TunedKernelSpec> tuned;
+  for (const json &entry : list)
+    tuned.push_back(runtime::TunedKernelSpec{
+        entry.at("site").get<int64_t>(), entry.at("kernel").get<std::string>(),
+        entry.at("signature").get<std::string>(), entry.at("candidate").get<std::string>(),
+        entry.at("time_ns").get<int64_t>(), entry.at("spread_ns").get<int64_t>(),
+        entry.at("host").get<std::string>(), entry.at("measured_ms").get<int64_t>()});
+  return tuned;
+}
 
 json codeWeightsJson(const compiler::CodeWeights &weights) {
   json derived = json::array();
@@ -48,10 +76,14 @@ json codeWeightsJson(const compiler::CodeWeights &weights) {
                              {"key", weight.key},
                              {"kind", weight.kind},
                              {"params", weight.params}});
+  json sites = json::array();
+  for (const compiler::LibrarySite &site : weights.librarySites)
+    sites.push_back({{"site", site.site}, {"kind", site.kind}, {"params", site.params}});
   return {{"format", kCodeWeightsFormat},
           {"keys", weights.keys},
           {"derived", derived},
-          {"kernel_weights", kernelWeights}};
+          {"kernel_weights", kernelWeights},
+          {"library_sites", sites}};
 }
 
 std::optional<compiler::CodeWeights> codeWeightsFrom(const json &parsed) {
@@ -74,6 +106,10 @@ std::optional<compiler::CodeWeights> codeWeightsFrom(const json &parsed) {
           entry.at("site").get<int64_t>(), entry.at("buffer").get<int64_t>(),
           entry.at("key").get<std::string>(), entry.at("kind").get<int64_t>(),
           entry.at("params").get<std::vector<int64_t>>()});
+    for (const json &entry : parsed.at("library_sites"))
+      weights.librarySites.push_back(
+          compiler::LibrarySite{entry.at("site").get<int64_t>(), entry.at("kind").get<int64_t>(),
+                                entry.at("params").get<std::vector<int64_t>>()});
     return weights;
   } catch (const json::exception &) {
     return std::nullopt;
@@ -112,6 +148,8 @@ struct TaskDescription {
   compiler::CompileOptions options;
   compiler::CodeTarget target;
   compiler::PlannedKernel kernel;
+  /// A measure task's "measure" object.
+  json measure;
 };
 
 Expected<TaskDescription> readTaskDescription(const std::string &path,
@@ -143,7 +181,10 @@ Expected<TaskDescription> readTaskDescription(const std::string &path,
       const json &kernel = task.at("kernel");
       description.kernel.symbol = kernel.at("symbol").get<std::string>();
       description.kernel.key = kernel.at("key").get<std::string>();
+      description.kernel.candidate = kernel.value("candidate", "");
     }
+    if (description.kind == "measure")
+      description.measure = task.at("measure");
   } catch (const json::exception &e) {
     return invalidArgument(path + ": " + e.what());
   }
@@ -201,12 +242,25 @@ Status runCodegen(TaskDescription &task, const std::string &in, const std::strin
 
 } // namespace
 
-std::string codeWeightsText(const compiler::CodeWeights &weights) {
-  return codeWeightsJson(weights).dump();
+std::string codeWeightsText(const compiler::CodeWeights &weights,
+                            const std::vector<runtime::TunedKernelSpec> &tuned) {
+  json text = codeWeightsJson(weights);
+  text["tuned"] = tunedJson(tuned);
+  return text.dump();
 }
 
-std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes) {
-  return codeWeightsFrom(json::parse(bytes, nullptr, /*allow_exceptions=*/false));
+std::optional<compiler::CodeWeights>
+parseCodeWeights(std::string_view bytes, std::vector<runtime::TunedKernelSpec> *tuned) {
+  json parsed = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  std::optional<compiler::CodeWeights> weights = codeWeightsFrom(parsed);
+  if (!weights || !tuned)
+    return weights;
+  try {
+    *tuned = tunedFrom(parsed.at("tuned"));
+  } catch (const json::exception &) {
+    return std::nullopt;
+  }
+  return weights;
 }
 
 Expected<Task> makePlanTask(cache::Cache &cache, const Digest &ir,
@@ -223,10 +277,32 @@ Expected<Task> makeCodegenTask(cache::Cache &cache, const compiler::PlannedKerne
                                const compiler::CodeTarget &target,
                                const std::string &buildId) {
   json header = taskHeader("codegen", options, target, buildId);
-  header["kernel"] = {{"symbol", kernel.symbol}, {"key", kernel.key}};
+  header["kernel"] = {
+      {"symbol", kernel.symbol}, {"key", kernel.key}, {"candidate", kernel.candidate}};
   FLOWC_ASSIGN_OR_RETURN(TaskInput task, storeTaskFile(cache, header));
   FLOWC_ASSIGN_OR_RETURN(Digest text, cache.put(kernel.text));
   return Task{"codegen", kernel.symbol, {task, {kKernelFile, text}}, {kKernelObjectFile}};
+}
+
+Expected<Task> makeMeasureTask(cache::Cache &cache, json measure,
+                               const std::optional<compiler::PlannedKernel> &kernel,
+                               const compiler::CompileOptions &options,
+                               const std::string &buildId) {
+  std::string name = measure.value("signature", "kernel");
+  if (kernel) {
+    measure["symbol"] = kernel->symbol;
+    measure["key"] = kernel->key;
+    name = kernel->symbol;
+  }
+  json header = taskHeader("measure", options, compiler::CodeTarget::host(), buildId);
+  header["measure"] = std::move(measure);
+  FLOWC_ASSIGN_OR_RETURN(TaskInput task, storeTaskFile(cache, header));
+  Task made{"measure", name, {task}, {kMeasureFile}};
+  if (kernel) {
+    FLOWC_ASSIGN_OR_RETURN(Digest text, cache.put(kernel->text));
+    made.inputs.push_back({kKernelFile, text});
+  }
+  return made;
 }
 
 Expected<Task> makeNoopTask(cache::Cache &cache, const std::string &name,
@@ -275,11 +351,14 @@ Status runTaskDirectory(const std::string &inputDir, const std::string &outputDi
     return runPlan(task, inputDir, outputDir, progress);
   if (task.kind == "codegen")
     return runCodegen(task, inputDir, outputDir);
+  if (task.kind == "measure")
+    return runMeasureTask(task.measure, task.options, inputDir, outputDir, kKernelFile,
+                          kMeasureFile);
   // Does nothing: what bench/TaskDispatchBench measures is the rest.
   if (task.kind == "noop")
     return Status::ok();
   return invalidArgument(inputDir + "/" + kTaskFile + ": unknown task kind '" +
-                         task.kind + "' (plan, codegen, noop)");
+                         task.kind + "' (plan, codegen, measure, noop)");
 }
 
 Status taskErrorFrom(std::string_view output) {

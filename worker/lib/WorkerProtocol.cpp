@@ -166,6 +166,13 @@ void toProto(const CompileResult &result, flowc::v1::CompileResult &out) {
   out.set_answered_by(result.answeredBy);
   out.set_explain(result.explain);
   toProto(result.remote, *out.mutable_remote());
+  flowc::v1::SearchSummary &search = *out.mutable_search();
+  search.set_tunable_kernels(result.search.tunableKernels);
+  search.set_tuned_kernels(result.search.tunedKernels);
+  search.set_measured_kernels(result.search.measuredKernels);
+  search.set_candidates_measured(result.search.candidatesMeasured);
+  search.set_seconds(result.search.seconds);
+  search.set_budget_ended(result.search.budgetEnded);
 }
 
 void toProto(const ProgressEvent &event, flowc::v1::Progress &out) {

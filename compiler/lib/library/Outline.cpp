@@ -249,6 +249,14 @@ collectKernelWeights(mlir::ModuleOp module, const std::vector<LibraryKernel> &ke
   return weights;
 }
 
+std::vector<LibrarySite> librarySitesOf(const std::vector<LibraryKernel> &kernels) {
+  std::vector<LibrarySite> sites;
+  for (size_t site = 0; site < kernels.size(); ++site)
+    sites.push_back(LibrarySite{static_cast<int64_t>(site),
+                                static_cast<int64_t>(kernels[site].kind), kernels[site].params});
+  return sites;
+}
+
 void dropLibraryKernelBodies(mlir::ModuleOp module) {
   for (auto function : module.getOps<mlir::func::FuncOp>())
     if (function->hasAttr(kKernelKindAttr) && !function.isExternal())

@@ -2,6 +2,7 @@
 // pair of conversions per enum, for every producer and the daemon's edge.
 #pragma once
 
+#include "flowc/support/SearchBudget.h"
 #include "flowc/support/Status.h"
 #include "flowc/support/Target.h"
 
@@ -19,5 +20,11 @@ flowc::v1::Precision toProto(Precision precision);
 /// (a newer client's, or garbage).
 Expected<Target> targetFromProto(int target, std::string_view field);
 Expected<Precision> precisionFromProto(int precision, std::string_view field);
+
+flowc::v1::SearchBudget toProto(const SearchBudget &budget);
+/// InvalidArgument naming `field` for an unknown mode or seconds out of
+/// (0, kMaxSearchSeconds].
+Expected<SearchBudget> searchBudgetFromProto(const flowc::v1::SearchBudget &budget,
+                                             std::string_view field);
 
 } // namespace flowc::rpc

@@ -8,6 +8,7 @@
 #include "flowc/compiler/Compiler.h"
 #include "flowc/worker/Progress.h"
 #include "flowc/worker/RemoteTier.h"
+#include "flowc/worker/Search.h"
 #include "flowc/worker/Tasks.h"
 
 #include <functional>
@@ -35,6 +36,9 @@ struct CompileRequest {
   /// Say which entry answered, or what differs from the nearest entry for
   /// the same model name (CompileResult::explain). Never the memo's answer.
   bool explain = false;
+  /// New measurements search may make (Search.h); a compile that searches
+  /// plans even when its artifact is cached, to find kernels with no record.
+  SearchBudget search;
 };
 
 struct CompileResult {
@@ -57,6 +61,8 @@ struct CompileResult {
   std::string explain;
   /// What the remote tier did for this compile (all zero without one).
   RemoteTierCounters remote;
+  /// What search did (all zero on a hit).
+  SearchSummary search;
 };
 
 /// A model's identity without touching the cache: its graph, the manifest
@@ -126,9 +132,12 @@ private:
   std::string memoPurpose(const compiler::InputShapes &shapes) const {
     return "model-digest:" + buildId_ + ":" + compiler::canonicalInputShapes(shapes);
   }
+  /// `tuningState`: the tuning records' state (Cache::tuningState), which
+  /// decides the candidates kernels run.
   cache::Digest artifactKey(const cache::Digest &modelDigest,
-                            const compiler::CompileOptions &options,
-                            ArtifactKind kind) const;
+                            const compiler::CompileOptions &options, ArtifactKind kind,
+                            const std::string &tuningState) const;
+  Expected<std::string> tuningState();
   /// Whether a cached artifact's file is as it was stored (it is linked
   /// into users' directories); a damaged one is quarantined and linked anew.
   bool servable(const cache::Digest &artifact);
@@ -149,11 +158,14 @@ private:
     /// (both 0 when the code object itself came from the cache).
     unsigned kernelsCompiled = 0;
     unsigned kernelsReused = 0;
+    /// The kernels search chose a candidate for (the artifact's Plan::tuned).
+    std::vector<runtime::TunedKernelSpec> tuned;
+    SearchSummary search;
   };
   /// The code from tasks: plan, the kernels the kernel cache misses, link.
   Expected<CompiledCode> codeFromTasks(const IngestedModel &ingested,
                                        const compiler::CompileOptions &options,
-                                       JobProgress &progress);
+                                       const SearchBudget &budget, JobProgress &progress);
   /// The code from one in-process compile that prints IR after each pass.
   Expected<CompiledCode> printedCode(const IngestedModel &ingested,
                                      const compiler::CompileOptions &options,
@@ -161,10 +173,15 @@ private:
   TaskRunner &runner();
   /// The code object's key and its weight list's.
   std::pair<cache::Digest, cache::Digest>
-  codeKeys(const IngestedModel &ingested, const compiler::CompileOptions &options) const;
+  codeKeys(const IngestedModel &ingested, const compiler::CompileOptions &options,
+           const std::string &tuningState) const;
+  /// The code for `request`: from the code cache (unless it searches), or
+  /// from tasks, stored under the code keys of the tuning state after its
+  /// search.
   Expected<CompiledCode> codeFor(const IngestedModel &ingested,
-                                 const compiler::CompileOptions &options,
-                                 JobProgress &progress, bool &hit);
+                                 const CompileRequest &request,
+                                 const std::string &tuningState, JobProgress &progress,
+                                 bool &hit);
   /// What the action cache derived under `key` (a `derived` entry), pinned
   /// by `pins`; nullopt on a miss, also when its blob cannot be read.
   Expected<std::optional<cache::BlobHandle>> cachedDerivation(const cache::Digest &key,
@@ -187,6 +204,7 @@ private:
     cache::BlobHandle blob;
   };
   Expected<std::optional<PackedBlob>> packedWeight(const compiler::KernelWeight &weight,
+                                                   const std::string &candidate,
                                                    const cache::BlobHandle &source,
                                                    cache::PinGuard &pins, int &computed);
   /// The artifact's digest, and the external weights a thin one refers to

@@ -12,9 +12,11 @@
 
 #include "flowc/cache/Cache.h"
 #include "flowc/compiler/Compiler.h"
+#include "flowc/runtime/Artifact.h"
 #include "flowc/worker/Progress.h"
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,7 +33,7 @@ struct TaskInput {
 
 /// A task as its runner sees it: files in, files out.
 struct Task {
-  std::string kind; ///< "plan", "codegen", or "noop" (benchmarks).
+  std::string kind; ///< "plan", "codegen", "measure", or "noop" (benchmarks).
   std::string name; ///< What it works on (a kernel's symbol), for errors and listings.
   std::vector<TaskInput> inputs;
   std::vector<std::string> outputs; ///< Relative to the output directory.
@@ -102,6 +104,13 @@ Expected<Task> makeCodegenTask(cache::Cache &cache, const compiler::PlannedKerne
                                const compiler::CodeTarget &target,
                                const std::string &buildId);
 
+/// The measure task of one tunable kernel (Search.h): `measure` says what
+/// to time; a loop kernel's IR goes with it as an input file.
+Expected<Task> makeMeasureTask(cache::Cache &cache, nlohmann::json measure,
+                               const std::optional<compiler::PlannedKernel> &kernel,
+                               const compiler::CompileOptions &options,
+                               const std::string &buildId);
+
 /// A task that does nothing: its cost is the dispatch's (bench/).
 Expected<Task> makeNoopTask(cache::Cache &cache, const std::string &name,
                             const std::string &buildId);
@@ -152,9 +161,13 @@ private:
   unsigned threads_;
 };
 
-/// The weight list of compiled code as JSON text, and back (nullopt when
-/// unreadable: the code is then compiled again).
-std::string codeWeightsText(const compiler::CodeWeights &weights);
-std::optional<compiler::CodeWeights> parseCodeWeights(std::string_view bytes);
+/// The weight list of compiled code, with the kernels search chose
+/// candidates for, as JSON text, and back (nullopt when unreadable: the
+/// code is then compiled again).
+std::string codeWeightsText(const compiler::CodeWeights &weights,
+                            const std::vector<runtime::TunedKernelSpec> &tuned = {});
+std::optional<compiler::CodeWeights>
+parseCodeWeights(std::string_view bytes,
+                 std::vector<runtime::TunedKernelSpec> *tuned = nullptr);
 
 } // namespace flowc::worker

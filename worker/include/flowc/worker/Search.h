@@ -1,0 +1,76 @@
+// Search: trial-run autotuning as a compile phase (docs/search.md).
+//
+// After the plan, every tunable kernel (a library kernel call site, a loop
+// kernel with more than one candidate) gets a signature; kernels of equal
+// signature are one search. A tuning record for (signature, this device,
+// the versions its time depends on) decides the candidate, whatever the
+// budget. The others, while the budget lasts, become `measure` tasks: they
+// run on the job's executors (local worker processes, remote workers of the
+// same platform), on random data of the kernel's shapes, never a weight,
+// and their timings become records. What is chosen goes into the code (loop
+// kernels are compiled with their candidate) and the artifact's plan
+// (library sites), with the record each came from.
+#pragma once
+
+#include "flowc/cache/Cache.h"
+#include "flowc/compiler/Compiler.h"
+#include "flowc/runtime/Artifact.h"
+#include "flowc/support/SearchBudget.h"
+#include "flowc/support/Status.h"
+#include "flowc/worker/RemoteTier.h"
+#include "flowc/worker/Tasks.h"
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flowc::worker {
+
+/// What search did in one compile (CompileResult::search).
+struct SearchSummary {
+  unsigned tunableKernels = 0;
+  unsigned tunedKernels = 0;
+  unsigned measuredKernels = 0;
+  unsigned candidatesMeasured = 0;
+  double seconds = 0;
+  bool budgetEnded = false;
+};
+
+/// The machine a measurement describes: CPU name and features (LLVM's
+/// host description) and the cores kernels run on.
+const std::string &deviceDescriptor();
+
+/// What search chose for a compile's kernels.
+struct SearchChoices {
+  /// Loop kernels' candidates, by plan index (empty: the default).
+  std::vector<std::string> loopCandidates;
+  /// Every kernel that runs a chosen candidate, with its record.
+  std::vector<runtime::TunedKernelSpec> tuned;
+  SearchSummary summary;
+};
+
+/// Decides every tunable kernel of `plan`: from `cache`'s records (or the
+/// `remote` tier's, imported, when there is one), and by measure tasks on
+/// `runner` within `budget` for those without one; new records are
+/// published to `remote`. A measure task that fails leaves its kernels at
+/// their default with a warning (`warn` is told why); the compile goes on.
+Expected<SearchChoices> searchKernels(cache::Cache &cache, RemoteTier *remote,
+                                      TaskRunner &runner,
+                                      const compiler::CompilePlan &plan,
+                                      const compiler::CompileOptions &options,
+                                      const SearchBudget &budget,
+                                      const std::string &buildId,
+                                      const std::function<void(const std::string &)> &warn);
+
+/// Runs a measure task: `measure` is its task.json's "measure" object, a
+/// loop kernel's IR is `kernelFile` in `inputDir`; the measurement goes to
+/// `outputFile` in `outputDir`. FailedPrecondition when the task describes
+/// another device than this machine: a measurement is never taken on a
+/// machine other than the one it describes.
+Status runMeasureTask(const nlohmann::json &measure, const compiler::CompileOptions &options,
+                      const std::string &inputDir, const std::string &outputDir,
+                      const std::string &kernelFile, const std::string &outputFile);
+
+} // namespace flowc::worker

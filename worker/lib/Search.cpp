@@ -1,0 +1,468 @@
+#include "flowc/worker/Search.h"
+
+#include "ActionKeys.h"
+
+#include "flowc/runtime/Tuning.h"
+#include "flowc/support/MappedFile.h"
+#include "flowc/support/Sha256.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fcntl.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unistd.h>
+
+namespace flowc::worker {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char *kMeasureFormat = "flowc.measure.v1";
+
+/// The kernels of one signature: one search for all of them.
+struct Tunable {
+  std::string signature;
+  std::string versions;
+  bool library = false;
+  /// A library kernel's kind and params.
+  int64_t kind = 0;
+  std::vector<int64_t> params;
+  /// A loop kernel's plan index (the first of its signature).
+  size_t kernel = 0;
+  std::vector<std::string> candidates;
+  /// Library sites, or loop kernels' plan indices, of this signature.
+  std::vector<int64_t> sites;
+  std::vector<size_t> kernels;
+  std::optional<cache::TuningRecord> record;
+};
+
+std::string libraryVersions() {
+  return runtime::libraryVersions() + "; kernel abi " +
+         std::to_string(runtime::kKernelAbiVersion);
+}
+
+std::string loopVersions() {
+  return std::string("llvm ") + FLOWC_LLVM_VERSION + "; flowc " + FLOWC_VERSION;
+}
+
+std::string librarySignature(const compiler::LibrarySite &site) {
+  std::string text = std::string("library.") +
+                     runtime::kernelKindName(static_cast<runtime::KernelKind>(site.kind)) +
+                     ":";
+  for (size_t i = 0; i < site.params.size(); ++i)
+    text += (i ? "," : "") + std::to_string(site.params[i]);
+  return text;
+}
+
+std::string loopSignature(const compiler::PlannedKernel &kernel) {
+  return "loop:" + sha256Hex(sha256Of(kernel.key));
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0)
+    return "unknown";
+  return name;
+}
+
+/// Every tunable kernel of the plan, one entry per signature.
+Expected<std::vector<Tunable>> tunablesOf(const compiler::CompilePlan &plan,
+                                          const compiler::CompileOptions &options) {
+  std::vector<Tunable> tunables;
+  std::map<std::string, size_t> bySignature;
+  auto entry = [&](std::string signature, std::string versions) -> Tunable * {
+    auto [found, added] = bySignature.emplace(signature, tunables.size());
+    if (!added)
+      return &tunables[found->second];
+    Tunable &tunable = tunables.emplace_back();
+    tunable.signature = std::move(signature);
+    tunable.versions = std::move(versions);
+    return nullptr;
+  };
+  for (const compiler::LibrarySite &site : plan.weights.librarySites) {
+    auto kind = static_cast<runtime::KernelKind>(site.kind);
+    if (!runtime::isTunable(kind))
+      continue;
+    if (Tunable *same = entry(librarySignature(site), libraryVersions())) {
+      same->sites.push_back(site.site);
+      continue;
+    }
+    Tunable &tunable = tunables.back();
+    FLOWC_ASSIGN_OR_RETURN(tunable.candidates,
+                           runtime::libraryCandidates(kind, site.params));
+    tunable.library = true;
+    tunable.kind = site.kind;
+    tunable.params = site.params;
+    tunable.sites.push_back(site.site);
+  }
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    std::vector<std::string> candidates =
+        compiler::loopKernelCandidates(plan.kernels[i], options);
+    if (candidates.size() < 2)
+      continue;
+    if (Tunable *same = entry(loopSignature(plan.kernels[i]), loopVersions())) {
+      same->kernels.push_back(i);
+      continue;
+    }
+    Tunable &tunable = tunables.back();
+    tunable.candidates = std::move(candidates);
+    tunable.kernel = i;
+    tunable.kernels.push_back(i);
+  }
+  // A kind with one way to run it has nothing to choose.
+  std::erase_if(tunables, [](const Tunable &t) { return t.candidates.size() < 2; });
+  return tunables;
+}
+
+bool isCandidate(const Tunable &tunable, const std::string &candidate) {
+  return std::find(tunable.candidates.begin(), tunable.candidates.end(), candidate) !=
+         tunable.candidates.end();
+}
+
+/// Where a signature's records live in the remote tier: an entry of their
+/// own, keyed by what they describe (no build: a record outlives one).
+cache::Digest remoteKey(const Tunable &tunable) {
+  return ActionKey("flowc.tuning.v1", "")
+      .add(tunable.signature)
+      .add(deviceDescriptor())
+      .add(tunable.versions)
+      .digest();
+}
+
+/// The remote tier's records of `tunable`, imported into `cache`.
+void importRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable) {
+  std::optional<cache::Digest> found =
+      remote.fetch(cache::ActionKind::DerivedWeight, remoteKey(tunable));
+  if (!found)
+    return;
+  auto blob = cache.get(*found);
+  auto imported = blob ? cache.importTuning(blob->bytes())
+                       : Expected<cache::TuningImport>(blob.status());
+  if (!imported)
+    spdlog::warn("the remote tier's tuning records of {} were not imported: {}",
+                 tunable.signature, imported.status().message());
+}
+
+/// Publishes this cache's records of `tunable` (an export of them alone).
+void publishRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable) {
+  auto exported = cache.exportTuning(deviceDescriptor());
+  if (!exported)
+    return;
+  json document = json::parse(*exported, nullptr, /*allow_exceptions=*/false);
+  if (!document.is_object() || !document.contains("records"))
+    return;
+  json mine = json::array();
+  for (const json &record : document["records"])
+    if (record.value("signature", "") == tunable.signature &&
+        record.value("versions", "") == tunable.versions)
+      mine.push_back(record);
+  document["records"] = std::move(mine);
+  auto blob = cache.put(document.dump());
+  if (!blob || !cache.recordAction(cache::ActionKind::DerivedWeight, remoteKey(tunable), *blob))
+    return;
+  remote.publish(cache::ActionKind::DerivedWeight, remoteKey(tunable), TierEntry::of(*blob));
+}
+
+/// The best record of `tunable` on this device, if it names one of today's
+/// candidates (a record from another library build may not).
+Expected<std::optional<cache::TuningRecord>> recordOf(cache::Cache &cache,
+                                                      const Tunable &tunable) {
+  FLOWC_ASSIGN_OR_RETURN(auto best, cache.bestTuning(tunable.signature,
+                                                     deviceDescriptor(), tunable.versions));
+  if (best && !isCandidate(tunable, best->candidate)) {
+    spdlog::warn("tuning record for {} names '{}', which is not a candidate here; "
+                 "using the default",
+                 tunable.signature, best->candidate);
+    return std::optional<cache::TuningRecord>();
+  }
+  return best;
+}
+
+/// A measure task's budget: the compile's seconds shared by candidates
+/// (measurements take turns on the machine, so they add up).
+MeasureOptions measureOptions(const SearchBudget &budget, size_t candidates,
+                              size_t totalCandidates) {
+  MeasureOptions options;
+  if (budget.mode == SearchBudget::Mode::Seconds) {
+    options.budgetSeconds =
+        std::max(1e-3, budget.seconds * static_cast<double>(candidates) /
+                           static_cast<double>(std::max<size_t>(1, totalCandidates)));
+    options.maxRounds = 100;
+  }
+  return options;
+}
+
+json measureJson(const Tunable &tunable, const MeasureOptions &options) {
+  json measure = {{"device", deviceDescriptor()},
+                  {"signature", tunable.signature},
+                  {"candidates", tunable.candidates},
+                  {"budget_seconds", options.budgetSeconds},
+                  {"max_rounds", options.maxRounds}};
+  if (tunable.library)
+    measure["library"] = {{"kind", tunable.kind}, {"params", tunable.params}};
+  return measure;
+}
+
+/// The records a measure task's output describes, one per candidate timed.
+Expected<std::vector<cache::TuningRecord>> recordsFrom(const Tunable &tunable,
+                                                       std::string_view output) {
+  json parsed = json::parse(output, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object() || parsed.value("format", "") != kMeasureFormat)
+    return dataLoss("a measure task's output is not a measurement (" +
+                    std::string(kMeasureFormat) + ")");
+  std::vector<cache::TuningRecord> records;
+  try {
+    if (parsed.at("device").get<std::string>() != deviceDescriptor())
+      return dataLoss("a measure task's output describes another device");
+    for (const json &timing : parsed.at("timings")) {
+      cache::TuningRecord record;
+      record.signature = tunable.signature;
+      record.device = deviceDescriptor();
+      record.versions = tunable.versions;
+      record.candidate = timing.at("candidate").get<std::string>();
+      record.timeNs = timing.at("median_ns").get<int64_t>();
+      record.spreadNs =
+          (timing.at("high_ns").get<int64_t>() - timing.at("low_ns").get<int64_t>()) / 2;
+      record.samples = timing.at("samples").get<int64_t>();
+      record.separated = parsed.at("separated").get<bool>();
+      record.noise = parsed.at("noise").get<double>();
+      record.measuredMs = parsed.at("measured_ms").get<int64_t>();
+      record.host = parsed.at("host").get<std::string>();
+      // Left out: a candidate that was not timed (it disagreed with the
+      // default's result, or the budget ended first).
+      if (record.samples > 0 && record.timeNs > 0 && isCandidate(tunable, record.candidate))
+        records.push_back(std::move(record));
+    }
+  } catch (const json::exception &e) {
+    return dataLoss(std::string("a measure task's output is damaged: ") + e.what());
+  }
+  return records;
+}
+
+runtime::TunedKernelSpec specOf(const cache::TuningRecord &record) {
+  runtime::TunedKernelSpec spec;
+  spec.signature = record.signature;
+  spec.candidate = record.candidate;
+  spec.timeNs = record.timeNs;
+  spec.spreadNs = record.spreadNs;
+  spec.host = record.host;
+  spec.measuredMs = record.measuredMs;
+  return spec;
+}
+
+SearchChoices choicesOf(const std::vector<Tunable> &tunables,
+                        const compiler::CompilePlan &plan) {
+  SearchChoices choices;
+  choices.loopCandidates.assign(plan.kernels.size(), "");
+  choices.summary.tunableKernels = static_cast<unsigned>(tunables.size());
+  for (const Tunable &tunable : tunables) {
+    if (!tunable.record)
+      continue;
+    ++choices.summary.tunedKernels;
+    runtime::TunedKernelSpec spec = specOf(*tunable.record);
+    bool isDefault = tunable.record->candidate == tunable.candidates.front();
+    for (int64_t site : tunable.sites) {
+      spec.site = site;
+      choices.tuned.push_back(spec);
+    }
+    spec.site = -1;
+    for (size_t kernel : tunable.kernels) {
+      // The default lowers as no candidate does: its object is shared with
+      // compiles that had no record.
+      choices.loopCandidates[kernel] = isDefault ? "" : tunable.record->candidate;
+      spec.kernel = plan.kernels[kernel].symbol;
+      choices.tuned.push_back(spec);
+    }
+  }
+  std::sort(choices.tuned.begin(), choices.tuned.end(),
+            [](const runtime::TunedKernelSpec &a, const runtime::TunedKernelSpec &b) {
+              return std::tie(a.site, a.kernel) < std::tie(b.site, b.kernel);
+            });
+  return choices;
+}
+
+std::string measureLockPath() {
+  return "/tmp/flowc-measure-" + std::to_string(::getuid()) + ".lock";
+}
+
+/// A hook for the tests of measure tasks whose worker dies: the first task
+/// that finds no file at this path creates it and crashes.
+void crashOnceForTests() {
+  const char *marker = std::getenv("FLOWC_WORKER_TEST_CRASH_MEASURE");
+  if (!marker || !*marker)
+    return;
+  int fd = ::open(marker, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return;
+  ::close(fd);
+  std::raise(SIGSEGV);
+}
+
+} // namespace
+
+const std::string &deviceDescriptor() {
+  static const std::string descriptor =
+      compiler::CodeTarget::host().description() +
+      "; cores=" + std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  return descriptor;
+}
+
+Expected<SearchChoices> searchKernels(cache::Cache &cache, RemoteTier *remote,
+                                      TaskRunner &runner,
+                                      const compiler::CompilePlan &plan,
+                                      const compiler::CompileOptions &options,
+                                      const SearchBudget &budget,
+                                      const std::string &buildId,
+                                      const std::function<void(const std::string &)> &warn) {
+  FLOWC_ASSIGN_OR_RETURN(std::vector<Tunable> tunables, tunablesOf(plan, options));
+  std::vector<size_t> pending;
+  size_t pendingCandidates = 0;
+  for (size_t i = 0; i < tunables.size(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
+    if (!tunables[i].record && remote) {
+      importRemote(cache, *remote, tunables[i]);
+      FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
+    }
+    if (!tunables[i].record && budget.searches()) {
+      pending.push_back(i);
+      pendingCandidates += tunables[i].candidates.size();
+    }
+  }
+  std::vector<Task> tasks;
+  for (size_t i : pending) {
+    const Tunable &tunable = tunables[i];
+    MeasureOptions measure =
+        measureOptions(budget, tunable.candidates.size(), pendingCandidates);
+    std::optional<compiler::PlannedKernel> kernel;
+    if (!tunable.library)
+      kernel = plan.kernels[tunable.kernel];
+    FLOWC_ASSIGN_OR_RETURN(
+        Task task, makeMeasureTask(cache, measureJson(tunable, measure), kernel, options,
+                                   buildId));
+    tasks.push_back(std::move(task));
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::vector<Expected<TaskOutcome>> outcomes = runner.run(tasks);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unsigned measured = 0, timed = 0;
+  bool budgetEnded = false;
+  for (size_t m = 0; m < pending.size(); ++m) {
+    Tunable &tunable = tunables[pending[m]];
+    auto records = [&]() -> Expected<std::vector<cache::TuningRecord>> {
+      if (!outcomes[m])
+        return outcomes[m].status();
+      FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle output, cache.get(outcomes[m]->outputs[0]));
+      json parsed = json::parse(output.bytes(), nullptr, false);
+      if (parsed.is_object() && parsed.value("budget_ended", false))
+        budgetEnded = true;
+      return recordsFrom(tunable, output.bytes());
+    }();
+    if (!records) {
+      warn("measuring " + tunable.signature + " failed, so it runs its default: " +
+           records.status().message());
+      continue;
+    }
+    ++measured;
+    for (const cache::TuningRecord &record : *records) {
+      ++timed;
+      if (Status kept = cache.recordTuning(record); !kept)
+        warn("a measurement of " + tunable.signature +
+             " was not recorded: " + kept.message());
+    }
+    FLOWC_ASSIGN_OR_RETURN(tunable.record, recordOf(cache, tunable));
+    if (remote)
+      publishRemote(cache, *remote, tunable);
+  }
+  SearchChoices choices = choicesOf(tunables, plan);
+  choices.summary.measuredKernels = measured;
+  choices.summary.candidatesMeasured = timed;
+  choices.summary.seconds = tasks.empty() ? 0 : seconds;
+  choices.summary.budgetEnded = budgetEnded;
+  return choices;
+}
+
+Status runMeasureTask(const json &measure, const compiler::CompileOptions &options,
+                      const std::string &inputDir, const std::string &outputDir,
+                      const std::string &kernelFile, const std::string &outputFile) {
+  std::string device;
+  std::vector<std::string> candidates;
+  MeasureOptions settings;
+  try {
+    device = measure.at("device").get<std::string>();
+    candidates = measure.at("candidates").get<std::vector<std::string>>();
+    settings.budgetSeconds = measure.at("budget_seconds").get<double>();
+    settings.maxRounds = measure.at("max_rounds").get<int>();
+  } catch (const json::exception &e) {
+    return invalidArgument(std::string("a measure task: ") + e.what());
+  }
+  if (device != deviceDescriptor())
+    return failedPrecondition("a measure task for the device '" + device +
+                              "' reached a machine that is '" + deviceDescriptor() +
+                              "': a measurement is only taken on the machine it describes");
+  if (candidates.empty() || settings.maxRounds < 1 || !(settings.budgetSeconds >= 0))
+    return invalidArgument("a measure task with no candidates or no rounds");
+  crashOnceForTests();
+  if (Status pinned = runtime::pinMeasurementThreads(); !pinned)
+    spdlog::warn("measuring with threads unpinned: {}", pinned.message());
+  settings.lockPath = measureLockPath();
+  Expected<Measurement> measured = internalError("unreachable");
+  if (measure.contains("library")) {
+    try {
+      auto kind = static_cast<runtime::KernelKind>(measure["library"].at("kind").get<int64_t>());
+      auto params = measure["library"].at("params").get<std::vector<int64_t>>();
+      measured = runtime::measureLibraryKernel(kind, params, candidates, settings);
+    } catch (const json::exception &e) {
+      return invalidArgument(std::string("a measure task's library kernel: ") + e.what());
+    }
+  } else {
+    compiler::PlannedKernel kernel;
+    try {
+      kernel.symbol = measure.at("symbol").get<std::string>();
+      kernel.key = measure.at("key").get<std::string>();
+    } catch (const json::exception &e) {
+      return invalidArgument(std::string("a measure task's loop kernel: ") + e.what());
+    }
+    FLOWC_ASSIGN_OR_RETURN(kernel.text, readFileToString(inputDir + "/" + kernelFile));
+    std::string work = outputDir + "/.measure";
+    std::error_code ec;
+    std::filesystem::create_directories(work, ec);
+    if (ec)
+      return errnoStatus(ec.value(), "cannot create '" + work + "'");
+    measured = compiler::measureLoopKernel(kernel, candidates, options, settings, work);
+    std::filesystem::remove_all(work, ec);
+  }
+  if (!measured)
+    return measured.status();
+  json timings = json::array();
+  for (const CandidateTiming &timing : measured->timings)
+    timings.push_back({{"candidate", timing.candidate},
+                       {"median_ns", timing.medianNs},
+                       {"low_ns", timing.lowNs},
+                       {"high_ns", timing.highNs},
+                       {"samples", timing.samples}});
+  json output = {
+      {"format", kMeasureFormat},
+      {"device", deviceDescriptor()},
+      {"host", hostName()},
+      {"measured_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count()},
+      {"timings", timings},
+      {"best", measured->timings.empty() ? "" : measured->timings[measured->best].candidate},
+      {"separated", measured->separated},
+      {"budget_ended", measured->budgetEnded},
+      {"noise", measured->noise()},
+      {"rounds", measured->rounds},
+      {"seconds", measured->seconds}};
+  return writeFileAtomically(outputDir + "/" + outputFile, output.dump(1));
+}
+
+} // namespace flowc::worker
