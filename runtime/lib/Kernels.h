@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace flowc::runtime {
 
@@ -27,6 +28,17 @@ Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact);
 /// How many sites read a packed artifact weight in place (so far: sites are
 /// made on their first call).
 int64_t prepackedWeightsInUse(const KernelContext &context);
+
+/// A kernel context outside a session, for search and its tests: site i
+/// runs `candidates[i]` (Tuning.h's text, one of libraryCandidates'; empty:
+/// the default), with no packed artifact weights. Throws dnnl::error when
+/// the library has no CPU engine.
+KernelContextPtr makeKernelContext(std::vector<std::string> candidates);
+
+/// What generated code calls for `kind` kernels, as bindKernels fills the
+/// table: fn(context, site, params, buffers). nullptr for a kind this
+/// runtime lacks.
+KernelFunction kernelFunction(KernelKind kind);
 
 /// The first kernel failure since the last call (OK if none), and resets it.
 Status takeKernelFailure(KernelContext &context);
