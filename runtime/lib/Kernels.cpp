@@ -348,6 +348,36 @@ bool selectImpl(PrimitiveDesc &pd, const std::string &impl) {
   return false;
 }
 
+/// A primitive descriptor with the operation descriptor and attributes it
+/// was made from: oneDNN 2's implementation iterator (next_impl) reads them
+/// by pointer for as long as it iterates, so they live on the heap beside
+/// it (a descriptor made in a function that returns would dangle).
+template <typename Desc, typename PrimitiveDesc> struct Iterable {
+  std::unique_ptr<Desc> desc;
+  std::unique_ptr<dnnl::primitive_attr> attr;
+  PrimitiveDesc pd;
+};
+
+/// `make()`'s primitive descriptor (an Iterable) moved to `candidate`'s
+/// implementation; nullopt when the library has none of that name, or
+/// refuses a layout other than its own choice. A refusal of "any" (what ran
+/// before search) is the kernel's own, and is thrown.
+template <typename Make>
+auto buildCandidate(const Candidate &candidate, Make make)
+    -> std::optional<decltype(make())> {
+  std::optional<decltype(make())> made;
+  try {
+    made = make();
+  } catch (const dnnl::error &) {
+    if (candidate.layout == "any")
+      throw;
+    return std::nullopt;
+  }
+  if (!selectImpl(made->pd, candidate.impl))
+    return std::nullopt;
+  return made;
+}
+
 /// A primitive descriptor and the threads its kernel runs on.
 template <typename PrimitiveDesc> struct Chosen {
   PrimitiveDesc pd;
@@ -355,8 +385,8 @@ template <typename PrimitiveDesc> struct Chosen {
 };
 
 /// The primitive of candidate `text` (empty: the default), built by
-/// `build(candidate)` (nullopt: this library cannot build it here, on
-/// another CPU or with another library build). Such a candidate, or one
+/// `build(candidate)` (an optional Iterable; nullopt: this library cannot
+/// build it here, on another CPU or with another library build). Such a candidate, or one
 /// that does not parse, runs the default after one warning naming `what`:
 /// an artifact moved to another machine still runs.
 template <typename PrimitiveDesc, typename Build>
@@ -368,8 +398,8 @@ Chosen<PrimitiveDesc> choosePrimitive(KernelKind kind, const std::string &what,
     if (candidate) {
       int threads = effectiveThreads(candidate->threads);
       ThreadScope scope(threads);
-      if (std::optional<PrimitiveDesc> pd = build(*candidate))
-        return {std::move(*pd), threads};
+      if (auto made = build(*candidate))
+        return {std::move(made->pd), threads};
       why = "this library has no such implementation on this CPU";
     } else {
       why = candidate.status().message();
@@ -377,7 +407,7 @@ Chosen<PrimitiveDesc> choosePrimitive(KernelKind kind, const std::string &what,
     spdlog::warn("{}: search's candidate '{}' cannot run here ({}); running the default",
                  what, text, why);
   }
-  return {std::move(*build(Candidate{})), 0};
+  return {std::move(build(Candidate{})->pd), 0};
 }
 
 /// A convolution site: its candidate's primitive, the layouts it wants and
@@ -435,16 +465,6 @@ ConvBuffers convBuffers(const Conv2dParams &p) {
   return buffers;
 }
 
-/// A primitive descriptor with the operation descriptor and attributes it
-/// was made from: oneDNN 2's implementation iterator (next_impl) reads them
-/// by pointer for as long as it iterates, so they live on the heap beside
-/// it (a descriptor made in a function that returns would dangle).
-template <typename Desc, typename PrimitiveDesc> struct Iterable {
-  std::unique_ptr<Desc> desc;
-  std::unique_ptr<dnnl::primitive_attr> attr;
-  PrimitiveDesc pd;
-};
-
 using ConvIterable =
     Iterable<dnnl::convolution_forward::desc, dnnl::convolution_forward::primitive_desc>;
 using MatMulIterable = Iterable<dnnl::matmul::desc, dnnl::matmul::primitive_desc>;
@@ -486,20 +506,12 @@ std::optional<ConvIterable> convCandidatePrimitive(const dnnl::engine &engine,
                                                    const Conv2dParams &p,
                                                    const ConvBuffers &buffers,
                                                    const Candidate &candidate) {
-  std::optional<ConvIterable> pd;
-  try {
-    pd = convPrimitive(
+  return buildCandidate(candidate, [&] {
+    return convPrimitive(
         engine, p, buffers,
         convActivation(buffers.source, candidate.layout, buffers.type),
         convActivation(buffers.destination, candidate.layout, memory::data_type::f32));
-  } catch (const dnnl::error &) {
-    if (candidate.layout == "any")
-      throw;
-    return std::nullopt;
-  }
-  if (!selectImpl(pd->pd, candidate.impl))
-    return std::nullopt;
-  return pd;
+  });
 }
 
 Chosen<dnnl::convolution_forward::primitive_desc>
@@ -507,12 +519,7 @@ chooseConv(const dnnl::engine &engine, const Conv2dParams &p, const ConvBuffers 
            const std::string &what, const std::string &candidate) {
   return choosePrimitive<dnnl::convolution_forward::primitive_desc>(
       KernelKind::Conv2d, what, candidate,
-      [&](const Candidate &c)
-          -> std::optional<dnnl::convolution_forward::primitive_desc> {
-        if (auto made = convCandidatePrimitive(engine, p, buffers, c))
-          return std::move(made->pd);
-        return std::nullopt;
-      });
+      [&](const Candidate &c) { return convCandidatePrimitive(engine, p, buffers, c); });
 }
 
 std::string siteName(KernelKind kind, int64_t index) {
@@ -639,23 +646,15 @@ std::optional<MatMulIterable> matmulCandidatePrimitive(const dnnl::engine &engin
                              ? memory::desc(buffers.bDims, type, memory::format_tag::any)
                              : denseDesc(buffers.bDims, buffers.bStrides, type);
   memory::desc wantedA = denseDesc(buffers.aDims, buffers.aStrides, type);
-  std::optional<MatMulIterable> pd;
-  try {
+  return buildCandidate(candidate, [&] {
     MatMulIterable made;
     made.desc = std::make_unique<dnnl::matmul::desc>(wantedA, wantedB, buffers.biasDesc,
                                                      buffers.cDesc);
     made.attr = std::make_unique<dnnl::primitive_attr>();
     made.attr->set_post_ops(matmulPostOps(p, buffers));
     made.pd = dnnl::matmul::primitive_desc(*made.desc, *made.attr, engine);
-    pd = std::move(made);
-  } catch (const dnnl::error &) {
-    if (candidate.layout == "any")
-      throw;
-    return std::nullopt;
-  }
-  if (!selectImpl(pd->pd, candidate.impl))
-    return std::nullopt;
-  return pd;
+    return made;
+  });
 }
 
 Chosen<dnnl::matmul::primitive_desc> chooseMatMul(const dnnl::engine &engine,
@@ -664,11 +663,8 @@ Chosen<dnnl::matmul::primitive_desc> chooseMatMul(const dnnl::engine &engine,
                                                   const std::string &what,
                                                   const std::string &candidate) {
   return choosePrimitive<dnnl::matmul::primitive_desc>(
-      KernelKind::MatMul, what, candidate,
-      [&](const Candidate &c) -> std::optional<dnnl::matmul::primitive_desc> {
-        if (auto made = matmulCandidatePrimitive(engine, p, buffers, c))
-          return std::move(made->pd);
-        return std::nullopt;
+      KernelKind::MatMul, what, candidate, [&](const Candidate &c) {
+        return matmulCandidatePrimitive(engine, p, buffers, c);
       });
 }
 
