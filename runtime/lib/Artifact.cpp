@@ -230,8 +230,61 @@ nlohmann::json Plan::toJson() const {
       w["external"] = true;
     json["packed"].push_back(w);
   }
+  // Only with entries: a plan without search reads as before.
+  for (const TunedKernelSpec &kernel : tuned)
+    json["tuned"].push_back({{"site", kernel.site},
+                             {"kernel", kernel.kernel},
+                             {"signature", kernel.signature},
+                             {"candidate", kernel.candidate},
+                             {"time_ns", kernel.timeNs},
+                             {"spread_ns", kernel.spreadNs},
+                             {"host", kernel.host},
+                             {"measured_ms", kernel.measuredMs}});
   return json;
 }
+
+namespace {
+
+/// Entry `index` of a plan's "tuned", every field of its own type (JSON
+/// converts a float or a boolean to an integer silently otherwise).
+Expected<TunedKernelSpec> tunedFromJson(const nlohmann::json &json, size_t index) {
+  std::string what = "malformed execution plan: tuned kernel " + std::to_string(index);
+  if (!json.is_object())
+    return dataLoss(what + " is not an object");
+  auto field = [&](const char *name, bool integer) -> Expected<const nlohmann::json *> {
+    auto found = json.find(name);
+    if (found == json.end())
+      return dataLoss(what + " has no \"" + name + "\"");
+    if (integer ? !found->is_number_integer() : !found->is_string())
+      return dataLoss(what + ": \"" + name + "\" is not " +
+                      (integer ? "an integer" : "a string"));
+    return &*found;
+  };
+  auto integer = [&](const char *name, int64_t &out) -> Status {
+    FLOWC_ASSIGN_OR_RETURN(const nlohmann::json *value, field(name, true));
+    out = value->get<int64_t>();
+    return Status::ok();
+  };
+  auto text = [&](const char *name, std::string &out) -> Status {
+    FLOWC_ASSIGN_OR_RETURN(const nlohmann::json *value, field(name, false));
+    out = value->get<std::string>();
+    return Status::ok();
+  };
+  TunedKernelSpec kernel;
+  FLOWC_RETURN_IF_ERROR(integer("site", kernel.site));
+  FLOWC_RETURN_IF_ERROR(text("kernel", kernel.kernel));
+  FLOWC_RETURN_IF_ERROR(text("signature", kernel.signature));
+  FLOWC_RETURN_IF_ERROR(text("candidate", kernel.candidate));
+  FLOWC_RETURN_IF_ERROR(integer("time_ns", kernel.timeNs));
+  FLOWC_RETURN_IF_ERROR(integer("spread_ns", kernel.spreadNs));
+  FLOWC_RETURN_IF_ERROR(text("host", kernel.host));
+  FLOWC_RETURN_IF_ERROR(integer("measured_ms", kernel.measuredMs));
+  if (kernel.site < -1)
+    return dataLoss(what + " has site " + std::to_string(kernel.site));
+  return kernel;
+}
+
+} // namespace
 
 Expected<Plan> Plan::fromJson(const nlohmann::json &json) {
   try {
@@ -252,6 +305,16 @@ Expected<Plan> Plan::fromJson(const nlohmann::json &json) {
           w.at("layout").get<std::string>(), w.at("digest").get<std::string>(),
           w.at("offset").get<uint64_t>(), w.at("size").get<uint64_t>(),
           w.value("external", false)});
+    // Optional: artifacts from before search have none.
+    if (json.contains("tuned")) {
+      const nlohmann::json &tuned = json.at("tuned");
+      if (!tuned.is_array())
+        return dataLoss("malformed execution plan: \"tuned\" is not an array");
+      for (size_t i = 0; i < tuned.size(); ++i) {
+        FLOWC_ASSIGN_OR_RETURN(TunedKernelSpec kernel, tunedFromJson(tuned[i], i));
+        plan.tuned.push_back(std::move(kernel));
+      }
+    }
     return plan;
   } catch (const nlohmann::json::exception &e) {
     return dataLoss(std::string("malformed execution plan: ") + e.what());

@@ -3,16 +3,21 @@
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/KernelAbi.h"
 #include "flowc/runtime/PackedWeights.h"
+#include "flowc/runtime/Tuning.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <spdlog/spdlog.h>
 
-#include <chrono>
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <dlfcn.h>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <omp.h>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -43,7 +48,8 @@ struct PrepackedWeight {
 class KernelContext {
 public:
   explicit KernelContext(int64_t siteCount)
-      : engine(dnnl::engine::kind::cpu, 0), stream(engine), sites(siteCount) {}
+      : engine(dnnl::engine::kind::cpu, 0), stream(engine), sites(siteCount),
+        candidates(siteCount) {}
 
   /// The packed weight of buffer `buffer` of `site`, if the artifact has one.
   const PrepackedWeight *prepacked(int64_t site, int64_t buffer) const {
@@ -51,10 +57,15 @@ public:
     return found == prepackedWeights.end() ? nullptr : &found->second;
   }
 
+  /// The search candidate `site` runs (empty: the default).
+  const std::string &candidate(int64_t site) const { return candidates.at(site); }
+
   dnnl::engine engine;
   dnnl::stream stream;
   std::vector<std::unique_ptr<Site>> sites;
   std::map<std::pair<int64_t, int64_t>, PrepackedWeight> prepackedWeights;
+  /// Per site: the candidate the plan chose (Plan::tuned).
+  std::vector<std::string> candidates;
   /// The first failure of a run; kernels cannot throw through generated code.
   Status failure = Status::ok();
 };
@@ -228,29 +239,188 @@ void seedResidual(const void *residual, void *destination, size_t bytes) {
     std::memmove(destination, residual, bytes);
 }
 
-/// One way to run a convolution: a primitive and the layouts it wants.
-struct ConvVariant {
+/// A search candidate (Tuning.h's grammar) as its fields.
+struct Candidate {
+  /// Conv: "any" (the library's blocked activations), "nhwc" or "nchw"
+  /// (plain activations). Matmul: "any" (a constant B packed as the library
+  /// prefers) or "plain" (B read as the graph has it).
+  std::string layout = "any";
+  /// The implementation's impl_info_str(); empty: the library's first.
+  std::string impl;
+  /// OpenMP threads the kernel runs on; 0: the session's.
+  int threads = 0;
+};
+
+std::string candidateText(const Candidate &candidate) {
+  std::string text = "layout=" + candidate.layout;
+  if (!candidate.impl.empty())
+    text += ";impl=" + candidate.impl;
+  if (candidate.threads > 0)
+    text += ";threads=" + std::to_string(candidate.threads);
+  return text;
+}
+
+/// Whether `word` can be a field's value: the grammar's separators cannot.
+bool isCandidateWord(std::string_view word) {
+  return !word.empty() && word.find_first_of(";= ") == std::string_view::npos;
+}
+
+/// The fields of `text`, a candidate of a `kind` kernel; InvalidArgument
+/// naming the field at fault.
+Expected<Candidate> parseCandidate(KernelKind kind, std::string_view text) {
+  auto bad = [&](const std::string &why) {
+    return invalidArgument(std::string(kernelKindName(kind)) + " candidate '" +
+                           std::string(text) + "': " + why);
+  };
+  Candidate candidate;
+  std::set<std::string, std::less<>> seen;
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = std::min(text.find(';', start), text.size());
+    std::string_view field = text.substr(start, end - start);
+    start = end + 1;
+    size_t equals = field.find('=');
+    if (equals == std::string_view::npos || !isCandidateWord(field.substr(equals + 1)))
+      return bad("field '" + std::string(field) + "' is not key=value");
+    std::string key(field.substr(0, equals)), value(field.substr(equals + 1));
+    if (!seen.insert(key).second)
+      return bad("field '" + key + "' appears twice");
+    if (key == "layout") {
+      bool known = kind == KernelKind::Conv2d
+                       ? value == "any" || value == "nhwc" || value == "nchw"
+                       : value == "any" || value == "plain";
+      if (!known)
+        return bad("unknown layout '" + value + "'");
+      candidate.layout = value;
+    } else if (key == "impl") {
+      candidate.impl = value;
+    } else if (key == "threads") {
+      auto [last, error] =
+          std::from_chars(value.data(), value.data() + value.size(), candidate.threads);
+      if (error != std::errc() || last != value.data() + value.size() ||
+          candidate.threads < 1 || candidate.threads > 4096)
+        return bad("threads '" + value + "' is not a count from 1 to 4096");
+    } else {
+      return bad("unknown field '" + key + "'");
+    }
+  }
+  return candidate;
+}
+
+/// Sets the OpenMP threads of the calling thread for the scope (0: leaves
+/// them). A primitive fixes its partition when it is made, and some read
+/// the count again when they run: both happen inside one.
+class ThreadScope {
+public:
+  explicit ThreadScope(int threads) : saved_(threads > 0 ? omp_get_max_threads() : 0) {
+    if (threads > 0)
+      omp_set_num_threads(threads);
+  }
+  ~ThreadScope() {
+    if (saved_ > 0)
+      omp_set_num_threads(saved_);
+  }
+  ThreadScope(const ThreadScope &) = delete;
+  ThreadScope &operator=(const ThreadScope &) = delete;
+
+private:
+  int saved_;
+};
+
+/// A candidate's threads, never more than the session runs on.
+int effectiveThreads(int threads) {
+  return threads > 0 ? std::min(threads, omp_get_max_threads()) : 0;
+}
+
+bool isReferenceImpl(std::string_view name) {
+  return name.find("ref") != std::string_view::npos;
+}
+
+/// Moves `pd` to its first implementation named `impl` (empty: stays on
+/// the library's first); false when it has none of that name.
+template <typename PrimitiveDesc>
+bool selectImpl(PrimitiveDesc &pd, const std::string &impl) {
+  if (impl.empty())
+    return true;
+  do {
+    if (impl == pd.impl_info_str())
+      return true;
+  } while (pd.next_impl());
+  return false;
+}
+
+/// A primitive descriptor with the operation descriptor and attributes it
+/// was made from: oneDNN 2's implementation iterator (next_impl) reads them
+/// by pointer for as long as it iterates, so they live on the heap beside
+/// it (a descriptor made in a function that returns would dangle).
+template <typename Desc, typename PrimitiveDesc> struct Iterable {
+  std::unique_ptr<Desc> desc;
+  std::unique_ptr<dnnl::primitive_attr> attr;
+  PrimitiveDesc pd;
+};
+
+/// `make()`'s primitive descriptor (an Iterable) moved to `candidate`'s
+/// implementation; nullopt when the library has none of that name, or
+/// refuses a layout other than its own choice. A refusal of "any" (what ran
+/// before search) is the kernel's own, and is thrown.
+template <typename Make>
+auto buildCandidate(const Candidate &candidate, Make make)
+    -> std::optional<decltype(make())> {
+  std::optional<decltype(make())> made;
+  try {
+    made = make();
+  } catch (const dnnl::error &) {
+    if (candidate.layout == "any")
+      throw;
+    return std::nullopt;
+  }
+  if (!selectImpl(made->pd, candidate.impl))
+    return std::nullopt;
+  return made;
+}
+
+/// A primitive descriptor and the threads its kernel runs on.
+template <typename PrimitiveDesc> struct Chosen {
+  PrimitiveDesc pd;
+  int threads = 0;
+};
+
+/// The primitive of candidate `text` (empty: the default), built by
+/// `build(candidate)` (an optional Iterable; nullopt: this library cannot
+/// build it here, on another CPU or with another library build). Such a candidate, or one
+/// that does not parse, runs the default after one warning naming `what`:
+/// an artifact moved to another machine still runs.
+template <typename PrimitiveDesc, typename Build>
+Chosen<PrimitiveDesc> choosePrimitive(KernelKind kind, const std::string &what,
+                                      const std::string &text, Build build) {
+  if (!text.empty()) {
+    Expected<Candidate> candidate = parseCandidate(kind, text);
+    std::string why;
+    if (candidate) {
+      int threads = effectiveThreads(candidate->threads);
+      ThreadScope scope(threads);
+      if (auto made = build(*candidate))
+        return {std::move(made->pd), threads};
+      why = "this library has no such implementation on this CPU";
+    } else {
+      why = candidate.status().message();
+    }
+    spdlog::warn("{}: search's candidate '{}' cannot run here ({}); running the default",
+                 what, text, why);
+  }
+  return {std::move(build(Candidate{})->pd), 0};
+}
+
+/// A convolution site: its candidate's primitive, the layouts it wants and
+/// the threads it runs on.
+struct ConvSite : Site {
   dnnl::convolution_forward primitive;
   ActivationPort source, destination;
   PackedWeights weights;
-  memory::desc chosenSource, chosenDestination;
-};
-
-/// A convolution site tunes itself: on its first call each candidate
-/// layout runs and is timed, and the fastest stays alone (the others'
-/// packed weights are freed).
-struct ConvSite : Site {
-  std::vector<ConvVariant> candidates;
   memory bias;
   size_t destinationBytes = 0;
+  int threads = 0;
 
-  /// Once tuned one candidate is left; before, any may.
-  bool readsPrepacked() const override {
-    for (const ConvVariant &variant : candidates)
-      if (variant.weights.usesPrepacked)
-        return true;
-    return false;
-  }
+  bool readsPrepacked() const override { return weights.usesPrepacked; }
 };
 
 memory::desc anyLayout(const memory::desc &desc,
@@ -295,122 +465,102 @@ ConvBuffers convBuffers(const Conv2dParams &p) {
   return buffers;
 }
 
-dnnl::convolution_forward::primitive_desc
-convPrimitive(const dnnl::engine &engine, const Conv2dParams &p,
-              const ConvBuffers &buffers, const memory::desc &wantedSource,
-              const memory::desc &wantedDestination) {
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(postOps(p.hasResidual != 0, p.activation, p.alpha, p.beta));
-  dnnl::convolution_forward::desc desc(
+using ConvIterable =
+    Iterable<dnnl::convolution_forward::desc, dnnl::convolution_forward::primitive_desc>;
+using MatMulIterable = Iterable<dnnl::matmul::desc, dnnl::matmul::primitive_desc>;
+
+ConvIterable convPrimitive(const dnnl::engine &engine, const Conv2dParams &p,
+                           const ConvBuffers &buffers, const memory::desc &wantedSource,
+                           const memory::desc &wantedDestination) {
+  ConvIterable made;
+  made.attr = std::make_unique<dnnl::primitive_attr>();
+  made.attr->set_post_ops(postOps(p.hasResidual != 0, p.activation, p.alpha, p.beta));
+  made.desc = std::make_unique<dnnl::convolution_forward::desc>(
       dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
       wantedSource, anyLayout(buffers.weightsDesc, buffers.type), buffers.biasDesc,
-      wantedDestination, {p.strideH, p.strideW}, {p.dilationH - 1, p.dilationW - 1},
-      {p.padTop, p.padLeft}, {p.padBottom, p.padRight});
-  return dnnl::convolution_forward::primitive_desc(desc, attr, engine);
+      wantedDestination, memory::dims{p.strideH, p.strideW},
+      memory::dims{p.dilationH - 1, p.dilationW - 1}, memory::dims{p.padTop, p.padLeft},
+      memory::dims{p.padBottom, p.padRight});
+  made.pd = dnnl::convolution_forward::primitive_desc(*made.desc, *made.attr, engine);
+  return made;
 }
 
-/// The first candidate: the library's preferred (blocked) layouts, with
-/// activation reorders. Its weight layout is the one packed at link time.
-dnnl::convolution_forward::primitive_desc
-preferredConvPrimitive(const dnnl::engine &engine, const Conv2dParams &p,
-                       const ConvBuffers &buffers) {
-  return convPrimitive(engine, p, buffers, anyLayout(buffers.sourceDesc, buffers.type),
-                       anyLayout(buffers.destinationDesc));
+/// The activation layout `layout` asks of a convolution: the library's
+/// choice ("any"), or plain NHWC / NCHW. The source is in the compute type
+/// (bf16 rounding happens in its reorder), the destination fp32.
+memory::desc convActivation(const Dims &dims, const std::string &layout,
+                            memory::data_type type) {
+  if (layout == "any")
+    return memory::desc(dims, type, memory::format_tag::any);
+  return denseDesc(dims,
+                   activationStrides(dims, layout == "nhwc" ? ActivationLayout::Nhwc
+                                                            : ActivationLayout::Nchw),
+                   type);
+}
+
+/// `candidate`'s convolution, nullopt when the library has no such
+/// implementation here. The default ("any", the library's first) is what
+/// ran before search: blocked layouts with activation reorders; it throws
+/// dnnl::error when the library refuses the convolution.
+std::optional<ConvIterable> convCandidatePrimitive(const dnnl::engine &engine,
+                                                   const Conv2dParams &p,
+                                                   const ConvBuffers &buffers,
+                                                   const Candidate &candidate) {
+  return buildCandidate(candidate, [&] {
+    return convPrimitive(
+        engine, p, buffers,
+        convActivation(buffers.source, candidate.layout, buffers.type),
+        convActivation(buffers.destination, candidate.layout, memory::data_type::f32));
+  });
+}
+
+Chosen<dnnl::convolution_forward::primitive_desc>
+chooseConv(const dnnl::engine &engine, const Conv2dParams &p, const ConvBuffers &buffers,
+           const std::string &what, const std::string &candidate) {
+  return choosePrimitive<dnnl::convolution_forward::primitive_desc>(
+      KernelKind::Conv2d, what, candidate,
+      [&](const Candidate &c) { return convCandidatePrimitive(engine, p, buffers, c); });
+}
+
+std::string siteName(KernelKind kind, int64_t index) {
+  return std::string(kernelKindName(kind)) + " kernel site " + std::to_string(index);
 }
 
 std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
                                      const Conv2dParams &p) {
   ConvBuffers buffers = convBuffers(p);
+  auto chosen = chooseConv(context.engine, p, buffers,
+                           siteName(KernelKind::Conv2d, index), context.candidate(index));
+  ThreadScope threads(chosen.threads);
+  const auto &pd = chosen.pd;
   auto site = std::make_unique<ConvSite>();
-  auto addCandidate = [&](const dnnl::convolution_forward::primitive_desc &pd) {
-    for (const ConvVariant &existing : site->candidates)
-      if (existing.chosenSource == pd.src_desc() &&
-          existing.chosenDestination == pd.dst_desc())
-        return;
-    ConvVariant &variant = site->candidates.emplace_back();
-    variant.primitive = dnnl::convolution_forward(pd);
-    variant.source.init(buffers.sourceDesc, pd.src_desc(), context.engine, false);
-    variant.destination.init(buffers.destinationDesc, pd.dst_desc(), context.engine,
-                             true);
-    variant.weights.init(buffers.weightsDesc, pd.weights_desc(), context.engine,
-                         p.constantWeights ? context.prepacked(index, 1) : nullptr);
-    variant.chosenSource = pd.src_desc();
-    variant.chosenDestination = pd.dst_desc();
-  };
-  addCandidate(preferredConvPrimitive(context.engine, p, buffers));
-  // And NHWC as the graph has it, with no reorders (but the bf16 rounding).
-  bool nhwc = p.sourceLayout == ActivationLayout::Nhwc &&
-              p.destinationLayout == ActivationLayout::Nhwc;
-  if (nhwc)
-    addCandidate(convPrimitive(
-        context.engine, p, buffers,
-        denseDesc(buffers.source, activationStrides(buffers.source, p.sourceLayout),
-                  buffers.type),
-        buffers.destinationDesc));
+  site->threads = chosen.threads;
+  site->primitive = dnnl::convolution_forward(pd);
+  site->source.init(buffers.sourceDesc, pd.src_desc(), context.engine, false);
+  site->destination.init(buffers.destinationDesc, pd.dst_desc(), context.engine, true);
+  site->weights.init(buffers.weightsDesc, pd.weights_desc(), context.engine,
+                     p.constantWeights ? context.prepacked(index, 1) : nullptr);
   site->bias = memory(buffers.biasDesc, context.engine, DNNL_MEMORY_NONE);
   site->destinationBytes = buffers.destinationDesc.get_size();
   return site;
 }
 
-void runConvVariant(KernelContext &context, ConvSite &site, ConvVariant &variant,
-                    const Conv2dParams &p, void **buffers) {
+void runConv(KernelContext &context, ConvSite &site, const Conv2dParams &p,
+             void **buffers) {
+  ThreadScope threads(site.threads);
   bool residual = p.hasResidual != 0;
   void *out = buffers[residual ? 4 : 3];
   if (residual)
     seedResidual(buffers[3], out, site.destinationBytes);
   site.bias.set_data_handle(buffers[2]);
-  memory source = variant.source.bind(buffers[0], true, context.stream);
-  memory destination = variant.destination.bind(out, residual, context.stream);
-  memory weights =
-      variant.weights.bind(buffers[1], p.constantWeights != 0, context.stream);
-  variant.primitive.execute(context.stream, {{DNNL_ARG_SRC, source},
-                                             {DNNL_ARG_WEIGHTS, weights},
-                                             {DNNL_ARG_BIAS, site.bias},
-                                             {DNNL_ARG_DST, destination}});
-  variant.destination.store(context.stream);
-}
-
-/// Runs every candidate and keeps the fastest. Each run computes the whole
-/// output from the inputs (the residual is seeded again), so whichever ran
-/// last leaves a correct result.
-void tuneConv(KernelContext &context, ConvSite &site, const Conv2dParams &p,
-              void **buffers) {
-  // Add-to-output: the residual is the destination, which every run
-  // overwrites; each run starts from a saved copy.
-  std::string residual;
-  if (p.hasResidual != 0 && buffers[3] == buffers[4])
-    residual.assign(static_cast<const char *>(buffers[3]), site.destinationBytes);
-  auto run = [&](ConvVariant &variant) {
-    if (!residual.empty())
-      std::memcpy(buffers[4], residual.data(), residual.size());
-    runConvVariant(context, site, variant, p, buffers);
-  };
-  size_t best = 0;
-  double bestSeconds = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < site.candidates.size(); ++i) {
-    // The first run packs weights; the second is the one timed.
-    run(site.candidates[i]);
-    auto start = std::chrono::steady_clock::now();
-    run(site.candidates[i]);
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (seconds < bestSeconds) {
-      bestSeconds = seconds;
-      best = i;
-    }
-  }
-  ConvVariant chosen = std::move(site.candidates[best]);
-  site.candidates.clear();
-  site.candidates.push_back(std::move(chosen));
-}
-
-void runConv(KernelContext &context, ConvSite &site, const Conv2dParams &p,
-             void **buffers) {
-  if (site.candidates.size() > 1) {
-    tuneConv(context, site, p, buffers);
-    return;
-  }
-  runConvVariant(context, site, site.candidates.front(), p, buffers);
+  memory source = site.source.bind(buffers[0], true, context.stream);
+  memory destination = site.destination.bind(out, residual, context.stream);
+  memory weights = site.weights.bind(buffers[1], p.constantWeights != 0, context.stream);
+  site.primitive.execute(context.stream, {{DNNL_ARG_SRC, source},
+                                          {DNNL_ARG_WEIGHTS, weights},
+                                          {DNNL_ARG_BIAS, site.bias},
+                                          {DNNL_ARG_DST, destination}});
+  site.destination.store(context.stream);
 }
 
 struct MatMulSite : Site {
@@ -421,6 +571,7 @@ struct MatMulSite : Site {
   ActivationPort a;
   PackedWeights b;
   size_t destinationBytes = 0;
+  int threads = 0;
 
   bool readsPrepacked() const override { return b.usesPrepacked; }
 };
@@ -481,26 +632,52 @@ dnnl::post_ops matmulPostOps(const MatMulParams &p, const MatMulBuffers &buffers
   return ops;
 }
 
-dnnl::matmul::primitive_desc matmulPrimitive(const dnnl::engine &engine,
-                                             const MatMulParams &p,
-                                             const MatMulBuffers &buffers) {
+/// `candidate`'s product, nullopt when the library has no such
+/// implementation here. The default ("any", the library's first) is what
+/// ran before search: a constant B repacked once into the library's
+/// preferred layout; it throws dnnl::error when the library refuses the
+/// product.
+std::optional<MatMulIterable> matmulCandidatePrimitive(const dnnl::engine &engine,
+                                                       const MatMulParams &p,
+                                                       const MatMulBuffers &buffers,
+                                                       const Candidate &candidate) {
   memory::data_type type = computeType(p.precision);
-  // Constant B may be repacked once into whatever the library prefers.
-  memory::desc wantedB = p.constantB
+  memory::desc wantedB = p.constantB && candidate.layout == "any"
                              ? memory::desc(buffers.bDims, type, memory::format_tag::any)
                              : denseDesc(buffers.bDims, buffers.bStrides, type);
   memory::desc wantedA = denseDesc(buffers.aDims, buffers.aStrides, type);
-  dnnl::matmul::desc desc(wantedA, wantedB, buffers.biasDesc, buffers.cDesc);
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(matmulPostOps(p, buffers));
-  return dnnl::matmul::primitive_desc(desc, attr, engine);
+  return buildCandidate(candidate, [&] {
+    MatMulIterable made;
+    made.desc = std::make_unique<dnnl::matmul::desc>(wantedA, wantedB, buffers.biasDesc,
+                                                     buffers.cDesc);
+    made.attr = std::make_unique<dnnl::primitive_attr>();
+    made.attr->set_post_ops(matmulPostOps(p, buffers));
+    made.pd = dnnl::matmul::primitive_desc(*made.desc, *made.attr, engine);
+    return made;
+  });
+}
+
+Chosen<dnnl::matmul::primitive_desc> chooseMatMul(const dnnl::engine &engine,
+                                                  const MatMulParams &p,
+                                                  const MatMulBuffers &buffers,
+                                                  const std::string &what,
+                                                  const std::string &candidate) {
+  return choosePrimitive<dnnl::matmul::primitive_desc>(
+      KernelKind::MatMul, what, candidate, [&](const Candidate &c) {
+        return matmulCandidatePrimitive(engine, p, buffers, c);
+      });
 }
 
 std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, int64_t index,
                                          const MatMulParams &p) {
   MatMulBuffers buffers = matmulBuffers(p);
-  dnnl::matmul::primitive_desc pd = matmulPrimitive(context.engine, p, buffers);
+  auto chosen =
+      chooseMatMul(context.engine, p, buffers, siteName(KernelKind::MatMul, index),
+                   context.candidate(index));
+  ThreadScope threads(chosen.threads);
+  const auto &pd = chosen.pd;
   auto site = std::make_unique<MatMulSite>();
+  site->threads = chosen.threads;
   site->primitive = dnnl::matmul(pd);
   site->a.init(buffers.aDesc, pd.src_desc(), context.engine, false);
   site->destination = memory(buffers.cDesc, context.engine, DNNL_MEMORY_NONE);
@@ -519,6 +696,7 @@ std::unique_ptr<MatMulSite> createMatMul(KernelContext &context, int64_t index,
 
 void runMatMul(KernelContext &context, MatMulSite &site, const MatMulParams &p,
                void **buffers) {
+  ThreadScope threads(site.threads);
   int next = 2;
   std::unordered_map<int, memory> args;
   if (p.hasBias) {
@@ -705,27 +883,177 @@ KernelFunction kernelFor(KernelKind kind) {
 
 } // namespace
 
-Expected<std::optional<PackedWeight>> packKernelWeight(KernelKind kind,
-                                                       const std::vector<int64_t> &params,
-                                                       int64_t buffer,
-                                                       std::string_view source) {
+namespace {
+
+/// At most this many layout and implementation candidates per kernel, and
+/// thread variants of the default on top.
+constexpr size_t kMaxImplCandidates = 6;
+/// Multiply-adds below which fewer threads may win: the fork and join of
+/// every core costs more than a small kernel's work.
+constexpr int64_t kOneThreadMacs = int64_t{1} << 22;
+constexpr int64_t kHalfThreadsMacs = int64_t{1} << 26;
+
+/// One implementation found while listing candidates, with the layouts it
+/// reads and writes (two with the same name and layouts are one).
+struct Found {
+  Candidate candidate;
+  memory::desc source, weights, destination;
+};
+
+/// Whether `name` ("jit:sse41") is a kernel already found for `layout` on
+/// another instruction set ("jit:avx2"): the library lists the best one
+/// first, and the older one only adds a candidate that cannot win.
+bool isOlderIsaOf(const std::vector<Found> &found, const std::string &layout,
+                  std::string_view name) {
+  auto family = [](std::string_view impl) { return impl.substr(0, impl.rfind(':')); };
+  return std::any_of(found.begin(), found.end(), [&](const Found &other) {
+    return other.candidate.layout == layout && other.candidate.impl != name &&
+           family(other.candidate.impl) == family(name);
+  });
+}
+
+/// Adds `pd`'s implementations, in the library's order, as candidates of
+/// `layout`: the first of each name (what selectImpl builds), reference
+/// implementations and older instruction sets of one found left out but
+/// for the default (always first, whatever the library picks), and none
+/// that repeats an earlier one.
+template <typename Desc, typename PrimitiveDesc>
+void addImplementations(std::vector<Found> &found, Iterable<Desc, PrimitiveDesc> &&made,
+                        const std::string &layout) {
+  PrimitiveDesc &pd = made.pd;
+  std::set<std::string> names;
+  do {
+    std::string name = pd.impl_info_str();
+    bool isDefault = found.empty();
+    if (!names.insert(name).second)
+      continue;
+    if (!isDefault && (isReferenceImpl(name) || !isCandidateWord(name) ||
+                       isOlderIsaOf(found, layout, name)))
+      continue;
+    Found next{{layout, isCandidateWord(name) ? name : "", 0},
+               pd.src_desc(),
+               pd.weights_desc(),
+               pd.dst_desc()};
+    bool repeats = std::any_of(found.begin(), found.end(), [&](const Found &other) {
+      return other.candidate.impl == next.candidate.impl && other.source == next.source &&
+             other.weights == next.weights && other.destination == next.destination;
+    });
+    if (!repeats)
+      found.push_back(std::move(next));
+  } while (found.size() < kMaxImplCandidates && pd.next_impl());
+}
+
+/// The candidates `found` lists, then the default on fewer threads when
+/// the kernel is small enough for that to win.
+std::vector<std::string> candidateTexts(const std::vector<Found> &found, int64_t macs) {
+  std::vector<std::string> texts;
+  for (const Found &entry : found)
+    texts.push_back(candidateText(entry.candidate));
+  int cores = omp_get_max_threads();
+  auto withThreads = [&](int threads) {
+    Candidate candidate = found.front().candidate;
+    candidate.threads = threads;
+    texts.push_back(candidateText(candidate));
+  };
+  if (cores >= 4 && macs < kHalfThreadsMacs)
+    withThreads(cores / 2);
+  if (cores > 1 && macs < kOneThreadMacs)
+    withThreads(1);
+  return texts;
+}
+
+std::vector<std::string> convCandidates(const dnnl::engine &engine,
+                                        const Conv2dParams &p) {
+  ConvBuffers buffers = convBuffers(p);
+  std::vector<Found> found;
+  addImplementations(found, *convCandidatePrimitive(engine, p, buffers, Candidate{}),
+                     "any");
+  // The graph's own plain layouts: no activation reorders.
+  for (auto [layout, name] : {std::pair{ActivationLayout::Nhwc, "nhwc"},
+                              std::pair{ActivationLayout::Nchw, "nchw"}}) {
+    if (p.sourceLayout != layout && p.destinationLayout != layout)
+      continue;
+    if (auto pd = convCandidatePrimitive(engine, p, buffers, Candidate{name, "", 0}))
+      addImplementations(found, std::move(*pd), name);
+  }
+  int64_t macs = p.batch * p.outChannels * p.outHeight * p.outWidth *
+                 (p.inChannels / std::max<int64_t>(p.groups, 1)) * p.kernelHeight *
+                 p.kernelWidth;
+  return candidateTexts(found, macs);
+}
+
+std::vector<std::string> matmulCandidates(const dnnl::engine &engine,
+                                          const MatMulParams &p) {
+  MatMulBuffers buffers = matmulBuffers(p);
+  std::vector<Found> found;
+  addImplementations(found, *matmulCandidatePrimitive(engine, p, buffers, Candidate{}),
+                     "any");
+  // A constant B may also be read as it is, unpacked.
+  if (p.constantB)
+    if (auto pd = matmulCandidatePrimitive(engine, p, buffers, Candidate{"plain", "", 0}))
+      addImplementations(found, std::move(*pd), "plain");
+  return candidateTexts(found, p.batch * p.m * p.n * p.k);
+}
+
+/// `words` as a `Params`; InvalidArgument naming the kind when they are not.
+template <typename Params>
+Expected<Params> kernelParams(KernelKind kind, const std::vector<int64_t> &words) {
+  std::optional<Params> params = paramsFromWords<Params>(words);
+  if (!params)
+    return invalidArgument(std::string("a ") + kernelKindName(kind) + " kernel has " +
+                           std::to_string(sizeof(Params) / sizeof(int64_t)) +
+                           " params, not " + std::to_string(words.size()));
+  return *params;
+}
+
+} // namespace
+
+bool isTunable(KernelKind kind) {
+  return kind == KernelKind::Conv2d || kind == KernelKind::MatMul;
+}
+
+Expected<std::vector<std::string>> libraryCandidates(KernelKind kind,
+                                                     const std::vector<int64_t> &params) {
+  if (!isTunable(kind))
+    return std::vector<std::string>();
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    if (kind == KernelKind::Conv2d) {
+      FLOWC_ASSIGN_OR_RETURN(auto conv, kernelParams<Conv2dParams>(kind, params));
+      return convCandidates(engine, conv);
+    }
+    FLOWC_ASSIGN_OR_RETURN(auto matmul, kernelParams<MatMulParams>(kind, params));
+    return matmulCandidates(engine, matmul);
+  } catch (const dnnl::error &error) {
+    return invalidArgument(std::string("the library refuses this ") +
+                           kernelKindName(kind) + " kernel: " + error.what());
+  }
+}
+
+Expected<std::optional<PackedWeight>>
+packKernelWeight(KernelKind kind, const std::vector<int64_t> &params, int64_t buffer,
+                 std::string_view source, std::string_view candidate) {
   std::optional<Conv2dParams> conv;
   std::optional<MatMulParams> matmul;
   if (kind == KernelKind::Conv2d)
     conv = paramsFromWords<Conv2dParams>(params);
   if (kind == KernelKind::MatMul)
     matmul = paramsFromWords<MatMulParams>(params);
+  std::string what =
+      std::string("packing a ") + kernelKindName(kind) + " kernel's weights";
   try {
     dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     memory::desc user, wanted;
     if (conv && buffer == 1 && conv->constantWeights) {
       ConvBuffers buffers = convBuffers(*conv);
       user = buffers.weightsDesc;
-      wanted = preferredConvPrimitive(engine, *conv, buffers).weights_desc();
+      wanted = chooseConv(engine, *conv, buffers, what, std::string(candidate))
+                   .pd.weights_desc();
     } else if (matmul && buffer == 1 && matmul->constantB) {
       MatMulBuffers buffers = matmulBuffers(*matmul);
       user = buffers.bDesc;
-      wanted = matmulPrimitive(engine, *matmul, buffers).weights_desc();
+      wanted = chooseMatMul(engine, *matmul, buffers, what, std::string(candidate))
+                   .pd.weights_desc();
     } else {
       return std::optional<PackedWeight>();
     }
@@ -746,8 +1074,7 @@ Expected<std::optional<PackedWeight>> packKernelWeight(KernelKind kind,
     stream.wait();
     return std::optional<PackedWeight>(std::move(packed));
   } catch (const dnnl::error &error) {
-    return internalError("packing a " + std::string(kernelKindName(kind)) +
-                         " kernel's weights failed: " + error.what());
+    return internalError(what + " failed: " + error.what());
   }
 }
 
@@ -791,9 +1118,27 @@ Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact) 
   for (size_t i = 0; i < packed.size(); ++i)
     state->prepackedWeights[{packed[i].site, packed[i].buffer}] =
         PrepackedWeight{artifact.packedBytes(i).data(), packed[i].size, packed[i].layout};
+  for (const TunedKernelSpec &tuned : artifact.plan().tuned) {
+    // Loop kernels' entries (site -1) were applied when the code was made.
+    if (tuned.site < 0)
+      continue;
+    if (tuned.site >= *sites)
+      return dataLoss("'" + artifactPath + "': the plan tunes library kernel site " +
+                      std::to_string(tuned.site) + ", but the code has " +
+                      std::to_string(*sites) + " sites");
+    state->candidates[tuned.site] = tuned.candidate;
+  }
   *context = state.get();
   return state;
 }
+
+KernelContextPtr makeKernelContext(std::vector<std::string> candidates) {
+  KernelContextPtr context(new KernelContext(static_cast<int64_t>(candidates.size())));
+  context->candidates = std::move(candidates);
+  return context;
+}
+
+KernelFunction kernelFunction(KernelKind kind) { return kernelFor(kind); }
 
 Status takeKernelFailure(KernelContext &context) {
   Status failure = std::move(context.failure);

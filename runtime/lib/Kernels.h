@@ -1,6 +1,7 @@
 // Library kernels behind generated code (see flowc/runtime/KernelAbi.h):
 // oneDNN primitives, created on a site's first call and kept for the
-// session, with constant weights repacked once.
+// session, with constant weights repacked once; a convolution or product
+// builds the search candidate its artifact chose.
 #pragma once
 
 #include "flowc/runtime/Artifact.h"
@@ -9,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace flowc::runtime {
 
@@ -21,12 +23,25 @@ using KernelContextPtr = std::unique_ptr<KernelContext, KernelContextDeleter>;
 /// object without library kernels gets no context (nullptr, OK); one that
 /// uses a kernel kind this runtime lacks is Unavailable.
 /// Weights the artifact packed at link time are read in place by the sites
-/// whose kernels want their layout.
+/// whose kernels want their layout. Each library kernel site runs the
+/// search candidate plan().tuned names for it (Tuning.h), the default
+/// otherwise; DataLoss when the plan tunes a site the code does not have.
 Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact);
 
 /// How many sites read a packed artifact weight in place (so far: sites are
 /// made on their first call).
 int64_t prepackedWeightsInUse(const KernelContext &context);
+
+/// A kernel context outside a session, for search and its tests: site i
+/// runs `candidates[i]` (Tuning.h's text, one of libraryCandidates'; empty:
+/// the default), with no packed artifact weights. Throws dnnl::error when
+/// the library has no CPU engine.
+KernelContextPtr makeKernelContext(std::vector<std::string> candidates);
+
+/// What generated code calls for `kind` kernels, as bindKernels fills the
+/// table: fn(context, site, params, buffers). nullptr for a kind this
+/// runtime lacks.
+KernelFunction kernelFunction(KernelKind kind);
 
 /// The first kernel failure since the last call (OK if none), and resets it.
 Status takeKernelFailure(KernelContext &context);
