@@ -29,6 +29,7 @@ CommandRunner addWorkersCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addExplainCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addCancelCommand(CLI::App &app, GlobalOptions &global);
 CommandRunner addTraceCommand(CLI::App &app, GlobalOptions &global);
+CommandRunner addTuningCommand(CLI::App &app, GlobalOptions &global);
 
 /// The compile options `flowc submit` and `flowc compile` share.
 struct CompileFlags {

@@ -21,6 +21,9 @@
 
 namespace flowc::cli {
 
+/// `flowc tuning` (TuningCommands.cpp).
+int runTuning(const TuningCommandOptions &options, GlobalOptions &global);
+
 namespace {
 
 struct Latency {
@@ -350,6 +353,6 @@ extern "C" __attribute__((visibility("default"))) const flowc::cli::RuntimeModul
 flowcCliRuntimeModule() {
   static const flowc::cli::RuntimeModule module = {
       flowc::cli::runRun, flowc::cli::describeArtifact, flowc::cli::versionText,
-      flowc::cli::runSummary};
+      flowc::cli::runSummary, flowc::cli::runTuning};
   return &module;
 }

@@ -1,5 +1,6 @@
 // The commands that need the runtime (and with it oneDNN and OpenMP):
-// running an artifact, describing one, the library versions. They live in a
+// running an artifact, describing one, the library versions; and the
+// tuning database's, which open the cache (SQLite) themselves. They live in a
 // module, libflowc-cli-runtime.so, that flowc loads only for them, so that
 // every other command (a cache hit above all) starts without mapping and
 // relocating those libraries.
@@ -30,6 +31,17 @@ struct RunOptions {
   bool noVerify = false;
 };
 
+/// `flowc tuning ls|export|import|clear`'s options.
+struct TuningCommandOptions {
+  enum class Action { List, Export, Import, Clear };
+  Action action = Action::List;
+  /// --device: only this device's records (ls, export, clear).
+  std::string device;
+  /// import's FILE, or export's -o FILE (empty: stdout).
+  std::string file;
+  bool json = false;
+};
+
 /// What the module offers; its functions may be called from any thread.
 struct RuntimeModule {
   /// `flowc run`; returns the exit status (errors reported on stderr).
@@ -48,6 +60,9 @@ struct RuntimeModule {
   /// the input file; nothing is printed.
   Expected<nlohmann::json> (*runSummary)(const RunOptions &options,
                                          GlobalOptions &global);
+  /// `flowc tuning`, on the cache directory itself (no daemon): returns
+  /// the exit status (errors reported on stderr).
+  int (*tuning)(const TuningCommandOptions &options, GlobalOptions &global);
 };
 
 /// The symbol the module exports: `const RuntimeModule *flowcCliRuntimeModule()`.

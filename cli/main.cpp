@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
   add(addExplainCommand);
   add(addCancelCommand);
   add(addTraceCommand);
+  add(addTuningCommand);
   letGlobalOptionsFallThrough(app);
   app.set_version_flag(
       "--version",

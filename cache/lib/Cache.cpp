@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
+#include <cmath>
+#include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <thread>
 #include <future>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -931,15 +934,174 @@ Status Cache::recordStat(const FileIdentity &file, std::string_view purpose,
   return Status::ok();
 }
 
+Status TuningRecord::validate() const {
+  auto bad = [](const char *field, const std::string &why) {
+    return invalidArgument(std::string("tuning record: ") + field + " " + why);
+  };
+  for (auto [field, value] : {std::pair{"signature", &signature},
+                              {"device", &device},
+                              {"versions", &versions},
+                              {"candidate", &candidate}})
+    if (value->empty())
+      return bad(field, "is empty");
+  if (timeNs <= 0)
+    return bad("time_ns", "is " + std::to_string(timeNs) + ", not positive");
+  if (spreadNs < 0)
+    return bad("spread_ns", "is " + std::to_string(spreadNs) + ", negative");
+  if (samples <= 0)
+    return bad("samples", "is " + std::to_string(samples) + ", not positive");
+  if (!std::isfinite(noise) || noise < 0)
+    return bad("noise", "is " + std::to_string(noise) + ", not a finite number >= 0");
+  if (measuredMs < 0)
+    return bad("measured_ms", "is " + std::to_string(measuredMs) + ", negative");
+  return Status::ok();
+}
+
 Status Cache::recordTuning(const TuningRecord &record) {
+  FLOWC_RETURN_IF_ERROR(record.validate());
   FLOWC_RETURN_IF_ERROR(checkWritable("record a tuning result"));
-  return index_->putTuning(record);
+  if (record.measuredMs != 0)
+    return index_->putTuning(record);
+  TuningRecord stamped = record;
+  stamped.measuredMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  return index_->putTuning(stamped);
 }
 
 Expected<std::optional<TuningRecord>> Cache::bestTuning(std::string_view signature,
                                                         std::string_view device,
-                                                        std::string_view) {
-  return index_->bestTuning(signature, device);
+                                                        std::string_view versions) {
+  return index_->bestTuning(signature, device, versions);
+}
+
+Expected<std::vector<TuningRecord>> Cache::listTuning(std::string_view device) {
+  return index_->listTuning(device);
+}
+
+Expected<std::string> Cache::tuningState(std::string_view device) {
+  return index_->tuningState(device);
+}
+
+Expected<uint64_t> Cache::clearTuning(std::string_view device) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("clear its tuning records"));
+  return index_->clearTuning(device);
+}
+
+namespace {
+
+constexpr const char *kTuningFormat = "flowc.tuning.v1";
+
+nlohmann::json tuningJson(const TuningRecord &record) {
+  return {{"signature", record.signature},
+          {"device", record.device},
+          {"versions", record.versions},
+          {"candidate", record.candidate},
+          {"time_ns", record.timeNs},
+          {"spread_ns", record.spreadNs},
+          {"samples", record.samples},
+          {"separated", record.separated},
+          {"noise", record.noise},
+          {"measured_ms", record.measuredMs},
+          {"host", record.host}};
+}
+
+/// One record of an export, validated; InvalidArgument naming the field at
+/// fault.
+Expected<TuningRecord> tuningFromJson(const nlohmann::json &json) {
+  if (!json.is_object())
+    return invalidArgument("not an object");
+  auto field = [&](const char *name) -> const nlohmann::json * {
+    auto found = json.find(name);
+    return found == json.end() ? nullptr : &*found;
+  };
+  auto text = [&](const char *name, std::string &out) -> Status {
+    const nlohmann::json *value = field(name);
+    if (!value || !value->is_string())
+      return invalidArgument(std::string("'") + name + "' is missing or not a string");
+    out = value->get<std::string>();
+    return Status::ok();
+  };
+  auto integer = [&](const char *name, int64_t &out) -> Status {
+    const nlohmann::json *value = field(name);
+    if (!value || !value->is_number_integer() ||
+        (value->is_number_unsigned() &&
+         value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+      return invalidArgument(std::string("'") + name +
+                             "' is missing or not a 64-bit integer");
+    out = value->get<int64_t>();
+    return Status::ok();
+  };
+  TuningRecord record;
+  FLOWC_RETURN_IF_ERROR(text("signature", record.signature));
+  FLOWC_RETURN_IF_ERROR(text("device", record.device));
+  FLOWC_RETURN_IF_ERROR(text("versions", record.versions));
+  FLOWC_RETURN_IF_ERROR(text("candidate", record.candidate));
+  FLOWC_RETURN_IF_ERROR(integer("time_ns", record.timeNs));
+  FLOWC_RETURN_IF_ERROR(integer("spread_ns", record.spreadNs));
+  FLOWC_RETURN_IF_ERROR(integer("samples", record.samples));
+  const nlohmann::json *separated = field("separated");
+  if (!separated || !separated->is_boolean())
+    return invalidArgument("'separated' is missing or not a boolean");
+  record.separated = separated->get<bool>();
+  const nlohmann::json *noise = field("noise");
+  if (!noise || !noise->is_number())
+    return invalidArgument("'noise' is missing or not a number");
+  record.noise = noise->get<double>();
+  FLOWC_RETURN_IF_ERROR(integer("measured_ms", record.measuredMs));
+  FLOWC_RETURN_IF_ERROR(text("host", record.host));
+  FLOWC_RETURN_IF_ERROR(record.validate());
+  return record;
+}
+
+} // namespace
+
+Expected<std::string> Cache::exportTuning(std::string_view device) {
+  FLOWC_ASSIGN_OR_RETURN(std::vector<TuningRecord> records, index_->listTuning(device));
+  nlohmann::json json = {{"format", kTuningFormat}, {"records", nlohmann::json::array()}};
+  for (const TuningRecord &record : records)
+    json["records"].push_back(tuningJson(record));
+  // A row's text that is not UTF-8 (written by something else) must not
+  // abort the export; it comes out as U+FFFD, and that record no longer
+  // names the same key.
+  return json.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+Expected<TuningImport> Cache::importTuning(std::string_view document) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("import tuning records"));
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(document);
+  } catch (const nlohmann::json::parse_error &e) {
+    return invalidArgument("not a tuning export: not JSON (at byte " +
+                           std::to_string(e.byte) + ")");
+  }
+  auto format = json.is_object() ? json.find("format") : json.end();
+  if (!json.is_object() || format == json.end() || !format->is_string())
+    return invalidArgument(std::string("not a tuning export: no \"format\": \"") +
+                           kTuningFormat + "\"");
+  if (format->get<std::string>() != kTuningFormat)
+    return invalidArgument("not a tuning export: format is '" +
+                           format->get<std::string>() + "', expected '" + kTuningFormat +
+                           "'");
+  auto records = json.find("records");
+  if (records == json.end() || !records->is_array())
+    return invalidArgument("not a tuning export: \"records\" is missing or not a list");
+  TuningImport report;
+  std::vector<TuningRecord> valid;
+  for (size_t i = 0; i < records->size(); ++i) {
+    auto record = tuningFromJson((*records)[i]);
+    if (!record) {
+      spdlog::warn("tuning import: record {} is ignored: {}", i,
+                   record.status().message());
+      ++report.ignored;
+      continue;
+    }
+    valid.push_back(std::move(*record));
+  }
+  FLOWC_ASSIGN_OR_RETURN(report.imported, index_->importTuning(valid));
+  report.stale = valid.size() - report.imported;
+  return report;
 }
 
 Status Cache::pin(const Digest &digest) {

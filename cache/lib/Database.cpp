@@ -38,8 +38,10 @@ Statement::~Statement() {
 }
 
 Statement &Statement::bind(int index, std::string_view text) {
-  sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()),
-                    SQLITE_TRANSIENT);
+  // SQLite binds a null pointer as NULL; an empty view (a defaulted
+  // argument's has none) is the empty text.
+  sqlite3_bind_text(stmt_, index, text.data() ? text.data() : "",
+                    static_cast<int>(text.size()), SQLITE_TRANSIENT);
   return *this;
 }
 
@@ -50,6 +52,11 @@ Statement &Statement::bind(int index, int64_t value) {
 
 Statement &Statement::bindBlob(int index, std::string_view bytes) {
   sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT);
+  return *this;
+}
+
+Statement &Statement::bindReal(int index, double value) {
+  sqlite3_bind_double(stmt_, index, value);
   return *this;
 }
 
@@ -84,6 +91,8 @@ std::string Statement::text(int column) const {
 int64_t Statement::integer(int column) const {
   return sqlite3_column_int64(stmt_, column);
 }
+
+double Statement::real(int column) const { return sqlite3_column_double(stmt_, column); }
 
 std::string Statement::blob(int column) const {
   const void *p = sqlite3_column_blob(stmt_, column);

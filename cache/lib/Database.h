@@ -33,6 +33,9 @@ public:
   Statement &bind(int index, std::string_view text);
   Statement &bind(int index, int64_t value);
   Statement &bindBlob(int index, std::string_view bytes);
+  /// Named apart from bind(int64_t), which an int argument would make
+  /// ambiguous.
+  Statement &bindReal(int index, double value);
 
   /// Runs to the next row: true if a row is available, false when done.
   Expected<bool> step();
@@ -41,6 +44,7 @@ public:
 
   std::string text(int column) const;
   int64_t integer(int column) const;
+  double real(int column) const;
   std::string blob(int column) const;
   bool isNull(int column) const;
 

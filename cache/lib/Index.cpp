@@ -1,6 +1,11 @@
 #include "Index.h"
 
+#include "flowc/support/Sha256.h"
+
 #include <chrono>
+#include <cstring>
+#include <set>
+#include <spdlog/spdlog.h>
 
 namespace flowc::cache {
 
@@ -91,6 +96,33 @@ CREATE TABLE stat_memo_inputs (
   PRIMARY KEY (path, purpose, input_path)
 );
 DELETE FROM stat_memo;
+)sql",
+    // 3 -> 4: tuning records keyed by the library versions too, with the
+    // measurement's spread, samples, separation, noise, time and host
+    // (search, docs/search.md); and each device's state digest, kept with
+    // the records so that a compile reads it as one row. Nothing wrote the
+    // old table, so its rows (if any) go.
+    R"sql(
+DROP TABLE tuning_records;
+CREATE TABLE tuning_records (
+  signature TEXT NOT NULL,
+  device TEXT NOT NULL,
+  versions TEXT NOT NULL,
+  candidate TEXT NOT NULL,
+  time_ns INTEGER NOT NULL,          -- median
+  spread_ns INTEGER NOT NULL,        -- half the 95% interval of the median
+  samples INTEGER NOT NULL,
+  separated INTEGER NOT NULL,
+  noise REAL NOT NULL,
+  measured_ms INTEGER NOT NULL,
+  host TEXT NOT NULL,
+  PRIMARY KEY (signature, device, versions, candidate)
+);
+CREATE INDEX tuning_records_device ON tuning_records(device, signature, versions, time_ns);
+CREATE TABLE tuning_state (
+  device TEXT PRIMARY KEY,
+  digest TEXT NOT NULL               -- sha256:<hex> of the device's bests
+);
 )sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
@@ -435,37 +467,215 @@ Status Index::putStat(const FileIdentity &file, std::string_view purpose,
   return txn.commit();
 }
 
+namespace {
+
+// Every column of a tuning row, in TuningRecord's order.
+#define FLOWC_TUNING_COLUMNS                                                             \
+  "signature, device, versions, candidate, time_ns, spread_ns, samples, separated, "     \
+  "noise, measured_ms, host"
+
+TuningRecord readTuningRow(const Statement &stmt) {
+  TuningRecord record;
+  record.signature = stmt.text(0);
+  record.device = stmt.text(1);
+  record.versions = stmt.text(2);
+  record.candidate = stmt.text(3);
+  record.timeNs = stmt.integer(4);
+  record.spreadNs = stmt.integer(5);
+  record.samples = stmt.integer(6);
+  record.separated = stmt.integer(7) != 0;
+  record.noise = stmt.real(8);
+  record.measuredMs = stmt.integer(9);
+  record.host = stmt.text(10);
+  return record;
+}
+
+void bindTuningRow(Statement &stmt, const TuningRecord &record) {
+  stmt.bind(1, record.signature).bind(2, record.device).bind(3, record.versions);
+  stmt.bind(4, record.candidate).bind(5, record.timeNs).bind(6, record.spreadNs);
+  stmt.bind(7, record.samples).bind(8, int64_t{record.separated});
+  stmt.bindReal(9, record.noise).bind(10, record.measuredMs).bind(11, record.host);
+}
+
+/// The row's record if it is valid; otherwise a warning naming the row and
+/// the index (a row written by something other than this cache, or
+/// damaged), and nullopt, so that one bad row never fails a compile.
+std::optional<TuningRecord> validTuningRow(const Statement &stmt,
+                                           const std::string &indexPath) {
+  TuningRecord record = readTuningRow(stmt);
+  Status valid = record.validate();
+  if (valid)
+    return record;
+  spdlog::warn("tuning record (signature '{}', device '{}', versions '{}', candidate "
+               "'{}') in '{}' is ignored: {}",
+               record.signature, record.device, record.versions, record.candidate,
+               indexPath, valid.message());
+  return std::nullopt;
+}
+
+/// Each field length-prefixed, so that no two different rows hash alike.
+void hashField(Sha256Hasher &hasher, std::string_view field) {
+  uint64_t size = field.size();
+  uint8_t prefix[8];
+  for (int i = 0; i < 8; ++i)
+    prefix[i] = static_cast<uint8_t>(size >> (8 * i));
+  hasher.update(prefix, sizeof(prefix));
+  hasher.update(field);
+}
+
+constexpr std::string_view kTuningStateTag = "flowc.tuning.state.v1";
+
+std::string noTuningState() {
+  Sha256Hasher hasher;
+  hashField(hasher, kTuningStateTag);
+  return "sha256:" + sha256Hex(hasher.finish());
+}
+
+} // namespace
+
 Status Index::putTuning(const TuningRecord &record) {
   std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
   FLOWC_ASSIGN_OR_RETURN(
       Statement stmt,
-      db_->prepare(
-          "INSERT INTO tuning_records(signature, device, candidate, time_ns, "
-          "created_ms) VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(signature, device, "
-          "candidate) DO UPDATE SET time_ns = MIN(time_ns, excluded.time_ns)"));
-  stmt.bind(1, record.signature).bind(2, record.device).bind(3, record.candidate);
-  return stmt.bind(4, record.timeNs).bind(5, nowMs()).run();
+      db_->prepare("INSERT OR REPLACE INTO tuning_records(" FLOWC_TUNING_COLUMNS
+                   ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                   "?10, ?11)"));
+  bindTuningRow(stmt, record);
+  FLOWC_RETURN_IF_ERROR(stmt.run());
+  FLOWC_RETURN_IF_ERROR(updateTuningStateLocked(record.device));
+  return txn.commit();
+}
+
+Expected<uint64_t> Index::importTuning(const std::vector<TuningRecord> &records) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  uint64_t written = 0;
+  std::set<std::string> devices;
+  for (const TuningRecord &record : records) {
+    // A record measured no later than the row already held is older news.
+    FLOWC_ASSIGN_OR_RETURN(
+        Statement stmt,
+        db_->prepare("INSERT INTO tuning_records(" FLOWC_TUNING_COLUMNS
+                     ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                     "ON CONFLICT(signature, device, versions, candidate) DO UPDATE SET "
+                     "time_ns = excluded.time_ns, spread_ns = excluded.spread_ns, "
+                     "samples = excluded.samples, separated = excluded.separated, "
+                     "noise = excluded.noise, measured_ms = excluded.measured_ms, "
+                     "host = excluded.host WHERE excluded.measured_ms > "
+                     "tuning_records.measured_ms"));
+    bindTuningRow(stmt, record);
+    FLOWC_RETURN_IF_ERROR(stmt.run());
+    if (db_->changes() == 0)
+      continue;
+    ++written;
+    devices.insert(record.device);
+  }
+  for (const std::string &device : devices)
+    FLOWC_RETURN_IF_ERROR(updateTuningStateLocked(device));
+  FLOWC_RETURN_IF_ERROR(txn.commit());
+  return written;
+}
+
+Status Index::updateTuningStateLocked(std::string_view device) {
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement rows, db_->prepare("SELECT " FLOWC_TUNING_COLUMNS
+                                   " FROM tuning_records WHERE device = ?1 "
+                                   "ORDER BY signature, versions, time_ns, candidate"));
+  rows.bind(1, device);
+  Sha256Hasher hasher;
+  hashField(hasher, kTuningStateTag);
+  // The first valid row of each (signature, versions) is its best.
+  std::optional<std::pair<std::string, std::string>> group;
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool row, rows.step());
+    if (!row)
+      break;
+    std::optional<TuningRecord> record = validTuningRow(rows, db_->path());
+    if (!record)
+      continue;
+    auto key = std::make_pair(record->signature, record->versions);
+    if (group == key)
+      continue;
+    group = std::move(key);
+    hashField(hasher, record->signature);
+    hashField(hasher, record->versions);
+    hashField(hasher, record->candidate);
+  }
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement store,
+      db_->prepare("INSERT OR REPLACE INTO tuning_state(device, digest) VALUES(?1, ?2)"));
+  return store.bind(1, device).bind(2, "sha256:" + sha256Hex(hasher.finish())).run();
 }
 
 Expected<std::optional<TuningRecord>> Index::bestTuning(std::string_view signature,
-                                                        std::string_view device) {
+                                                        std::string_view device,
+                                                        std::string_view versions) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT " FLOWC_TUNING_COLUMNS
+                   " FROM tuning_records WHERE signature = "
+                   "?1 AND device = ?2 AND versions = ?3 ORDER BY time_ns, candidate"));
+  stmt.bind(1, signature).bind(2, device).bind(3, versions);
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row)
+      return std::optional<TuningRecord>();
+    if (std::optional<TuningRecord> record = validTuningRow(stmt, db_->path()))
+      return record;
+  }
+}
+
+Expected<std::vector<TuningRecord>> Index::listTuning(std::string_view device) {
   std::lock_guard lock(mutex_);
   FLOWC_ASSIGN_OR_RETURN(
       Statement stmt,
       db_->prepare(
-          "SELECT candidate, time_ns FROM tuning_records WHERE signature = ?1 AND "
-          "device = ?2 ORDER BY time_ns LIMIT 1"));
-  stmt.bind(1, signature).bind(2, device);
-  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
-  if (!row)
-    return std::optional<TuningRecord>();
-  TuningRecord record;
-  record.signature = signature;
-  record.device = device;
-  record.candidate = stmt.text(0);
-  record.timeNs = stmt.integer(1);
-  return std::optional<TuningRecord>(std::move(record));
+          "SELECT " FLOWC_TUNING_COLUMNS " FROM tuning_records WHERE ?1 = '' OR "
+          "device = ?1 ORDER BY signature, device, versions, time_ns, candidate"));
+  stmt.bind(1, device);
+  std::vector<TuningRecord> records;
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row)
+      return records;
+    if (std::optional<TuningRecord> record = validTuningRow(stmt, db_->path()))
+      records.push_back(std::move(*record));
+  }
 }
+
+Expected<std::string> Index::tuningState(std::string_view device) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt, db_->prepare("SELECT digest FROM tuning_state WHERE device = ?1"));
+  stmt.bind(1, device);
+  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+  if (!row) {
+    static const std::string none = noTuningState();
+    return none;
+  }
+  return stmt.text(0);
+}
+
+Expected<uint64_t> Index::clearTuning(std::string_view device) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(*db_));
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement records,
+      db_->prepare("DELETE FROM tuning_records WHERE ?1 = '' OR device = ?1"));
+  FLOWC_RETURN_IF_ERROR(records.bind(1, device).run());
+  uint64_t removed = static_cast<uint64_t>(db_->changes());
+  // No state row reads as no records.
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement states,
+      db_->prepare("DELETE FROM tuning_state WHERE ?1 = '' OR device = ?1"));
+  FLOWC_RETURN_IF_ERROR(states.bind(1, device).run());
+  FLOWC_RETURN_IF_ERROR(txn.commit());
+  return removed;
+}
+
+#undef FLOWC_TUNING_COLUMNS
 
 Status Index::bump(std::string_view counter, int64_t delta) {
   std::lock_guard lock(mutex_);

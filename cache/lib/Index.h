@@ -64,9 +64,25 @@ public:
   Status putStat(const FileIdentity &file, std::string_view purpose, const Digest &digest,
                  const std::vector<FileIdentity> &inputs);
 
+  /// Keeps a valid `record`, replacing the row of its key, and recomputes
+  /// its device's tuning state, in one transaction.
   Status putTuning(const TuningRecord &record);
+  /// Valid records, in one transaction: each replaces the row of its key
+  /// only if it was measured later; the state of every device touched is
+  /// recomputed. How many rows were written.
+  Expected<uint64_t> importTuning(const std::vector<TuningRecord> &records);
+  /// The fastest valid row of the key (ties: the lowest candidate); rows
+  /// that are not valid are skipped with a warning.
   Expected<std::optional<TuningRecord>> bestTuning(std::string_view signature,
-                                                   std::string_view device);
+                                                   std::string_view device,
+                                                   std::string_view versions);
+  /// Valid rows (of `device` when not empty) by signature, device, versions,
+  /// time; rows that are not valid are skipped with a warning.
+  Expected<std::vector<TuningRecord>> listTuning(std::string_view device);
+  /// The stored state digest of `device`, or that of no records.
+  Expected<std::string> tuningState(std::string_view device);
+  /// Deletes the rows (of `device` when not empty) and their states.
+  Expected<uint64_t> clearTuning(std::string_view device);
 
   Status bump(std::string_view counter, int64_t delta);
   Expected<CacheStats> stats();
@@ -79,6 +95,9 @@ private:
   Status writeAction(ActionKind kind, const Digest &key, const Digest &result,
                      const std::vector<Digest> &deps);
   Expected<int> schemaVersion();
+  /// Recomputes tuning_state's row of `device` from its valid bests, inside
+  /// the caller's transaction and lock.
+  Status updateTuningStateLocked(std::string_view device);
 
   std::unique_ptr<Database> db_;
   std::mutex mutex_;

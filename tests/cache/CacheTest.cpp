@@ -4,6 +4,9 @@
 
 #include "../common/TestUtil.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -578,18 +581,328 @@ TEST(IndexTest, RefusesAnIndexFromANewerFlowc) {
               StatusIs(StatusCode::FailedPrecondition, "schema version 99"));
 }
 
-TEST(TuningTest, KeepsTheFastestCandidate) {
+/// A valid record of (signature, device, versions, candidate).
+TuningRecord tuning(std::string signature, std::string device, std::string versions,
+                    std::string candidate, int64_t timeNs, int64_t measuredMs = 1000) {
+  TuningRecord record;
+  record.signature = std::move(signature);
+  record.device = std::move(device);
+  record.versions = std::move(versions);
+  record.candidate = std::move(candidate);
+  record.timeNs = timeNs;
+  record.spreadNs = timeNs / 20;
+  record.samples = 15;
+  record.separated = true;
+  record.noise = 0.0125;
+  record.measuredMs = measuredMs;
+  record.host = "host-a";
+  return record;
+}
+
+std::string stateOf(Cache &cache, std::string_view device) {
+  auto state = cache.tuningState(device);
+  EXPECT_TRUE(state) << state.status().message();
+  return state ? *state : "";
+}
+
+/// Runs `sql` on the cache's index with the sqlite3 shell (what another
+/// program, or damage, could leave there).
+void runSql(const TempDir &dir, const std::string &sql) {
+  ASSERT_EQ(
+      std::system(("sqlite3 '" + dir.file("index.sqlite") + "' \"" + sql + "\"").c_str()),
+      0);
+}
+
+TEST(TuningTest, ARecordIsReusedAfterReopening) {
+  TempDir dir;
+  {
+    auto cache = openCache(dir);
+    ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900)));
+    ASSERT_TRUE(
+        cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nchw16c", 700)));
+    // Measured again, slower this time: the new measurement replaces the old.
+    ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 950)));
+  }
+  // The record lasts: another process (a later compile) reads it.
+  auto cache = openCache(dir);
+  auto best = cache->bestTuning("conv3x3", "xeon", "dnnl-3.6");
+  ASSERT_TRUE(best && best->has_value()) << best.status().message();
+  EXPECT_EQ((*best)->candidate, "nchw16c");
+  EXPECT_EQ((*best)->timeNs, 700);
+  EXPECT_EQ((*best)->spreadNs, 35);
+  EXPECT_EQ((*best)->samples, 15);
+  EXPECT_TRUE((*best)->separated);
+  EXPECT_DOUBLE_EQ((*best)->noise, 0.0125);
+  EXPECT_EQ((*best)->measuredMs, 1000);
+  EXPECT_EQ((*best)->host, "host-a");
+  auto all = cache->listTuning();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[1].candidate, "nhwc");
+  EXPECT_EQ((*all)[1].timeNs, 950);
+}
+
+TEST(TuningTest, ARecordForAnotherDeviceOrOtherVersionsIsNotReturned) {
   TempDir dir;
   auto cache = openCache(dir);
-  ASSERT_TRUE(cache->recordTuning({"conv3x3", "xeon", "tile8", 900}));
-  ASSERT_TRUE(cache->recordTuning({"conv3x3", "xeon", "tile16", 700}));
-  ASSERT_TRUE(cache->recordTuning({"conv3x3", "xeon", "tile8", 650}));
-  ASSERT_TRUE(cache->recordTuning({"conv3x3", "h200", "tile32", 10}));
-  auto best = cache->bestTuning("conv3x3", "xeon");
-  ASSERT_TRUE(best && best->has_value());
-  EXPECT_EQ((*best)->candidate, "tile8");
-  EXPECT_EQ((*best)->timeNs, 650);
-  EXPECT_FALSE(cache->bestTuning("conv5x5", "xeon")->has_value());
+  ASSERT_TRUE(
+      cache->recordTuning(tuning("conv3x3", "xeon-8480", "dnnl-3.6", "nhwc", 900)));
+  // Another CPU model, other library versions, another kernel: no record.
+  EXPECT_FALSE(cache->bestTuning("conv3x3", "epyc-9654", "dnnl-3.6")->has_value());
+  EXPECT_FALSE(cache->bestTuning("conv3x3", "xeon-8480", "dnnl-3.7")->has_value());
+  EXPECT_FALSE(cache->bestTuning("conv5x5", "xeon-8480", "dnnl-3.6")->has_value());
+  EXPECT_TRUE(cache->bestTuning("conv3x3", "xeon-8480", "dnnl-3.6")->has_value());
+  EXPECT_EQ(cache->listTuning("epyc-9654")->size(), 0u);
+  EXPECT_EQ(cache->listTuning("xeon-8480")->size(), 1u);
+}
+
+TEST(TuningTest, AnInvalidRecordIsRefusedNamingTheField) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  auto with = [](auto change) {
+    TuningRecord record = tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900);
+    change(record);
+    return record;
+  };
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.signature.clear(); })),
+              StatusIs(StatusCode::InvalidArgument, "signature is empty"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.device.clear(); })),
+              StatusIs(StatusCode::InvalidArgument, "device is empty"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.versions.clear(); })),
+              StatusIs(StatusCode::InvalidArgument, "versions is empty"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.candidate.clear(); })),
+              StatusIs(StatusCode::InvalidArgument, "candidate is empty"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.timeNs = 0; })),
+              StatusIs(StatusCode::InvalidArgument, "time_ns is 0, not positive"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.spreadNs = -1; })),
+              StatusIs(StatusCode::InvalidArgument, "spread_ns is -1"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.samples = 0; })),
+              StatusIs(StatusCode::InvalidArgument, "samples is 0"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.noise = NAN; })),
+              StatusIs(StatusCode::InvalidArgument, "noise is"));
+  EXPECT_THAT(cache->recordTuning(with([](TuningRecord &r) { r.noise = -0.5; })),
+              StatusIs(StatusCode::InvalidArgument, "noise is"));
+  // Nothing was kept.
+  EXPECT_EQ(cache->listTuning()->size(), 0u);
+  // A read-only cache writes no record.
+  CacheOptions options;
+  options.access = CacheAccess::ReadOnly;
+  auto readOnly = Cache::open(dir.path(), options);
+  ASSERT_TRUE(readOnly);
+  EXPECT_THAT((*readOnly)->recordTuning(with([](TuningRecord &) {})),
+              StatusIs(StatusCode::Unavailable, "read-only"));
+  EXPECT_THAT((*readOnly)->importTuning(R"({"format":"flowc.tuning.v1","records":[]})"),
+              StatusIs(StatusCode::Unavailable, "read-only"));
+  EXPECT_THAT((*readOnly)->clearTuning(), StatusIs(StatusCode::Unavailable, "read-only"));
+}
+
+TEST(TuningTest, ACorruptRowIsIgnoredWithAWarning) {
+  TempDir dir;
+  {
+    auto cache = openCache(dir);
+    ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900)));
+  }
+  // A row no cache would write: a negative time, which would sort first.
+  runSql(dir, "INSERT INTO tuning_records VALUES('conv3x3', 'xeon', 'dnnl-3.6', "
+              "'broken', -5, 0, 10, 1, 0.01, 1000, 'h')");
+  auto cache = openCache(dir);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  auto best = cache->bestTuning("conv3x3", "xeon", "dnnl-3.6");
+  auto all = cache->listTuning();
+  std::string logged =
+      ::testing::internal::GetCapturedStdout() + ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(best && best->has_value()) << best.status().message();
+  EXPECT_EQ((*best)->candidate, "nhwc");
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_THAT(logged, ::testing::HasSubstr("candidate 'broken')"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("is ignored: tuning record: time_ns is -5"));
+  // The export leaves it out too.
+  EXPECT_THAT(*cache->exportTuning(), ::testing::Not(::testing::HasSubstr("broken")));
+}
+
+TEST(TuningTest, StateIsEqualForTheSameBestsWhateverTheOrder) {
+  TempDir dirA, dirB, dirEmpty;
+  auto a = openCache(dirA);
+  auto b = openCache(dirB);
+  auto empty = openCache(dirEmpty);
+  std::vector<TuningRecord> records = {
+      tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900),
+      tuning("conv3x3", "xeon", "dnnl-3.6", "nchw16c", 700),
+      tuning("matmul", "xeon", "dnnl-3.6", "brgemm", 300),
+      tuning("matmul", "xeon", "dnnl-3.7", "gemm", 350),
+  };
+  for (const TuningRecord &record : records)
+    ASSERT_TRUE(a->recordTuning(record));
+  for (auto it = records.rbegin(); it != records.rend(); ++it)
+    ASSERT_TRUE(b->recordTuning(*it));
+  // B also measured a slower candidate, with other times: same bests.
+  ASSERT_TRUE(b->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "jit", 1200, 5000)));
+  EXPECT_EQ(stateOf(*a, "xeon"), stateOf(*b, "xeon"));
+  EXPECT_THAT(stateOf(*a, "xeon"), ::testing::StartsWith("sha256:"));
+  EXPECT_NE(stateOf(*a, "xeon"), stateOf(*empty, "xeon"));
+  // Another device's state is that of no records, in every cache.
+  EXPECT_EQ(stateOf(*a, "epyc"), stateOf(*empty, "xeon"));
+  EXPECT_EQ(stateOf(*a, "epyc"), stateOf(*empty, "epyc"));
+}
+
+TEST(TuningTest, StateChangesWithANewBestOnly) {
+  TempDir dir, dirEmpty;
+  auto cache = openCache(dir);
+  std::string none = stateOf(*openCache(dirEmpty), "xeon");
+  ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900)));
+  std::string first = stateOf(*cache, "xeon");
+  EXPECT_NE(first, none);
+  // A slower candidate leaves the best, so the state, alone.
+  ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "jit", 1500)));
+  EXPECT_EQ(stateOf(*cache, "xeon"), first);
+  // So does a record for another device.
+  ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "epyc", "dnnl-3.6", "gemm", 10)));
+  EXPECT_EQ(stateOf(*cache, "xeon"), first);
+  // A faster one is a new best.
+  ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nchw16c", 600)));
+  std::string second = stateOf(*cache, "xeon");
+  EXPECT_NE(second, first);
+  // A new kernel is a new best too.
+  ASSERT_TRUE(cache->recordTuning(tuning("matmul", "xeon", "dnnl-3.6", "brgemm", 300)));
+  EXPECT_NE(stateOf(*cache, "xeon"), second);
+  // Cleared, the state is that of no records again.
+  ASSERT_TRUE(cache->clearTuning("xeon"));
+  EXPECT_EQ(stateOf(*cache, "xeon"), none);
+}
+
+TEST(TuningTest, ExportThenImportGivesTheSameRecordsAndState) {
+  TempDir dirA, dirB;
+  auto a = openCache(dirA);
+  ASSERT_TRUE(a->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900)));
+  ASSERT_TRUE(a->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nchw16c", 700)));
+  ASSERT_TRUE(
+      a->recordTuning(tuning("loop:sha256:ab", "epyc", "llvm-22", "tile8x4", 40)));
+  auto document = a->exportTuning();
+  ASSERT_TRUE(document) << document.status().message();
+  auto b = openCache(dirB);
+  auto report = b->importTuning(*document);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->imported, 3u);
+  EXPECT_EQ(report->ignored, 0u);
+  EXPECT_EQ(report->stale, 0u);
+  // Every field came across.
+  EXPECT_EQ(*b->exportTuning(), *document);
+  EXPECT_EQ(stateOf(*b, "xeon"), stateOf(*a, "xeon"));
+  EXPECT_EQ(stateOf(*b, "epyc"), stateOf(*a, "epyc"));
+  // One device's export holds that device's records only.
+  auto epyc = nlohmann::json::parse(*a->exportTuning("epyc"));
+  EXPECT_EQ(epyc["format"], "flowc.tuning.v1");
+  ASSERT_EQ(epyc["records"].size(), 1u);
+  EXPECT_EQ(epyc["records"][0]["candidate"], "tile8x4");
+  // Imported again, nothing is newer than what is held.
+  report = b->importTuning(*document);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->imported, 0u);
+  EXPECT_EQ(report->stale, 3u);
+}
+
+TEST(TuningTest, ImportReplacesARecordOnlyWithANewerOne) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  ASSERT_TRUE(
+      cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900, 2000)));
+  auto documentOf = [](const TuningRecord &record) {
+    nlohmann::json json = {{"format", "flowc.tuning.v1"},
+                           {"records",
+                            {{{"signature", record.signature},
+                              {"device", record.device},
+                              {"versions", record.versions},
+                              {"candidate", record.candidate},
+                              {"time_ns", record.timeNs},
+                              {"spread_ns", record.spreadNs},
+                              {"samples", record.samples},
+                              {"separated", record.separated},
+                              {"noise", record.noise},
+                              {"measured_ms", record.measuredMs},
+                              {"host", record.host}}}}};
+    return json.dump();
+  };
+  // Older: the cache keeps its own.
+  auto older = cache->importTuning(
+      documentOf(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 500, 1000)));
+  ASSERT_TRUE(older) << older.status().message();
+  EXPECT_EQ(older->imported, 0u);
+  EXPECT_EQ(older->stale, 1u);
+  EXPECT_EQ((*cache->bestTuning("conv3x3", "xeon", "dnnl-3.6"))->timeNs, 900);
+  // Newer: replaced.
+  auto newer = cache->importTuning(
+      documentOf(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 800, 3000)));
+  ASSERT_TRUE(newer);
+  EXPECT_EQ(newer->imported, 1u);
+  EXPECT_EQ((*cache->bestTuning("conv3x3", "xeon", "dnnl-3.6"))->timeNs, 800);
+}
+
+TEST(TuningTest, ImportRefusesADocumentThatIsNotAnExport) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  EXPECT_THAT(cache->importTuning("PK\x03\x04 not json"),
+              StatusIs(StatusCode::InvalidArgument, "not a tuning export: not JSON"));
+  EXPECT_THAT(cache->importTuning("[1, 2]"),
+              StatusIs(StatusCode::InvalidArgument,
+                       "not a tuning export: no \"format\": \"flowc.tuning.v1\""));
+  EXPECT_THAT(cache->importTuning(R"({"format":"flowc.bundle.v1","records":[]})"),
+              StatusIs(StatusCode::InvalidArgument,
+                       "format is 'flowc.bundle.v1', expected 'flowc.tuning.v1'"));
+  EXPECT_THAT(cache->importTuning(R"({"format":"flowc.tuning.v1"})"),
+              StatusIs(StatusCode::InvalidArgument, "\"records\" is missing"));
+}
+
+TEST(TuningTest, ImportIgnoresAndCountsRecordsThatAreNotValid) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  nlohmann::json good = nlohmann::json::parse(R"({"signature": "conv3x3",
+      "device": "xeon", "versions": "dnnl-3.6", "candidate": "nhwc", "time_ns": 900,
+      "spread_ns": 40, "samples": 15, "separated": true, "noise": 0.01,
+      "measured_ms": 1000, "host": "h"})");
+  nlohmann::json negative = good;
+  negative["candidate"] = "jit";
+  negative["time_ns"] = -3;
+  nlohmann::json wrongType = good;
+  wrongType["candidate"] = "gemm";
+  wrongType["samples"] = "many";
+  nlohmann::json missing = good;
+  missing["candidate"] = "brg";
+  missing.erase("host");
+  nlohmann::json document = {{"format", "flowc.tuning.v1"},
+                             {"records", {good, negative, wrongType, missing, 7}}};
+  ::testing::internal::CaptureStdout();
+  auto report = cache->importTuning(document.dump());
+  std::string logged = ::testing::internal::GetCapturedStdout();
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->imported, 1u);
+  EXPECT_EQ(report->ignored, 4u);
+  EXPECT_THAT(logged,
+              ::testing::HasSubstr("record 1 is ignored: tuning record: time_ns is -3"));
+  EXPECT_THAT(logged,
+              ::testing::HasSubstr("record 2 is ignored: 'samples' is missing or not"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("record 3 is ignored: 'host' is missing"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("record 4 is ignored: not an object"));
+  auto all = cache->listTuning();
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].candidate, "nhwc");
+}
+
+TEST(TuningTest, ClearRemovesOneDeviceOrEveryRecord) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "nhwc", 900)));
+  ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "xeon", "dnnl-3.6", "jit", 950)));
+  ASSERT_TRUE(cache->recordTuning(tuning("conv3x3", "epyc", "dnnl-3.6", "nhwc", 800)));
+  std::string epycState = stateOf(*cache, "epyc");
+  EXPECT_EQ(*cache->clearTuning("xeon"), 2u);
+  EXPECT_FALSE(cache->bestTuning("conv3x3", "xeon", "dnnl-3.6")->has_value());
+  EXPECT_TRUE(cache->bestTuning("conv3x3", "epyc", "dnnl-3.6")->has_value());
+  EXPECT_EQ(stateOf(*cache, "epyc"), epycState);
+  EXPECT_EQ(*cache->clearTuning(), 1u);
+  EXPECT_EQ(cache->listTuning()->size(), 0u);
+  EXPECT_EQ(*cache->clearTuning(), 0u);
 }
 
 } // namespace

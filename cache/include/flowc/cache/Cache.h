@@ -83,9 +83,16 @@ struct TuningRecord {
   bool separated = false;
   /// The measurement's noise (Measurement::noise).
   double noise = 0;
-  /// When (ms since the epoch) and where (host name) it was measured.
+  /// When (ms since the epoch) and where (host name) it was measured;
+  /// recordTuning stamps 0 with the time it records it.
   int64_t measuredMs = 0;
   std::string host;
+
+  /// InvalidArgument naming the first bad field: an empty signature,
+  /// device, versions or candidate, a time that is not positive, a negative
+  /// spread or measuredMs, no samples, a noise that is negative or not
+  /// finite.
+  Status validate() const;
 };
 
 /// What an import of tuning records did.
@@ -93,6 +100,9 @@ struct TuningImport {
   uint64_t imported = 0;
   /// Records refused (malformed, or not a record), each warned about.
   uint64_t ignored = 0;
+  /// Valid records not taken: the cache holds the same key measured as late
+  /// or later.
+  uint64_t stale = 0;
 };
 
 /// Lookups of one kind of action-cache entry.
@@ -309,29 +319,40 @@ public:
 
   // Tuning records ----------------------------------------------------------
 
-  /// Keeps `record`, replacing an earlier one of the same key. InvalidArgument
-  /// for a record that is not valid (empty fields, a time that is not
-  /// positive). A new best for its (signature, device, versions) changes
-  /// tuningState.
+  /// Keeps `record`, replacing an earlier one of the same key.
+  /// InvalidArgument naming the field for a record that is not valid
+  /// (TuningRecord::validate); Unavailable in a read-only cache. A new best
+  /// for its (signature, device, versions) changes tuningState, in the same
+  /// transaction. Thread-safe, as is every call below.
   Status recordTuning(const TuningRecord &record);
-  /// The fastest valid candidate recorded for (signature, device, versions);
-  /// a stored row that is not valid is skipped with a warning.
+  /// The fastest valid candidate recorded for (signature, device, versions)
+  /// (ties: the lowest candidate); nullopt when there is none. A stored row
+  /// that is not valid is skipped with a warning naming it.
   Expected<std::optional<TuningRecord>> bestTuning(std::string_view signature,
                                                    std::string_view device,
                                                    std::string_view versions);
-  /// Every record (of `device` when not empty), by signature then time.
+  /// Every valid record (of `device` when not empty), by signature, device,
+  /// versions, then time; rows that are not valid are skipped with a warning.
   Expected<std::vector<TuningRecord>> listTuning(std::string_view device = {});
-  /// A digest of the best candidate of every (signature, versions) of
-  /// `device`: equal for caches holding the same bests, whatever else they
-  /// hold or the order they learned it in. Part of artifact and code keys.
+  /// `sha256:<hex>` over the best candidate of every (signature, versions)
+  /// of `device`: equal for caches holding the same bests, whatever else
+  /// they hold or the order they learned it in; a fixed value when there
+  /// are none. One indexed row read (kept up to date by every write), as
+  /// every compile asks. Part of artifact and code keys.
   Expected<std::string> tuningState(std::string_view device);
   /// Removes every record (of `device` when not empty); how many went.
+  /// Unavailable in a read-only cache.
   Expected<uint64_t> clearTuning(std::string_view device = {});
-  /// The records as a JSON document ({"format": "flowc.tuning.v1",
-  /// "records": [...]}), for importTuning elsewhere.
+  /// The valid records (of `device` when not empty) as a JSON document
+  /// ({"format": "flowc.tuning.v1", "records": [{signature, device,
+  /// versions, candidate, time_ns, spread_ns, samples, separated, noise,
+  /// measured_ms, host}, ...]}), for importTuning elsewhere.
   Expected<std::string> exportTuning(std::string_view device = {});
-  /// Records from an exportTuning document. InvalidArgument when it is not
-  /// one; a record in it that is not valid is ignored with a warning.
+  /// Records from an exportTuning document, in one transaction: a record
+  /// replaces the one of the same key only if it was measured later.
+  /// InvalidArgument when the document is not JSON or not that format; a
+  /// record in it that is not valid is ignored with a warning naming its
+  /// position and counted. Unavailable in a read-only cache.
   Expected<TuningImport> importTuning(std::string_view document);
 
   // Maintenance -----------------------------------------------------------
