@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fcntl.h>
+#include <sched.h>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -292,6 +293,24 @@ std::string measureLockPath() {
   return "/tmp/flowc-measure-" + std::to_string(::getuid()) + ".lock";
 }
 
+/// Restores the calling thread's CPU affinity on scope exit: a worker
+/// process runs other tasks after a measurement, whose threads (spawned
+/// from this one) must not all inherit its one pinned core.
+class AffinityRestorer {
+public:
+  AffinityRestorer() { saved_ = ::sched_getaffinity(0, sizeof mask_, &mask_) == 0; }
+  AffinityRestorer(const AffinityRestorer &) = delete;
+  AffinityRestorer &operator=(const AffinityRestorer &) = delete;
+  ~AffinityRestorer() {
+    if (saved_)
+      ::sched_setaffinity(0, sizeof mask_, &mask_);
+  }
+
+private:
+  cpu_set_t mask_{};
+  bool saved_ = false;
+};
+
 /// A hook for the tests of measure tasks whose worker dies: the first task
 /// that finds no file at this path creates it and crashes.
 void crashOnceForTests() {
@@ -410,6 +429,7 @@ Status runMeasureTask(const json &measure, const compiler::CompileOptions &optio
   if (candidates.empty() || settings.maxRounds < 1 || !(settings.budgetSeconds >= 0))
     return invalidArgument("a measure task with no candidates or no rounds");
   crashOnceForTests();
+  AffinityRestorer affinity;
   if (Status pinned = runtime::pinMeasurementThreads(); !pinned)
     spdlog::warn("measuring with threads unpinned: {}", pinned.message());
   settings.lockPath = measureLockPath();
