@@ -307,5 +307,40 @@ TEST(LoopCandidatesTest, MeasureTimesEveryCandidateOfAMillionElementKernel) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
+// Row means of x[256, 4096]: forcing the vector width reorders the sums,
+// which stay within the trial run's tolerance, so no candidate is left out.
+TEST(LoopCandidatesTest, MeasureKeepsReorderedReductionsWithinTolerance) {
+  GraphSpec spec;
+  spec.nodes = {node("ReduceMean", {"x"}, {"y"}, "mean", {intsAttribute("axes", {1})})};
+  spec.inputs = {valueInfo("x", {256, 4096})};
+  spec.outputs = {valueInfo("y", {256, 1})};
+  auto graph = importBytes(model(spec), "mean.onnx");
+  ASSERT_TRUE(graph) << graph.status().toString();
+  CompileOptions options = optimized();
+  auto plan = planCompile(graph->irBytecode, options, CodeTarget::host());
+  ASSERT_TRUE(plan) << plan.status().toString();
+  auto reduction = std::find_if(
+      plan->kernels.begin(), plan->kernels.end(), [&](const PlannedKernel &kernel) {
+        std::vector<std::string> candidates = loopKernelCandidates(kernel, options);
+        return std::find(candidates.begin(), candidates.end(), "vector=8") !=
+               candidates.end();
+      });
+  ASSERT_NE(reduction, plan->kernels.end());
+  std::vector<std::string> candidates = loopKernelCandidates(*reduction, options);
+  TempDir dir;
+  MeasureOptions measure;
+  measure.minRounds = 5;
+  measure.maxRounds = 15;
+  auto measured = measureLoopKernel(*reduction, candidates, options, measure, dir.path());
+  ASSERT_TRUE(measured) << measured.status().toString();
+  ASSERT_EQ(measured->timings.size(), candidates.size());
+  for (const CandidateTiming &timing : measured->timings) {
+    EXPECT_GT(timing.samples, 0) << timing.candidate;
+    std::cout << "[ timing   ] " << timing.candidate << ": median "
+              << timing.medianNs / 1e3 << " us, 95% [" << timing.lowNs / 1e3 << ", "
+              << timing.highNs / 1e3 << "] us\n";
+  }
+}
+
 } // namespace
 } // namespace flowc::compiler
