@@ -9,6 +9,7 @@
 
 #include "DerivedWeights.h"
 #include "LibraryKernels.h"
+#include "LoopSearch.h"
 #include "MemoryPlan.h"
 #include "Partition.h"
 #include "Pipelines.h"
@@ -62,6 +63,25 @@ void initializeLlvmOnce() {
   });
 }
 
+/// Defines `void <name>(void **args)` in `callee`'s module, which unpacks
+/// the argument array and calls `callee` with it.
+void defineUnpackingEntry(llvm::Function *callee, const char *name) {
+  llvm::Module &module = *callee->getParent();
+  llvm::LLVMContext &ctx = module.getContext();
+  auto *ptrType = llvm::PointerType::getUnqual(ctx);
+  auto *entryType = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptrType}, false);
+  auto *entry =
+      llvm::Function::Create(entryType, llvm::GlobalValue::ExternalLinkage, name, module);
+  llvm::IRBuilder<> builder(llvm::BasicBlock::Create(ctx, "entry", entry));
+  llvm::SmallVector<llvm::Value *> args;
+  for (unsigned i = 0; i < callee->arg_size(); ++i) {
+    llvm::Value *slot = builder.CreateConstGEP1_64(ptrType, entry->getArg(0), i);
+    args.push_back(builder.CreateLoad(ptrType, slot));
+  }
+  builder.CreateCall(callee, args);
+  builder.CreateRetVoid();
+}
+
 /// Adds `void flowc_entry(void **args)` that unpacks the argument array and
 /// calls the graph function, so the runtime needs one signature for all
 /// models.
@@ -71,19 +91,7 @@ Status addEntryPoint(llvm::Module &module) {
     return internalError("lowered module has no @main");
   graph->setName("flowc_graph");
   graph->setLinkage(llvm::GlobalValue::InternalLinkage);
-  llvm::LLVMContext &ctx = module.getContext();
-  auto *ptrType = llvm::PointerType::getUnqual(ctx);
-  auto *entryType = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptrType}, false);
-  auto *entry = llvm::Function::Create(entryType, llvm::GlobalValue::ExternalLinkage,
-                                       kEntrySymbol, module);
-  llvm::IRBuilder<> builder(llvm::BasicBlock::Create(ctx, "entry", entry));
-  llvm::SmallVector<llvm::Value *> args;
-  for (unsigned i = 0; i < graph->arg_size(); ++i) {
-    llvm::Value *slot = builder.CreateConstGEP1_64(ptrType, entry->getArg(0), i);
-    args.push_back(builder.CreateLoad(ptrType, slot));
-  }
-  builder.CreateCall(graph, args);
-  builder.CreateRetVoid();
+  defineUnpackingEntry(graph, kEntrySymbol);
   return Status::ok();
 }
 
@@ -647,11 +655,30 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   return plan;
 }
 
+/// The lowering `kernel.candidate` asks for; InvalidArgument naming the
+/// kernel and the candidate when it is malformed or asks for what
+/// `options` leave out.
+Expected<LoopCandidate> kernelCandidate(const PlannedKernel &kernel,
+                                        const CompileOptions &options) {
+  auto bad = [&](const std::string &why) {
+    return invalidArgument("kernel " + kernel.symbol + ": candidate '" +
+                           kernel.candidate + "': " + why);
+  };
+  Expected<LoopCandidate> candidate = parseLoopCandidate(kernel.candidate);
+  if (!candidate)
+    return bad(candidate.status().message());
+  if (candidate->parallelDims && !usesOpenMp(options))
+    return bad("sets parallel dimensions, but this compile has no parallel loops "
+               "(-O0 or flowc-parallelize-loops disabled)");
+  return candidate;
+}
+
 Expected<std::string> compileKernelUnguarded(const PlannedKernel &kernel,
                                              const CompileOptions &options,
                                              const CodeTarget &target,
                                              IrPrinter *printer) {
   FLOWC_RETURN_IF_ERROR(options.validate());
+  FLOWC_ASSIGN_OR_RETURN(LoopCandidate candidate, kernelCandidate(kernel, options));
   CodegenContext codegen;
   mlir::MLIRContext &context = codegen.context;
   DiagnosticCollector diagnostics(context);
@@ -661,7 +688,7 @@ Expected<std::string> compileKernelUnguarded(const PlannedKernel &kernel,
     return invalidArgument("kernel " + kernel.symbol +
                            ": its IR does not parse: " + diagnostics.text);
   mlir::PassManager lower(&context);
-  buildLowerToLlvmPipeline(lower, options);
+  buildLowerToLlvmPipeline(lower, options, candidate);
   if (printer)
     printer->attach(lower);
   FLOWC_RETURN_IF_ERROR(runStage(lower, *module, diagnostics,
@@ -669,6 +696,9 @@ Expected<std::string> compileKernelUnguarded(const PlannedKernel &kernel,
   FLOWC_ASSIGN_OR_RETURN(ObjectUnit unit,
                          translateUnit(*module, kernel.symbol, diagnostics));
   hideSymbol(*unit.module, kernel.symbol);
+  // In LLVM IR, where every loop of the kernel is a natural loop (OpenMP's
+  // outlined bodies included), before LLVM's loop passes read the hints.
+  annotateInnermostLoops(*unit.module, candidate);
   FLOWC_RETURN_IF_ERROR(compileUnit(unit, target, options.optLevel));
   return std::move(unit.object);
 }
@@ -695,7 +725,7 @@ kernelObjects(const CompilePlan &plan, const CompileOptions &options,
   std::vector<size_t> missing;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     if (cache)
-      if (std::optional<std::string> object = cache->lookup(plan.kernels[i].key)) {
+      if (std::optional<std::string> object = cache->lookup(plan.kernels[i].cacheKey())) {
         objects[i] = std::move(*object);
         ++report.cachedLoopKernels;
         continue;
@@ -723,7 +753,7 @@ kernelObjects(const CompilePlan &plan, const CompileOptions &options,
       return compiled[m].status();
     objects[missing[m]] = std::move(*compiled[m]);
     if (cache)
-      cache->store(plan.kernels[missing[m]].key, objects[missing[m]]);
+      cache->store(plan.kernels[missing[m]].cacheKey(), objects[missing[m]]);
   }
   return objects;
 }
@@ -750,6 +780,27 @@ Expected<std::string> compileKernel(const PlannedKernel &kernel,
   return guarded("kernel " + kernel.symbol, [&] {
     return compileKernelUnguarded(kernel, options, target, nullptr);
   });
+}
+
+Expected<std::string> measureEntryObject(const std::string &kernelSymbol,
+                                         unsigned arguments, const CodeTarget &target) {
+  llvm::LLVMContext context;
+  llvm::Module module("measure", context);
+  auto *ptrType = llvm::PointerType::getUnqual(context);
+  llvm::SmallVector<llvm::Type *> parameters(arguments, ptrType);
+  auto *kernelType =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(context), parameters, false);
+  auto *kernel = llvm::Function::Create(kernelType, llvm::GlobalValue::ExternalLinkage,
+                                        kernelSymbol, module);
+  // compileKernel hides the kernel's symbol: the entry reaches it inside the
+  // shared object.
+  kernel->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  kernel->setDSOLocal(true);
+  defineUnpackingEntry(kernel, kMeasureEntrySymbol);
+  FLOWC_ASSIGN_OR_RETURN(auto machine, createTargetMachine(target, 1));
+  module.setDataLayout(machine->createDataLayout());
+  module.setTargetTriple(machine->getTargetTriple());
+  return emitObject(module, *machine);
 }
 
 Expected<std::string> linkSharedObject(const CompilePlan &plan,

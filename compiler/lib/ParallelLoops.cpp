@@ -103,24 +103,22 @@ mlir::scf::ParallelOp splitParallelLoop(mlir::scf::ParallelOp loop,
   return parallel;
 }
 
-/// How many leading dimensions of an outermost nest run in parallel: all
-/// but the innermost (the vectorized one) when the others have more than one
-/// iteration, the only one when it is alone; 0 for a nest too small.
+/// How many leading dimensions of `loop`, an outermost nest, run in
+/// parallel by default (defaultParallelDims); 0 for dynamic bounds.
 unsigned parallelDimsFor(mlir::scf::ParallelOp loop) {
   std::optional<int64_t> iterations = nestIterations(loop);
-  if (!iterations || *iterations < kMinParallelIterations)
+  if (!iterations)
     return 0;
-  unsigned dims = loop.getNumLoops();
-  if (dims == 1)
-    return 1;
-  int64_t outer = 1;
-  for (unsigned i = 0; i + 1 < dims; ++i)
-    outer *= *staticTripCount(loop.getLowerBound()[i], loop.getUpperBound()[i],
-                              loop.getStep()[i]);
-  return outer > 1 ? dims - 1 : dims;
+  llvm::SmallVector<int64_t> trips;
+  for (unsigned i = 0; i < loop.getNumLoops(); ++i)
+    trips.push_back(*staticTripCount(loop.getLowerBound()[i], loop.getUpperBound()[i],
+                                     loop.getStep()[i]));
+  return defaultParallelDims(trips, *iterations);
 }
 
 struct ParallelizeLoopsPass : impl::ParallelizeLoopsPassBase<ParallelizeLoopsPass> {
+  using ParallelizeLoopsPassBase::ParallelizeLoopsPassBase;
+
   void runOnOperation() override {
     // Outermost nests first: each is kept whole, split, or made sequential.
     llvm::SmallVector<mlir::scf::ParallelOp> outermost;
@@ -153,7 +151,10 @@ struct ParallelizeLoopsPass : impl::ParallelizeLoopsPassBase<ParallelizeLoopsPas
     // Kernel bodies are replaced by library calls.
     if (!function || function->hasAttr(kKernelKindAttr))
       return;
-    unsigned dims = parallelDimsFor(loop);
+    // A candidate's count holds for every nest, whatever its size.
+    unsigned dims = parallelDims >= 0 ? std::min(static_cast<unsigned>(parallelDims),
+                                                 loop.getNumLoops())
+                                      : parallelDimsFor(loop);
     if (dims == 0)
       return;
     if (dims < loop.getNumLoops())
@@ -164,5 +165,17 @@ struct ParallelizeLoopsPass : impl::ParallelizeLoopsPassBase<ParallelizeLoopsPas
 };
 
 } // namespace
+
+unsigned defaultParallelDims(std::span<const int64_t> trips, int64_t iterations) {
+  if (trips.empty() || iterations < kMinParallelIterations)
+    return 0;
+  unsigned dims = trips.size();
+  if (dims == 1)
+    return 1;
+  int64_t outer = 1;
+  for (unsigned i = 0; i + 1 < dims; ++i)
+    outer *= trips[i];
+  return outer > 1 ? dims - 1 : dims;
+}
 
 } // namespace flowc::compiler

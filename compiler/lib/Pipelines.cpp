@@ -152,13 +152,17 @@ void buildPrepareLoopsPipeline(mlir::OpPassManager &pm, const CompileOptions &op
     pm.addPass(createPartitionKernelsPass());
 }
 
-void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
+void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &options,
+                              const LoopCandidate &candidate) {
   bool parallel = usesOpenMp(options);
   if (parallel) {
     // Large loop nests run on the runtime's threads, as OpenMP worksharing
     // loops (the same OpenMP runtime as the library kernels).
     pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToParallelLoopsPass());
-    pm.addPass(createParallelizeLoopsPass());
+    ParallelizeLoopsPassOptions parallelize;
+    if (candidate.parallelDims)
+      parallelize.parallelDims = static_cast<int>(*candidate.parallelDims);
+    pm.addPass(createParallelizeLoopsPass(parallelize));
     pm.addPass(mlir::createConvertSCFToOpenMPPass());
     // Drops the alloca scopes the conversion wraps loop bodies in (they hold
     // no allocas here), which must not span the blocks scf-to-cf makes.

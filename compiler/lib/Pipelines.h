@@ -5,6 +5,8 @@
 
 #include "flowc/compiler/Compiler.h"
 
+#include "LoopSearch.h"
+
 namespace mlir {
 class OpPassManager;
 } // namespace mlir
@@ -21,8 +23,10 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
 void buildPrepareLoopsPipeline(mlir::OpPassManager &pm, const CompileOptions &options);
 
 /// Stage 3: buffers -> the LLVM dialect; run on @main's module and on each
-/// kernel's.
-void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &options);
+/// kernel's. A kernel's search candidate may fix its parallel dimensions
+/// (its loop hints are put on in LLVM IR, after this stage).
+void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &options,
+                              const LoopCandidate &candidate = {});
 
 /// Whether the generated code calls the OpenMP runtime
 /// (flowc-parallelize-loops runs), so the shared object must link it.

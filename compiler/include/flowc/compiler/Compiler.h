@@ -260,8 +260,11 @@ std::vector<std::string> loopKernelCandidates(const PlannedKernel &kernel,
 
 /// Compiles each of `candidates` of `kernel` for this host (in `workDir`)
 /// and times them against each other (measureInterleaved) on random data of
-/// the kernel's buffers' shapes. InvalidArgument for a candidate that is not
-/// one of loopKernelCandidates'.
+/// the kernel's buffers' shapes (the caller pins the threads). The first
+/// candidate is the reference: a later one that fails to build or whose
+/// results differ from it beyond a float tolerance gets 0 samples
+/// (`dropped`) and a warning. InvalidArgument for a candidate that is not
+/// one of loopKernelCandidates'; the first candidate's build error as it is.
 Expected<Measurement> measureLoopKernel(const PlannedKernel &kernel,
                                         const std::vector<std::string> &candidates,
                                         const CompileOptions &options,

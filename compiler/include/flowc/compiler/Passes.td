@@ -224,11 +224,17 @@ def ParallelizeLoopsPass : Pass<"flowc-parallelize-loops", "::mlir::ModuleOp"> {
     every other `scf.parallel` becomes `scf.for`, as do nests inside
     library-kernel bodies and nests with dynamic bounds. MLIR's
     `convert-scf-to-openmp` then turns the remaining `scf.parallel` ops into
-    OpenMP worksharing loops.
+    OpenMP worksharing loops. A search candidate fixes the count of leading
+    parallel dimensions for every nest instead (`parallel-dims`).
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
     "::mlir::scf::SCFDialect"
+  ];
+  let options = [
+    Option<"parallelDims", "parallel-dims", "int", /*default=*/"-1",
+           "Leading dimensions of every outermost nest that run in parallel, "
+           "whatever its size (0: all sequential); -1: decided per nest">
   ];
   let statistics = [
     Statistic<"nestsParallel", "nests-parallel",
