@@ -231,16 +231,23 @@ nlohmann::json Plan::toJson() const {
     json["packed"].push_back(w);
   }
   // Only with entries: a plan without search reads as before.
-  for (const TunedKernelSpec &kernel : tuned)
-    json["tuned"].push_back({{"site", kernel.site},
-                             {"kernel", kernel.kernel},
-                             {"signature", kernel.signature},
-                             {"candidate", kernel.candidate},
-                             {"time_ns", kernel.timeNs},
-                             {"spread_ns", kernel.spreadNs},
-                             {"host", kernel.host},
-                             {"measured_ms", kernel.measuredMs}});
+  if (!tuned.empty())
+    json["tuned"] = tunedKernelsJson(tuned);
   return json;
+}
+
+nlohmann::json tunedKernelsJson(const std::vector<TunedKernelSpec> &tuned) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const TunedKernelSpec &kernel : tuned)
+    list.push_back({{"site", kernel.site},
+                    {"kernel", kernel.kernel},
+                    {"signature", kernel.signature},
+                    {"candidate", kernel.candidate},
+                    {"time_ns", kernel.timeNs},
+                    {"spread_ns", kernel.spreadNs},
+                    {"host", kernel.host},
+                    {"measured_ms", kernel.measuredMs}});
+  return list;
 }
 
 namespace {
@@ -286,6 +293,17 @@ Expected<TunedKernelSpec> tunedFromJson(const nlohmann::json &json, size_t index
 
 } // namespace
 
+Expected<std::vector<TunedKernelSpec>> tunedKernelsFromJson(const nlohmann::json &json) {
+  if (!json.is_array())
+    return dataLoss("malformed execution plan: \"tuned\" is not an array");
+  std::vector<TunedKernelSpec> tuned;
+  for (size_t i = 0; i < json.size(); ++i) {
+    FLOWC_ASSIGN_OR_RETURN(TunedKernelSpec kernel, tunedFromJson(json[i], i));
+    tuned.push_back(std::move(kernel));
+  }
+  return tuned;
+}
+
 Expected<Plan> Plan::fromJson(const nlohmann::json &json) {
   try {
     Plan plan;
@@ -307,13 +325,7 @@ Expected<Plan> Plan::fromJson(const nlohmann::json &json) {
           w.value("external", false)});
     // Optional: artifacts from before search have none.
     if (json.contains("tuned")) {
-      const nlohmann::json &tuned = json.at("tuned");
-      if (!tuned.is_array())
-        return dataLoss("malformed execution plan: \"tuned\" is not an array");
-      for (size_t i = 0; i < tuned.size(); ++i) {
-        FLOWC_ASSIGN_OR_RETURN(TunedKernelSpec kernel, tunedFromJson(tuned[i], i));
-        plan.tuned.push_back(std::move(kernel));
-      }
+      FLOWC_ASSIGN_OR_RETURN(plan.tuned, tunedKernelsFromJson(json.at("tuned")));
     }
     return plan;
   } catch (const nlohmann::json::exception &e) {

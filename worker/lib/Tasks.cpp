@@ -37,31 +37,6 @@ constexpr const char *kMeasureFile = "measure.json";
 /// code is compiled again.
 constexpr const char *kCodeWeightsFormat = "flowc.code-weights.v3";
 
-json tunedJson(const std::vector<runtime::TunedKernelSpec> &tuned) {
-  json list = json::array();
-  for (const runtime::TunedKernelSpec &spec : tuned)
-    list.push_back({{"site", spec.site},
-                    {"kernel", spec.kernel},
-                    {"signature", spec.signature},
-                    {"candidate", spec.candidate},
-                    {"time_ns", spec.timeNs},
-                    {"spread_ns", spec.spreadNs},
-                    {"host", spec.host},
-                    {"measured_ms", spec.measuredMs}});
-  return list;
-}
-
-std::vector<runtime::TunedKernelSpec> tunedFrom(const json &list) {
-  std::vector<runtime::TunedKernelSpec> tuned;
-  for (const json &entry : list)
-    tuned.push_back(runtime::TunedKernelSpec{
-        entry.at("site").get<int64_t>(), entry.at("kernel").get<std::string>(),
-        entry.at("signature").get<std::string>(), entry.at("candidate").get<std::string>(),
-        entry.at("time_ns").get<int64_t>(), entry.at("spread_ns").get<int64_t>(),
-        entry.at("host").get<std::string>(), entry.at("measured_ms").get<int64_t>()});
-  return tuned;
-}
-
 json codeWeightsJson(const compiler::CodeWeights &weights) {
   json derived = json::array();
   for (const compiler::DerivedWeight &weight : weights.derived)
@@ -245,7 +220,7 @@ Status runCodegen(TaskDescription &task, const std::string &in, const std::strin
 std::string codeWeightsText(const compiler::CodeWeights &weights,
                             const std::vector<runtime::TunedKernelSpec> &tuned) {
   json text = codeWeightsJson(weights);
-  text["tuned"] = tunedJson(tuned);
+  text["tuned"] = runtime::tunedKernelsJson(tuned);
   return text.dump();
 }
 
@@ -255,11 +230,10 @@ parseCodeWeights(std::string_view bytes, std::vector<runtime::TunedKernelSpec> *
   std::optional<compiler::CodeWeights> weights = codeWeightsFrom(parsed);
   if (!weights || !tuned)
     return weights;
-  try {
-    *tuned = tunedFrom(parsed.at("tuned"));
-  } catch (const json::exception &) {
+  auto read = runtime::tunedKernelsFromJson(parsed.value("tuned", json()));
+  if (!read)
     return std::nullopt;
-  }
+  *tuned = std::move(*read);
   return weights;
 }
 

@@ -101,6 +101,11 @@ struct TunedKernelSpec {
   int64_t measuredMs = 0;
 };
 
+/// Plan::tuned as JSON, and back (DataLoss naming the entry that is not
+/// one): also how compiled code's weight list carries it.
+nlohmann::json tunedKernelsJson(const std::vector<TunedKernelSpec> &tuned);
+Expected<std::vector<TunedKernelSpec>> tunedKernelsFromJson(const nlohmann::json &json);
+
 struct Plan {
   std::string entry;
   std::vector<TensorSpec> inputs;
