@@ -47,6 +47,8 @@ struct CompileFlags {
 /// Registers --target, -O, --precision, --disable-pass, --input-shape and
 /// --thin on `cmd`.
 void addCompileFlags(CLI::App *cmd, CompileFlags &flags);
+/// Registers --search-budget (submit, compile, watch).
+void addSearchBudgetFlag(CLI::App *cmd, CompileFlags &flags);
 
 // Shared by the model commands (ReproCommand.cpp) --------------------------
 

@@ -30,6 +30,7 @@ CommandRunner addCompileCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("-o,--output", options->output,
                   "Artifact path (default: MODEL_STEM.fca)");
   addCompileFlags(cmd, options->compile);
+  addSearchBudgetFlag(cmd, options->compile);
   cmd->add_option("--threads", options->threads,
                   "Compile tasks at once (default 0: one per core)");
   cmd->add_flag("--json", options->json, "Print one JSON object");

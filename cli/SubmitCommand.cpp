@@ -248,6 +248,9 @@ void addCompileFlags(CLI::App *cmd, CompileFlags &flags) {
   cmd->add_flag("--thin", flags.thin,
                 "Thin artifact: weights referred to by digest and mapped from this "
                 "cache when it runs (kilobytes for any model; runs where the cache is)");
+}
+
+void addSearchBudgetFlag(CLI::App *cmd, CompileFlags &flags) {
   cmd->add_option("--search-budget", flags.searchBudget,
                   "SECONDS, none (default) or exhaustive: how long search may measure "
                   "kernels that have no tuning record; records are used whatever it says")
@@ -265,6 +268,7 @@ CommandRunner addSubmitCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("-o,--output", options->output,
                   "Artifact path (default: MODEL_STEM.fca)");
   addCompileFlags(cmd, options->compile);
+  addSearchBudgetFlag(cmd, options->compile);
   cmd->add_option("--print-ir-after", options->printIrAfter,
                   "Print the IR after each pass of this name (or 'all') on stderr; "
                   "compiles even on a cache hit");

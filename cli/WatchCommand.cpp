@@ -969,6 +969,7 @@ CommandRunner addWatchCommand(CLI::App &app, GlobalOptions &global) {
                   "Artifact path (default: MODEL_STEM.fca); with several models, a "
                   "directory for MODEL_STEM.fca each");
   addCompileFlags(cmd, options->compile);
+  addSearchBudgetFlag(cmd, options->compile);
   cmd->add_flag("--json", options->json, "Print one JSON object per line per event");
   cmd->add_flag("--run", options->run,
                 "After each compile, run the artifact on --input and print its outputs' "
