@@ -1,15 +1,10 @@
 #include "flowc/support/Measure.h"
 
-#include <spdlog/spdlog.h>
+#include "flowc/support/MachineLock.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 namespace flowc {
 
@@ -55,31 +50,6 @@ int64_t runOnce(const std::function<void()> &run) {
       .count();
 }
 
-/// Holds an exclusive flock on a file for its lifetime.
-class FileLock {
-public:
-  explicit FileLock(const std::string &path) {
-    if (path.empty())
-      return;
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) == 0)
-      return;
-    spdlog::warn("measuring without the lock '{}': {}", path, std::strerror(errno));
-    if (fd_ >= 0)
-      ::close(fd_);
-    fd_ = -1;
-  }
-  FileLock(const FileLock &) = delete;
-  FileLock &operator=(const FileLock &) = delete;
-  ~FileLock() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-
-private:
-  int fd_ = -1;
-};
-
 } // namespace
 
 std::pair<int, int> medianIntervalRanks(int n) {
@@ -114,7 +84,7 @@ int64_t Measurement::bestSpreadNs() const {
 Measurement measureInterleaved(const std::vector<std::string> &names,
                                const std::vector<std::function<void()>> &runs,
                                const MeasureOptions &options) {
-  FileLock lock(options.lockPath);
+  ExclusiveMachineLock lock(options.lockPath);
   auto start = Clock::now();
   auto overBudget = [&] {
     return options.budgetSeconds > 0 &&

@@ -3,6 +3,7 @@
 #include "ActionKeys.h"
 
 #include "flowc/runtime/Tuning.h"
+#include "flowc/support/MachineLock.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Sha256.h"
 
@@ -289,10 +290,6 @@ SearchChoices choicesOf(const std::vector<Tunable> &tunables,
   return choices;
 }
 
-std::string measureLockPath() {
-  return "/tmp/flowc-measure-" + std::to_string(::getuid()) + ".lock";
-}
-
 /// Restores the calling thread's CPU affinity on scope exit: a worker
 /// process runs other tasks after a measurement, whose threads (spawned
 /// from this one) must not all inherit its one pinned core.
@@ -432,7 +429,7 @@ Status runMeasureTask(const json &measure, const compiler::CompileOptions &optio
   AffinityRestorer affinity;
   if (Status pinned = runtime::pinMeasurementThreads(); !pinned)
     spdlog::warn("measuring with threads unpinned: {}", pinned.message());
-  settings.lockPath = measureLockPath();
+  settings.lockPath = machineLockPath();
   Expected<Measurement> measured = internalError("unreachable");
   if (measure.contains("library")) {
     try {

@@ -2,6 +2,7 @@
 
 #include "flowc/compiler/PassObserver.h"
 #include "flowc/worker/Search.h"
+#include "flowc/support/MachineLock.h"
 #include "flowc/support/MappedFile.h"
 
 #include <atomic>
@@ -321,6 +322,10 @@ Status runTaskDirectory(const std::string &inputDir, const std::string &outputDi
   if (ec)
     return errnoStatus(ec.value(),
                        "cannot create the output directory '" + outputDir + "'");
+  // Compiling shares the machine; a measurement's timing has it alone.
+  std::optional<SharedMachineLock> computing;
+  if (task.kind != "noop")
+    computing.emplace(machineLockPath());
   if (task.kind == "plan")
     return runPlan(task, inputDir, outputDir, progress);
   if (task.kind == "codegen")
