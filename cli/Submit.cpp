@@ -55,7 +55,8 @@ Status buildRequest(DaemonClient &client, const GlobalOptions &global,
     options.add_disabled_passes(pass);
   options.set_print_ir_after(spec.printIrAfter);
   request.set_thin(spec.compile.thin);
-  FLOWC_ASSIGN_OR_RETURN(SearchBudget budget, SearchBudget::parse(spec.compile.searchBudget));
+  FLOWC_ASSIGN_OR_RETURN(SearchBudget budget,
+                         SearchBudget::parse(spec.compile.searchBudget));
   *request.mutable_search_budget() = rpc::toProto(budget);
   request.set_client(clientIdentity());
   request.set_explain(spec.explain);

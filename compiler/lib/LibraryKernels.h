@@ -63,7 +63,6 @@ struct LibraryKernel {
 std::unique_ptr<mlir::Pass>
 createOutlineLibraryKernelsPass(Precision precision = Precision::Fp32);
 
-
 /// The kernels of `module` in site order (after outlining, from the
 /// flowc.library_call ops or, once lowered, the tagged functions, at any
 /// later stage that still has func.func ops).

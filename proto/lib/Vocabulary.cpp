@@ -88,7 +88,8 @@ Expected<SearchBudget> searchBudgetFromProto(const flowc::v1::SearchBudget &budg
   default:
     break;
   }
-  return invalidArgument(std::string(field) + ".mode is " + std::to_string(budget.mode()) +
+  return invalidArgument(std::string(field) + ".mode is " +
+                         std::to_string(budget.mode()) +
                          ", not a value this daemon knows (none, seconds, exhaustive)");
 }
 

@@ -81,7 +81,8 @@ ExclusiveMachineLock::ExclusiveMachineLock(const std::string &path) {
   }
   ownFd_ = openLockFile(path);
   if (ownFd_ >= 0 && ::flock(ownFd_, LOCK_EX) != 0) {
-    spdlog::warn("measuring without the machine lock '{}': {}", path, std::strerror(errno));
+    spdlog::warn("measuring without the machine lock '{}': {}", path,
+                 std::strerror(errno));
     ::close(ownFd_);
     ownFd_ = -1;
   }

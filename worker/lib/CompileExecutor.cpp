@@ -208,9 +208,9 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   std::string answeredBy, cachedFactors;
   // A compile that searches plans to find the kernels that have no record.
   bool looksUp = !printsIr && !request.search.searches();
-  FLOWC_ASSIGN_OR_RETURN(auto cached,
-                         !looksUp ? std::optional<Digest>()
-                                  : lookupArtifact(key, ingested, answeredBy, &cachedFactors));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto cached, !looksUp ? std::optional<Digest>()
+                            : lookupArtifact(key, ingested, answeredBy, &cachedFactors));
   if (looksUp)
     progress.countLookups("artifact", cached ? 1 : 0, cached ? 0 : 1);
   if (cached && cache_.contains(ingested.modelDigest) && servable(*cached)) {
@@ -250,8 +250,8 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_ASSIGN_OR_RETURN(Digest manifest, cache_.put(ingested.manifest));
   pins.add(manifest);
 
-  FLOWC_ASSIGN_OR_RETURN(CompiledCode code,
-                         codeFor(ingested, request, state, progress, result.codeCacheHit));
+  FLOWC_ASSIGN_OR_RETURN(CompiledCode code, codeFor(ingested, request, state, progress,
+                                                    result.codeCacheHit));
   pins.add(code.object);
   result.kernelsCompiled = code.kernelsCompiled;
   result.kernelsReused = code.kernelsReused;
@@ -384,11 +384,12 @@ namespace {
 std::string searchSummaryText(const SearchSummary &summary) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.1f s", summary.seconds);
-  return std::to_string(summary.tunableKernels) + " tunable kernels: " +
-         std::to_string(summary.tunedKernels) + " from tuning records (" +
-         std::to_string(summary.measuredKernels) + " measured now, " +
-         std::to_string(summary.candidatesMeasured) + " candidates, " + seconds +
-         (summary.budgetEnded ? ", the budget ended" : "") + "), the others run defaults";
+  return std::to_string(summary.tunableKernels) +
+         " tunable kernels: " + std::to_string(summary.tunedKernels) +
+         " from tuning records (" + std::to_string(summary.measuredKernels) +
+         " measured now, " + std::to_string(summary.candidatesMeasured) +
+         " candidates, " + seconds + (summary.budgetEnded ? ", the budget ended" : "") +
+         "), the others run defaults";
 }
 
 std::string kernelSummary(int calls, size_t distinct, size_t compiled) {
@@ -445,14 +446,14 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
 
   // Search decides each tunable kernel's candidate before any is compiled.
   if (budget.searches())
-    progress("search", "measuring kernels with no tuning record, budget " + budget.text());
-  FLOWC_ASSIGN_OR_RETURN(
-      SearchChoices choices,
-      searchKernels(cache_, remote_, runner(), plan, options, budget, buildId_,
-                    [&](const std::string &warning) {
-                      spdlog::warn("{}", warning);
-                      progress("search", warning);
-                    }));
+    progress("search",
+             "measuring kernels with no tuning record, budget " + budget.text());
+  FLOWC_ASSIGN_OR_RETURN(SearchChoices choices,
+                         searchKernels(cache_, remote_, runner(), plan, options, budget,
+                                       buildId_, [&](const std::string &warning) {
+                                         spdlog::warn("{}", warning);
+                                         progress("search", warning);
+                                       }));
   for (size_t i = 0; i < plan.kernels.size(); ++i)
     plan.kernels[i].candidate = choices.loopCandidates[i];
   if (choices.summary.tunableKernels > 0)
@@ -466,7 +467,8 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
   int calls = 0;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     calls += plan.kernels[i].callSites;
-    if (std::optional<std::string> object = kernelCache.lookup(plan.kernels[i].cacheKey())) {
+    if (std::optional<std::string> object =
+            kernelCache.lookup(plan.kernels[i].cacheKey())) {
       objects[i] = std::move(*object);
       continue;
     }

@@ -91,7 +91,8 @@ namespace {
 
 /// The candidate search chose for library kernel site `site` (empty: the
 /// default).
-std::string candidateOf(const std::vector<runtime::TunedKernelSpec> &tuned, int64_t site) {
+std::string candidateOf(const std::vector<runtime::TunedKernelSpec> &tuned,
+                        int64_t site) {
   for (const runtime::TunedKernelSpec &spec : tuned)
     if (spec.site == site)
       return spec.candidate;
@@ -100,11 +101,9 @@ std::string candidateOf(const std::vector<runtime::TunedKernelSpec> &tuned, int6
 
 } // namespace
 
-Expected<std::optional<CompileExecutor::PackedBlob>>
-CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
-                              const std::string &candidate,
-                              const cache::BlobHandle &source, cache::PinGuard &pins,
-                              int &computed) {
+Expected<std::optional<CompileExecutor::PackedBlob>> CompileExecutor::packedWeight(
+    const compiler::KernelWeight &weight, const std::string &candidate,
+    const cache::BlobHandle &source, cache::PinGuard &pins, int &computed) {
   // The layout depends on the kernel, the candidate it runs, the CPU and
   // the library build; the bytes on the source's contents too.
   ActionKey key("flowc.packed.v2", buildId_);

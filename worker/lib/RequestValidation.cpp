@@ -93,8 +93,8 @@ Expected<CompileRequest> validateSubmitRequest(const flowc::v1::SubmitRequest &r
   FLOWC_ASSIGN_OR_RETURN(compile.options,
                          compileOptions(request.options(), DebugOptions::Allowed));
   compile.kind = request.thin() ? ArtifactKind::Thin : ArtifactKind::Packed;
-  FLOWC_ASSIGN_OR_RETURN(compile.search,
-                         rpc::searchBudgetFromProto(request.search_budget(), "search_budget"));
+  FLOWC_ASSIGN_OR_RETURN(compile.search, rpc::searchBudgetFromProto(
+                                             request.search_budget(), "search_budget"));
   return compile;
 }
 

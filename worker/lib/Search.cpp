@@ -55,9 +55,9 @@ std::string loopVersions() {
 }
 
 std::string librarySignature(const compiler::LibrarySite &site) {
-  std::string text = std::string("library.") +
-                     runtime::kernelKindName(static_cast<runtime::KernelKind>(site.kind)) +
-                     ":";
+  std::string text =
+      std::string("library.") +
+      runtime::kernelKindName(static_cast<runtime::KernelKind>(site.kind)) + ":";
   for (size_t i = 0; i < site.params.size(); ++i)
     text += (i ? "," : "") + std::to_string(site.params[i]);
   return text;
@@ -167,17 +167,20 @@ void publishRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunab
       mine.push_back(record);
   document["records"] = std::move(mine);
   auto blob = cache.put(document.dump());
-  if (!blob || !cache.recordAction(cache::ActionKind::DerivedWeight, remoteKey(tunable), *blob))
+  if (!blob ||
+      !cache.recordAction(cache::ActionKind::DerivedWeight, remoteKey(tunable), *blob))
     return;
-  remote.publish(cache::ActionKind::DerivedWeight, remoteKey(tunable), TierEntry::of(*blob));
+  remote.publish(cache::ActionKind::DerivedWeight, remoteKey(tunable),
+                 TierEntry::of(*blob));
 }
 
 /// The best record of `tunable` on this device, if it names one of today's
 /// candidates (a record from another library build may not).
 Expected<std::optional<cache::TuningRecord>> recordOf(cache::Cache &cache,
                                                       const Tunable &tunable) {
-  FLOWC_ASSIGN_OR_RETURN(auto best, cache.bestTuning(tunable.signature,
-                                                     deviceDescriptor(), tunable.versions));
+  FLOWC_ASSIGN_OR_RETURN(
+      auto best,
+      cache.bestTuning(tunable.signature, deviceDescriptor(), tunable.versions));
   if (best && !isCandidate(tunable, best->candidate)) {
     spdlog::warn("tuning record for {} names '{}', which is not a candidate here; "
                  "using the default",
@@ -239,7 +242,8 @@ Expected<std::vector<cache::TuningRecord>> recordsFrom(const Tunable &tunable,
       record.host = parsed.at("host").get<std::string>();
       // Left out: a candidate that was not timed (it disagreed with the
       // default's result, or the budget ended first).
-      if (record.samples > 0 && record.timeNs > 0 && isCandidate(tunable, record.candidate))
+      if (record.samples > 0 && record.timeNs > 0 &&
+          isCandidate(tunable, record.candidate))
         records.push_back(std::move(record));
     }
   } catch (const json::exception &e) {
@@ -330,13 +334,11 @@ const std::string &deviceDescriptor() {
   return descriptor;
 }
 
-Expected<SearchChoices> searchKernels(cache::Cache &cache, RemoteTier *remote,
-                                      TaskRunner &runner,
-                                      const compiler::CompilePlan &plan,
-                                      const compiler::CompileOptions &options,
-                                      const SearchBudget &budget,
-                                      const std::string &buildId,
-                                      const std::function<void(const std::string &)> &warn) {
+Expected<SearchChoices>
+searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
+              const compiler::CompilePlan &plan, const compiler::CompileOptions &options,
+              const SearchBudget &budget, const std::string &buildId,
+              const std::function<void(const std::string &)> &warn) {
   FLOWC_ASSIGN_OR_RETURN(std::vector<Tunable> tunables, tunablesOf(plan, options));
   std::vector<size_t> pending;
   size_t pendingCandidates = 0;
@@ -360,8 +362,8 @@ Expected<SearchChoices> searchKernels(cache::Cache &cache, RemoteTier *remote,
     if (!tunable.library)
       kernel = plan.kernels[tunable.kernel];
     FLOWC_ASSIGN_OR_RETURN(
-        Task task, makeMeasureTask(cache, measureJson(tunable, measure), kernel, options,
-                                   buildId));
+        Task task,
+        makeMeasureTask(cache, measureJson(tunable, measure), kernel, options, buildId));
     tasks.push_back(std::move(task));
   }
   auto start = std::chrono::steady_clock::now();
@@ -375,15 +377,16 @@ Expected<SearchChoices> searchKernels(cache::Cache &cache, RemoteTier *remote,
     auto records = [&]() -> Expected<std::vector<cache::TuningRecord>> {
       if (!outcomes[m])
         return outcomes[m].status();
-      FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle output, cache.get(outcomes[m]->outputs[0]));
+      FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle output,
+                             cache.get(outcomes[m]->outputs[0]));
       json parsed = json::parse(output.bytes(), nullptr, false);
       if (parsed.is_object() && parsed.value("budget_ended", false))
         budgetEnded = true;
       return recordsFrom(tunable, output.bytes());
     }();
     if (!records) {
-      warn("measuring " + tunable.signature + " failed, so it runs its default: " +
-           records.status().message());
+      warn("measuring " + tunable.signature +
+           " failed, so it runs its default: " + records.status().message());
       continue;
     }
     ++measured;
@@ -420,9 +423,10 @@ Status runMeasureTask(const json &measure, const compiler::CompileOptions &optio
     return invalidArgument(std::string("a measure task: ") + e.what());
   }
   if (device != deviceDescriptor())
-    return failedPrecondition("a measure task for the device '" + device +
-                              "' reached a machine that is '" + deviceDescriptor() +
-                              "': a measurement is only taken on the machine it describes");
+    return failedPrecondition(
+        "a measure task for the device '" + device + "' reached a machine that is '" +
+        deviceDescriptor() +
+        "': a measurement is only taken on the machine it describes");
   if (candidates.empty() || settings.maxRounds < 1 || !(settings.budgetSeconds >= 0))
     return invalidArgument("a measure task with no candidates or no rounds");
   crashOnceForTests();
@@ -433,7 +437,8 @@ Status runMeasureTask(const json &measure, const compiler::CompileOptions &optio
   Expected<Measurement> measured = internalError("unreachable");
   if (measure.contains("library")) {
     try {
-      auto kind = static_cast<runtime::KernelKind>(measure["library"].at("kind").get<int64_t>());
+      auto kind =
+          static_cast<runtime::KernelKind>(measure["library"].at("kind").get<int64_t>());
       auto params = measure["library"].at("params").get<std::vector<int64_t>>();
       measured = runtime::measureLibraryKernel(kind, params, candidates, settings);
     } catch (const json::exception &e) {
@@ -465,20 +470,21 @@ Status runMeasureTask(const json &measure, const compiler::CompileOptions &optio
                        {"low_ns", timing.lowNs},
                        {"high_ns", timing.highNs},
                        {"samples", timing.samples}});
-  json output = {
-      {"format", kMeasureFormat},
-      {"device", deviceDescriptor()},
-      {"host", hostName()},
-      {"measured_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count()},
-      {"timings", timings},
-      {"best", measured->timings.empty() ? "" : measured->timings[measured->best].candidate},
-      {"separated", measured->separated},
-      {"budget_ended", measured->budgetEnded},
-      {"noise", measured->noise()},
-      {"rounds", measured->rounds},
-      {"seconds", measured->seconds}};
+  json output = {{"format", kMeasureFormat},
+                 {"device", deviceDescriptor()},
+                 {"host", hostName()},
+                 {"measured_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count()},
+                 {"timings", timings},
+                 {"best", measured->timings.empty()
+                              ? ""
+                              : measured->timings[measured->best].candidate},
+                 {"separated", measured->separated},
+                 {"budget_ended", measured->budgetEnded},
+                 {"noise", measured->noise()},
+                 {"rounds", measured->rounds},
+                 {"seconds", measured->seconds}};
   return writeFileAtomically(outputDir + "/" + outputFile, output.dump(1));
 }
 

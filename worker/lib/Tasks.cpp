@@ -83,9 +83,9 @@ std::optional<compiler::CodeWeights> codeWeightsFrom(const json &parsed) {
           entry.at("key").get<std::string>(), entry.at("kind").get<int64_t>(),
           entry.at("params").get<std::vector<int64_t>>()});
     for (const json &entry : parsed.at("library_sites"))
-      weights.librarySites.push_back(
-          compiler::LibrarySite{entry.at("site").get<int64_t>(), entry.at("kind").get<int64_t>(),
-                                entry.at("params").get<std::vector<int64_t>>()});
+      weights.librarySites.push_back(compiler::LibrarySite{
+          entry.at("site").get<int64_t>(), entry.at("kind").get<int64_t>(),
+          entry.at("params").get<std::vector<int64_t>>()});
     return weights;
   } catch (const json::exception &) {
     return std::nullopt;

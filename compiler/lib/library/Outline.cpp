@@ -253,7 +253,8 @@ std::vector<LibrarySite> librarySitesOf(const std::vector<LibraryKernel> &kernel
   std::vector<LibrarySite> sites;
   for (size_t site = 0; site < kernels.size(); ++site)
     sites.push_back(LibrarySite{static_cast<int64_t>(site),
-                                static_cast<int64_t>(kernels[site].kind), kernels[site].params});
+                                static_cast<int64_t>(kernels[site].kind),
+                                kernels[site].params});
   return sites;
 }
 

@@ -29,10 +29,8 @@ struct PackedWeight {
 /// Thread-safe.
 /// `candidate` is the search candidate the site runs (Plan::tuned); empty:
 /// the default.
-Expected<std::optional<PackedWeight>> packKernelWeight(KernelKind kind,
-                                                       const std::vector<int64_t> &params,
-                                                       int64_t buffer,
-                                                       std::string_view source,
-                                                       std::string_view candidate = {});
+Expected<std::optional<PackedWeight>>
+packKernelWeight(KernelKind kind, const std::vector<int64_t> &params, int64_t buffer,
+                 std::string_view source, std::string_view candidate = {});
 
 } // namespace flowc::runtime

@@ -56,20 +56,19 @@ struct SearchChoices {
 /// `runner` within `budget` for those without one; new records are
 /// published to `remote`. A measure task that fails leaves its kernels at
 /// their default with a warning (`warn` is told why); the compile goes on.
-Expected<SearchChoices> searchKernels(cache::Cache &cache, RemoteTier *remote,
-                                      TaskRunner &runner,
-                                      const compiler::CompilePlan &plan,
-                                      const compiler::CompileOptions &options,
-                                      const SearchBudget &budget,
-                                      const std::string &buildId,
-                                      const std::function<void(const std::string &)> &warn);
+Expected<SearchChoices>
+searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
+              const compiler::CompilePlan &plan, const compiler::CompileOptions &options,
+              const SearchBudget &budget, const std::string &buildId,
+              const std::function<void(const std::string &)> &warn);
 
 /// Runs a measure task: `measure` is its task.json's "measure" object, a
 /// loop kernel's IR is `kernelFile` in `inputDir`; the measurement goes to
 /// `outputFile` in `outputDir`. FailedPrecondition when the task describes
 /// another device than this machine: a measurement is never taken on a
 /// machine other than the one it describes.
-Status runMeasureTask(const nlohmann::json &measure, const compiler::CompileOptions &options,
+Status runMeasureTask(const nlohmann::json &measure,
+                      const compiler::CompileOptions &options,
                       const std::string &inputDir, const std::string &outputDir,
                       const std::string &kernelFile, const std::string &outputFile);
 
