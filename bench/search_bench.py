@@ -127,7 +127,10 @@ def bench(model, batch, args, root):
     onnx_path, inputs = export(model, batch, root / "models" / f"b{batch}")
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"],
                                    sess_options=ort_options(args.threads))
-    names = {name: i.name for name, i in zip(inputs, session.get_inputs())}
+    graph_inputs = [i.name for i in session.get_inputs()]
+    # Torchvision exports name their one input "input"; transformer inputs
+    # are named as in the graph (as bench/model_bench.py maps them).
+    names = {name: (graph_inputs[0] if name == "input" else name) for name in inputs}
     feeds = {names[name]: np.load(path) for name, path in inputs.items()}
     ort_ms, _ = median_p90(lambda: session.run(None, feeds), args.runs)
     budget = ["--search-budget", args.budget]
