@@ -215,9 +215,10 @@ json measureJson(const Tunable &tunable, const MeasureOptions &options) {
   return measure;
 }
 
-/// The records a measure task's output describes, one per candidate timed.
-Expected<std::vector<cache::TuningRecord>> recordsFrom(const Tunable &tunable,
-                                                       std::string_view output) {
+/// The records a measure task's output describes, one per candidate timed;
+/// sets `budgetEnded` when the budget ended the measurement.
+Expected<std::vector<cache::TuningRecord>>
+recordsFrom(const Tunable &tunable, std::string_view output, bool &budgetEnded) {
   json parsed = json::parse(output, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object() || parsed.value("format", "") != kMeasureFormat)
     return dataLoss("a measure task's output is not a measurement (" +
@@ -226,6 +227,8 @@ Expected<std::vector<cache::TuningRecord>> recordsFrom(const Tunable &tunable,
   try {
     if (parsed.at("device").get<std::string>() != deviceDescriptor())
       return dataLoss("a measure task's output describes another device");
+    if (parsed.at("budget_ended").get<bool>())
+      budgetEnded = true;
     for (const json &timing : parsed.at("timings")) {
       cache::TuningRecord record;
       record.signature = tunable.signature;
@@ -379,10 +382,7 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
         return outcomes[m].status();
       FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle output,
                              cache.get(outcomes[m]->outputs[0]));
-      json parsed = json::parse(output.bytes(), nullptr, false);
-      if (parsed.is_object() && parsed.value("budget_ended", false))
-        budgetEnded = true;
-      return recordsFrom(tunable, output.bytes());
+      return recordsFrom(tunable, output.bytes(), budgetEnded);
     }();
     if (!records) {
       warn("measuring " + tunable.signature +
