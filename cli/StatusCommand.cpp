@@ -53,6 +53,7 @@ int runStatus(GlobalOptions &global, bool json) {
               {"version", health->version()},
               {"uptime_seconds", health->uptime_seconds()},
               {"workers", health->workers()},
+              {"http_url", health->http_url()},
               {"jobs_queued", stats.jobs_queued()},
               {"jobs_running", stats.jobs_running()},
               {"jobs_completed", stats.jobs_completed()},
@@ -87,6 +88,9 @@ int runStatus(GlobalOptions &global, bool json) {
   std::cout << "flowcd: running pid " << health->pid() << " (" << health->version()
             << "), " << health->workers() << " workers, up "
             << static_cast<int>(health->uptime_seconds()) << " s\n"
+            << "web UI: "
+            << (health->http_url().empty() ? "off (flowcd --http)" : health->http_url())
+            << "\n"
             << ((*client)->isRemote() ? "daemon: " + (*client)->endpoint()
                                       : "socket: " + global.socketPath)
             << "\ncache: " << health->cache_dir() << ", " << cache.blob_count()

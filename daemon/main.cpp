@@ -136,7 +136,7 @@ flowc::Status setUpLogging(const std::string &path) {
 int main(int argc, char **argv) {
   CLI::App app{"flowcd: the flowc compile daemon.\n"
                "Settings: flags > environment (FLOWC_*) > config file > defaults"};
-  FlagSlot cacheDir, socket, listen, workers, maxSize, idleTimeout, logFile, config,
+  FlagSlot cacheDir, socket, listen, http, workers, maxSize, idleTimeout, logFile, config,
       taskMemoryLimit, remoteExecutor, remoteInstance, remoteFallback, remoteJobs;
   cacheDir.option = app.add_option("--cache-dir", cacheDir.value,
                                    "Cache directory (env FLOWC_CACHE_DIR; default "
@@ -148,6 +148,11 @@ int main(int argc, char **argv) {
       "--listen", listen.value,
       "Also listen on TCP host:port: needs --tls-cert, --tls-key and --tokens, or "
       "--insecure-loopback");
+  http.option = app.add_option(
+      "--http", http.value,
+      "Serve the web UI and /metrics on a loopback HOST:PORT, 'auto' (127.0.0.1, port "
+      "8470 or the next free one; the default) or 'off' (env FLOWC_HTTP); `flowc "
+      "status` prints its URL");
   FlagSlot tlsCert, tlsKey, tlsClientCa, tokens;
   tlsCert.option = app.add_option("--tls-cert", tlsCert.value,
                                   "PEM certificate chain of the TCP port");
@@ -239,6 +244,7 @@ int main(int argc, char **argv) {
   flags.maxSize = maxSize.get();
   flags.idleTimeout = idleTimeout.get();
   flags.logFile = logFile.get();
+  flags.http = http.get();
   if (readOnlyFlag->count())
     flags.readOnly = "true";
   flags.taskMemoryLimit = taskMemoryLimit.get();

@@ -48,6 +48,8 @@ DEBIAN_PACKAGES=(
   libgtest-dev=1.12.1-0.2
   libgmock-dev=1.12.1-0.2
   libdnnl-dev=2.6.3-1
+  # flowcd's web UI and /metrics (daemon/lib/WebFront.cpp).
+  libcpp-httplib-dev=0.11.4+ds-1+deb12u1
   # dnnl-config.cmake calls find_package(OpenCL); Debian's libdnnl-dev only
   # recommends these, and we install without recommends.
   ocl-icd-opencl-dev=2.3.1-1
@@ -81,6 +83,10 @@ TEST_PACKAGES=(
   # The HTTP remote cache of the integration tests (tests/remotecache/
   # servers.py runs its own nginx on a temp dir; no system service is used).
   nginx=1.22.1-9+deb12u11
+  # The web UI's browser tests (tests/web/): headless Chromium driven by
+  # Selenium through Debian's driver.
+  chromium=156.0.8078.114-1~deb12u1
+  chromium-driver=156.0.8078.114-1~deb12u1
 )
 [[ "$PROFILE" == test ]] && DEBIAN_PACKAGES+=("${TEST_PACKAGES[@]}")
 
@@ -140,6 +146,12 @@ install_client .venv
 if [[ "$PROFILE" == demo ]]; then
   echo "setup: dependencies ready (demo)"
   exit 0
+fi
+# The web UI's tests: Selenium, prometheus_client, jsonschema (into .venv).
+if ! cmp -s scripts/requirements-web.txt .venv/.requirements-web.installed; then
+  echo "setup: installing the web UI's test packages into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-web.txt
+  cp scripts/requirements-web.txt .venv/.requirements-web.installed
 fi
 # Exporting the transformer models needs Hugging Face transformers next to
 # Debian's torch: a venv over the system Python that sees its packages.

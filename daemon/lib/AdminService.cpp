@@ -12,7 +12,8 @@
 
 namespace flowc::daemon {
 
-grpc::Status AdminService::Health(grpc::ServerContext *, const flowc::v1::HealthRequest *,
+grpc::Status AdminService::Health(grpc::ServerContext *context,
+                                  const flowc::v1::HealthRequest *,
                                   flowc::v1::HealthResponse *response) {
   response->set_version(FLOWC_BUILD_ID);
   response->set_pid(getpid());
@@ -21,6 +22,9 @@ grpc::Status AdminService::Health(grpc::ServerContext *, const flowc::v1::Health
       std::chrono::duration<double>(std::chrono::steady_clock::now() - context_.started)
           .count());
   response->set_workers(static_cast<int32_t>(context_.jobs->workerCount()));
+  const std::string &web = context_.webUrl;
+  response->set_http_url(unixPeerCredentials(*context) ? web
+                                                       : web.substr(0, web.find('?')));
   for (const std::string &pass : compiler::optionalPassNames())
     response->add_optional_passes(pass);
   return grpc::Status::OK;

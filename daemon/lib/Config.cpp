@@ -128,6 +128,8 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
                                "' for insecure-loopback (true or false)");
     } else if (key == "log-file") {
       options.logFile = value;
+    } else if (key == "http") {
+      options.http = value;
     } else if (key == "workers") {
       unsigned workers = 0;
       auto [end, ec] =
@@ -304,6 +306,7 @@ Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags) {
   layer(settings, "max-size", flags.maxSize, "FLOWC_CACHE_MAX_SIZE");
   layer(settings, "idle-timeout", flags.idleTimeout, nullptr);
   layer(settings, "log-file", flags.logFile, nullptr);
+  layer(settings, "http", flags.http, "FLOWC_HTTP");
   layer(settings, "read-only", flags.readOnly, "FLOWC_CACHE_READ_ONLY");
   layer(settings, "task-memory-limit", flags.taskMemoryLimit, nullptr);
   layer(settings, "remote-executor", flags.remoteExecutor, "FLOWC_REMOTE_EXECUTOR");

@@ -55,6 +55,8 @@ struct DaemonContext {
   std::atomic<uint64_t> cacheMisses{0};
   std::atomic<uint64_t> jobsFailed{0};
   Activity activity;
+  /// The web UI's URL with its token (WebFront), empty when it is off.
+  std::string webUrl;
 
   /// Where finished jobs' traces are written (Trace.h), the newest
   /// kKeptTraces of them.

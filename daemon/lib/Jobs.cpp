@@ -2,6 +2,7 @@
 
 #include "flowc/worker/WorkerProtocol.h"
 
+#include <algorithm>
 #include <atomic>
 #include <spdlog/spdlog.h>
 #include <utility>
@@ -61,6 +62,31 @@ void JobRegistry::start(const std::string &id, const std::string &model,
   job.info.set_state("running");
   job.info.set_priority(priority);
   job.info.set_client(client);
+  touch(job);
+}
+
+void JobRegistry::touch(Job &job) {
+  job.changed = ++changeCount_;
+  changes_.notify_all();
+}
+
+JobSummary JobRegistry::summaryOf(const Job &job) {
+  JobSummary summary;
+  summary.id = job.info.id();
+  summary.model = job.info.model();
+  summary.state = job.info.state();
+  summary.priority =
+      job.info.priority() == flowc::v1::PRIORITY_BATCH ? "batch" : "interactive";
+  summary.client = job.info.client();
+  summary.error = job.info.error();
+  summary.phase = job.phase;
+  summary.seconds =
+      job.info.state() == "running" ? secondsSince(job.started) : job.info.seconds();
+  summary.kernelsDone = job.kernelsDone;
+  summary.kernelsTotal = job.kernelsTotal;
+  summary.kernelsCached = job.kernelsCached;
+  summary.tasks = static_cast<uint32_t>(job.info.tasks_size());
+  return summary;
 }
 
 const JobRegistry::Job *JobRegistry::find(const std::string &id) const {
@@ -86,6 +112,7 @@ size_t JobRegistry::addTask(const std::string &id, const worker::Task &task) {
   info->set_input_bytes(inputBytes(task));
   info->set_queued_at_seconds(secondsSince(job->started));
   job->taskStarts.push_back(-1);
+  touch(*job);
   return static_cast<size_t>(job->info.tasks_size() - 1);
 }
 
@@ -101,8 +128,18 @@ void JobRegistry::addProgress(const std::string &id, const flowc::v1::Progress &
   if (event.stage() == "ir")
     return;
   std::lock_guard lock(mutex_);
-  if (Job *job = find(id))
-    job->progress.push_back(event);
+  Job *job = find(id);
+  if (!job)
+    return;
+  job->progress.push_back(event);
+  if (event.stage() == "kernel") {
+    job->kernelsDone = std::max(job->kernelsDone, event.kernel_index());
+    job->kernelsTotal = std::max(job->kernelsTotal, event.kernel_count());
+    job->kernelsCached += event.kernel_cached();
+  } else if (event.stage() != "pass") {
+    job->phase = event.stage();
+  }
+  touch(*job);
 }
 
 void JobRegistry::setSupersededBy(const std::string &id, const std::string &newer) {
@@ -141,8 +178,10 @@ void JobRegistry::update(const std::string &id, size_t task,
                          const std::function<void(flowc::v1::TaskInfo &)> &change) {
   std::lock_guard lock(mutex_);
   Job *job = find(id);
-  if (job && task < static_cast<size_t>(job->info.tasks_size()))
-    change(*job->info.mutable_tasks(static_cast<int>(task)));
+  if (!job || task >= static_cast<size_t>(job->info.tasks_size()))
+    return;
+  change(*job->info.mutable_tasks(static_cast<int>(task)));
+  touch(*job);
 }
 
 void JobRegistry::setExplain(const std::string &id, const std::string &explain) {
@@ -160,6 +199,11 @@ void JobRegistry::finish(const std::string &id, const std::string &state,
   job->info.set_state(state);
   job->info.set_error(error);
   job->info.set_seconds(secondsSince(job->started));
+  touch(*job);
+  metrics_.jobSeconds[state].observe(job->info.seconds());
+  for (const flowc::v1::TaskInfo &task : job->info.tasks())
+    if (task.state() == "done" || task.state() == "failed")
+      metrics_.taskSeconds[task.kind()].observe(task.seconds());
   size_t finished = 0;
   for (const Job &each : jobs_)
     finished += each.info.state() != "running";
@@ -183,6 +227,35 @@ flowc::v1::JobsResponse JobRegistry::list() const {
       info->set_seconds(secondsSince(job.started));
   }
   return response;
+}
+
+std::vector<JobSummary> JobRegistry::summaries() const {
+  std::lock_guard lock(mutex_);
+  std::vector<JobSummary> out;
+  out.reserve(jobs_.size());
+  for (const Job &job : jobs_)
+    out.push_back(summaryOf(job));
+  return out;
+}
+
+std::vector<JobSummary> JobRegistry::changedSince(uint64_t seen, uint64_t &latest) const {
+  std::lock_guard lock(mutex_);
+  latest = changeCount_;
+  std::vector<JobSummary> out;
+  for (const Job &job : jobs_)
+    if (job.changed > seen)
+      out.push_back(summaryOf(job));
+  return out;
+}
+
+bool JobRegistry::waitForChange(uint64_t seen, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  return changes_.wait_for(lock, timeout, [&] { return changeCount_ > seen; });
+}
+
+JobMetrics JobRegistry::metrics() const {
+  std::lock_guard lock(mutex_);
+  return metrics_;
 }
 
 void JobControls::add(const std::string &id, StopFn stop) {

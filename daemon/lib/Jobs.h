@@ -2,6 +2,7 @@
 // dispatcher that runs one job's tasks on an executor as its worker asks.
 #pragma once
 
+#include "Metrics.h"
 #include "TaskExecutor.h"
 #include "Trace.h"
 #include "WorkerProcess.h"
@@ -20,6 +21,23 @@
 #include <vector>
 
 namespace flowc::daemon {
+
+/// What the jobs page shows of a job, and what its live stream sends.
+struct JobSummary {
+  std::string id, model, state, priority, client, error;
+  /// The last phase it reported ("parse", "codegen", ...).
+  std::string phase;
+  double seconds = 0;
+  uint32_t kernelsDone = 0, kernelsTotal = 0, kernelsCached = 0;
+  uint32_t tasks = 0;
+};
+
+/// Finished jobs and tasks as Prometheus histograms (flowc_job_seconds,
+/// flowc_task_seconds), and finished jobs by state.
+struct JobMetrics {
+  std::map<std::string, Histogram> jobSeconds;  ///< By final state.
+  std::map<std::string, Histogram> taskSeconds; ///< By task kind.
+};
 
 /// Running jobs and the most recent finished ones.
 class JobRegistry {
@@ -47,6 +65,14 @@ public:
   void setSupersededBy(const std::string &id, const std::string &newer);
 
   flowc::v1::JobsResponse list() const;
+  /// Every kept job, oldest first.
+  std::vector<JobSummary> summaries() const;
+  /// The jobs that changed after change `seen`, and in `latest` the newest
+  /// change (pass it back as `seen`).
+  std::vector<JobSummary> changedSince(uint64_t seen, uint64_t &latest) const;
+  /// Waits until a change after `seen` or `timeout`; false on timeout.
+  bool waitForChange(uint64_t seen, std::chrono::milliseconds timeout) const;
+  JobMetrics metrics() const;
   /// Job `id`, if running or kept.
   std::optional<flowc::v1::JobInfo> job(const std::string &id) const;
   /// Job `id`'s trace (Trace.h) as it stands, if running or kept.
@@ -59,12 +85,22 @@ private:
     std::vector<flowc::v1::Progress> progress;
     /// Per task: when its last attempt started, -1 before any.
     std::vector<double> taskStarts;
+    std::string phase;
+    uint32_t kernelsDone = 0, kernelsTotal = 0, kernelsCached = 0;
+    /// The registry's change count at this job's last change.
+    uint64_t changed = 0;
   };
   const Job *find(const std::string &id) const;
   Job *find(const std::string &id);
+  /// Marks `job` changed and wakes the live streams; under the lock.
+  void touch(Job &job);
+  static JobSummary summaryOf(const Job &job);
 
   mutable std::mutex mutex_;
+  mutable std::condition_variable changes_;
+  uint64_t changeCount_ = 0;
   std::list<Job> jobs_; ///< Oldest first.
+  JobMetrics metrics_;
 };
 
 /// What identical submits share (one flight, Compiler.Submit): the request

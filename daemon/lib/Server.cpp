@@ -7,6 +7,7 @@
 #include "DaemonContext.h"
 #include "RemoteTaskExecutor.h"
 #include "Trace.h"
+#include "WebFront.h"
 #include "WorkerProcess.h"
 
 #include "flowc/remote/RemoteExecution.h"
@@ -182,23 +183,6 @@ private:
   std::thread thread_;
 };
 
-/// The host part of "host:port", "[v6]:port".
-std::string hostOf(const std::string &address) {
-  if (address.starts_with("[")) {
-    size_t close = address.find(']');
-    return close == std::string::npos ? address : address.substr(1, close - 1);
-  }
-  size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
-bool isLoopbackHost(const std::string &host) {
-  if (host == "localhost" || host == "::1")
-    return true;
-  in_addr v4{};
-  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
-}
-
 /// A PEM file's text, checked with OpenSSL so that a bad file fails with
 /// its name instead of gRPC's "cannot listen".
 Expected<std::string> readPem(const std::string &path, const std::string &flag,
@@ -293,6 +277,11 @@ Status DaemonOptions::validate() {
     if (!usable)
       return invalidArgument("--remote-cache: " + usable.message());
   }
+  if (http != "auto" && http != "off" && !isLoopbackAddress(http))
+    return invalidArgument("--http '" + http +
+                           "' is not a loopback HOST:PORT (127.0.0.1, [::1] or "
+                           "localhost): the web UI is served on loopback only; or use "
+                           "'auto' or 'off'");
   return validateFrontDoor();
 }
 
@@ -307,9 +296,8 @@ Status DaemonOptions::validateFrontDoor() const {
           "--insecure-loopback concern the TCP port: they need --listen");
     return Status::ok();
   }
-  std::string host = hostOf(tcpAddress);
   if (door.insecureLoopback) {
-    if (!isLoopbackHost(host))
+    if (!isLoopbackAddress(tcpAddress))
       return invalidArgument(
           "--insecure-loopback: --listen '" + tcpAddress +
           "' is not a loopback address (127.0.0.1, ::1 or localhost); "
@@ -350,6 +338,7 @@ struct Server::State {
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<CacheService> cacheService;
   std::unique_ptr<grpc::Server> grpcServer;
+  std::unique_ptr<WebFront> web;
 };
 
 Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -408,6 +397,11 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
     FLOWC_ASSIGN_OR_RETURN(tcp, tcpCredentials(options.frontDoor));
   }
   FLOWC_ASSIGN_OR_RETURN(state->unixListener, UnixListener::bind(options.socketPath));
+  // Before any RPC is served, so that Health has the web UI's URL.
+  if (options.http != "off") {
+    FLOWC_ASSIGN_OR_RETURN(state->web, WebFront::start(context, options.http));
+    context.webUrl = state->web->urlWithToken();
+  }
 
   state->compiler = std::make_unique<CompilerService>(context);
   state->admin = std::make_unique<AdminService>(context);
@@ -461,6 +455,9 @@ void Server::runUntilShutdown() {
                  state_->context.options.idleTimeoutSeconds);
   // Refuse new work, let running compiles finish and streams drain.
   state_->context.jobs->shutdown();
+  // Event streams would hold the shutdown up until their clients left.
+  if (state_->web)
+    state_->web->stop();
   state_->unixListener->stop();
   state_->grpcServer->Shutdown(std::chrono::system_clock::now() +
                                std::chrono::seconds(30));

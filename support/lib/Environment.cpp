@@ -15,6 +15,7 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
       {"FLOWC_CACHE_READ_ONLY", true},
       {"FLOWC_CONFIG", true},
       {"FLOWC_DAEMON", true},
+      {"FLOWC_HTTP", true},
       {"FLOWC_REMOTE_CACHE", true},
       {"FLOWC_REMOTE_EXECUTOR", true},
       {"FLOWC_REMOTE_READ_ONLY", true},

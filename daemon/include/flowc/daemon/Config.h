@@ -20,6 +20,8 @@ struct DaemonFlags {
   std::optional<std::string> maxSize;
   std::optional<std::string> idleTimeout;
   std::optional<std::string> logFile;
+  /// --http HOST:PORT | auto | off.
+  std::optional<std::string> http;
   /// --read-only given: "true".
   std::optional<std::string> readOnly;
   std::optional<std::string> taskMemoryLimit;
@@ -64,6 +66,7 @@ inline constexpr const char *kConfigKeys[] = {"cache-dir",
                                               "max-size",
                                               "idle-timeout",
                                               "log-file",
+                                              "http",
                                               "read-only",
                                               "task-memory-limit",
                                               "remote-executor",

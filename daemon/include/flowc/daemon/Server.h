@@ -82,6 +82,9 @@ struct DaemonOptions {
   unsigned idleTimeoutSeconds = 0;
   /// Log to this file, rotated (kLogFileBytes, kLogFiles kept); empty: stderr.
   std::string logFile;
+  /// The web UI and /metrics (docs/web-ui.md): a loopback "HOST:PORT",
+  /// "auto" (127.0.0.1, port 8470 or the next free one) or "off".
+  std::string http = "auto";
 
   /// Fills defaults; InvalidArgument naming the bad field.
   Status validate();
