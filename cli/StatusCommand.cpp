@@ -1,6 +1,7 @@
 // flowc status [--json]; flowc daemon start|stop
 #include "Commands.h"
 
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -120,6 +121,17 @@ int runStatus(GlobalOptions &global, bool json) {
   return 0;
 }
 
+/// Whether process `pid` exists and has not exited (a zombie, whose parent
+/// has yet to reap it, has exited).
+bool processRuns(int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!stat || !std::getline(stat, text))
+    return false;
+  size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+}
+
 int runDaemonStop(GlobalOptions &global) {
   global.resolve();
   auto client = DaemonClient::connect(global, /*autostart=*/false);
@@ -127,6 +139,7 @@ int runDaemonStop(GlobalOptions &global) {
     std::cout << "flowcd: not running (socket " << global.socketPath << ")" << std::endl;
     return 0;
   }
+  auto health = (*client)->health();
   grpc::ClientContext context;
   flowc::v1::ShutdownResponse response;
   if (Status status =
@@ -136,6 +149,12 @@ int runDaemonStop(GlobalOptions &global) {
   // Wait until the socket stops answering so that a following start works.
   for (int i = 0; i < 600 && (*client)->health(200); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Then until a local daemon's process is gone: it closes the cache (and
+  // checkpoints its index) after the socket, and a caller that goes on to
+  // copy or mount the cache must not see it half closed.
+  if (health && !(*client)->isRemote() && health->pid() > 0)
+    for (int i = 0; i < 600 && processRuns(health->pid()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::cout << "flowcd: stopped" << std::endl;
   return 0;
 }

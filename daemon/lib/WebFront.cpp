@@ -505,6 +505,11 @@ void WebFront::stop() {
   State &state = *state_;
   if (state.stopping.exchange(true))
     return;
+  {
+    // Under the sampler's lock, so that it cannot miss the wake-up between
+    // its check and its wait.
+    std::lock_guard lock(state.historyMutex);
+  }
   state.sampleWake.notify_all();
   state.server.stop();
   if (state.listener.joinable())
@@ -580,8 +585,12 @@ Expected<std::unique_ptr<WebFront>> WebFront::start(DaemonContext &context,
                        "' (port in use?)");
   std::string shownHost = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   state->url = "http://" + shownHost + ":" + std::to_string(bound) + "/";
-  FLOWC_RETURN_IF_ERROR(writeUrlFile(context.options.cacheDir + "/flowcd.http",
-                                     state->url + "?token=" + state->token + "\n"));
+  // A read-only cache (flowcd --read-only) has no room for it; `flowc
+  // status` still prints the URL.
+  if (Status written = writeUrlFile(context.options.cacheDir + "/flowcd.http",
+                                    state->url + "?token=" + state->token + "\n");
+      !written)
+    spdlog::warn("web UI: {}; `flowc status` prints its URL", written.message());
   State *raw = state.get();
   state->listener = std::thread([raw] { raw->server.listen_after_bind(); });
   state->sampler = std::thread([raw] { raw->sampleLoop(); });
