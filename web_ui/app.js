@@ -7,7 +7,9 @@ async function api(path) {
   const resp = await fetch(path, { credentials: 'same-origin' });
   if (!resp.ok) {
     const text = await resp.text().catch(() => '');
-    throw new Error(path + ': HTTP ' + resp.status + (text ? ' ' + text : ''));
+    const err = new Error(path + ': HTTP ' + resp.status + (text ? ' ' + text : ''));
+    err.status = resp.status;
+    throw err;
   }
   return resp.json();
 }
@@ -96,6 +98,9 @@ function poll(fn, ms, keepGoing) {
       again = keepGoing ? keepGoing() : true;
     } catch (e) {
       showError(e);
+      // A 4xx will not get better by asking again (a job id that is not
+      // among the daemon's jobs); a failed fetch or a 5xx may.
+      again = !(e.status >= 400 && e.status < 500);
     }
     if (again) setTimeout(tick, ms);
   };
