@@ -238,6 +238,14 @@ std::vector<JobSummary> JobRegistry::summaries() const {
   return out;
 }
 
+std::optional<JobSummary> JobRegistry::summary(const std::string &id) const {
+  std::lock_guard lock(mutex_);
+  const Job *job = find(id);
+  if (!job)
+    return std::nullopt;
+  return summaryOf(*job);
+}
+
 std::vector<JobSummary> JobRegistry::changedSince(uint64_t seen, uint64_t &latest) const {
   std::lock_guard lock(mutex_);
   latest = changeCount_;

@@ -67,6 +67,8 @@ public:
   flowc::v1::JobsResponse list() const;
   /// Every kept job, oldest first.
   std::vector<JobSummary> summaries() const;
+  /// Job `id`'s summary, if running or kept.
+  std::optional<JobSummary> summary(const std::string &id) const;
   /// The jobs that changed after change `seen`, and in `latest` the newest
   /// change (pass it back as `seen`).
   std::vector<JobSummary> changedSince(uint64_t seen, uint64_t &latest) const;

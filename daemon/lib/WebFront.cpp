@@ -423,10 +423,8 @@ void WebFront::State::routes() {
                                             httplib::Response &response) {
     std::string id = request.matches[1];
     auto info = isJobId(id) ? context.registry.job(id) : std::nullopt;
-    std::vector<JobSummary> all = context.registry.summaries();
-    auto summary = std::find_if(all.begin(), all.end(),
-                                [&](const JobSummary &s) { return s.id == id; });
-    if (!info || summary == all.end())
+    auto summary = info ? context.registry.summary(id) : std::nullopt;
+    if (!summary)
       return sendError(response, 404,
                        "no job '" + id + "' among the daemon's recent jobs");
     json tasks = json::array();
