@@ -9,6 +9,7 @@
 #include "TaskExecutor.h"
 
 #include "flowc/support/Subprocess.h"
+#include "flowc/support/Target.h"
 #include "flowc/worker/Tasks.h"
 
 #include <algorithm>
@@ -35,23 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string cpuLine() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, model, flags;
-  while (std::getline(cpuinfo, line)) {
-    if (model.empty() && line.starts_with("model name"))
-      model = line.substr(line.find(':') + 2);
-    if (flags.empty() && line.starts_with("flags"))
-      flags = " " + line.substr(line.find(':') + 1) + " ";
-  }
-  auto has = [&](const char *flag) {
-    return flags.find(" " + std::string(flag) + " ") != std::string::npos ? "yes" : "no";
-  };
-  return model + ", " + std::to_string(std::thread::hardware_concurrency()) +
-         " cores, ISA: avx2 " + has("avx2") + ", avx512f " + has("avx512f") + ", amx " +
-         has("amx_tile");
 }
 
 struct Figures {
@@ -133,7 +117,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "%s\n", task.status().toString().c_str());
     return 1;
   }
-  std::printf("CPU: %s\n%zu no-op tasks, %u slots\n", cpuLine().c_str(), tasks, cores);
+  std::printf("CPU: %s\n%zu no-op tasks, %u slots\n", hostCpuDescription().c_str(), tasks,
+              cores);
 
   daemon::LocalExecutor local(**cache, {worker, cores, 0});
   std::atomic<size_t> failed{0};
@@ -155,7 +140,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   Figures processes = timed(tasks, cores, [&](size_t) {
-    failed += !spawnAndWait({worker, "task", "--input", fresh->in, "--output", fresh->out});
+    failed +=
+        !spawnAndWait({worker, "task", "--input", fresh->in, "--output", fresh->out});
   });
   print("a flowc-worker task process each", tasks, processes);
   Figures spawn =

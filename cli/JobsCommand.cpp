@@ -180,7 +180,13 @@ int runWorkers(GlobalOptions &global, bool json) {
                           {"tasks_run", r.tasks_run()},
                           {"tasks_retried", r.tasks_retried()},
                           {"tasks_failed", r.tasks_failed()},
+                          {"device", r.local_device()},
                           {"remote", nullptr}};
+    nlohmann::json remoteWorkers = nlohmann::json::array();
+    for (const flowc::v1::RemoteWorker &worker : r.remote_workers())
+      remoteWorkers.push_back({{"name", worker.name()},
+                               {"tasks_done", worker.tasks_done()},
+                               {"tasks_failed", worker.tasks_failed()}});
     if (!r.remote_url().empty())
       out["remote"] = {{"url", r.remote_url()},
                        {"instance", r.remote_instance()},
@@ -190,13 +196,16 @@ int runWorkers(GlobalOptions &global, bool json) {
                        {"bytes_uploaded", r.remote_bytes_uploaded()},
                        {"bytes_downloaded", r.remote_bytes_downloaded()},
                        {"fallbacks", r.remote_fallbacks()},
-                       {"fallback", r.remote_fallback()}};
+                       {"fallback", r.remote_fallback()},
+                       {"platform", std::vector<std::string>(r.remote_platform().begin(),
+                                                             r.remote_platform().end())},
+                       {"workers", remoteWorkers}};
     printJson(out);
     return 0;
   }
   std::cout << "local: " << r.busy() << " of " << r.slots() << " slots busy; "
             << r.tasks_run() << " tasks run, " << r.tasks_retried() << " retried, "
-            << r.tasks_failed() << " failed\n";
+            << r.tasks_failed() << " failed; " << r.local_device() << "\n";
   for (const flowc::v1::LocalWorker &worker : r.local())
     std::cout << "  pid " << worker.pid() << "  " << worker.task() << "  " << std::fixed
               << std::setprecision(1) << worker.seconds() << " s\n";
@@ -211,6 +220,9 @@ int runWorkers(GlobalOptions &global, bool json) {
               << humanBytes(r.remote_bytes_downloaded()) << " down, "
               << r.remote_fallbacks() << " run locally (fallback " << r.remote_fallback()
               << ")\n";
+  for (const flowc::v1::RemoteWorker &worker : r.remote_workers())
+    std::cout << "  " << worker.name() << "  " << worker.tasks_done() << " done, "
+              << worker.tasks_failed() << " failed\n";
   std::cout << std::flush;
   return 0;
 }

@@ -85,6 +85,66 @@ def make_mlp(rng, batch=4):
                              producer_name="flowc-examples", ir_version=IR_VERSION)
 
 
+def make_encoder(rng, layers=12, hidden=64, heads=4, seq=16):
+    """A BERT-shaped encoder with torch-style scoped names
+    (/encoder/layer.N/attention/self/query/MatMul): per layer Q/K/V
+    projections, scaled dot-product attention with Softmax, an output
+    projection, residual Adds, two LayerNormalizations and a GELU MLP."""
+    head = hidden // heads
+    inits = [numpy_helper.from_array(np.array([1, seq, heads, head], dtype=np.int64), "split_shape"),
+             numpy_helper.from_array(np.array([1, seq, hidden], dtype=np.int64), "merge_shape"),
+             numpy_helper.from_array(np.array(np.sqrt(head), dtype=np.float32), "scale")]
+    nodes = []
+
+    def node(op, inputs, scope, **attrs):
+        out = scope + "/" + op + "_output_0"
+        nodes.append(helper.make_node(op, inputs, [out], name=scope + "/" + op, **attrs))
+        return out
+
+    def dense(x, scope, n_in, n_out):
+        inits.append(tensor(rng, scope + ".weight", (n_in, n_out), 1 / np.sqrt(n_in)))
+        inits.append(tensor(rng, scope + ".bias", (n_out,), 0.02))
+        return node("Add", [node("MatMul", [x, scope + ".weight"], scope), scope + ".bias"], scope)
+
+    def norm(x, scope):
+        inits.append(numpy_helper.from_array(np.ones(hidden, dtype=np.float32), scope + ".weight"))
+        inits.append(numpy_helper.from_array(np.zeros(hidden, dtype=np.float32), scope + ".bias"))
+        return node("LayerNormalization", [x, scope + ".weight", scope + ".bias"], scope,
+                    axis=-1, epsilon=1e-12)
+
+    x = "hidden_states"
+    for i in range(layers):
+        s = f"/encoder/layer.{i}"
+        a = s + "/attention/self"
+
+        def heads_of(t, name):
+            r = node("Reshape", [t, "split_shape"], a + "/" + name)
+            return node("Transpose", [r], a + "/" + name, perm=[0, 2, 1, 3])
+        q = heads_of(dense(x, a + "/query", hidden, hidden), "q")
+        k = heads_of(dense(x, a + "/key", hidden, hidden), "k")
+        v = heads_of(dense(x, a + "/value", hidden, hidden), "v")
+        kt = node("Transpose", [k], a + "/kt", perm=[0, 1, 3, 2])
+        scores = node("Div", [node("MatMul", [q, kt], a + "/scores"), "scale"], a)
+        context = node("MatMul", [node("Softmax", [scores], a, axis=-1), v], a + "/context")
+        merged = node("Reshape", [node("Transpose", [context], a + "/merge", perm=[0, 2, 1, 3]),
+                                  "merge_shape"], a + "/merge")
+        attended = dense(merged, s + "/attention/output/dense", hidden, hidden)
+        x = norm(node("Add", [attended, x], s + "/attention/output"), s + "/attention/output/LayerNorm")
+        inner = node("Gelu", [dense(x, s + "/intermediate/dense", hidden, 4 * hidden)],
+                     s + "/intermediate")
+        out = dense(inner, s + "/output/dense", 4 * hidden, hidden)
+        x = norm(node("Add", [out, x], s + "/output"), s + "/output/LayerNorm")
+    nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="/output/Identity"))
+    graph = helper.make_graph(
+        nodes, "encoder",
+        [helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, [1, seq, hidden])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, hidden])],
+        inits)
+    # Gelu is in the default domain from opset 20.
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)],
+                             producer_name="flowc-examples", ir_version=IR_VERSION)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=pathlib.Path)

@@ -50,6 +50,8 @@ DEBIAN_PACKAGES=(
   libdnnl-dev=2.6.3-1
   # flowcd's web UI and /metrics (daemon/lib/WebFront.cpp).
   libcpp-httplib-dev=0.11.4+ds-1+deb12u1
+  # The model page's drawing: flowcd runs Graphviz's dot (daemon/lib/GraphView.cpp).
+  graphviz=2.42.2-7+deb12u1
   # dnnl-config.cmake calls find_package(OpenCL); Debian's libdnnl-dev only
   # recommends these, and we install without recommends.
   ocl-icd-opencl-dev=2.3.1-1

@@ -1,7 +1,8 @@
 """Regenerates docs/web-ui/*.png, the web UI's screenshots (docs/web-ui.md):
 a daemon on a temp cache, the example models compiled (one twice, for a
-hit; one with a search budget, for tuning records), a bad model's failed
-job, then each page in headless Chromium.
+hit; one with a search budget, for tuning records; a BERT-shaped encoder of
+12 layers, for the model page), a bad model's failed job, then each page in
+headless Chromium.
 
     .venv/bin/python scripts/web-screenshots.py [--out docs/web-ui]
 """
@@ -32,6 +33,7 @@ def compile_examples(flowc, tmp):
     flowc.submit(cnn)
     flowc.submit(cnn, tmp / "again.fca")
     flowc.submit(mlp, None, "--search-budget", "10")
+    flowc.submit(save(make_models.make_encoder(rng), tmp / "encoder.onnx"))
     flowc.run("submit", zero_strides_model(tmp / "bad.onnx"), "-o", tmp / "bad.fca",
               check=False)
 
@@ -66,6 +68,9 @@ def main():
             shoot(browser, web.base + "/cache.html", "#hit-plot", args.out / "cache.png")
             shoot(browser, web.base + "/workers.html", "#local", args.out / "workers.png")
             shoot(browser, web.base + "/tuning.html", "nav a", args.out / "tuning.png")
+            encoder = next(j for j in jobs if j["model"].endswith("encoder.onnx"))
+            shoot(browser, f"{web.base}/model.html?digest={encoder['model_digest']}",
+                  "#graph svg g.node", args.out / "model.png")
         finally:
             browser.quit()
             flowc.run("daemon", "stop", check=False)

@@ -627,6 +627,9 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
     printer->attach(prepare);
   FLOWC_RETURN_IF_ERROR(runStage(prepare, *module, diagnostics, "preparing loop nests"));
   std::vector<KernelModule> kernels = splitKernelModules(*module);
+  std::map<std::string, std::vector<int32_t>> nodes = kernelSourceNodes(*module);
+  for (size_t site = 0; site < libraryKernels.size(); ++site)
+    plan.weights.librarySites[site].nodes = nodes[libraryKernels[site].function];
   dropLibraryKernelBodies(*module);
 
   mlir::PassManager lower(&context);
@@ -644,6 +647,8 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
     hideSymbol(*graph.module, kernel.symbol);
     plan.kernels.push_back({kernel.symbol, kernelKey(options, target, kernel),
                             kernel.text, kernel.callSites});
+    plan.weights.loopKernels.push_back(
+        {kernel.symbol, kernel.callSites, nodes[kernel.symbol]});
   }
   FLOWC_RETURN_IF_ERROR(compileUnit(graph, target, options.optLevel));
   if (observer)

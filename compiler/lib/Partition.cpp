@@ -1,4 +1,5 @@
 #include "Partition.h"
+#include "SourceNodes.h"
 #include "transforms/Passes.h"
 
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
@@ -15,6 +16,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 namespace flowc::compiler {
 
@@ -128,14 +130,39 @@ struct PartitionKernelsPass : impl::PartitionKernelsPassBase<PartitionKernelsPas
       ++kernelsCreated;
     }
     ++nestsOutlined;
+    // The call keeps where the nest came from, which the kernel's body no
+    // longer says: every node its ops were made of.
+    std::set<int32_t> nodes;
+    addSourceNodes(nest, nodes);
+    llvm::SmallVector<mlir::Location> sources;
+    for (int32_t node : nodes)
+      sources.push_back(nodeLocation(context, node));
     mlir::OpBuilder builder(nest);
-    mlir::func::CallOp::create(builder, nest->getLoc(), symbol, mlir::TypeRange{},
-                               captures->arguments.getArrayRef());
+    mlir::func::CallOp::create(builder, mlir::FusedLoc::get(context, sources), symbol,
+                               mlir::TypeRange{}, captures->arguments.getArrayRef());
     nest->erase();
   }
 };
 
 } // namespace
+
+std::map<std::string, std::vector<int32_t>> kernelSourceNodes(mlir::ModuleOp module) {
+  std::map<std::string, std::set<int32_t>> found;
+  auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
+  if (!main || main.isExternal())
+    return {};
+  main.walk([&](mlir::func::CallOp call) {
+    std::set<int32_t> &nodes = found[call.getCallee().str()];
+    addSourceNodes(call.getLoc(), nodes);
+    if (auto callee = module.lookupSymbol<mlir::func::FuncOp>(call.getCallee()))
+      if (!callee.isExternal())
+        addSourceNodes(callee.getOperation(), nodes);
+  });
+  std::map<std::string, std::vector<int32_t>> sources;
+  for (auto &[function, nodes] : found)
+    sources[function].assign(nodes.begin(), nodes.end());
+  return sources;
+}
 
 std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module) {
   std::map<std::string, int> callSites;

@@ -16,6 +16,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,11 @@ struct KernelModule {
   /// Calls of it in @main.
   int callSites = 0;
 };
+
+/// Per function that @main calls (loop kernels, library kernels), the graph
+/// nodes it computes: those named by its calls' locations and, for a
+/// function with a body, by its ops' (SourceNodes.h).
+std::map<std::string, std::vector<int32_t>> kernelSourceNodes(mlir::ModuleOp module);
 
 /// Moves every tagged kernel of `module` into its own module (public, the
 /// tag removed) and leaves a private declaration in its place.

@@ -300,6 +300,15 @@ CompilerService::submitPath(grpc::ServerContext *context,
     // The newest save wins also when the cache answers it.
     std::string jobId = context_.jobs->newId();
     supersedeOlder(nullptr, jobId, *request);
+    // A job of its own in the history, as any other submit (the jobs page).
+    context_.registry.start(jobId, request->model_path(), request->priority(),
+                            request->client(), std::chrono::steady_clock::now());
+    flowc::v1::Progress hit;
+    hit.set_stage("cache");
+    hit.set_detail("hit " + result.artifact_digest() + " (file unchanged)");
+    context_.registry.addProgress(jobId, hit);
+    context_.registry.setModelDigest(jobId, result.model_digest());
+    context_.registry.finish(jobId, "done", "");
     return finishSubmit(context, *request, jobId, std::move(result), writer);
   }
   auto file = cache::FileIdentity::of(path);
@@ -428,6 +437,7 @@ Status CompilerService::startFlight(const std::shared_ptr<Flight> &flight,
                 if (reply.has_result()) {
                   context.remoteCache->record(reply.result().remote());
                   context.registry.setExplain(jobId, reply.result().explain());
+                  context.registry.setModelDigest(jobId, reply.result().model_digest());
                   flight->result = std::move(*reply.mutable_result());
                 }
                 flight->changed.notify_all();

@@ -85,7 +85,9 @@ JobSummary JobRegistry::summaryOf(const Job &job) {
   summary.kernelsDone = job.kernelsDone;
   summary.kernelsTotal = job.kernelsTotal;
   summary.kernelsCached = job.kernelsCached;
-  summary.tasks = static_cast<uint32_t>(job.info.tasks_size());
+  summary.tasks = job.droppedTasks.value_or(static_cast<uint32_t>(job.info.tasks_size()));
+  summary.modelDigest = job.modelDigest;
+  summary.detailed = !job.droppedTasks;
   return summary;
 }
 
@@ -207,6 +209,19 @@ void JobRegistry::finish(const std::string &id, const std::string &state,
   size_t finished = 0;
   for (const Job &each : jobs_)
     finished += each.info.state() != "running";
+  // Newest first: the first kKeptDetailed finished keep everything, the
+  // rest up to kKeptFinished their summary, older ones go.
+  size_t seen = 0;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if (it->info.state() == "running" || ++seen <= kKeptDetailed || it->droppedTasks)
+      continue;
+    it->droppedTasks = static_cast<uint32_t>(it->info.tasks_size());
+    it->info.clear_tasks();
+    it->progress.clear();
+    it->progress.shrink_to_fit();
+    it->taskStarts.clear();
+    it->taskStarts.shrink_to_fit();
+  }
   for (auto it = jobs_.begin(); finished > kKeptFinished && it != jobs_.end();) {
     if (it->info.state() == "running") {
       ++it;
@@ -214,6 +229,14 @@ void JobRegistry::finish(const std::string &id, const std::string &state,
     }
     it = jobs_.erase(it);
     --finished;
+  }
+}
+
+void JobRegistry::setModelDigest(const std::string &id, const std::string &digest) {
+  std::lock_guard lock(mutex_);
+  if (Job *job = find(id)) {
+    job->modelDigest = digest;
+    touch(*job);
   }
 }
 
@@ -227,15 +250,6 @@ flowc::v1::JobsResponse JobRegistry::list() const {
       info->set_seconds(secondsSince(job.started));
   }
   return response;
-}
-
-std::vector<JobSummary> JobRegistry::summaries() const {
-  std::lock_guard lock(mutex_);
-  std::vector<JobSummary> out;
-  out.reserve(jobs_.size());
-  for (const Job &job : jobs_)
-    out.push_back(summaryOf(job));
-  return out;
 }
 
 std::optional<JobSummary> JobRegistry::summary(const std::string &id) const {

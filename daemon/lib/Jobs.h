@@ -30,6 +30,10 @@ struct JobSummary {
   double seconds = 0;
   uint32_t kernelsDone = 0, kernelsTotal = 0, kernelsCached = 0;
   uint32_t tasks = 0;
+  /// The compiled model's digest (its model page), once the job has one.
+  std::string modelDigest;
+  /// Its tasks and progress are still kept (JobRegistry::kKeptDetailed).
+  bool detailed = true;
 };
 
 /// Finished jobs and tasks as Prometheus histograms (flowc_job_seconds,
@@ -42,8 +46,11 @@ struct JobMetrics {
 /// Running jobs and the most recent finished ones.
 class JobRegistry {
 public:
-  /// Finished jobs kept for `flowc jobs`.
-  static constexpr size_t kKeptFinished = 64;
+  /// Finished jobs kept for `flowc jobs` and the jobs page, and of those
+  /// the most recent that keep their tasks and progress (the others keep
+  /// their summary: a long history costs little memory).
+  static constexpr size_t kKeptFinished = 1000;
+  static constexpr size_t kKeptDetailed = 64;
 
   /// Job `id` starts; its times count from `since` (when it was accepted).
   void start(const std::string &id, const std::string &model,
@@ -63,14 +70,15 @@ public:
   void setExplain(const std::string &id, const std::string &explain);
   /// The newer job that superseded job `id`.
   void setSupersededBy(const std::string &id, const std::string &newer);
+  /// The digest of the model job `id` compiled.
+  void setModelDigest(const std::string &id, const std::string &digest);
 
   flowc::v1::JobsResponse list() const;
-  /// Every kept job, oldest first.
-  std::vector<JobSummary> summaries() const;
   /// Job `id`'s summary, if running or kept.
   std::optional<JobSummary> summary(const std::string &id) const;
-  /// The jobs that changed after change `seen`, and in `latest` the newest
-  /// change (pass it back as `seen`).
+  /// The jobs that changed after change `seen` (all kept jobs for 0),
+  /// oldest first, and in `latest` the newest change (pass it back as
+  /// `seen`).
   std::vector<JobSummary> changedSince(uint64_t seen, uint64_t &latest) const;
   /// Waits until a change after `seen` or `timeout`; false on timeout.
   bool waitForChange(uint64_t seen, std::chrono::milliseconds timeout) const;
@@ -89,6 +97,10 @@ private:
     std::vector<double> taskStarts;
     std::string phase;
     uint32_t kernelsDone = 0, kernelsTotal = 0, kernelsCached = 0;
+    std::string modelDigest;
+    /// Set once its tasks and progress were dropped (kKeptDetailed): how
+    /// many tasks it had.
+    std::optional<uint32_t> droppedTasks;
     /// The registry's change count at this job's last change.
     uint64_t changed = 0;
   };

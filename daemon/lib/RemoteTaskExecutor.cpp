@@ -4,6 +4,7 @@
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
+#include <map>
 #include <spdlog/spdlog.h>
 #include <sys/utsname.h>
 
@@ -63,6 +64,15 @@ public:
     out.set_remote_bytes_downloaded(counters.bytesDownloaded);
     out.set_remote_fallbacks(fallbacks_);
     out.set_remote_fallback(options_.fallbackLocal ? "local" : "none");
+    for (const auto &[name, value] : platform_)
+      out.add_remote_platform(name + "=" + value);
+    std::lock_guard lock(mutex_);
+    for (const auto &[name, counts] : workers_) {
+      flowc::v1::RemoteWorker *worker = out.add_remote_workers();
+      worker->set_name(name);
+      worker->set_tasks_done(counts.first);
+      worker->set_tasks_failed(counts.second);
+    }
   }
 
 private:
@@ -99,6 +109,12 @@ private:
                             ? "remote action cache"
                             : "remote " + (outcome->worker.empty() ? std::string("worker")
                                                                    : outcome->worker);
+    if (!outcome->cached) {
+      std::lock_guard lock(mutex_);
+      auto &[done, failed] =
+          workers_[outcome->worker.empty() ? "worker" : outcome->worker];
+      ++(outcome->exitCode == 0 ? done : failed);
+    }
     if (outcome->exitCode != 0) {
       Status error = worker::taskErrorFrom(outcome->stderrText);
       return Status(error.code(), what + ": " + where + " failed (exit " +
@@ -127,6 +143,8 @@ private:
   std::vector<std::pair<std::string, std::string>> platform_;
   mutable std::mutex mutex_;
   std::string state_ = "not used yet";
+  /// Per remote worker that ran tasks: (done, failed).
+  std::map<std::string, std::pair<uint64_t, uint64_t>> workers_;
   std::atomic<uint64_t> fallbacks_{0};
 };
 

@@ -277,11 +277,16 @@ Status DaemonOptions::validate() {
     if (!usable)
       return invalidArgument("--remote-cache: " + usable.message());
   }
-  if (http != "auto" && http != "off" && !isLoopbackAddress(http))
-    return invalidArgument("--http '" + http +
-                           "' is not a loopback HOST:PORT (127.0.0.1, [::1] or "
-                           "localhost): the web UI is served on loopback only; or use "
-                           "'auto' or 'off'");
+  // Off loopback the web front is served as the TCP front is, with its
+  // certificate and its tokens.
+  if (http != "auto" && http != "off" && !isLoopbackAddress(http) &&
+      (tcpAddress.empty() || frontDoor.tlsCert.empty() || frontDoor.tokensFile.empty()))
+    return invalidArgument(
+        "--http '" + http +
+        "' is not a loopback HOST:PORT (127.0.0.1, [::1] or "
+        "localhost): off loopback the web UI is served with the TCP "
+        "front's TLS and tokens, so it needs --listen with --tls-cert, "
+        "--tls-key and --tokens; or use 'auto' or 'off'");
   return validateFrontDoor();
 }
 

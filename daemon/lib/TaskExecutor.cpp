@@ -2,6 +2,8 @@
 
 #include "WorkerProcess.h"
 
+#include "flowc/support/Target.h"
+
 #include <spdlog/spdlog.h>
 
 namespace flowc::daemon {
@@ -100,6 +102,7 @@ Expected<worker::TaskOutcome> LocalExecutor::run(const TaskRun &run) {
 }
 
 void LocalExecutor::describe(flowc::v1::WorkersResponse &out) const {
+  out.set_local_device(hostCpuDescription());
   out.set_slots(slots_.size());
   out.set_busy(slots_.busy());
   out.set_tasks_run(tasksRun_);

@@ -1,5 +1,7 @@
 #include "WebFront.h"
 
+#include "Auth.h"
+#include "GraphView.h"
 #include "Metrics.h"
 #include "Trace.h"
 #include "WebUiFiles.h"
@@ -7,10 +9,15 @@
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <atomic>
+#include <charconv>
 #include <fcntl.h>
 #include <httplib.h>
+#include <list>
 #include <nlohmann/json.hpp>
+#include "flowc/cache/ModelViews.h"
+#include "flowc/support/Sha256.h"
 #include <openssl/rand.h>
+#include <set>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <thread>
@@ -28,6 +35,10 @@ constexpr int kServerThreads = 16;
 /// Points of the cache's hit history (one per kSampleSeconds with lookups).
 constexpr size_t kHistoryPoints = 720;
 constexpr int kSampleSeconds = 5;
+constexpr const char *kJsonType = "application/json; charset=utf-8";
+constexpr const char *kSvgType = "image/svg+xml; charset=utf-8";
+/// Model drawings kept in memory (WebFront::State::drawings).
+constexpr size_t kKeptDrawings = 16;
 
 std::string hostOf(const std::string &address) {
   if (address.starts_with("[")) {
@@ -57,13 +68,17 @@ Expected<std::string> randomToken() {
 }
 
 /// Compares in time independent of where they differ.
-bool sameToken(const std::string &given, const std::string &token) {
+bool sameToken(std::string_view given, std::string_view token) {
   if (given.size() != token.size())
     return false;
   unsigned char diff = 0;
   for (size_t i = 0; i < token.size(); ++i)
     diff |= static_cast<unsigned char>(given[i] ^ token[i]);
   return diff == 0;
+}
+
+std::string queryToken(const httplib::Request &request) {
+  return request.has_param("token") ? request.get_param_value("token") : "";
 }
 
 std::string cookieToken(const httplib::Request &request) {
@@ -90,7 +105,7 @@ std::string contentType(std::string_view path) {
   if (path.ends_with(".css"))
     return "text/css; charset=utf-8";
   if (path.ends_with(".svg"))
-    return "image/svg+xml";
+    return kSvgType;
   if (path.ends_with(".png"))
     return "image/png";
   return "application/octet-stream";
@@ -108,7 +123,9 @@ json summaryJson(const JobSummary &job) {
           {"kernels_cached", job.kernelsCached},
           {"tasks", job.tasks},
           {"error", job.error},
-          {"phase", job.phase}};
+          {"phase", job.phase},
+          {"model_digest", job.modelDigest},
+          {"detailed", job.detailed}};
 }
 
 json taskJson(const flowc::v1::TaskInfo &task) {
@@ -156,6 +173,11 @@ json workersJson(const flowc::v1::WorkersResponse &w) {
   for (const flowc::v1::LocalWorker &each : w.local())
     local.push_back(
         {{"pid", each.pid()}, {"task", each.task()}, {"seconds", each.seconds()}});
+  json remote = json::array();
+  for (const flowc::v1::RemoteWorker &each : w.remote_workers())
+    remote.push_back({{"name", each.name()},
+                      {"tasks_done", each.tasks_done()},
+                      {"tasks_failed", each.tasks_failed()}});
   return {{"slots", w.slots()},
           {"busy", w.busy()},
           {"local", local},
@@ -170,7 +192,11 @@ json workersJson(const flowc::v1::WorkersResponse &w) {
           {"remote_bytes_uploaded", w.remote_bytes_uploaded()},
           {"remote_bytes_downloaded", w.remote_bytes_downloaded()},
           {"remote_fallbacks", w.remote_fallbacks()},
-          {"remote_fallback", w.remote_fallback()}};
+          {"remote_fallback", w.remote_fallback()},
+          {"local_device", w.local_device()},
+          {"remote_platform", std::vector<std::string>(w.remote_platform().begin(),
+                                                       w.remote_platform().end())},
+          {"remote_workers", remote}};
 }
 
 json tuningJson(const cache::TuningRecord &r) {
@@ -191,7 +217,7 @@ void sendJson(httplib::Response &response, const json &body, int status = 200) {
   response.status = status;
   // Model paths and errors are user data: never let bad UTF-8 throw.
   response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
-                       "application/json");
+                       kJsonType);
 }
 
 void sendError(httplib::Response &response, int status, const std::string &message) {
@@ -210,7 +236,13 @@ bool isLoopbackAddress(const std::string &address) {
 
 struct WebFront::State {
   DaemonContext &context;
-  httplib::Server server;
+  /// An httplib::SSLServer off loopback.
+  std::unique_ptr<httplib::Server> server;
+  /// Off loopback: the TCP front's tokens (--tokens), any of which lets a
+  /// request in (every page and endpoint only reads).
+  std::vector<TokenEntry> tokens;
+  /// Served over TLS: its cookie is Secure.
+  bool secure = false;
   std::string token;
   std::string url;
   std::thread listener;
@@ -222,22 +254,51 @@ struct WebFront::State {
   /// (ms since the epoch, artifact hits, artifact misses), oldest first.
   std::deque<std::array<int64_t, 3>> history;
 
-  explicit State(DaemonContext &context) : context(context) {}
+  State(DaemonContext &context, std::unique_ptr<httplib::Server> server)
+      : context(context), server(std::move(server)) {}
 
+  /// The daemon's token, or off loopback one of the TCP front's.
+  bool validToken(const std::string &given) const;
   bool authorized(const httplib::Request &request) const;
   void routes();
   void sampleLoop();
   void metrics(httplib::Response &response);
-  void events(httplib::Response &response);
+  /// Job changes after change `since` as they happen.
+  void events(uint64_t since, httplib::Response &response);
+  void models(httplib::Response &response);
+  void model(const std::string &digest, httplib::Response &response);
+  void graph(const std::string &digest, const std::set<std::string> &open,
+             httplib::Response &response);
+  /// The model view of `digest` (cache/ModelViews.h), or the HTTP status
+  /// and message saying why there is none.
+  Expected<json> modelView(const std::string &digest);
+
+  /// Recent drawings by (model, open groups): a page that reopens one
+  /// does not wait for dot again.
+  std::mutex drawingsMutex;
+  std::list<std::pair<std::string, std::string>> drawings;
 };
+
+bool WebFront::State::validToken(const std::string &given) const {
+  if (given.empty())
+    return false;
+  if (sameToken(given, token))
+    return true;
+  // The tokens file keeps digests: equal digests, equal tokens.
+  Sha256 digest = sha256Of(given);
+  auto bytes = [](const Sha256 &hash) {
+    return std::string_view(reinterpret_cast<const char *>(hash.data()), hash.size());
+  };
+  bool known = false;
+  for (const TokenEntry &entry : tokens)
+    known |= sameToken(bytes(digest), bytes(entry.digest));
+  return known;
+}
 
 bool WebFront::State::authorized(const httplib::Request &request) const {
   std::string header = request.get_header_value("Authorization");
-  if (header.starts_with("Bearer ") && sameToken(header.substr(7), token))
-    return true;
-  if (sameToken(cookieToken(request), token))
-    return true;
-  return request.has_param("token") && sameToken(request.get_param_value("token"), token);
+  return (header.starts_with("Bearer ") && validToken(header.substr(7))) ||
+         validToken(cookieToken(request)) || validToken(queryToken(request));
 }
 
 void WebFront::State::sampleLoop() {
@@ -259,7 +320,7 @@ void WebFront::State::sampleLoop() {
   }
 }
 
-void WebFront::State::events(httplib::Response &response) {
+void WebFront::State::events(uint64_t since, httplib::Response &response) {
   if (streams.fetch_add(1) >= kMaxStreams) {
     --streams;
     sendError(response, 503,
@@ -267,7 +328,7 @@ void WebFront::State::events(httplib::Response &response) {
     return;
   }
   response.set_header("Cache-Control", "no-store");
-  auto seen = std::make_shared<uint64_t>(0);
+  auto seen = std::make_shared<uint64_t>(since);
   auto lastWrite = std::make_shared<std::chrono::steady_clock::time_point>(
       std::chrono::steady_clock::now());
   response.set_chunked_content_provider(
@@ -396,9 +457,121 @@ void WebFront::State::metrics(httplib::Response &response) {
   response.set_content(out.text(), "text/plain; version=0.0.4; charset=utf-8");
 }
 
+void WebFront::State::models(httplib::Response &response) {
+  auto index = context.cache->lookupAction(
+      cache::ActionKind::Artifact, cache::modelIndexKey(), cache::Cache::CountLookup::No);
+  if (!index)
+    return sendError(response, 500, index.status().message());
+  json models = json::array();
+  if (*index)
+    if (auto blob = context.cache->get(**index)) {
+      json parsed = json::parse(blob->bytes(), nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_object() && parsed.contains("models") && parsed["models"].is_array())
+        models = parsed["models"];
+    }
+  json listed = json::array();
+  for (json &line : models) {
+    if (!line.is_object())
+      continue;
+    auto artifact = cache::Digest::parse(line.value("artifact", ""));
+    line["present"] = artifact && context.cache->contains(*artifact);
+    listed.push_back(std::move(line));
+  }
+  sendJson(response, {{"models", listed}});
+}
+
+Expected<json> WebFront::State::modelView(const std::string &digest) {
+  auto parsed = cache::Digest::parse(digest);
+  if (!parsed)
+    return invalidArgument("'" + digest + "' is not a model digest");
+  auto entry = context.cache->lookupAction(cache::ActionKind::Artifact,
+                                           cache::modelViewKey(*parsed),
+                                           cache::Cache::CountLookup::No);
+  if (!entry)
+    return entry.status();
+  if (!*entry)
+    return notFound("no model " + digest +
+                    " has been compiled into this cache (or its view was evicted): "
+                    "submit it to see its graph");
+  FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, context.cache->get(**entry));
+  json view = json::parse(blob.bytes(), nullptr, /*allow_exceptions=*/false);
+  if (!view.is_object() || view.value("format", "") != cache::kModelViewFormat)
+    return dataLoss("the model view of " + digest + " is damaged");
+  return view;
+}
+
+static int httpStatusOf(const Status &status) {
+  switch (status.code()) {
+  case StatusCode::InvalidArgument:
+    return 400;
+  case StatusCode::NotFound:
+    return 404;
+  case StatusCode::ResourceExhausted:
+    return 413;
+  case StatusCode::Unavailable:
+    return 503;
+  default:
+    return 500;
+  }
+}
+
+void WebFront::State::model(const std::string &digest, httplib::Response &response) {
+  Expected<json> view = modelView(digest);
+  if (!view)
+    return sendError(response, httpStatusOf(view.status()), view.status().message());
+  // Which of the compile's entries the cache still holds.
+  uint64_t present = 0;
+  for (json &entry : (*view)["entries"]) {
+    auto blob = cache::Digest::parse(entry.value("blob", ""));
+    entry["bytes"] = blob ? blob->size : 0;
+    entry["present"] = blob && context.cache->contains(*blob);
+    if (entry["present"].get<bool>())
+      present += blob->size;
+  }
+  (*view)["present_bytes"] = present;
+  sendJson(response, *view);
+}
+
+void WebFront::State::graph(const std::string &digest, const std::set<std::string> &open,
+                            httplib::Response &response) {
+  std::string key = digest;
+  for (const std::string &id : open)
+    key += "\n" + id;
+  {
+    std::lock_guard lock(drawingsMutex);
+    for (const auto &[drawn, svg] : drawings)
+      if (drawn == key) {
+        response.set_content(svg, kSvgType);
+        return;
+      }
+  }
+  Expected<json> view = modelView(digest);
+  if (!view)
+    return sendError(response, httpStatusOf(view.status()), view.status().message());
+  Expected<GraphDrawing> drawing = drawGraph(*view, open);
+  if (!drawing)
+    return sendError(response, httpStatusOf(drawing.status()),
+                     drawing.status().message());
+  Expected<std::string> svg = renderSvg(*drawing);
+  if (!svg)
+    return sendError(response, httpStatusOf(svg.status()), svg.status().message());
+  {
+    std::lock_guard lock(drawingsMutex);
+    drawings.emplace_front(key, *svg);
+    if (drawings.size() > kKeptDrawings)
+      drawings.pop_back();
+  }
+  response.set_content(*svg, kSvgType);
+}
+
 void WebFront::State::routes() {
-  server.set_pre_routing_handler([this](const httplib::Request &request,
-                                        httplib::Response &response) {
+  server->set_pre_routing_handler([this](const httplib::Request &request,
+                                         httplib::Response &response) {
+    // Responses go uncompressed: for a client that accepts brotli,
+    // cpp-httplib compresses at brotli's slowest quality (440 ms for a
+    // 230 KB model view, 20 ms for app.js), which loopback never repays.
+    // The request is the server's own object, handed over as const.
+    const_cast<httplib::Request &>(request).headers.erase("Accept-Encoding");
     if (!authorized(request)) {
       sendError(response, 401,
                 "this page needs the daemon's token: open the URL that `flowc status` "
@@ -408,19 +581,21 @@ void WebFront::State::routes() {
     }
     // A browser that came with ?token= keeps it in a cookie, so that the
     // pages' own requests need not carry it.
-    if (request.has_param("token"))
-      response.set_header("Set-Cookie",
-                          "flowc_token=" + token + "; Path=/; HttpOnly; SameSite=Strict");
+    if (validToken(queryToken(request)))
+      response.set_header("Set-Cookie", "flowc_token=" + queryToken(request) +
+                                            "; Path=/; HttpOnly; SameSite=Strict" +
+                                            (secure ? "; Secure" : ""));
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  server.Get("/api/jobs", [this](const httplib::Request &, httplib::Response &response) {
+  server->Get("/api/jobs", [this](const httplib::Request &, httplib::Response &response) {
     json jobs = json::array();
-    for (const JobSummary &job : context.registry.summaries())
+    uint64_t change = 0;
+    for (const JobSummary &job : context.registry.changedSince(0, change))
       jobs.push_back(summaryJson(job));
-    sendJson(response, {{"jobs", jobs}});
+    sendJson(response, {{"jobs", jobs}, {"change", change}});
   });
-  server.Get(R"(/api/jobs/([^/]+))", [this](const httplib::Request &request,
-                                            httplib::Response &response) {
+  server->Get(R"(/api/jobs/([^/]+))", [this](const httplib::Request &request,
+                                             httplib::Response &response) {
     std::string id = request.matches[1];
     auto info = isJobId(id) ? context.registry.job(id) : std::nullopt;
     auto summary = info ? context.registry.summary(id) : std::nullopt;
@@ -438,47 +613,71 @@ void WebFront::State::routes() {
                         {"tasks", tasks},
                         {"trace", trace.is_discarded() ? json::object() : trace}});
   });
-  server.Get("/api/workers",
-             [this](const httplib::Request &, httplib::Response &response) {
-               flowc::v1::WorkersResponse workers;
-               context.tasks->describe(workers);
-               sendJson(response, workersJson(workers));
-             });
-  server.Get("/api/cache", [this](const httplib::Request &, httplib::Response &response) {
-    auto stats = context.cache->stats();
-    if (!stats)
-      return sendError(response, 500, stats.status().message());
-    json points = json::array();
-    {
-      std::lock_guard lock(historyMutex);
-      for (const auto &[ms, hits, misses] : history)
-        points.push_back({{"time_ms", ms}, {"hits", hits}, {"misses", misses}});
+  server->Get("/api/workers",
+              [this](const httplib::Request &, httplib::Response &response) {
+                flowc::v1::WorkersResponse workers;
+                context.tasks->describe(workers);
+                sendJson(response, workersJson(workers));
+              });
+  server->Get(
+      "/api/cache", [this](const httplib::Request &, httplib::Response &response) {
+        auto stats = context.cache->stats();
+        if (!stats)
+          return sendError(response, 500, stats.status().message());
+        json points = json::array();
+        {
+          std::lock_guard lock(historyMutex);
+          for (const auto &[ms, hits, misses] : history)
+            points.push_back({{"time_ms", ms}, {"hits", hits}, {"misses", misses}});
+        }
+        points.push_back(
+            {{"time_ms", nowMs()}, {"hits", stats->hits}, {"misses", stats->misses}});
+        sendJson(response, {{"stats", cacheStatsJson(*stats, context.cache->root())},
+                            {"history", points}});
+      });
+  server->Get("/api/tuning",
+              [this](const httplib::Request &, httplib::Response &response) {
+                auto records = context.cache->listTuning();
+                if (!records)
+                  return sendError(response, 500, records.status().message());
+                json out = json::array();
+                for (const cache::TuningRecord &record : *records)
+                  out.push_back(tuningJson(record));
+                sendJson(response, {{"records", out}});
+              });
+  server->Get("/api/models", [this](const httplib::Request &,
+                                    httplib::Response &response) { models(response); });
+  server->Get(R"(/api/models/(sha256:[0-9a-f]{64}/[0-9]+))",
+              [this](const httplib::Request &request, httplib::Response &response) {
+                model(request.matches[1], response);
+              });
+  server->Get(R"(/api/models/(sha256:[0-9a-f]{64}/[0-9]+)/graph\.svg)",
+              [this](const httplib::Request &request, httplib::Response &response) {
+                std::set<std::string> open;
+                for (size_t i = 0; i < request.get_param_value_count("open"); ++i)
+                  open.insert(request.get_param_value("open", i));
+                graph(request.matches[1], open, response);
+              });
+  server->Get("/api/events", [this](const httplib::Request &request,
+                                    httplib::Response &response) {
+    // ?since=CHANGE (from /api/jobs): only what changed after the list.
+    uint64_t since = 0;
+    if (request.has_param("since")) {
+      std::string text = request.get_param_value("since");
+      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), since);
+      if (error != std::errc() || end != text.data() + text.size())
+        return sendError(response, 400, "since: not a change number: '" + text + "'");
     }
-    points.push_back(
-        {{"time_ms", nowMs()}, {"hits", stats->hits}, {"misses", stats->misses}});
-    sendJson(response, {{"stats", cacheStatsJson(*stats, context.cache->root())},
-                        {"history", points}});
+    events(since, response);
   });
-  server.Get("/api/tuning",
-             [this](const httplib::Request &, httplib::Response &response) {
-               auto records = context.cache->listTuning();
-               if (!records)
-                 return sendError(response, 500, records.status().message());
-               json out = json::array();
-               for (const cache::TuningRecord &record : *records)
-                 out.push_back(tuningJson(record));
-               sendJson(response, {{"records", out}});
-             });
-  server.Get("/api/events", [this](const httplib::Request &,
-                                   httplib::Response &response) { events(response); });
-  server.Get("/metrics", [this](const httplib::Request &, httplib::Response &response) {
+  server->Get("/metrics", [this](const httplib::Request &, httplib::Response &response) {
     metrics(response);
   });
   // Browsers ask for it on every site; the pages have no icon.
-  server.Get("/favicon.ico", [](const httplib::Request &, httplib::Response &response) {
+  server->Get("/favicon.ico", [](const httplib::Request &, httplib::Response &response) {
     response.status = 204;
   });
-  server.Get(R"(/.*)", [](const httplib::Request &request, httplib::Response &response) {
+  server->Get(R"(/.*)", [](const httplib::Request &request, httplib::Response &response) {
     std::string_view path = request.path == "/" ? "/index.html" : request.path;
     for (const EmbeddedFile &file : webUiFiles())
       if (file.path == path) {
@@ -509,7 +708,7 @@ void WebFront::stop() {
     std::lock_guard lock(state.historyMutex);
   }
   state.sampleWake.notify_all();
-  state.server.stop();
+  state.server->stop();
   if (state.listener.joinable())
     state.listener.join();
   if (state.sampler.joinable())
@@ -518,6 +717,30 @@ void WebFront::stop() {
 }
 
 /// Writes the URL with its token where the owner's tools find it.
+/// Off loopback, the web front is served as the TCP front is: with its
+/// TLS certificate (and client CA, if set) and its tokens.
+static Expected<std::unique_ptr<httplib::Server>>
+tlsServer(const FrontDoorOptions &front, const std::string &address,
+          std::vector<TokenEntry> &tokens) {
+  std::string what = "--http '" + address + "' is not a loopback address";
+  if (front.tlsCert.empty() || front.tlsKey.empty())
+    return invalidArgument(what + ": it is served with TLS, and needs the TCP front's "
+                                  "--tls-cert FILE and --tls-key FILE");
+  if (front.tokensFile.empty())
+    return invalidArgument(what + ": a request there presents one of the TCP front's "
+                                  "tokens, and needs --tokens FILE");
+  FLOWC_ASSIGN_OR_RETURN(tokens, loadTokensFile(front.tokensFile));
+  auto server = std::make_unique<httplib::SSLServer>(
+      front.tlsCert.c_str(), front.tlsKey.c_str(),
+      front.tlsClientCa.empty() ? nullptr : front.tlsClientCa.c_str());
+  if (!server->is_valid())
+    return invalidArgument(
+        "--http '" + address + "': cannot load the TLS certificate '" + front.tlsCert +
+        "' and key '" + front.tlsKey + "'" +
+        (front.tlsClientCa.empty() ? "" : " or client CA '" + front.tlsClientCa + "'"));
+  return std::unique_ptr<httplib::Server>(std::move(server));
+}
+
 static Status writeUrlFile(const std::string &path, const std::string &text) {
   std::string temp = path + ".tmp";
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -534,10 +757,7 @@ static Status writeUrlFile(const std::string &path, const std::string &text) {
 Expected<std::unique_ptr<WebFront>> WebFront::start(DaemonContext &context,
                                                     const std::string &address) {
   bool automatic = address == "auto";
-  if (!automatic && !isLoopbackAddress(address))
-    return invalidArgument("--http '" + address +
-                           "' is not a loopback address (127.0.0.1, ::1 or localhost): "
-                           "the web UI is served on loopback only");
+  bool loopback = automatic || isLoopbackAddress(address);
   std::string host = automatic ? "127.0.0.1" : hostOf(address);
   int port = 0;
   if (!automatic) {
@@ -551,16 +771,24 @@ Expected<std::unique_ptr<WebFront>> WebFront::start(DaemonContext &context,
                              "' needs HOST:PORT (PORT 0 to 65535)");
     port = static_cast<int>(parsed);
   }
-  auto state = std::make_unique<State>(context);
+  std::vector<TokenEntry> tokens;
+  FLOWC_ASSIGN_OR_RETURN(std::unique_ptr<httplib::Server> server,
+                         loopback
+                             ? Expected<std::unique_ptr<httplib::Server>>(
+                                   std::make_unique<httplib::Server>())
+                             : tlsServer(context.options.frontDoor, address, tokens));
+  auto state = std::make_unique<State>(context, std::move(server));
+  state->tokens = std::move(tokens);
+  state->secure = !loopback;
   FLOWC_ASSIGN_OR_RETURN(state->token, randomToken());
-  state->server.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
-  state->server.set_keep_alive_max_count(100);
+  state->server->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
+  state->server->set_keep_alive_max_count(100);
   // cpp-httplib's default adds SO_REUSEPORT, which would let a second
   // daemon of the same user bind a port in use and take half its requests.
   // TCP_NODELAY (inherited by accepted sockets): a response's header and
   // body go as two writes, and Nagle would hold the body for the client's
   // delayed ACK, 40 ms a request.
-  state->server.set_socket_options([](socket_t socket) {
+  state->server->set_socket_options([](socket_t socket) {
     int yes = 1;
     ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     ::setsockopt(socket, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
@@ -570,19 +798,20 @@ Expected<std::unique_ptr<WebFront>> WebFront::start(DaemonContext &context,
   if (automatic) {
     for (int candidate = kDefaultPort; candidate < kDefaultPort + 10 && bound < 0;
          ++candidate)
-      if (state->server.bind_to_port(host, candidate))
+      if (state->server->bind_to_port(host, candidate))
         bound = candidate;
     if (bound < 0)
-      bound = state->server.bind_to_any_port(host);
+      bound = state->server->bind_to_any_port(host);
   } else {
-    bound = port == 0 ? state->server.bind_to_any_port(host)
-                      : (state->server.bind_to_port(host, port) ? port : -1);
+    bound = port == 0 ? state->server->bind_to_any_port(host)
+                      : (state->server->bind_to_port(host, port) ? port : -1);
   }
   if (bound <= 0)
     return unavailable("cannot serve the web UI on '" + (automatic ? host : address) +
                        "' (port in use?)");
   std::string shownHost = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  state->url = "http://" + shownHost + ":" + std::to_string(bound) + "/";
+  state->url = std::string(loopback ? "http" : "https") + "://" + shownHost + ":" +
+               std::to_string(bound) + "/";
   // A read-only cache (flowcd --read-only) has no room for it; `flowc
   // status` still prints the URL.
   if (Status written = writeUrlFile(context.options.cacheDir + "/flowcd.http",
@@ -590,7 +819,7 @@ Expected<std::unique_ptr<WebFront>> WebFront::start(DaemonContext &context,
       !written)
     spdlog::warn("web UI: {}; `flowc status` prints its URL", written.message());
   State *raw = state.get();
-  state->listener = std::thread([raw] { raw->server.listen_after_bind(); });
+  state->listener = std::thread([raw] { raw->server->listen_after_bind(); });
   state->sampler = std::thread([raw] { raw->sampleLoop(); });
   spdlog::info("web UI {}", state->url);
   return std::unique_ptr<WebFront>(new WebFront(std::move(state)));

@@ -1,8 +1,9 @@
 // flowcd's HTTP front (docs/web-ui.md): the pages of web_ui/, the JSON API
 // that docs/api.yaml describes, a Server-Sent Events stream of job changes
-// and /metrics in Prometheus text format. Loopback only; every request
-// carries the daemon's access token (a bearer header, a cookie set from
-// the URL's ?token=, or that query parameter).
+// and /metrics in Prometheus text format. On loopback, or off it over HTTPS
+// with the TCP front's certificate; every request carries the daemon's
+// access token or, off loopback, one of the TCP front's tokens (a bearer
+// header, a cookie set from the URL's ?token=, or that query parameter).
 #pragma once
 
 #include "DaemonContext.h"
@@ -20,11 +21,12 @@ public:
   /// Listens on `address` ("HOST:PORT"; PORT 0 for any free one), or for
   /// "auto" on 127.0.0.1 from kDefaultPort up, then any free port. Writes
   /// the URL with its token to `<cache>/flowcd.http` (owner-only).
-  /// InvalidArgument for an address that is not loopback, Unavailable when
-  /// it cannot listen.
+  /// Off loopback, HTTPS with the TCP front's certificate, client CA and
+  /// tokens (InvalidArgument without them or when they do not load).
+  /// Unavailable when it cannot listen.
   static Expected<std::unique_ptr<WebFront>> start(DaemonContext &context,
                                                    const std::string &address);
-  /// http://HOST:PORT/
+  /// http://HOST:PORT/ (https:// off loopback)
   const std::string &url() const;
   /// The URL that lets a browser in: url() + "?token=…".
   std::string urlWithToken() const;

@@ -1,6 +1,8 @@
 #include "flowc/support/Target.h"
 
 #include <array>
+#include <fstream>
+#include <thread>
 #include <utility>
 
 namespace flowc {
@@ -53,5 +55,22 @@ Expected<Precision> parsePrecision(std::string_view name) {
   return parseName<Precision>(kPrecisions, name, "precision");
 }
 std::string precisionNames() { return joinNames(kPrecisions); }
+
+std::string hostCpuDescription() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, model, flags;
+  while (std::getline(cpuinfo, line)) {
+    if (model.empty() && line.starts_with("model name"))
+      model = line.substr(line.find(':') + 2);
+    if (flags.empty() && line.starts_with("flags"))
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+  }
+  auto has = [&](const char *flag) {
+    return flags.find(" " + std::string(flag) + " ") != std::string::npos ? "yes" : "no";
+  };
+  return (model.empty() ? "unknown CPU" : model) + ", " +
+         std::to_string(std::thread::hardware_concurrency()) + " cores, ISA: avx2 " +
+         has("avx2") + ", avx512f " + has("avx512f") + ", amx " + has("amx_tile");
+}
 
 } // namespace flowc

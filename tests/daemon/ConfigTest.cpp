@@ -49,6 +49,7 @@ struct ConfigTest : ::testing::Test {
   ScopedEnv noReadOnly{"FLOWC_CACHE_READ_ONLY", nullptr};
   ScopedEnv noRemoteCache{"FLOWC_REMOTE_CACHE", nullptr};
   ScopedEnv noRemoteReadOnly{"FLOWC_REMOTE_READ_ONLY", nullptr};
+  ScopedEnv noHttp{"FLOWC_HTTP", nullptr};
   DaemonFlags flags() const {
     DaemonFlags flags;
     flags.cacheDir = dir.path();
@@ -86,6 +87,25 @@ TEST_F(ConfigTest, FlagsBeatEnvironmentBeatsConfigFile) {
   ASSERT_TRUE(fromFlag);
   EXPECT_EQ(fromFlag->cache.maxBytes, 100ull << 20);
   EXPECT_EQ(fromFlag->idleTimeoutSeconds, 900u);
+}
+
+TEST_F(ConfigTest, TheWebFrontsAddressLayersAsTheOthers) {
+  auto byDefault = resolveDaemonOptions(flags());
+  ASSERT_TRUE(byDefault);
+  EXPECT_EQ(byDefault->http, "auto");
+  writeFile(dir.file("flowcd.conf"), "http = off\n");
+  auto fromFile = resolveDaemonOptions(flags());
+  ASSERT_TRUE(fromFile) << fromFile.status().toString();
+  EXPECT_EQ(fromFile->http, "off");
+  ScopedEnv http("FLOWC_HTTP", "127.0.0.1:9000");
+  auto fromEnv = resolveDaemonOptions(flags());
+  ASSERT_TRUE(fromEnv);
+  EXPECT_EQ(fromEnv->http, "127.0.0.1:9000");
+  DaemonFlags withFlag = flags();
+  withFlag.http = "127.0.0.1:0";
+  auto fromFlag = resolveDaemonOptions(withFlag);
+  ASSERT_TRUE(fromFlag);
+  EXPECT_EQ(fromFlag->http, "127.0.0.1:0");
 }
 
 TEST_F(ConfigTest, ExplicitConfigFileAndFlowcConfigVariable) {

@@ -338,5 +338,42 @@ TEST(TaskDispatchTest, AStoppingJobAnswersNewTasksCancelledAtOnce) {
   }
 }
 
+TEST(JobRegistryTest, KeepsAThousandFinishedJobsAndTheNewestInDetail) {
+  JobRegistry registry;
+  size_t total = JobRegistry::kKeptFinished + 20;
+  for (size_t i = 0; i < total; ++i) {
+    std::string id = "job-" + std::to_string(i + 1);
+    registry.start(id, "m.onnx", flowc::v1::PRIORITY_INTERACTIVE, "c",
+                   std::chrono::steady_clock::now());
+    registry.addTask(id, worker::Task{"codegen", "k", {}, {}});
+    registry.setModelDigest(id, "sha256:" + std::string(64, 'a') + "/1");
+    registry.finish(id, "done", "");
+  }
+  uint64_t latest = 0;
+  std::vector<JobSummary> kept = registry.changedSince(0, latest);
+  ASSERT_EQ(kept.size(), JobRegistry::kKeptFinished);
+  EXPECT_EQ(kept.front().id, "job-21");
+  EXPECT_EQ(kept.back().id, "job-" + std::to_string(total));
+  size_t detailed = 0;
+  for (const JobSummary &job : kept) {
+    detailed += job.detailed;
+    // A dropped job keeps its summary, its task count among it.
+    EXPECT_EQ(job.tasks, 1u) << job.id;
+    EXPECT_FALSE(job.modelDigest.empty());
+  }
+  EXPECT_EQ(detailed, JobRegistry::kKeptDetailed);
+  EXPECT_TRUE(kept.back().detailed);
+  EXPECT_FALSE(kept.front().detailed);
+  EXPECT_EQ(registry.job("job-21")->tasks_size(), 0);
+  EXPECT_EQ(registry.job("job-" + std::to_string(total))->tasks_size(), 1);
+  EXPECT_FALSE(registry.summary("job-20"));
+  // Only what changed after a list is sent again.
+  registry.setModelDigest("job-" + std::to_string(total), "x");
+  uint64_t next = 0;
+  std::vector<JobSummary> changed = registry.changedSince(latest, next);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_GT(next, latest);
+}
+
 } // namespace
 } // namespace flowc::daemon

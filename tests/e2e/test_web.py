@@ -1,16 +1,24 @@
 """flowcd's web front (docs/web-ui.md): the token, the JSON endpoints
 checked against docs/api.yaml and against the CLI, the live event stream,
 /metrics parsed by prometheus_client's parser and moving with a submit,
-and the --http flag's bad values."""
+the --http flag's bad values, and HTTPS with the TCP front's certificate
+and tokens off loopback."""
 import json
+import re
+import ssl
 import subprocess
 import threading
+import time
+import urllib.error
+import urllib.request
 
 import numpy as np
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import make_models
 from conftest import BIN, save
+from test_front_door import TOKENS, Daemon, pki, tokens_file  # noqa: F401 (pki: a fixture)
 from test_progress import zero_strides_model
 from webclient import SPEC, Web, check
 
@@ -162,3 +170,39 @@ def test_http_off_and_a_taken_port(flowc, tmp_path):
     result = flowcd(tmp_path, "--http", "127.0.0.1:" + port)
     assert result.returncode != 0 and "cannot serve the web UI" in result.stderr, result.stderr
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_off_loopback_the_web_front_is_tls_with_the_tcp_fronts_tokens(tmp_path, pki):
+    """--http on a non-loopback address serves HTTPS with the TCP front's
+    certificate, and lets in a request that presents one of its tokens."""
+    tokens = tokens_file(tmp_path)
+    with Daemon(tmp_path / "d", "--tls-cert", pki / "server.pem", "--tls-key",
+                pki / "server.key", "--tokens", tokens, "--http", "0.0.0.0:0") as daemon:
+        for _ in range(200):
+            found = re.search(r"web UI https://0\.0\.0\.0:(\d+)/", daemon.log.read_text())
+            if found:
+                break
+            time.sleep(0.05)
+        assert found, daemon.log.read_text()
+        base = f"https://127.0.0.1:{found.group(1)}"
+        context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+
+        def get(path, token=None):
+            headers = {"Authorization": "Bearer " + token} if token else {}
+            try:
+                with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers),
+                                            context=context, timeout=30) as r:
+                    return r.status, r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        _, read_token = TOKENS["reader"]
+        code, body = get("/api/jobs", read_token)
+        assert code == 200, body
+        check(json.loads(body), "JobList")
+        assert get("/api/jobs")[0] == 401
+        assert get("/api/jobs", "tok-not-in-the-file")[0] == 401
+        assert get("/?token=" + read_token)[0] == 200
+        # Plain HTTP on the TLS port gets no page.
+        with pytest.raises(Exception):
+            urllib.request.urlopen(base.replace("https", "http") + "/api/jobs", timeout=10).read()

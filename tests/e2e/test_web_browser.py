@@ -119,3 +119,63 @@ def test_every_page_renders(flowc, tmp_path, browser):
         banner = browser.find_elements(By.ID, "error-banner")
         assert not banner or not banner[0].text.strip(), (page, banner[0].text)
         assert not script_errors(browser), page
+
+
+@pytest.mark.skipif(shutil.which("dot") is None,
+                    reason="Graphviz's dot is not installed (apt install graphviz)")
+def test_the_model_page_draws_the_graph_and_opens_its_groups(flowc, tmp_path, browser):
+    web = Web.of(flowc)
+    model = save(make_models.make_encoder(np.random.default_rng(3), layers=4),
+                 tmp_path / "encoder.onnx")
+    flowc.submit(model)
+    browser.get(web.url_with_token)
+    wait = WebDriverWait(browser, 60)
+    # From the jobs page's link, as a user would come.
+    link = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs a.model"))[0]
+    link.click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph svg g.node"))
+    assert browser.find_element(By.ID, "model-name").text == "encoder.onnx"
+    boxes = {g.get_attribute("id") for g in
+             browser.find_elements(By.CSS_SELECTOR, "#graph svg g.node")}
+    # Layers 1..3 are drawn as one box of layers like layer.0.
+    assert "r:encoder/layer.0" in boxes, boxes
+    assert browser.find_elements(By.CSS_SELECTOR, "#kernels tbody tr")
+    assert {e.get_attribute("data-kind") for e in
+            browser.find_elements(By.CSS_SELECTOR, "#entries tbody tr")} >= {"artifact", "code"}
+
+    # Opening the run draws each layer; opening a group draws what is in it.
+    before = int(browser.find_element(By.ID, "graph").get_attribute("data-drawn"))
+    # A drawing starts at its natural size; "fit" shows all of it.
+    browser.find_element(By.ID, "fit").click()
+    browser.find_element(By.CSS_SELECTOR, '#graph g.node[id="r:encoder/layer.0"]').click()
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, '#graph g[id^="r:"]'))
+    for layer in range(4):
+        assert browser.find_elements(
+            By.CSS_SELECTOR, f'#graph g[id="g:encoder/layer.{layer}"], '
+            f'#graph g[id="c:encoder/layer.{layer}"]'), layer
+    browser.find_element(By.ID, "fit").click()
+    group = browser.find_elements(By.CSS_SELECTOR, '#graph g.node[id^="g:"]')[-1]
+    group_id = group.get_attribute("id")
+    drawn = int(browser.find_element(By.ID, "graph").get_attribute("data-drawn"))
+    assert drawn > before
+    group.click()
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, f'#graph g.node[id="{group_id}"]'))
+    assert browser.find_elements(By.CSS_SELECTOR, f'#graph g[id="c:{group_id[2:]}"]')
+    digest = web.json("/api/jobs")["jobs"][-1]["model_digest"]
+    view = web.json(f"/api/models/{digest}")
+    # A node's details: its op, shapes and the library call it became.
+    browser.find_element(By.ID, "fit").click()
+    drawn = [browser.find_elements(By.CSS_SELECTOR, f'#graph g.node[id="n{i}"]')
+             for i, n in enumerate(view["nodes"]) if n["op"] == "Softmax"]
+    softmax = next(found[0] for found in drawn if found)
+    assert "Softmax" in softmax.get_attribute("textContent")
+    softmax.click()
+    panel = wait.until(lambda d: d.find_element(By.ID, "node") if
+                       d.find_element(By.ID, "node").is_displayed() else None)
+    assert "Softmax" in panel.text and "softmax" in panel.find_element(By.ID, "node-kernels").text
+    assert "1×4×16×16" in panel.text
+    # The open groups survive a reload (kept in the URL).
+    browser.refresh()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph svg g.node"))
+    assert browser.find_elements(By.CSS_SELECTOR, f'#graph g[id="c:{group_id[2:]}"]')
+    assert not script_errors(browser)

@@ -30,7 +30,7 @@ public:
   CasKernelCache(cache::Cache &cache, const std::string &buildId, RemoteTier *remote)
       : cache_(cache), buildId_(buildId), remote_(remote) {}
 
-  std::optional<std::string> lookup(const std::string &key) {
+  std::optional<cache::BlobHandle> lookup(const std::string &key) {
     auto action = cache_.lookupAction(cache::ActionKind::Kernel, actionKey(key));
     if (!action) {
       spdlog::warn("kernel cache lookup failed: {}", action.status().toString());
@@ -43,7 +43,7 @@ public:
     auto blob = cache_.get(**action);
     if (!blob)
       return std::nullopt;
-    return std::string(blob->bytes());
+    return std::move(*blob);
   }
 
   /// Records `object`, already a blob, as the object of `key`.
@@ -215,6 +215,8 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
     progress.countLookups("artifact", cached ? 1 : 0, cached ? 0 : 1);
   if (cached && cache_.contains(ingested.modelDigest) && servable(*cached)) {
     FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
+    if (!cache_.readOnly())
+      recordModelView(ingested, request, key, *cached, nullptr, nullptr);
     result.artifactDigest = *cached;
     result.cacheHit = result.codeCacheHit = true;
     result.answeredBy = answeredBy;
@@ -270,6 +272,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_RETURN_IF_ERROR(recordArtifact(key, result.artifactDigest, {manifest},
                                        linked.externalWeights, factors));
   FLOWC_RETURN_IF_ERROR(recordMemo(file, ingested, request.inputShapes));
+  recordModelView(ingested, request, key, result.artifactDigest, &code, &linked);
   // Over the size cap, least-recently-used blobs go; this job's are pinned.
   if (eviction_ == Eviction::AfterCompile)
     if (auto gc = cache_.enforceLimit(); !gc)
@@ -351,6 +354,10 @@ CompileExecutor::codeFor(const IngestedModel &ingested, const CompileRequest &re
       code.object = *cached;
       code.weights = std::move(*weights);
       code.tuned = std::move(tuned);
+      code.fromCache = true;
+      code.codeKey = codeKey;
+      code.weightsKey = weightsKey;
+      code.weightsBlob = *cachedWeights;
       return code;
     }
   }
@@ -374,6 +381,9 @@ CompileExecutor::codeFor(const IngestedModel &ingested, const CompileRequest &re
   // The weight list first: a reader that finds the code finds its list.
   publish(cache::ActionKind::Code, weightsKey, TierEntry::of(weights));
   publish(cache::ActionKind::Code, codeKey, TierEntry::of(compiled.object));
+  compiled.codeKey = codeKey;
+  compiled.weightsKey = weightsKey;
+  compiled.weightsBlob = weights;
   return compiled;
 }
 
@@ -462,14 +472,17 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
   // The kernel cache first: only the kernels it misses become tasks.
   CasKernelCache kernelCache(cache_, buildId_, remote_);
   std::vector<std::string> objects(plan.kernels.size());
+  std::vector<CompiledCode::KernelBuild> builds(plan.kernels.size());
   std::vector<size_t> missing;
   std::vector<Task> tasks;
   int calls = 0;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     calls += plan.kernels[i].callSites;
-    if (std::optional<std::string> object =
+    if (std::optional<cache::BlobHandle> object =
             kernelCache.lookup(plan.kernels[i].cacheKey())) {
-      objects[i] = std::move(*object);
+      objects[i] = std::string(object->bytes());
+      builds[i] = {"kernel cache", 0, "",
+                   kernelCache.actionKey(plan.kernels[i].cacheKey()), object->digest()};
       continue;
     }
     FLOWC_ASSIGN_OR_RETURN(
@@ -494,9 +507,14 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
   TaskListener kernelListener;
   kernelListener.done = [&](size_t m, const Expected<TaskOutcome> &outcome,
                             double seconds) {
-    if (outcome)
-      progress.kernelDone(tasks[m].name, seconds, outcome->executor,
-                          outcome->executor == "remote action cache");
+    if (!outcome)
+      return;
+    bool remoteHit = outcome->executor == "remote action cache";
+    progress.kernelDone(tasks[m].name, seconds, outcome->executor, remoteHit);
+    CompiledCode::KernelBuild &build = builds[missing[m]];
+    build.source = remoteHit ? "remote action cache" : "compiled";
+    build.seconds = seconds;
+    build.executor = outcome->executor;
   };
   std::vector<Expected<TaskOutcome>> outcomes = runner().run(tasks, kernelListener);
   for (size_t m = 0; m < missing.size(); ++m) {
@@ -505,6 +523,8 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
     FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle object, cache_.get(outcomes[m]->outputs[0]));
     objects[missing[m]] = std::string(object.bytes());
     kernelCache.record(plan.kernels[missing[m]].cacheKey(), object.digest());
+    builds[missing[m]].entry = kernelCache.actionKey(plan.kernels[missing[m]].cacheKey());
+    builds[missing[m]].object = object.digest();
   }
   if (!plan.kernels.empty())
     progress("kernels",
@@ -519,6 +539,7 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
   compiled.kernelsReused = static_cast<unsigned>(plan.kernels.size() - missing.size());
   compiled.tuned = std::move(choices.tuned);
   compiled.search = choices.summary;
+  compiled.builds = std::move(builds);
   FLOWC_ASSIGN_OR_RETURN(compiled.object, cache_.put(library));
   return compiled;
 }

@@ -155,6 +155,7 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
 
   // Weights are copied from their CAS blobs (one mapping each, no heap
   // copy), in the order the code binds them.
+  LinkedArtifact linked;
   std::vector<cache::BlobHandle> blobs;
   std::vector<std::string_view> pieces;
   std::vector<runtime::WeightSpec> specs;
@@ -174,6 +175,8 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
       return cache_.get(ingested.weightDigests[*index]);
     };
     FLOWC_ASSIGN_OR_RETURN(cache::BlobHandle blob, source());
+    if (code.weights.findDerived(key))
+      linked.derivedWeights.push_back(blob.digest());
     spec.tensor.name = key;
     spec.digest = blob.digest().toString();
     spec.size = blob.bytes().size();
@@ -210,6 +213,7 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
     packedSpecs.push_back({weight.site, weight.buffer, std::move(packed->layout),
                            packed->blob.digest().toString(), 0,
                            packed->blob.bytes().size()});
+    linked.derivedWeights.push_back(packed->blob.digest());
     pieces.push_back(packed->blob.bytes());
     blobs.push_back(std::move(packed->blob));
   }
@@ -249,7 +253,6 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, codeBlob.bytes()));
   // A thin artifact refers to every weight that is a file in the cache by
   // digest; small ones (inside the index, no file to map) travel along.
-  LinkedArtifact linked;
   std::vector<std::string_view> embedded;
   // pieces[i] are the bytes of blobs[i]: the bound weights, then the packed.
   auto place = [&](auto &spec, size_t piece) {

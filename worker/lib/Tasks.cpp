@@ -54,12 +54,26 @@ json codeWeightsJson(const compiler::CodeWeights &weights) {
                              {"params", weight.params}});
   json sites = json::array();
   for (const compiler::LibrarySite &site : weights.librarySites)
-    sites.push_back({{"site", site.site}, {"kind", site.kind}, {"params", site.params}});
-  return {{"format", kCodeWeightsFormat},
-          {"keys", weights.keys},
-          {"derived", derived},
-          {"kernel_weights", kernelWeights},
-          {"library_sites", sites}};
+    sites.push_back({{"site", site.site},
+                     {"kind", site.kind},
+                     {"params", site.params},
+                     {"nodes", site.nodes}});
+  json loopKernels = json::array();
+  for (const compiler::LoopKernelSource &kernel : weights.loopKernels)
+    loopKernels.push_back({{"symbol", kernel.symbol},
+                           {"call_sites", kernel.callSites},
+                           {"nodes", kernel.nodes}});
+  return {{"format", kCodeWeightsFormat}, {"keys", weights.keys},
+          {"derived", derived},           {"kernel_weights", kernelWeights},
+          {"library_sites", sites},       {"loop_kernels", loopKernels}};
+}
+
+/// A kernel's source nodes; optional, as lists written before the model
+/// page had none.
+std::vector<int32_t> sourceNodesFrom(const json &entry) {
+  auto nodes = entry.find("nodes");
+  return nodes == entry.end() ? std::vector<int32_t>()
+                              : nodes->get<std::vector<int32_t>>();
 }
 
 std::optional<compiler::CodeWeights> codeWeightsFrom(const json &parsed) {
@@ -85,7 +99,11 @@ std::optional<compiler::CodeWeights> codeWeightsFrom(const json &parsed) {
     for (const json &entry : parsed.at("library_sites"))
       weights.librarySites.push_back(compiler::LibrarySite{
           entry.at("site").get<int64_t>(), entry.at("kind").get<int64_t>(),
-          entry.at("params").get<std::vector<int64_t>>()});
+          entry.at("params").get<std::vector<int64_t>>(), sourceNodesFrom(entry)});
+    for (const json &entry : parsed.value("loop_kernels", json::array()))
+      weights.loopKernels.push_back(compiler::LoopKernelSource{
+          entry.at("symbol").get<std::string>(), entry.at("call_sites").get<int>(),
+          sourceNodesFrom(entry)});
     return weights;
   } catch (const json::exception &) {
     return std::nullopt;

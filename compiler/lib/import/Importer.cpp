@@ -6,6 +6,8 @@
 // live in their families: Nn.cpp, Math.cpp, Tensor.cpp.
 #include "Importer.h"
 
+#include "../SourceNodes.h"
+
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -570,9 +572,12 @@ Expected<ImportedGraph> Importer::run() {
     initializerNames_.insert(tensor.info.name);
   }
   for (const Node &node : model_.nodes) {
+    // Every op this node becomes names it (SourceNodes.h).
+    loc_ = nodeLocation(&ctx_, records_.size());
     FLOWC_RETURN_IF_ERROR(importNode(node));
     records_.push_back(recordOf(node));
   }
+  loc_ = mlir::UnknownLoc::get(&ctx_);
 
   llvm::SmallVector<Value> results;
   for (const TensorInfo &output : model_.outputs) {

@@ -159,6 +159,17 @@ struct LibrarySite {
   /// runtime::KernelKind and the kernel's parameters (KernelAbi.h).
   int64_t kind = 0;
   std::vector<int64_t> params;
+  /// The graph nodes (ImportedGraph::nodes indices) it computes.
+  std::vector<int32_t> nodes = {};
+};
+
+/// A loop kernel of compiled code and the graph nodes (ImportedGraph::nodes
+/// indices) its calls compute: for the model page, never part of a key
+/// (where a nest came from does not change its object).
+struct LoopKernelSource {
+  std::string symbol;
+  int callSites = 0;
+  std::vector<int32_t> nodes;
 };
 
 /// The weights compiled code binds, in argument order after its inputs:
@@ -170,6 +181,8 @@ struct CodeWeights {
   std::vector<KernelWeight> kernelWeights;
   /// Every library kernel call site, in site order.
   std::vector<LibrarySite> librarySites;
+  /// Every loop kernel, in plan order.
+  std::vector<LoopKernelSource> loopKernels = {};
 
   const DerivedWeight *findDerived(const std::string &key) const {
     for (const DerivedWeight &weight : derived)

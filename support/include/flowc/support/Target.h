@@ -40,4 +40,9 @@ Expected<Precision> parsePrecision(std::string_view name);
 /// Every precision's name, comma-separated.
 std::string precisionNames();
 
+/// This machine's CPU as benchmarks and the workers page print it: "Intel(R)
+/// Xeon(R) Processor, 2 cores, ISA: avx2 yes, avx512f yes, amx yes" (from
+/// /proc/cpuinfo; "unknown CPU" where it cannot be read).
+std::string hostCpuDescription();
+
 } // namespace flowc

@@ -149,6 +149,9 @@ private:
   /// never a reproducer directory's.
   Status recordMemo(const cache::FileIdentity &file, const IngestedModel &ingested,
                     const compiler::InputShapes &shapes);
+
+public:
+  // What a compile made, public for ModelView.cpp's helpers.
   /// The code object and the weights it binds, both cached under the code
   /// key (the weight list is a second blob).
   struct CompiledCode {
@@ -161,7 +164,23 @@ private:
     /// The kernels search chose a candidate for (the artifact's Plan::tuned).
     std::vector<runtime::TunedKernelSpec> tuned;
     SearchSummary search;
+    /// It came from the code cache (no plan ran).
+    bool fromCache = false;
+    /// Its entries' keys (CompileExecutor::codeKeys), for the model view.
+    cache::Digest codeKey, weightsKey, weightsBlob;
+    /// How each loop kernel (weights.loopKernels order) was built; empty
+    /// when the code came from the cache or from one in-process compile.
+    struct KernelBuild {
+      /// "compiled", "kernel cache" or "remote action cache".
+      std::string source;
+      double seconds = 0;
+      std::string executor;
+      cache::Digest entry, object;
+    };
+    std::vector<KernelBuild> builds;
   };
+
+private:
   /// The code from tasks: plan, the kernels the kernel cache misses, link.
   Expected<CompiledCode> codeFromTasks(const IngestedModel &ingested,
                                        const compiler::CompileOptions &options,
@@ -207,12 +226,18 @@ private:
                                                    const std::string &candidate,
                                                    const cache::BlobHandle &source,
                                                    cache::PinGuard &pins, int &computed);
+
+public:
   /// The artifact's digest, and the external weights a thin one refers to
   /// (its cache entry goes when one of them is evicted).
   struct LinkedArtifact {
     cache::Digest digest;
     std::vector<cache::Digest> externalWeights;
+    /// Blobs of the derived and packed weights it binds.
+    std::vector<cache::Digest> derivedWeights;
   };
+
+private:
   Expected<LinkedArtifact> linkArtifact(const IngestedModel &ingested,
                                         const CompileRequest &request,
                                         const CompiledCode &code, cache::PinGuard &pins,
@@ -225,6 +250,13 @@ private:
                                                         std::string &answeredBy,
                                                         std::string *factors);
   /// Records and publishes the artifact's entry and its model-name index.
+  /// Writes the model page's view of this compile and its line in the
+  /// model index (flowc/cache/ModelViews.h); `code` and `linked` are null
+  /// on an artifact hit, which writes a view only where there is none.
+  /// Failing to is logged, never the compile's failure.
+  void recordModelView(const IngestedModel &ingested, const CompileRequest &request,
+                       const cache::Digest &artifactKey, const cache::Digest &artifact,
+                       const CompiledCode *code, const LinkedArtifact *linked);
   Status recordArtifact(const cache::Digest &key, const cache::Digest &artifact,
                         const std::vector<cache::Digest> &deps,
                         const std::vector<cache::Digest> &weights,

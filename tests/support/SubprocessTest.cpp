@@ -1,0 +1,52 @@
+// filterThroughProgram (Subprocess.h): the input reaches the program, its
+// output comes back, and a program that fails, hangs, floods or is missing
+// is an error, never a hang.
+#include "flowc/support/Subprocess.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace flowc {
+namespace {
+
+TEST(SubprocessTest, FiltersTheInputThroughTheProgram) {
+  std::string input(3 << 20, 'x');
+  input += "end";
+  auto output = filterThroughProgram({"cat"}, input, 30, 16 << 20);
+  ASSERT_TRUE(output) << output.status().toString();
+  EXPECT_EQ(*output, input);
+}
+
+TEST(SubprocessTest, AFailureCarriesItsStderr) {
+  auto output =
+      filterThroughProgram({"sh", "-c", "echo broken >&2; exit 3"}, "", 30, 1024);
+  ASSERT_FALSE(output);
+  EXPECT_EQ(output.status().code(), StatusCode::Internal);
+  EXPECT_NE(output.status().message().find("broken"), std::string::npos);
+}
+
+TEST(SubprocessTest, AHungProgramIsStoppedAtItsTimeout) {
+  auto start = std::chrono::steady_clock::now();
+  auto output = filterThroughProgram({"sleep", "30"}, "", 0.3, 1024);
+  ASSERT_FALSE(output);
+  EXPECT_EQ(output.status().code(), StatusCode::Unavailable);
+  EXPECT_NE(output.status().message().find("stopped"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST(SubprocessTest, AFloodIsStopped) {
+  auto output = filterThroughProgram({"yes"}, "", 30, 1 << 20);
+  ASSERT_FALSE(output);
+  EXPECT_EQ(output.status().code(), StatusCode::ResourceExhausted);
+}
+
+TEST(SubprocessTest, AMissingProgramIsUnavailable) {
+  auto output = filterThroughProgram({"flowc-no-such-program"}, "", 30, 1024);
+  ASSERT_FALSE(output);
+  EXPECT_EQ(output.status().code(), StatusCode::Unavailable);
+  EXPECT_NE(output.status().message().find("cannot run"), std::string::npos);
+}
+
+} // namespace
+} // namespace flowc
