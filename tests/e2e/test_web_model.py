@@ -2,7 +2,8 @@
 node with its static cost and the kernels it became, the model index and
 per-model cache entries, and the drawing of the graph through Graphviz with
 repeated blocks collapsed. Checked against docs/api.yaml, against
-`flowc inspect --json`, and against the graph's own structure."""
+`flowc inspect --json`, against the graph's own structure, and on
+ConvNeXt-Tiny and BERT-base as torch exports them."""
 import json
 import re
 import shutil
@@ -163,3 +164,23 @@ def test_a_view_names_the_kernel_of_every_node_of_a_bigger_graph(flowc, tmp_path
         kernel = view["kernels"][node["kernels"][0]]
         assert kernel["library"] and kernel["kind"] == "matmul", kernel
         assert node["flops"] == 2 * 4 * 32 * 32
+
+
+@needs_dot
+@pytest.mark.parametrize("name", ["convnext_tiny", "bert"])
+def test_real_models_are_drawn_readably(flowc, real_models, name):
+    """ConvNeXt-Tiny and BERT-base as torch exports them: a drawing of a
+    few dozen boxes, their repeated blocks folded, and (nearly) every node
+    that computes mapped to its kernel."""
+    web = Web.of(flowc)
+    digest = flowc.submit(real_models[17] / f"{name}.onnx")["model_digest"]
+    view = web.json(f"/api/models/{quoted(digest)}", "ModelView")
+    assert len(view["nodes"]) > 200, len(view["nodes"])
+    code, _, body = web.get(f"/api/models/{quoted(digest)}/graph.svg")
+    assert code == 200, body[:300]
+    ids = re.findall(r'<g id="([^"]+)" class="node"', body.decode())
+    assert 5 <= len(ids) <= 80, (len(ids), ids)
+    assert any(i.startswith("r:") for i in ids), ids
+    computing = [n for n in view["nodes"] if not n["folded"] and n["flops"] > 0]
+    unmapped = [n["name"] for n in computing if not n.get("kernels")]
+    assert len(unmapped) <= len(computing) // 20, unmapped[:20]
