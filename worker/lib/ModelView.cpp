@@ -27,8 +27,9 @@ namespace {
 using cache::Digest;
 using nlohmann::json;
 
-/// Models the index keeps, newest first.
-constexpr size_t kIndexedModels = 256;
+/// Models the index keeps, newest first. Each compile rewrites it, and the
+/// version it replaces stays a blob until eviction: 64 lines, ~22 KB.
+constexpr size_t kIndexedModels = 64;
 /// Longest attribute text kept per attribute (a Constant's tensor is not).
 constexpr size_t kAttributeChars = 120;
 
