@@ -1,5 +1,6 @@
 // flowc cache stats|ls|gc|verify|pin|unpin|clear [--json]
 #include "Commands.h"
+#include "flowc/rpc/Json.h"
 #include "CompilerModule.h"
 
 #include "flowc/support/ByteSize.h"
@@ -59,7 +60,7 @@ int runStats(DaemonClient &client, const CacheOptions &options) {
   if (Status s = fromGrpc(client.cache().Stats(&context, request, &r), "cache stats"); !s)
     return reportError(s);
   if (options.json) {
-    printJson(cacheStatsJson(r));
+    printJson(rpc::cacheStatsJson(r));
     return 0;
   }
   std::cout << "cache:        " << r.cache_dir() << "\n"

@@ -1,6 +1,7 @@
 #include "Common.h"
 
 #include "flowc/rpc/GrpcStatus.h"
+#include "flowc/rpc/Json.h"
 #include "flowc/rpc/Vocabulary.h"
 #include "flowc/support/Environment.h"
 #include "flowc/support/ErrorFields.h"
@@ -481,46 +482,13 @@ void printJson(const nlohmann::json &json) {
             << std::endl;
 }
 
-namespace {
-
-nlohmann::json hitRate(uint64_t hits, uint64_t misses) {
-  if (hits + misses == 0)
-    return nullptr;
-  return static_cast<double>(hits) / static_cast<double>(hits + misses);
-}
-
-} // namespace
-
 std::string hitRateText(uint64_t hits, uint64_t misses) {
-  nlohmann::json rate = hitRate(hits, misses);
+  nlohmann::json rate = rpc::hitRate(hits, misses);
   if (rate.is_null())
     return "-";
   std::ostringstream out;
   out << std::fixed << std::setprecision(1) << rate.get<double>() * 100 << "%";
   return out.str();
-}
-
-nlohmann::json cacheStatsJson(const flowc::v1::CacheStatsResponse &r) {
-  nlohmann::json kinds = nlohmann::json::object();
-  for (const auto &[kind, counts] : r.kinds())
-    kinds[kind] = {{"hits", counts.hits()},
-                   {"misses", counts.misses()},
-                   {"hit_rate", hitRate(counts.hits(), counts.misses())}};
-  return {{"cache_dir", r.cache_dir()},
-          {"blobs", r.blob_count()},
-          {"bytes", r.blob_bytes()},
-          {"inline_blobs", r.inline_blobs()},
-          {"pinned_blobs", r.pinned_blobs()},
-          {"actions", r.action_count()},
-          {"max_bytes", r.max_bytes()},
-          {"hits", r.hits()},
-          {"misses", r.misses()},
-          {"hit_rate", hitRate(r.hits(), r.misses())},
-          {"kinds", kinds},
-          {"evictions", r.evictions()},
-          {"evicted_bytes", r.evicted_bytes()},
-          {"dedup_bytes", r.dedup_bytes()},
-          {"stat_memo_entries", r.stat_memo_entries()}};
 }
 
 } // namespace flowc::cli

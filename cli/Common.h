@@ -160,13 +160,6 @@ std::optional<flowc::v1::ErrorDetail> errorDetailOf(const grpc::ClientContext &c
 /// or node name from a hostile file) become U+FFFD rather than an abort.
 void printJson(const nlohmann::json &json);
 
-/// The cache's figures under the key names that `cache stats --json` and
-/// `status --json` share: blobs, bytes, inline_blobs, pinned_blobs, actions,
-/// max_bytes, hits, misses, hit_rate (null before any lookup), kinds
-/// ({artifact, code, kernel, derived} -> hits, misses, hit_rate),
-/// evictions, evicted_bytes, dedup_bytes, stat_memo_entries, cache_dir.
-nlohmann::json cacheStatsJson(const flowc::v1::CacheStatsResponse &stats);
-
 /// "93.5%" or "-" when nothing was looked up.
 std::string hitRateText(uint64_t hits, uint64_t misses);
 

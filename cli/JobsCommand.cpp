@@ -1,6 +1,7 @@
 // flowc jobs [--json]; flowc workers [--json]; flowc explain JOB [--json];
 // flowc cancel JOB [--json]; flowc trace JOB [-o FILE]
 #include "Commands.h"
+#include "flowc/rpc/Json.h"
 
 #include "flowc/support/MappedFile.h"
 
@@ -13,23 +14,10 @@ namespace flowc::cli {
 
 namespace {
 
-nlohmann::json taskJson(const flowc::v1::TaskInfo &task) {
-  return {{"kind", task.kind()},
-          {"name", task.name()},
-          {"state", task.state()},
-          {"executor", task.executor()},
-          {"seconds", task.seconds()},
-          {"input_bytes", task.input_bytes()},
-          {"output_bytes", task.output_bytes()},
-          {"attempts", task.attempts()},
-          {"queued_at_seconds", task.queued_at_seconds()},
-          {"error", task.error()}};
-}
-
 nlohmann::json jobJson(const flowc::v1::JobInfo &job) {
   nlohmann::json tasks = nlohmann::json::array();
   for (const flowc::v1::TaskInfo &task : job.tasks())
-    tasks.push_back(taskJson(task));
+    tasks.push_back(rpc::taskJson(task));
   return {
       {"id", job.id()},
       {"model", job.model()},

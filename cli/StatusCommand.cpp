@@ -1,5 +1,6 @@
 // flowc status [--json]; flowc daemon start|stop
 #include "Commands.h"
+#include "flowc/rpc/Json.h"
 
 #include <fstream>
 #include <iostream>
@@ -46,7 +47,7 @@ int runStatus(GlobalOptions &global, bool json) {
       !status)
     return reportError(status);
   // The cache's figures under the names `cache stats --json` uses.
-  nlohmann::json out = cacheStatsJson(cache);
+  nlohmann::json out = rpc::cacheStatsJson(cache);
   out.update({{"running", true},
               {"socket", global.socketPath},
               {"daemon", (*client)->endpoint()},

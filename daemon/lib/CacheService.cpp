@@ -17,6 +17,30 @@ void fillGc(const cache::GcReport &report, flowc::v1::CacheGcResponse *response)
 
 } // namespace
 
+flowc::v1::CacheStatsResponse cacheStatsResponse(const cache::CacheStats &stats,
+                                                 const std::string &root) {
+  flowc::v1::CacheStatsResponse response;
+  for (const auto &[kind, counts] : stats.byKind) {
+    flowc::v1::LookupCounts &out = (*response.mutable_kinds())[kind];
+    out.set_hits(counts.hits);
+    out.set_misses(counts.misses);
+  }
+  response.set_blob_count(stats.blobCount);
+  response.set_blob_bytes(stats.blobBytes);
+  response.set_inline_blobs(stats.inlineBlobs);
+  response.set_action_count(stats.actionCount);
+  response.set_pinned_blobs(stats.pinnedBlobs);
+  response.set_max_bytes(stats.maxBytes);
+  response.set_hits(stats.hits);
+  response.set_misses(stats.misses);
+  response.set_evictions(stats.evictions);
+  response.set_evicted_bytes(stats.evictedBytes);
+  response.set_dedup_bytes(stats.dedupBytes);
+  response.set_stat_memo_entries(stats.statMemoEntries);
+  response.set_cache_dir(root);
+  return response;
+}
+
 grpc::Status CacheService::Stats(grpc::ServerContext *,
                                  const flowc::v1::CacheStatsRequest *request,
                                  flowc::v1::CacheStatsResponse *response) {
@@ -28,24 +52,7 @@ grpc::Status CacheService::Stats(grpc::ServerContext *,
       return rpc::toGrpcStatus(zeroed);
     spdlog::info("cache counters zeroed");
   }
-  for (const auto &[kind, counts] : stats->byKind) {
-    flowc::v1::LookupCounts &out = (*response->mutable_kinds())[kind];
-    out.set_hits(counts.hits);
-    out.set_misses(counts.misses);
-  }
-  response->set_blob_count(stats->blobCount);
-  response->set_blob_bytes(stats->blobBytes);
-  response->set_inline_blobs(stats->inlineBlobs);
-  response->set_action_count(stats->actionCount);
-  response->set_pinned_blobs(stats->pinnedBlobs);
-  response->set_max_bytes(stats->maxBytes);
-  response->set_hits(stats->hits);
-  response->set_misses(stats->misses);
-  response->set_evictions(stats->evictions);
-  response->set_evicted_bytes(stats->evictedBytes);
-  response->set_dedup_bytes(stats->dedupBytes);
-  response->set_stat_memo_entries(stats->statMemoEntries);
-  response->set_cache_dir(context_.cache->root());
+  *response = cacheStatsResponse(*stats, context_.cache->root());
   return grpc::Status::OK;
 }
 

@@ -6,6 +6,10 @@
 
 namespace flowc::daemon {
 
+/// `stats` as Cache.Stats answers it (and /api/cache shows it).
+flowc::v1::CacheStatsResponse cacheStatsResponse(const cache::CacheStats &stats,
+                                                 const std::string &root);
+
 /// flowc.v1.Cache: cache statistics and maintenance, run by the daemon
 /// because it owns the pins that eviction must respect.
 class CacheService final : public flowc::v1::Cache::Service {

@@ -1,10 +1,15 @@
 #include "WebFront.h"
 
 #include "Auth.h"
+#include "CacheService.h"
 #include "GraphView.h"
 #include "Metrics.h"
 #include "Trace.h"
 #include "WebUiFiles.h"
+
+#include "flowc/cache/ModelViews.h"
+#include "flowc/rpc/Json.h"
+#include "flowc/support/Sha256.h"
 
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -14,8 +19,6 @@
 #include <httplib.h>
 #include <list>
 #include <nlohmann/json.hpp>
-#include "flowc/cache/ModelViews.h"
-#include "flowc/support/Sha256.h"
 #include <openssl/rand.h>
 #include <set>
 #include <spdlog/spdlog.h>
@@ -126,46 +129,6 @@ json summaryJson(const JobSummary &job) {
           {"phase", job.phase},
           {"model_digest", job.modelDigest},
           {"detailed", job.detailed}};
-}
-
-json taskJson(const flowc::v1::TaskInfo &task) {
-  return {{"kind", task.kind()},
-          {"name", task.name()},
-          {"state", task.state()},
-          {"executor", task.executor()},
-          {"seconds", task.seconds()},
-          {"attempts", task.attempts()},
-          {"error", task.error()},
-          {"queued_at_seconds", task.queued_at_seconds()},
-          {"input_bytes", task.input_bytes()},
-          {"output_bytes", task.output_bytes()}};
-}
-
-json cacheStatsJson(const cache::CacheStats &stats, const std::string &root) {
-  auto rate = [](uint64_t hits, uint64_t misses) {
-    return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses)
-                         : 0.0;
-  };
-  json kinds = json::object();
-  for (const auto &[kind, counts] : stats.byKind)
-    kinds[kind] = {{"hits", counts.hits},
-                   {"misses", counts.misses},
-                   {"hit_rate", rate(counts.hits, counts.misses)}};
-  return {{"cache_dir", root},
-          {"blobs", stats.blobCount},
-          {"bytes", stats.blobBytes},
-          {"inline_blobs", stats.inlineBlobs},
-          {"pinned_blobs", stats.pinnedBlobs},
-          {"actions", stats.actionCount},
-          {"max_bytes", stats.maxBytes},
-          {"hits", stats.hits},
-          {"misses", stats.misses},
-          {"hit_rate", rate(stats.hits, stats.misses)},
-          {"kinds", kinds},
-          {"evictions", stats.evictions},
-          {"evicted_bytes", stats.evictedBytes},
-          {"dedup_bytes", stats.dedupBytes},
-          {"stat_memo_entries", stats.statMemoEntries}};
 }
 
 json workersJson(const flowc::v1::WorkersResponse &w) {
@@ -604,7 +567,7 @@ void WebFront::State::routes() {
                        "no job '" + id + "' among the daemon's recent jobs");
     json tasks = json::array();
     for (const flowc::v1::TaskInfo &task : info->tasks())
-      tasks.push_back(taskJson(task));
+      tasks.push_back(rpc::taskJson(task));
     json trace = json::parse(context.registry.trace(id).value_or("{}"), nullptr, false);
     sendJson(response, {{"summary", summaryJson(*summary)},
                         {"explain", info->explain()},
@@ -619,22 +582,23 @@ void WebFront::State::routes() {
                 context.tasks->describe(workers);
                 sendJson(response, workersJson(workers));
               });
-  server->Get(
-      "/api/cache", [this](const httplib::Request &, httplib::Response &response) {
-        auto stats = context.cache->stats();
-        if (!stats)
-          return sendError(response, 500, stats.status().message());
-        json points = json::array();
-        {
-          std::lock_guard lock(historyMutex);
-          for (const auto &[ms, hits, misses] : history)
-            points.push_back({{"time_ms", ms}, {"hits", hits}, {"misses", misses}});
-        }
-        points.push_back(
-            {{"time_ms", nowMs()}, {"hits", stats->hits}, {"misses", stats->misses}});
-        sendJson(response, {{"stats", cacheStatsJson(*stats, context.cache->root())},
-                            {"history", points}});
-      });
+  server->Get("/api/cache", [this](const httplib::Request &,
+                                   httplib::Response &response) {
+    auto stats = context.cache->stats();
+    if (!stats)
+      return sendError(response, 500, stats.status().message());
+    json points = json::array();
+    {
+      std::lock_guard lock(historyMutex);
+      for (const auto &[ms, hits, misses] : history)
+        points.push_back({{"time_ms", ms}, {"hits", hits}, {"misses", misses}});
+    }
+    points.push_back(
+        {{"time_ms", nowMs()}, {"hits", stats->hits}, {"misses", stats->misses}});
+    sendJson(response, {{"stats", rpc::cacheStatsJson(
+                                      cacheStatsResponse(*stats, context.cache->root()))},
+                        {"history", points}});
+  });
   server->Get("/api/tuning",
               [this](const httplib::Request &, httplib::Response &response) {
                 auto records = context.cache->listTuning();

@@ -3,21 +3,13 @@
 #include "flowc/worker/CompileExecutor.h"
 #include "flowc/worker/Reproducer.h"
 
+#include "TensorJson.h"
+
 #include <nlohmann/json.hpp>
 
 namespace flowc::worker {
 
-namespace {
-
 using nlohmann::json;
-
-json tensorJson(const compiler::TensorInfo &info) {
-  return {{"name", info.name},
-          {"dtype", compiler::dtypeName(info.dtype)},
-          {"shape", info.shape}};
-}
-
-} // namespace
 
 std::vector<std::string_view> IngestedModel::weightViews() const {
   std::vector<std::string_view> views;

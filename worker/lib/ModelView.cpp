@@ -6,6 +6,7 @@
 #include "flowc/worker/CompileExecutor.h"
 
 #include "KeyFactors.h"
+#include "TensorJson.h"
 
 #include "flowc/cache/ModelViews.h"
 #include "flowc/compiler/Profile.h"
@@ -32,13 +33,6 @@ using nlohmann::json;
 constexpr size_t kIndexedModels = 64;
 /// Longest attribute text kept per attribute (a Constant's tensor is not).
 constexpr size_t kAttributeChars = 120;
-
-json tensorJson(const compiler::TensorInfo &info) {
-  return {{"name", info.name},
-          {"dtype", compiler::dtypeName(info.dtype)},
-          {"shape", info.shape}};
-}
-
 std::string attributeText(const compiler::Attribute &attribute) {
   using Kind = compiler::Attribute::Kind;
   switch (attribute.kind) {
