@@ -126,6 +126,32 @@ def test_the_event_stream_sends_a_jobs_changes(flowc, tmp_path):
     assert max(data["kernels_done"] for _, data in seen) == seen[-1][1]["kernels_total"]
 
 
+def test_the_event_stream_starts_after_the_lists_change(flowc, tmp_path):
+    web = Web.of(flowc)
+    flowc.submit(cnn(tmp_path, seed=8))
+    listed = web.json("/api/jobs", "JobList")
+    assert len(listed["jobs"]) == 1 and listed["change"] > 0
+    # From the list's change on, the stream holds only what came after it.
+    stream = web.events(path=f"/api/events?since={listed['change']}")
+    seen = []
+    done = threading.Event()
+
+    def read():
+        for event, data in stream:
+            seen.append(data)
+            if data["state"] == "done":
+                done.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    flowc.submit(cnn(tmp_path, seed=9))
+    assert done.wait(60), seen
+    assert {data["id"] for data in seen} == {"job-2"}, seen
+    for bad in ["x", "-1", "1e3", "99999999999999999999999"]:
+        error = web.json(f"/api/events?since={bad}", "Error", status=400)["error"]
+        assert "since" in error and bad in error, error
+
+
 def test_metrics_parse_and_move_with_a_submit(flowc, tmp_path):
     web = Web.of(flowc)
     before = metrics(web)

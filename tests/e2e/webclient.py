@@ -50,9 +50,9 @@ class Web:
             check(value, schema)
         return value
 
-    def events(self, timeout=120):
+    def events(self, timeout=120, path="/api/events"):
         """The SSE stream: yields (event, data) pairs as they arrive."""
-        response = urllib.request.urlopen(self.request("/api/events"), timeout=timeout)
+        response = urllib.request.urlopen(self.request(path), timeout=timeout)
         assert response.headers["Content-Type"].startswith("text/event-stream")
         event, data = None, []
         for raw in response:
