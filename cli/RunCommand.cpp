@@ -1,6 +1,6 @@
 // flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
-//           [--threads T] [--json] [--no-verify]: options here, the work in the runtime
-//           module (RuntimeCommands.cpp).
+//           [--profile [--profile-top K]] [--threads T] [--json] [--no-verify]: options
+//           here, the work in the runtime module (RuntimeCommands.cpp).
 #include "Commands.h"
 #include "RuntimeModule.h"
 
@@ -24,6 +24,13 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("--threads", options->threads,
                   "Threads for convolutions and matrix products (default: all cores)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_flag("--profile", options->profile,
+                "After 3 warm-up runs, time each kernel call over the --bench runs (10 "
+                "without --bench): share, calls, GFLOP/s, GB/s, implementation, nodes");
+  cmd->add_option("--profile-top", options->profileTop,
+                  "Kernel calls listed by --profile, slowest first (default 25; "
+                  "--json lists all)")
+      ->check(CLI::Range(size_t{1}, size_t{1000000}));
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--no-verify", options->noVerify,
                 "Skip the artifact's digest checks at open (for benchmarks only; "

@@ -2,6 +2,7 @@
 // RuntimeModule.h). Its calls into flowc itself (reportError, printJson,
 // GlobalOptions) resolve against the executable, which exports them.
 #include "RuntimeModule.h"
+#include "RunProfile.h"
 
 #include "flowc/cache/Digest.h"
 #include "flowc/runtime/Artifact.h"
@@ -47,6 +48,19 @@ Expected<Latency> measure(runtime::Session &session,
   }
   std::sort(samples.begin(), samples.end());
   return Latency{samples[samples.size() / 2], samples[(samples.size() * 9) / 10]};
+}
+
+/// The session's profile after three warm-up runs and after `iterations`
+/// more: their difference is the profile of those runs.
+Expected<std::pair<runtime::RunProfile, runtime::RunProfile>>
+profileRuns(runtime::Session &session,
+            const std::map<std::string, runtime::Tensor> &inputs, unsigned iterations) {
+  for (int i = 0; i < 3; ++i)
+    FLOWC_RETURN_IF_ERROR(session.run(inputs).status());
+  runtime::RunProfile before = session.profile();
+  for (unsigned i = 0; i < iterations; ++i)
+    FLOWC_RETURN_IF_ERROR(session.run(inputs).status());
+  return std::make_pair(std::move(before), session.profile());
 }
 
 /// Output names such as "/fc/Gemm_output_0" become safe file names.
@@ -153,7 +167,7 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
   double openMs = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - openStart)
                       .count();
-  auto session = runtime::Session::create(*artifact, {options.threads});
+  auto session = runtime::Session::create(*artifact, {options.threads, options.profile});
   if (!session)
     return reportError(session.status());
   const runtime::Plan &plan = (*session)->plan();
@@ -212,6 +226,16 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
       std::cout << "latency over " << options.bench << " runs: median " << std::fixed
                 << std::setprecision(3) << latency->medianMs << " ms, p90 "
                 << latency->p90Ms << " ms" << std::endl;
+  }
+  if (options.profile) {
+    auto profile = profileRuns(**session, *inputs, options.bench ? options.bench : 10);
+    if (!profile)
+      return reportError(
+          profile.status().withContext("profile '" + options.artifact + "'"));
+    json["profile"] = profileJson(profile->first, profile->second,
+                                  (*artifact)->metadata(), plan, options.threads);
+    if (!options.json)
+      printProfile(json["profile"], options.profileTop, std::cout);
   }
   if (options.json)
     printJson(json);

@@ -29,6 +29,10 @@ struct RunOptions {
   int threads = 0;
   /// --no-verify: skip the artifact's digests at open (bounds are checked).
   bool noVerify = false;
+  /// --profile: time each kernel call over `bench` runs (10 without it).
+  bool profile = false;
+  /// --profile-top: the slowest calls listed.
+  size_t profileTop = 25;
 };
 
 /// `flowc tuning ls|export|import|clear`'s options.

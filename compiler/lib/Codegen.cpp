@@ -44,11 +44,14 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 namespace flowc::compiler {
@@ -103,6 +106,65 @@ void defineArenaSize(llvm::Module &module, uint64_t bytes) {
   new llvm::GlobalVariable(module, i64, true, llvm::GlobalValue::ExternalLinkage,
                            llvm::ConstantInt::get(i64, bytes),
                            runtime::kArenaBytesSymbol);
+}
+
+/// Surrounds @main's kernel calls with profile marks (KernelAbi.h) and
+/// returns what `flowc_profile_calls` says of them.
+std::string markKernelCalls(mlir::ModuleOp module, const std::vector<KernelModule> &loops,
+                            const std::vector<LibraryKernel> &library,
+                            const std::map<std::string, std::vector<int32_t>> &nodes) {
+  std::set<std::string> kernels;
+  for (const KernelModule &kernel : loops)
+    kernels.insert(kernel.symbol);
+  // A library function is called once; a loop kernel may be called from
+  // many places, so only its calls' own locations say which nodes it ran.
+  std::map<std::string, std::vector<int32_t>> libraryNodes;
+  std::map<std::string, size_t> sites;
+  for (size_t site = 0; site < library.size(); ++site) {
+    kernels.insert(library[site].function);
+    sites[library[site].function] = site;
+    if (auto found = nodes.find(library[site].function); found != nodes.end())
+      libraryNodes[library[site].function] = found->second;
+  }
+  nlohmann::json calls = nlohmann::json::array();
+  for (const ProfiledCall &call : addProfileMarks(module, kernels, libraryNodes)) {
+    nlohmann::json entry = {{"kernel", call.callee}, {"nodes", call.nodes}};
+    if (auto site = sites.find(call.callee); site != sites.end()) {
+      entry["site"] = site->second;
+      entry["kind"] = runtime::kernelKindName(library[site->second].kind);
+    }
+    calls.push_back(std::move(entry));
+  }
+  return calls.dump();
+}
+
+/// Defines the profile hook (null until a session sets it), the calls'
+/// description, and the body of the mark the lowering declared.
+void defineProfileMarks(llvm::Module &module, const std::string &calls) {
+  llvm::LLVMContext &ctx = module.getContext();
+  auto *ptrType = llvm::PointerType::getUnqual(ctx);
+  auto *hook = new llvm::GlobalVariable(
+      module, ptrType, false, llvm::GlobalValue::ExternalLinkage,
+      llvm::ConstantPointerNull::get(ptrType), runtime::kProfileHookSymbol);
+  llvm::Constant *text = llvm::ConstantDataArray::getString(ctx, calls, true);
+  new llvm::GlobalVariable(module, text->getType(), true,
+                           llvm::GlobalValue::ExternalLinkage, text,
+                           runtime::kProfileCallsSymbol);
+  llvm::Function *mark = module.getFunction(runtime::kProfileMarkFunction);
+  if (!mark)
+    return;
+  mark->setLinkage(llvm::GlobalValue::InternalLinkage);
+  auto *entry = llvm::BasicBlock::Create(ctx, "entry", mark);
+  auto *notify = llvm::BasicBlock::Create(ctx, "notify", mark);
+  auto *done = llvm::BasicBlock::Create(ctx, "done", mark);
+  llvm::IRBuilder<> builder(entry);
+  llvm::Value *target = builder.CreateLoad(ptrType, hook);
+  builder.CreateCondBr(builder.CreateIsNull(target), done, notify);
+  builder.SetInsertPoint(notify);
+  builder.CreateCall(mark->getFunctionType(), target, {mark->getArg(0)});
+  builder.CreateBr(done);
+  builder.SetInsertPoint(done);
+  builder.CreateRetVoid();
 }
 
 Expected<std::unique_ptr<llvm::TargetMachine>> createTargetMachine(const CodeTarget &code,
@@ -631,6 +693,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   for (size_t site = 0; site < libraryKernels.size(); ++site)
     plan.weights.librarySites[site].nodes = nodes[libraryKernels[site].function];
   dropLibraryKernelBodies(*module);
+  std::string profileCalls = markKernelCalls(*module, kernels, libraryKernels, nodes);
 
   mlir::PassManager lower(&context);
   buildLowerToLlvmPipeline(lower, options);
@@ -643,6 +706,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   FLOWC_RETURN_IF_ERROR(addEntryPoint(*graph.module));
   defineArenaSize(*graph.module, arenaBytes);
   FLOWC_RETURN_IF_ERROR(bindLibraryKernels(*graph.module, libraryKernels));
+  defineProfileMarks(*graph.module, profileCalls);
   for (const KernelModule &kernel : kernels) {
     hideSymbol(*graph.module, kernel.symbol);
     plan.kernels.push_back({kernel.symbol, kernelKey(options, target, kernel),

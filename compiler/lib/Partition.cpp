@@ -2,7 +2,10 @@
 #include "SourceNodes.h"
 #include "transforms/Passes.h"
 
+#include "flowc/runtime/KernelAbi.h"
+
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Builders.h"
@@ -162,6 +165,48 @@ std::map<std::string, std::vector<int32_t>> kernelSourceNodes(mlir::ModuleOp mod
   for (auto &[function, nodes] : found)
     sources[function].assign(nodes.begin(), nodes.end());
   return sources;
+}
+
+std::vector<ProfiledCall>
+addProfileMarks(mlir::ModuleOp module, const std::set<std::string> &kernels,
+                const std::map<std::string, std::vector<int32_t>> &calleeNodes) {
+  auto main = module.lookupSymbol<mlir::func::FuncOp>("main");
+  if (!main || main.isExternal())
+    return {};
+  llvm::SmallVector<mlir::func::CallOp> calls;
+  for (mlir::Block &block : main.getBody())
+    for (mlir::Operation &op : block)
+      if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op);
+          call && kernels.count(call.getCallee().str()))
+        calls.push_back(call);
+  if (calls.empty())
+    return {};
+  mlir::MLIRContext *context = module.getContext();
+  // Unknown locations: a mark computes no node.
+  mlir::Location unknown = mlir::UnknownLoc::get(context);
+  auto builder = mlir::OpBuilder::atBlockEnd(module.getBody());
+  auto mark = mlir::func::FuncOp::create(
+      builder, unknown, runtime::kProfileMarkFunction,
+      mlir::FunctionType::get(context, {builder.getI64Type()}, {}));
+  mark.setPrivate();
+  auto emit = [&](int64_t event) {
+    auto value = mlir::arith::ConstantOp::create(builder, unknown,
+                                                 builder.getI64IntegerAttr(event));
+    mlir::func::CallOp::create(builder, unknown, mark, mlir::ValueRange{value});
+  };
+  std::vector<ProfiledCall> profiled;
+  for (auto [index, call] : llvm::enumerate(calls)) {
+    std::set<int32_t> nodes;
+    addSourceNodes(call.getLoc(), nodes);
+    if (auto found = calleeNodes.find(call.getCallee().str()); found != calleeNodes.end())
+      nodes.insert(found->second.begin(), found->second.end());
+    profiled.push_back({call.getCallee().str(), {nodes.begin(), nodes.end()}});
+    builder.setInsertionPoint(call);
+    emit(2 * static_cast<int64_t>(index));
+    builder.setInsertionPointAfter(call);
+    emit(2 * static_cast<int64_t>(index) + 1);
+  }
+  return profiled;
 }
 
 std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module) {

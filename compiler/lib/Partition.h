@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,22 @@ struct KernelModule {
 /// nodes it computes: those named by its calls' locations and, for a
 /// function with a body, by its ops' (SourceNodes.h).
 std::map<std::string, std::vector<int32_t>> kernelSourceNodes(mlir::ModuleOp module);
+
+/// A kernel call of @main that profile marks surround.
+struct ProfiledCall {
+  std::string callee;
+  /// The graph nodes this call computes (SourceNodes.h).
+  std::vector<int32_t> nodes;
+};
+
+/// Declares `@<kProfileMarkFunction>(i64)` and calls it around each call of
+/// @main to a function in `kernels`: event 2*i before call i, 2*i+1 after
+/// (runtime/KernelAbi.h says what the runtime makes of them). Returns the
+/// calls in event order; a library call's nodes also include `calleeNodes`'
+/// (its body's, gone by now). Without such calls nothing is declared.
+std::vector<ProfiledCall>
+addProfileMarks(mlir::ModuleOp module, const std::set<std::string> &kernels,
+                const std::map<std::string, std::vector<int32_t>> &calleeNodes);
 
 /// Moves every tagged kernel of `module` into its own module (public, the
 /// tag removed) and leaves a private declaration in its place.

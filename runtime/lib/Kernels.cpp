@@ -34,7 +34,20 @@ struct Site {
   virtual ~Site() = default;
   /// Whether the site reads a weight packed at link time in place.
   virtual bool readsPrepacked() const { return false; }
+  /// The library's name for what this site runs (`flowc run --profile`).
+  std::string implementation;
 };
+
+/// oneDNN's name for the implementation `primitive` runs, e.g.
+/// "brg:avx512_core_amx" or "jit:avx2".
+std::string implementationOf(const dnnl::primitive &primitive) {
+  const char *info = nullptr;
+  if (dnnl_primitive_desc_query(primitive.get_primitive_desc(), dnnl_query_impl_info_str,
+                                0, &info) != dnnl_success ||
+      !info)
+    return "";
+  return info;
+}
 
 } // namespace
 
@@ -829,8 +842,11 @@ void dispatch(void *opaque, int64_t index, const int64_t *words, void **buffers,
   std::memcpy(&params, words, sizeof(Params));
   try {
     std::unique_ptr<Site> &slot = context.sites.at(index);
-    if (!slot)
-      slot = create(context, index, params);
+    if (!slot) {
+      auto made = create(context, index, params);
+      made->implementation = implementationOf(made->primitive);
+      slot = std::move(made);
+    }
     run(context, static_cast<SiteType &>(*slot), params, buffers);
   } catch (const std::exception &error) {
     context.failure = internalError(std::string(what) + " kernel at site " +
@@ -1130,6 +1146,13 @@ Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact) 
   }
   *context = state.get();
   return state;
+}
+
+std::string siteImplementation(const KernelContext &context, int64_t site) {
+  if (site < 0 || static_cast<size_t>(site) >= context.sites.size() ||
+      !context.sites[site])
+    return "";
+  return context.sites[site]->implementation;
 }
 
 KernelContextPtr makeKernelContext(std::vector<std::string> candidates) {

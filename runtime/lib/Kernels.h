@@ -43,6 +43,10 @@ KernelContextPtr makeKernelContext(std::vector<std::string> candidates);
 /// runtime lacks.
 KernelFunction kernelFunction(KernelKind kind);
 
+/// The implementation library kernel `site` runs (oneDNN's impl_info_str);
+/// empty before its first call or for a site the code lacks.
+std::string siteImplementation(const KernelContext &context, int64_t site);
+
 /// The first kernel failure since the last call (OK if none), and resets it.
 Status takeKernelFailure(KernelContext &context);
 

@@ -3,7 +3,12 @@
 #include "flowc/runtime/KernelAbi.h"
 #include "flowc/support/Format.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cassert>
+#include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -83,6 +88,73 @@ Expected<void *> loadCode(const Artifact &artifact) {
 
 } // namespace
 
+/// The timings a profiling session gathers, and where each call began.
+struct ProfileRecorder {
+  RunProfile profile;
+  std::vector<std::chrono::steady_clock::time_point> started;
+};
+
+namespace {
+
+/// The recorder of the run in progress on this thread: generated code calls
+/// the hook from the thread that runs the graph.
+thread_local ProfileRecorder *activeRecorder = nullptr;
+
+void recordMark(int64_t event) {
+  ProfileRecorder *recorder = activeRecorder;
+  if (!recorder || event < 0)
+    return;
+  auto now = std::chrono::steady_clock::now();
+  auto call = static_cast<size_t>(event / 2);
+  if (call >= recorder->started.size())
+    return;
+  if (event % 2 == 0) {
+    recorder->started[call] = now;
+    return;
+  }
+  KernelCallTiming &timing = recorder->profile.calls[call];
+  timing.seconds += std::chrono::duration<double>(now - recorder->started[call]).count();
+  ++timing.calls;
+}
+
+/// `flowc_profile_calls`' entries (KernelAbi.h); DataLoss naming `path`
+/// when they are malformed.
+Expected<std::vector<KernelCallTiming>> profiledCalls(const char *text,
+                                                      const std::string &path) {
+  auto bad = [&](const std::string &why) {
+    return dataLoss("'" + path + "': the code's profile calls are malformed: " + why);
+  };
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  if (!json.is_array())
+    return bad("not a JSON array");
+  std::vector<KernelCallTiming> calls;
+  for (const nlohmann::json &entry : json) {
+    if (!entry.is_object() || !entry.contains("kernel") || !entry["kernel"].is_string() ||
+        !entry.contains("nodes") || !entry["nodes"].is_array())
+      return bad("entry " + std::to_string(calls.size()) + " lacks kernel or nodes");
+    KernelCallTiming call;
+    call.kernel = entry["kernel"].get<std::string>();
+    for (const nlohmann::json &node : entry["nodes"]) {
+      if (!node.is_number_integer() || node.get<int64_t>() < 0 ||
+          node.get<int64_t>() > INT32_MAX)
+        return bad("entry " + std::to_string(calls.size()) + " has a bad node index");
+      call.nodes.push_back(node.get<int32_t>());
+    }
+    if (entry.contains("site")) {
+      if (!entry["site"].is_number_integer() || !entry.contains("kind") ||
+          !entry["kind"].is_string())
+        return bad("entry " + std::to_string(calls.size()) + " has a bad site or kind");
+      call.site = entry["site"].get<int64_t>();
+      call.kind = entry["kind"].get<std::string>();
+      call.implementation.clear();
+    }
+    calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
+} // namespace
+
 Session::~Session() {
   kernels_.reset();
   if (library_)
@@ -108,7 +180,35 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> art
   session->applyThreads();
   FLOWC_ASSIGN_OR_RETURN(session->kernels_, bindKernels(library, *artifact));
   FLOWC_RETURN_IF_ERROR(session->allocateArena());
+  if (options.profile)
+    FLOWC_RETURN_IF_ERROR(session->startProfiling());
   return session;
+}
+
+Status Session::startProfiling() {
+  auto *hook = static_cast<ProfileHook *>(dlsym(library_, kProfileHookSymbol));
+  auto *text = static_cast<const char *>(dlsym(library_, kProfileCallsSymbol));
+  if (!hook || !text)
+    return unavailable("'" + artifact_->path() +
+                       "' has no profile marks: its code was compiled by a flowc "
+                       "older than `flowc run --profile`; compile the model again");
+  FLOWC_ASSIGN_OR_RETURN(std::vector<KernelCallTiming> calls,
+                         profiledCalls(text, artifact_->path()));
+  profile_ = std::make_shared<ProfileRecorder>();
+  profile_->started.resize(calls.size());
+  profile_->profile.calls = std::move(calls);
+  *hook = recordMark;
+  return Status::ok();
+}
+
+RunProfile Session::profile() const {
+  if (!profile_)
+    return {};
+  RunProfile profile = profile_->profile;
+  for (KernelCallTiming &call : profile.calls)
+    if (call.site >= 0 && kernels_)
+      call.implementation = siteImplementation(*kernels_, call.site);
+  return profile;
 }
 
 Status Session::allocateArena() {
@@ -201,7 +301,17 @@ Status Session::runInPlace(const std::vector<const void *> &inputs,
   if (arena_)
     args.push_back(arena_.get());
   applyThreads();
-  entry_(args.data());
+  if (profile_) {
+    activeRecorder = profile_.get();
+    auto start = std::chrono::steady_clock::now();
+    entry_(args.data());
+    profile_->profile.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++profile_->profile.runs;
+    activeRecorder = nullptr;
+  } else {
+    entry_(args.data());
+  }
   if (kernels_)
     FLOWC_RETURN_IF_ERROR(takeKernelFailure(*kernels_));
   return Status::ok();

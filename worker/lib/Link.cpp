@@ -6,6 +6,7 @@
 #include "ActionKeys.h"
 #include "JobProgress.h"
 
+#include "flowc/compiler/Profile.h"
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/PackedWeights.h"
 #include "flowc/support/MappedFile.h"
@@ -23,6 +24,47 @@ using nlohmann::json;
 
 runtime::TensorSpec tensorSpec(const compiler::TensorInfo &info) {
   return {info.name, compiler::dtypeName(info.dtype), info.shape};
+}
+
+/// [[name, bytes], ...] of `tensors` (omitted optional inputs left out).
+json tensorBytesJson(const std::vector<compiler::TensorInfo> &tensors) {
+  json list = json::array();
+  for (const compiler::TensorInfo &tensor : tensors) {
+    if (tensor.name.empty())
+      continue;
+    int64_t elements = tensor.elementCount();
+    uint64_t bytes = elements < 0 ? 0
+                                  : static_cast<uint64_t>(elements) *
+                                        compiler::dtypeSize(tensor.dtype);
+    list.push_back({tensor.name, bytes});
+  }
+  return list;
+}
+
+/// What `flowc run --profile` names a kernel call's nodes by and divides
+/// its time into: per graph node (in graph order, as the code's profile
+/// calls number them), its name, op, static FLOPs (Profile.h) and the
+/// tensors it reads and writes.
+json profileNodesJson(const IngestedModel &ingested) {
+  const std::vector<compiler::NodeRecord> &records = ingested.graph.nodes;
+  const std::vector<compiler::Node> &sources = ingested.model.nodes;
+  json nodes = json::array();
+  for (size_t i = 0; i < records.size(); ++i) {
+    const compiler::NodeRecord &record = records[i];
+    // Names come from the model: invalid UTF-8 must not make dump() throw.
+    json node = {{"name", record.name}, {"op", record.opType}};
+    if (record.folded) {
+      node["folded"] = true;
+      nodes.push_back(std::move(node));
+      continue;
+    }
+    const compiler::Node *source = i < sources.size() ? &sources[i] : nullptr;
+    node["flops"] = compiler::nodeCost(record, source).flops;
+    node["in"] = tensorBytesJson(record.inputs);
+    node["out"] = tensorBytesJson(record.outputs);
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
 }
 
 } // namespace
@@ -238,7 +280,8 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
                    {"parameters", graph.parameterCount()},
                    {"parameter_bytes", graph.parameterBytes()},
                    {"opset", ingested.model.opsetVersion},
-                   {"thin", request.kind == ArtifactKind::Thin}};
+                   {"thin", request.kind == ArtifactKind::Thin},
+                   {"nodes", profileNodesJson(ingested)}};
   // Where a thin artifact's weights are found when it runs.
   if (request.kind == ArtifactKind::Thin)
     metadata["weights_cache"] = cache_.root();
@@ -247,7 +290,8 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
   std::string path = scratch.path() + "/artifact.fca";
   FLOWC_ASSIGN_OR_RETURN(auto writer, runtime::ArtifactWriter::create(path));
   FLOWC_RETURN_IF_ERROR(
-      writer->addSection(runtime::SectionKind::Metadata, metadata.dump(2)));
+      writer->addSection(runtime::SectionKind::Metadata,
+                         metadata.dump(-1, ' ', false, json::error_handler_t::replace)));
   FLOWC_RETURN_IF_ERROR(
       writer->addSection(runtime::SectionKind::GraphIr, graph.irBytecode));
   FLOWC_RETURN_IF_ERROR(writer->addSection(runtime::SectionKind::Code, codeBlob.bytes()));

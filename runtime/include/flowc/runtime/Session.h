@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace flowc::runtime {
 
@@ -20,7 +22,37 @@ struct KernelContextDeleter {
 struct SessionOptions {
   /// Threads library kernels use; 0 keeps the process default (all cores).
   int threads = 0;
+  /// Time each kernel call of every run (Session::profile). Unavailable
+  /// for code without profile marks (KernelAbi.h).
+  bool profile = false;
 };
+
+/// One kernel call of the graph, over the runs a profiling session made.
+struct KernelCallTiming {
+  /// The callee: a loop kernel's symbol or a library kernel's function.
+  std::string kernel;
+  /// A library call's site and kind (kernelKindName); -1 and "loops" for a
+  /// generated loop kernel.
+  int64_t site = -1;
+  std::string kind = "loops";
+  /// Graph nodes it computes (indices in graph order).
+  std::vector<int32_t> nodes;
+  /// What ran: the library's implementation (oneDNN's impl_info_str), or
+  /// "generated".
+  std::string implementation = "generated";
+  uint64_t calls = 0;
+  double seconds = 0;
+};
+
+struct RunProfile {
+  uint64_t runs = 0;
+  /// Wall time of those runs in the generated code, kernels included.
+  double seconds = 0;
+  /// In the graph's call order.
+  std::vector<KernelCallTiming> calls;
+};
+
+struct ProfileRecorder;
 
 class Session {
 public:
@@ -55,7 +87,12 @@ public:
   Status runInPlace(const std::vector<const void *> &inputs,
                     const std::vector<void *> &outputs);
 
+  /// What the runs since creation spent per kernel call; empty unless the
+  /// session was created with `profile`.
+  RunProfile profile() const;
+
 private:
+  Status startProfiling();
   void applyThreads() const;
   Status allocateArena();
 
@@ -70,6 +107,7 @@ private:
   SessionOptions options_;
   uint64_t arenaBytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void *)> arena_{nullptr, std::free};
+  std::shared_ptr<ProfileRecorder> profile_;
   /// Declared last: destroyed before the code it serves is unloaded.
   std::unique_ptr<KernelContext, KernelContextDeleter> kernels_;
 };

@@ -54,6 +54,19 @@ inline constexpr const char *kKernelAbiSymbol = "flowc_kernel_abi";
 /// 2: matrix products gained the attention scale and mask.
 inline constexpr int64_t kKernelAbiVersion = 2;
 
+/// Profile marks. The graph calls `flowc_profile_mark(2*i)` right before
+/// its kernel call i (a loop kernel or a library kernel) and
+/// `flowc_profile_mark(2*i+1)` right after; the mark calls the function in
+/// `flowc_profile_hook` with the event when that is not null (a session
+/// that profiles sets it; otherwise a mark is a load and a branch).
+/// `flowc_profile_calls` is a NUL-terminated JSON array with one object per
+/// call: {"kernel": callee symbol, "nodes": [graph node indices]} and, for
+/// a library call, "site" and "kind" (kernelKindName).
+inline constexpr const char *kProfileMarkFunction = "flowc_profile_mark";
+inline constexpr const char *kProfileHookSymbol = "flowc_profile_hook";
+inline constexpr const char *kProfileCallsSymbol = "flowc_profile_calls";
+using ProfileHook = void (*)(int64_t event);
+
 using KernelFunction = void (*)(void *context, int64_t site, const int64_t *params,
                                 void **buffers);
 
