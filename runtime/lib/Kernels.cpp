@@ -397,14 +397,16 @@ template <typename PrimitiveDesc> struct Chosen {
   int threads = 0;
 };
 
-/// The primitive of candidate `text` (empty: the default), built by
-/// `build(candidate)` (an optional Iterable; nullopt: this library cannot
-/// build it here, on another CPU or with another library build). Such a candidate, or one
-/// that does not parse, runs the default after one warning naming `what`:
-/// an artifact moved to another machine still runs.
+/// The primitive of candidate `text` (empty: `fallback`, the kernel's
+/// default), built by `build(candidate)` (an optional Iterable; nullopt:
+/// this library cannot build it here, on another CPU or with another
+/// library build). Such a candidate, or one that does not parse, runs the
+/// default after one warning naming `what`: an artifact moved to another
+/// machine still runs.
 template <typename PrimitiveDesc, typename Build>
 Chosen<PrimitiveDesc> choosePrimitive(KernelKind kind, const std::string &what,
-                                      const std::string &text, Build build) {
+                                      const std::string &text, const Candidate &fallback,
+                                      Build build) {
   if (!text.empty()) {
     Expected<Candidate> candidate = parseCandidate(kind, text);
     std::string why;
@@ -420,7 +422,7 @@ Chosen<PrimitiveDesc> choosePrimitive(KernelKind kind, const std::string &what,
     spdlog::warn("{}: search's candidate '{}' cannot run here ({}); running the default",
                  what, text, why);
   }
-  return {std::move(build(Candidate{})->pd), 0};
+  return {std::move(build(fallback)->pd), 0};
 }
 
 /// A convolution site: its candidate's primitive, the layouts it wants and
@@ -527,11 +529,31 @@ std::optional<ConvIterable> convCandidatePrimitive(const dnnl::engine &engine,
   });
 }
 
+/// What a convolution runs without a tuning record: between NHWC buffers,
+/// the library's own NHWC kernel when it has one that is not its reference
+/// code, else its choice of layout ("any"). With AVX2 that choice is a
+/// blocked layout with a reorder on each side, slower in sum on ResNet-50's
+/// and DenseNet-121's shapes (conv_layout_bench: 1.13x for NHWC, 1x1
+/// convolutions 1.16-1.60x, two 3x3 ones 3-6% slower); with AVX-512 the
+/// library picks NHWC itself.
+Candidate defaultConvCandidate(const dnnl::engine &engine, const Conv2dParams &p,
+                               const ConvBuffers &buffers) {
+  Candidate plain{"nhwc", "", 0};
+  bool nhwc = p.sourceLayout == ActivationLayout::Nhwc &&
+              p.destinationLayout == ActivationLayout::Nhwc;
+  if (!nhwc)
+    return Candidate{};
+  auto made = convCandidatePrimitive(engine, p, buffers, plain);
+  if (!made || isReferenceImpl(made->pd.impl_info_str()))
+    return Candidate{};
+  return plain;
+}
+
 Chosen<dnnl::convolution_forward::primitive_desc>
 chooseConv(const dnnl::engine &engine, const Conv2dParams &p, const ConvBuffers &buffers,
            const std::string &what, const std::string &candidate) {
   return choosePrimitive<dnnl::convolution_forward::primitive_desc>(
-      KernelKind::Conv2d, what, candidate,
+      KernelKind::Conv2d, what, candidate, defaultConvCandidate(engine, p, buffers),
       [&](const Candidate &c) { return convCandidatePrimitive(engine, p, buffers, c); });
 }
 
@@ -676,7 +698,7 @@ Chosen<dnnl::matmul::primitive_desc> chooseMatMul(const dnnl::engine &engine,
                                                   const std::string &what,
                                                   const std::string &candidate) {
   return choosePrimitive<dnnl::matmul::primitive_desc>(
-      KernelKind::MatMul, what, candidate, [&](const Candidate &c) {
+      KernelKind::MatMul, what, candidate, Candidate{}, [&](const Candidate &c) {
         return matmulCandidatePrimitive(engine, p, buffers, c);
       });
 }
@@ -731,8 +753,7 @@ void runMatMul(KernelContext &context, MatMulSite &site, const MatMulParams &p,
   site.primitive.execute(context.stream, args);
 }
 
-/// Pooling and softmax read and write the graph's buffers in place,
-/// whichever plain layout they have: no reorders.
+/// Softmax reads and writes the graph's buffers in place: no reorders.
 struct SourceToDestinationSite : Site {
   dnnl::primitive primitive;
   memory source, destination;
@@ -747,27 +768,48 @@ void runSourceToDestination(KernelContext &context, SourceToDestinationSite &sit
                          {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, site.destination}});
 }
 
-std::unique_ptr<SourceToDestinationSite> createPool(KernelContext &context, int64_t,
-                                                    const Pool2dParams &p) {
+/// A pooling site. The library's fast kernels read and write one layout:
+/// a pooling between two (an NHWC result that the graph wants in NCHW)
+/// runs in its source's layout and reorders its result, not in the
+/// reference kernel.
+struct PoolSite : Site {
+  dnnl::pooling_forward primitive;
+  memory source;
+  ActivationPort destination;
+};
+
+std::unique_ptr<PoolSite> createPool(KernelContext &context, int64_t,
+                                     const Pool2dParams &p) {
   Dims sourceDims = {p.batch, p.channels, p.inHeight, p.inWidth};
   Dims destinationDims = {p.batch, p.channels, p.outHeight, p.outWidth};
   memory::desc sourceDesc =
       denseDesc(sourceDims, activationStrides(sourceDims, p.sourceLayout));
   memory::desc destinationDesc =
       denseDesc(destinationDims, activationStrides(destinationDims, p.destinationLayout));
+  memory::desc wantedDesc =
+      denseDesc(destinationDims, activationStrides(destinationDims, p.sourceLayout));
   auto algorithm = p.algorithm == PoolAlgorithm::Max
                        ? dnnl::algorithm::pooling_max
                        : dnnl::algorithm::pooling_avg_exclude_padding;
   dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm,
-                                   sourceDesc, destinationDesc, {p.strideH, p.strideW},
+                                   sourceDesc, wantedDesc, {p.strideH, p.strideW},
                                    {p.kernelHeight, p.kernelWidth}, {p.padTop, p.padLeft},
                                    {p.padBottom, p.padRight});
-  auto site = std::make_unique<SourceToDestinationSite>();
+  auto site = std::make_unique<PoolSite>();
   site->primitive =
       dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(desc, context.engine));
   site->source = memory(sourceDesc, context.engine, DNNL_MEMORY_NONE);
-  site->destination = memory(destinationDesc, context.engine, DNNL_MEMORY_NONE);
+  site->destination.init(destinationDesc, wantedDesc, context.engine, true);
   return site;
+}
+
+void runPool(KernelContext &context, PoolSite &site, const Pool2dParams &,
+             void **buffers) {
+  site.source.set_data_handle(buffers[0]);
+  memory destination = site.destination.bind(buffers[1], false, context.stream);
+  site.primitive.execute(context.stream,
+                         {{DNNL_ARG_SRC, site.source}, {DNNL_ARG_DST, destination}});
+  site.destination.store(context.stream);
 }
 
 std::unique_ptr<SourceToDestinationSite> createSoftmax(KernelContext &context, int64_t,
@@ -865,9 +907,8 @@ void matmulKernel(void *context, int64_t site, const int64_t *params, void **buf
 }
 
 void poolKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
-  dispatch<SourceToDestinationSite, Pool2dParams>(context, site, params, buffers,
-                                                  "pool2d", createPool,
-                                                  runSourceToDestination<Pool2dParams>);
+  dispatch<PoolSite, Pool2dParams>(context, site, params, buffers, "pool2d", createPool,
+                                   runPool);
 }
 
 void softmaxKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
@@ -982,12 +1023,17 @@ std::vector<std::string> convCandidates(const dnnl::engine &engine,
                                         const Conv2dParams &p) {
   ConvBuffers buffers = convBuffers(p);
   std::vector<Found> found;
-  addImplementations(found, *convCandidatePrimitive(engine, p, buffers, Candidate{}),
-                     "any");
+  Candidate first = defaultConvCandidate(engine, p, buffers);
+  addImplementations(found, *convCandidatePrimitive(engine, p, buffers, first),
+                     first.layout);
+  if (first.layout != "any")
+    if (auto pd = convCandidatePrimitive(engine, p, buffers, Candidate{}))
+      addImplementations(found, std::move(*pd), "any");
   // The graph's own plain layouts: no activation reorders.
   for (auto [layout, name] : {std::pair{ActivationLayout::Nhwc, "nhwc"},
                               std::pair{ActivationLayout::Nchw, "nchw"}}) {
-    if (p.sourceLayout != layout && p.destinationLayout != layout)
+    if ((p.sourceLayout != layout && p.destinationLayout != layout) ||
+        first.layout == name)
       continue;
     if (auto pd = convCandidatePrimitive(engine, p, buffers, Candidate{name, "", 0}))
       addImplementations(found, std::move(*pd), name);

@@ -341,7 +341,12 @@ TEST(LibraryCandidatesTest, CandidatesAreDeterministicWithTheDefaultFirst) {
     EXPECT_EQ(*first, *second) << c.name;
     ASSERT_FALSE(first->empty());
     EXPECT_LE(first->size(), 8u) << c.name;
-    EXPECT_EQ(first->front().rfind("layout=any;impl=", 0), 0u) << first->front();
+    // The default: a convolution between NHWC buffers runs the library's
+    // NHWC kernel where it has one of its own, anything else the library's
+    // choice of layout.
+    bool nhwc = first->front().rfind("layout=nhwc;impl=", 0) == 0;
+    bool any = first->front().rfind("layout=any;impl=", 0) == 0;
+    EXPECT_TRUE(any || (nhwc && c.kind == KernelKind::Conv2d)) << first->front();
     EXPECT_EQ(first->front().find("threads="), std::string::npos) << first->front();
     EXPECT_EQ(std::set<std::string>(first->begin(), first->end()).size(), first->size())
         << c.name;
