@@ -85,6 +85,65 @@ def make_mlp(rng, batch=4):
                              producer_name="flowc-examples", ir_version=IR_VERSION)
 
 
+def make_dense_cnn(rng, batch=1, layers=4, growth=8, size=16):
+    """A DenseNet-style network: a stem Conv and MaxPool, then dense layers
+    that each concatenate every earlier feature map and run BatchNorm, Relu
+    and a 3x3 Conv on the concatenation, then BatchNorm, Relu,
+    GlobalAveragePool, Flatten and Gemm on the concatenation of them all."""
+    inits = [tensor(rng, "stem.weight", (16, 3, 3, 3), 0.3), tensor(rng, "stem.bias", (16,), 0.1)]
+    nodes = [
+        helper.make_node("Conv", ["image", "stem.weight", "stem.bias"], ["stem"], name="stem",
+                         kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["stem"], ["pool"], name="pool", kernel_shape=[3, 3],
+                         strides=[2, 2], pads=[1, 1, 1, 1]),
+    ]
+
+    def batchnorm(x, name, channels):
+        inits.extend([
+            numpy_helper.from_array(rng.uniform(0.5, 1.5, channels).astype(np.float32),
+                                    name + ".weight"),
+            tensor(rng, name + ".bias", (channels,), 0.5),
+            tensor(rng, name + ".running_mean", (channels,), 0.5),
+            numpy_helper.from_array(rng.uniform(0.5, 2.0, channels).astype(np.float32),
+                                    name + ".running_var"),
+        ])
+        nodes.append(helper.make_node(
+            "BatchNormalization",
+            [x] + [name + suffix for suffix in (".weight", ".bias", ".running_mean",
+                                                ".running_var")],
+            [name], name=name))
+        nodes.append(helper.make_node("Relu", [name], [name + ".relu"], name=name + ".relu"))
+        return name + ".relu"
+
+    features, channels = ["pool"], 16
+    for i in range(layers + 1):
+        joined = f"concat{i}"
+        nodes.append(helper.make_node("Concat", list(features), [joined], name=joined, axis=1))
+        x = batchnorm(joined, f"norm{i}", channels)
+        if i == layers:
+            break
+        inits.append(tensor(rng, f"conv{i}.weight", (growth, channels, 3, 3),
+                            1 / np.sqrt(9 * channels)))
+        nodes.append(helper.make_node("Conv", [x, f"conv{i}.weight"], [f"conv{i}"],
+                                      name=f"conv{i}", kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+        features.append(f"conv{i}")
+        channels += growth
+    inits += [tensor(rng, "fc.weight", (10, channels), 0.3), tensor(rng, "fc.bias", (10,), 0.1)]
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="fc",
+                         transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "dense_cnn",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])],
+        inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             producer_name="flowc-examples", ir_version=IR_VERSION)
+
+
 def make_encoder(rng, layers=12, hidden=64, heads=4, seq=16):
     """A BERT-shaped encoder with torch-style scoped names
     (/encoder/layer.N/attention/self/query/MatMul): per layer Q/K/V

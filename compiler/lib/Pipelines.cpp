@@ -29,9 +29,13 @@ namespace {
 /// The passes -O1..-O3 add and `--disable-pass` can leave out.
 enum class OptionalPass {
   DeriveWeights,
+  SinkTransposes,
   ReduceTransposes,
+  FoldInputScales,
   OutlineLibraryKernels,
+  DistributeOverConcat,
   FuseElementwiseOps,
+  EliminateEmptyTensors,
   PlanActivationMemory,
   ApproximateMath,
   PartitionKernels,
@@ -43,9 +47,13 @@ enum class OptionalPass {
 using CreatePass = std::unique_ptr<mlir::Pass> (*)();
 constexpr CreatePass kOptionalPasses[] = {
     createDeriveWeightsPass,
+    createSinkTransposesPass,
     mlir::tosa::createTosaReduceTransposes,
+    createFoldInputScalesPass,
     [] { return createOutlineLibraryKernelsPass(); },
+    createDistributeOverConcatPass,
     createFuseElementwiseOpsPass,
+    mlir::bufferization::createEmptyTensorEliminationPass,
     createPlanActivationMemoryPass,
     createApproximateMathPass,
     createPartitionKernelsPass,
@@ -92,16 +100,31 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
     pm.addPass(createDeriveWeightsPass());
     pm.addPass(mlir::createCanonicalizerPass());
   }
+  if (enabled(options, OptionalPass::SinkTransposes)) {
+    // Layout: the NCHW views of convolution and pooling results move down
+    // through concatenations and per-channel arithmetic (BatchNorm ahead
+    // of a convolution) to the next convolution's NHWC view, and cancel.
+    pm.addPass(createSinkTransposesPass());
+    pm.addPass(mlir::createCanonicalizerPass());
+  }
   if (enabled(options, OptionalPass::ReduceTransposes)) {
     // Layout: transposes move through elementwise ops and cancel, so
     // activations stay NHWC between convolutions.
     pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaReduceTransposes());
     pm.addPass(mlir::createCanonicalizerPass());
   }
+  // Once the layout is NHWC: a squeeze-and-excitation gate scales the next
+  // convolution's weights instead of its input.
+  if (enabled(options, OptionalPass::FoldInputScales))
+    pm.addPass(createFoldInputScalesPass());
   // On TOSA, after the layout is settled: a kernel absorbs the transposes
   // and the epilogue around it, which linalg would have split into loops.
   if (enabled(options, OptionalPass::OutlineLibraryKernels))
     pm.addPass(createOutlineLibraryKernelsPass(options.precision));
+  // After outlining, so that no kernel's epilogue is split: per-channel
+  // arithmetic after a concatenation runs on each input where it lies.
+  if (enabled(options, OptionalPass::DistributeOverConcat))
+    pm.addPass(createDistributeOverConcatPass());
   // Named linalg ops (conv, matmul, pooling) before the elementwise
   // conversion, which would otherwise claim their operands.
   pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());
@@ -116,6 +139,11 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
   pm.addPass(createDistinctResultsPass());
   // One-Shot Bufferize models func.call, not flowc.library_call.
   pm.addPass(createLowerLibraryCallsPass());
+  // A loop nest whose result is inserted into a concatenation writes into
+  // its slice of the concatenated buffer, instead of a buffer copied there.
+  bool inPlaceConcat = enabled(options, OptionalPass::EliminateEmptyTensors);
+  if (inPlaceConcat)
+    pm.addPass(mlir::bufferization::createEmptyTensorEliminationPass());
   // Identity layouts at the boundary: the runtime passes dense row-major
   // buffers as bare pointers.
   mlir::bufferization::OneShotBufferizePassOptions bufferize;
@@ -129,6 +157,13 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
   outParams.modifyPublicFunctions = true;
   outParams.hoistStaticAllocs = true;
   pm.addPass(mlir::bufferization::createBufferResultsToOutParamsPass(outParams));
+  // Each slice written in place is then copied onto itself: equal subviews
+  // merge and the copies fold away. Not before the out-params: CSE would
+  // merge the copies that give a value returned twice a buffer per result.
+  if (inPlaceConcat) {
+    pm.addPass(mlir::createCSEPass());
+    pm.addPass(mlir::createCanonicalizerPass());
+  }
   // Once every buffer is an allocation or an argument, and before stage 2's
   // deallocation: the allocations it plans are views then, never freed.
   if (enabled(options, OptionalPass::PlanActivationMemory))

@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace flowc::compiler::library {
@@ -226,6 +227,50 @@ template <typename PoolOp> std::optional<Candidate> matchPool(PoolOp pool) {
   return candidate;
 }
 
+/// A global average pooling as the importer writes GlobalAveragePool and
+/// ReduceMean over both spatial axes: sum over H, sum over W, times
+/// 1/(H*W), on NHWC (axes 1, 2) or NCHW (axes 2, 3) data. Run as the
+/// library's pooling with one H x W window: the generated reduction walks
+/// H with the channels' stride, which does not vectorize (EfficientNet's
+/// squeeze-and-excitation blocks spent 9% of the run there).
+std::optional<Candidate> matchGlobalAveragePool(mlir::tosa::ReduceSumOp first) {
+  Value x = first.getInput();
+  llvm::ArrayRef<int64_t> shape = shapeOf(x);
+  if (!isF32Tensor(x) || shape.size() != 4)
+    return std::nullopt;
+  auto second =
+      mlir::dyn_cast_or_null<mlir::tosa::ReduceSumOp>(soleUser(first.getOutput()));
+  if (!second)
+    return std::nullopt;
+  uint32_t low = std::min(first.getAxis(), second.getAxis());
+  uint32_t high = std::max(first.getAxis(), second.getAxis());
+  bool nhwc = low == 1 && high == 2, nchw = low == 2 && high == 3;
+  if (!nhwc && !nchw)
+    return std::nullopt;
+  int64_t height = shape[low], width = shape[high];
+  auto mean = mlir::dyn_cast_or_null<mlir::tosa::MulOp>(soleUser(second.getOutput()));
+  if (!mean || !isScale(otherFactor(mean, second.getOutput()), 1.0f / (height * width)) ||
+      shapeOf(mean.getOutput()) != shapeOf(second.getOutput()))
+    return std::nullopt;
+  Candidate candidate;
+  candidate.kind = KernelKind::Pool2d;
+  candidate.inputs = {x};
+  candidate.ops = {first, second, mean};
+  candidate.result = mean.getOutput();
+  auto &params = candidate.params.emplace<runtime::Pool2dParams>();
+  params.batch = shape[0];
+  params.channels = nhwc ? shape[3] : shape[1];
+  params.inHeight = params.kernelHeight = height;
+  params.inWidth = params.kernelWidth = width;
+  params.outHeight = params.outWidth = 1;
+  params.strideH = params.strideW = 1;
+  params.algorithm = runtime::PoolAlgorithm::AverageExcludingPadding;
+  // A 1 x 1 result has the same bytes in either layout.
+  params.sourceLayout = params.destinationLayout =
+      nhwc ? runtime::ActivationLayout::Nhwc : runtime::ActivationLayout::Nchw;
+  return candidate;
+}
+
 /// The importer's softmax along the last axis:
 /// exp(x - max(x)) * reciprocal(sum(exp(x - max(x)))).
 std::optional<Candidate> matchSoftmax(mlir::tosa::ReduceMaxOp max) {
@@ -414,8 +459,11 @@ std::optional<Candidate> matchKernel(Operation *root) {
     return matchPool(avgPool);
   if (auto max = mlir::dyn_cast<mlir::tosa::ReduceMaxOp>(root))
     return matchSoftmax(max);
-  if (auto sum = mlir::dyn_cast<mlir::tosa::ReduceSumOp>(root))
+  if (auto sum = mlir::dyn_cast<mlir::tosa::ReduceSumOp>(root)) {
+    if (auto pool = matchGlobalAveragePool(sum))
+      return pool;
     return matchLayerNorm(sum);
+  }
   if (auto matmul = mlir::dyn_cast<mlir::tosa::MatMulOp>(root))
     return matchMatMul(matmul);
   return std::nullopt;

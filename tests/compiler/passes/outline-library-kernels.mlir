@@ -68,3 +68,35 @@ func.func @main(%x: tensor<1x4x8x8xf32>) -> (tensor<1x4x4x4xf32>, tensor<1x2x2x4
   %a = tosa.avg_pool2d %m, %zp, %zp {acc_type = f32, kernel = array<i64: 2, 2>, pad = array<i64: 0, 0, 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x4x4x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x2x2x4xf32>
   return %mt, %a : tensor<1x4x4x4xf32>, tensor<1x2x2x4xf32>
 }
+
+// -----
+
+// Global average pooling as the importer writes it (a sum over H, a sum
+// over W, times 1/(H*W)), on NHWC data: one pooling kernel with a 6 x 5
+// window. On NCHW data (axes 2 and 3) likewise. A mean whose factor is not
+// 1/(H*W) stays generated code.
+// CHECK-LABEL: func.func private @flowc_kernel_0
+// CHECK: tosa.reduce_sum
+// CHECK-LABEL: func.func @main
+// CHECK: flowc.library_call pool2d @flowc_kernel_0(%{{.*}}) params <batch = 2, channels = 4, inHeight = 6, inWidth = 5, outHeight = 1, outWidth = 1, kernelHeight = 6, kernelWidth = 5, strideH = 1, strideW = 1, padTop = 0, padLeft = 0, padBottom = 0, padRight = 0, algorithm = 1, sourceLayout = 1, destinationLayout = 1>
+// CHECK: flowc.library_call pool2d @flowc_kernel_1(%{{.*}}) params <batch = 1, channels = 3, inHeight = 4, inWidth = 4, {{.*}}kernelHeight = 4, kernelWidth = 4, {{.*}}sourceLayout = 0, destinationLayout = 0>
+// CHECK: %[[S1:.*]] = tosa.reduce_sum
+// CHECK: %[[S2:.*]] = tosa.reduce_sum %[[S1]]
+// CHECK: tosa.mul %[[S2]]
+func.func @main(%x: tensor<2x6x5x4xf32>, %y: tensor<1x3x4x4xf32>)
+    -> (tensor<2x1x1x4xf32>, tensor<1x3x1x1xf32>, tensor<1x3x1x1xf32>) {
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %k30 = "tosa.const"() <{values = dense<0.0333333351> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %k16 = "tosa.const"() <{values = dense<0.0625> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %h = tosa.reduce_sum %x {axis = 1 : i32} : (tensor<2x6x5x4xf32>) -> tensor<2x1x5x4xf32>
+  %w = tosa.reduce_sum %h {axis = 2 : i32} : (tensor<2x1x5x4xf32>) -> tensor<2x1x1x4xf32>
+  %m = tosa.mul %w, %k30, %shift : (tensor<2x1x1x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<2x1x1x4xf32>
+  %yh = tosa.reduce_sum %y {axis = 2 : i32} : (tensor<1x3x4x4xf32>) -> tensor<1x3x1x4xf32>
+  %yw = tosa.reduce_sum %yh {axis = 3 : i32} : (tensor<1x3x1x4xf32>) -> tensor<1x3x1x1xf32>
+  %ym = tosa.mul %yw, %k16, %shift : (tensor<1x3x1x1xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x3x1x1xf32>
+  // Twice the mean: not an average.
+  %zh = tosa.reduce_sum %y {axis = 2 : i32} : (tensor<1x3x4x4xf32>) -> tensor<1x3x1x4xf32>
+  %zw = tosa.reduce_sum %zh {axis = 3 : i32} : (tensor<1x3x1x4xf32>) -> tensor<1x3x1x1xf32>
+  %zm = tosa.mul %zw, %k30, %shift : (tensor<1x3x1x1xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x3x1x1xf32>
+  return %m, %ym, %zm : tensor<2x1x1x4xf32>, tensor<1x3x1x1xf32>, tensor<1x3x1x1xf32>
+}

@@ -39,6 +39,49 @@ def DeriveWeightsPass : Pass<"flowc-derive-weights", "::mlir::ModuleOp"> {
   ];
 }
 
+def SinkTransposesPass : Pass<"flowc-sink-transposes", "::mlir::ModuleOp"> {
+  let summary = "Move NHWC -> NCHW transposes below concatenations, "
+                "elementwise ops and reductions, where they cancel";
+  let description = [{
+    Runs on the TOSA graph, before `tosa-reduce-transposes`. The importer
+    turns every convolution's and pooling's NHWC result back into ONNX's
+    NCHW. A transpose by [0, 3, 1, 2] feeding a concatenation (every input
+    transposed alike: the axis is permuted), an elementwise op (its other
+    operands constants, broadcasts with one non-unit dimension, read through
+    a reshape, or transposed alike) or a reduction moves below it, so the op
+    computes in NHWC and the transpose meets the next convolution's NCHW ->
+    NHWC transpose, with which it cancels. Upstream's pass stops at
+    concatenations and at operands that are graph weights (BatchNorm ahead
+    of a convolution, as DenseNet has it), which left those convolutions,
+    pools and concatenations in NCHW with a layout change on each side.
+  }];
+  let dependentDialects = ["::mlir::tosa::TosaDialect"];
+  let statistics = [
+    Statistic<"transposesSunk", "transposes-sunk",
+              "Ops a transpose moved below">
+  ];
+}
+
+def FoldInputScalesPass : Pass<"flowc-fold-input-scales", "::mlir::ModuleOp"> {
+  let summary = "Scale a convolution's weights, not its input, by a "
+                "per-channel factor computed at run time";
+  let description = [{
+    Runs on the TOSA graph, after the layout passes. A convolution whose
+    NHWC input is `x * g`, with `g` one factor per input channel shared by
+    the batch ([1, 1, 1, C]: a squeeze-and-excitation gate) and the product
+    read by nothing else, convolves `x` with its weights times `g` instead.
+    Zero padding stays zero either way, so the result is the same up to
+    rounding; the product then touches the weights (O x KH x KW x C values)
+    instead of the activation (N x H x W x C), and the convolution's weights
+    are repacked on each run, which at these sizes costs microseconds.
+  }];
+  let dependentDialects = ["::mlir::tosa::TosaDialect"];
+  let statistics = [
+    Statistic<"scalesFolded", "scales-folded",
+              "Input scales moved onto a convolution's weights">
+  ];
+}
+
 def OutlineLibraryKernelsPass
     : Pass<"flowc-outline-library-kernels", "::mlir::ModuleOp"> {
   let summary = "Outline convolutions, products, pooling and normalizations "
@@ -78,6 +121,28 @@ def OutlineLibraryKernelsPass
     Statistic<"epilogueOpsFused", "epilogue-ops-fused",
               "Ops absorbed into a kernel besides its root (layout changes, "
               "bias, residual, activation)">
+  ];
+}
+
+def DistributeOverConcatPass
+    : Pass<"flowc-distribute-over-concat", "::mlir::ModuleOp"> {
+  let summary = "Apply elementwise ops to each input of a concatenation "
+                "they alone read";
+  let description = [{
+    Runs on the TOSA graph, after library kernels are outlined. An
+    elementwise op whose operand is a concatenation that nothing else reads
+    becomes one op per input of the concatenation (other operands sliced
+    along the axis, or read whole where they broadcast along it), and the
+    concatenation moves below them. DenseNet's BatchNorm + ReLU after each
+    concatenation of all earlier features then reads each feature map where
+    its convolution wrote it, and with `eliminate-empty-tensors` each piece
+    writes straight into its slice of the concatenated buffer: the copy
+    into the concatenation goes.
+  }];
+  let dependentDialects = ["::mlir::tosa::TosaDialect"];
+  let statistics = [
+    Statistic<"opsDistributed", "ops-distributed",
+              "Elementwise ops applied per concatenated input">
   ];
 }
 
