@@ -6,13 +6,19 @@ asserts nothing.
     bench/setup-peers.sh        # once: .venv-bench with PyPI torch, onnxruntime, OpenVINO, IREE
     .venv-bench/bin/python bench/model_bench.py
         [--models resnet50,mobilenet_v3_small,efficientnet_b0,densenet121,bert,gpt2,resnet50_bn]
-        [--batches 1,8] [--runs 20] [--threads 2] [--peers onnxruntime,openvino,iree,torch]
+        [--batches 1,8] [--runs 20] [--rounds 3] [--threads 2]
+        [--peers onnxruntime,openvino,iree,torch]
         [--precision fp32|bf16] [--json results.json] [--keep DIR]
 
 For each model and batch size: the ONNX export (Debian's torch, as the tests
 use; any torchvision model name works), a cold `flowc submit` (fresh cache
 and daemon: wall time and the daemon's peak RSS), `flowc run --bench`
-(median and p90 of --runs timed runs after warm-up), and the peers:
+(median and p90 of --runs timed runs after warm-up), and the peers. Timing
+is interleaved: in each of --rounds rounds flowc and every peer time --runs
+runs in turn, and each reports the median of its rounds, so a machine whose
+speed drifts (a shared VM: one model's ratio moved from 0.77x to 1.23x
+between two runs timed one peer after another) slows all of them alike.
+The peers:
   onnxruntime  on the same file (CPU provider, intra-op threads = --threads);
   openvino     on the same file: compile_model on CPU (f32, LATENCY hint, one
                stream, --threads inference threads; its compile time includes
@@ -132,7 +138,8 @@ def daemon_peak_rss_mib(flowc):
     return float("nan")
 
 
-def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads, precision):
+def flowc_compile(onnx_path, work, precision):
+    """A cold submit: (seconds, daemon peak RSS MiB, derive line, artifact)."""
     flowc = [str(BIN / "flowc"), "--cache-dir", str(work / "cache")]
     artifact = work / "model.fca"
     subprocess.run(flowc + ["daemon", "start"], check=True, capture_output=True)
@@ -148,19 +155,24 @@ def flowc_figures(onnx_path, inputs, feeds_names, work, runs, threads, precision
         rss = daemon_peak_rss_mib(flowc)
     finally:
         subprocess.run(flowc + ["daemon", "stop"], capture_output=True)
+    return compile_s, rss, derive, artifact
+
+
+def flowc_run(artifact, inputs, feeds_names, work, runs, threads):
+    """One `flowc run --bench`: ((median, p90), first run ms, first output)."""
     args = []
     for name, path in inputs.items():
         args += ["--input", f"{feeds_names[name]}={path}"]
-    out = subprocess.run(flowc + ["run", artifact, *args, "--output-dir", work / "out",
-                                  "--bench", str(runs), "--threads", str(threads), "--json"],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([str(BIN / "flowc"), "run", artifact, *args, "--output-dir",
+                          work / "out", "--bench", str(runs), "--threads", str(threads),
+                          "--json"], check=True, capture_output=True, text=True).stdout
     result = json.loads(out)
     output = np.load(result["outputs"][0]["file"])
-    latency = (result["median_ms"], result["p90_ms"])
-    return compile_s, rss, latency, result["first_run_ms"], output, derive
+    return (result["median_ms"], result["p90_ms"]), result["first_run_ms"], output
 
 
-def openvino_figures(onnx_path, feeds, runs, threads):
+def openvino_setup(onnx_path, feeds, threads):
+    """(compile seconds, an InferRequest with its inputs set, first output)."""
     import openvino
     start = time.perf_counter()
     compiled = openvino.Core().compile_model(str(onnx_path), "CPU", {
@@ -177,8 +189,8 @@ def openvino_figures(onnx_path, feeds, runs, threads):
     request = compiled.create_infer_request()
     for name, value in feeds.items():
         request.set_tensor(name, openvino.Tensor(value))
-    latency = median_p90(request.infer, runs)
-    return compile_s, latency, request.get_output_tensor(0).data.copy()
+    request.infer()
+    return compile_s, request, request.get_output_tensor(0).data.copy()
 
 
 def first_error_line(stderr):
@@ -217,9 +229,10 @@ def iree_benchmark_ms(tool_args, work, runs):
     return samples[len(samples) // 2], samples[len(samples) * 9 // 10]
 
 
-def iree_figures(onnx_path, ordered_inputs, output_count, work, runs, threads):
-    """(import s, compile s, (median, p90), first output), or the first line
-    of the error when a step fails: IREE does not lower every model."""
+def iree_setup(onnx_path, ordered_inputs, output_count, work, threads):
+    """(import s, compile s, iree-benchmark-module's arguments, first
+    output), or the first line of the error when a step fails: IREE does not
+    lower every model."""
     mlir, vmfb = work / "model.mlir", work / "model.vmfb"
     try:
         start = time.perf_counter()
@@ -241,10 +254,9 @@ def iree_figures(onnx_path, ordered_inputs, output_count, work, runs, threads):
         subprocess.run([IREE_BIN / "iree-run-module", *tool_args,
                         *(f"--output=@{path}" for path in outputs)],
                        check=True, capture_output=True, text=True)
-        latency = iree_benchmark_ms(tool_args, work, runs)
     except subprocess.CalledProcessError as error:
         return first_error_line(error.stderr or "")
-    return import_s, compile_s, latency, np.load(outputs[0])
+    return import_s, compile_s, tool_args, np.load(outputs[0])
 
 
 class FirstOutput(torch.nn.Module):
@@ -282,14 +294,36 @@ def torch_model(model, batch):
     return net.eval(), example
 
 
-def torch_figures(model, batch, runs):
+def torch_timers(model, batch, runs):
+    """Timers of eager (under inference_mode) and frozen TorchScript."""
     net, example = torch_model(model, batch)
-    with torch.inference_mode():
-        eager = median_p90(lambda: net(*example), runs)
     with torch.no_grad():
         traced = torch.jit.freeze(torch.jit.trace(net, example, strict=False))
-        scripted = median_p90(lambda: traced(*example), runs, warmup=5)
+
+    def eager():
+        with torch.inference_mode():
+            return median_p90(lambda: net(*example), runs)
+
+    def scripted():
+        with torch.no_grad():
+            return median_p90(lambda: traced(*example), runs, warmup=5)
+
     return eager, scripted
+
+
+def interleaved(timers, rounds):
+    """Each timer's (median, p90) over `rounds` rounds in which every timer
+    runs once in turn, the median of the rounds' figures: a machine whose
+    speed drifts (a shared VM) slows every peer of a round alike, where
+    timing one peer after another would charge the drift to whichever ran
+    during it."""
+    samples = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name].append(timer())
+    return {name: (float(np.median([s[0] for s in runs])),
+                   float(np.median([s[1] for s in runs])))
+            for name, runs in samples.items()}
 
 
 def figure(label, ms, flowc_ms):
@@ -315,19 +349,23 @@ def bench(model, batch, args, root):
     output_count = len(session.get_outputs())
     work = root / f"{model}-b{batch}"
     work.mkdir()
-    compile_s, rss, ours, first_run, output, derive = flowc_figures(onnx_path, inputs, names, work,
-                                                         args.runs, args.threads,
-                                                         args.precision)
+    compile_s, rss, derive, artifact = flowc_compile(onnx_path, work, args.precision)
+    # The first run gives the output and the time to the first answer; the
+    # timed runs come in the rounds below.
+    _, first_run, output = flowc_run(artifact, inputs, names, work, 1, args.threads)
     reference = session.run(None, feeds)[0]
     row = {"model": model, "batch": batch, "threads": args.threads, "precision": args.precision,
-           "flowc_ms": ours[0], "flowc_p90_ms": ours[1], "onnxruntime_ms": None,
-           "openvino_ms": None, "openvino_p90_ms": None, "iree_ms": None, "iree_p90_ms": None,
+           "rounds": args.rounds, "flowc_ms": None, "flowc_p90_ms": None,
+           "onnxruntime_ms": None, "openvino_ms": None, "openvino_p90_ms": None,
+           "iree_ms": None, "iree_p90_ms": None,
            "torch_eager_ms": None, "torchscript_ms": None,
            "compile_s": compile_s, "compile_peak_rss_mib": rss,
            "openvino_compile_s": None, "iree_import_s": None, "iree_compile_s": None,
            "max_rel_error": max_rel_error(output, reference), "openvino_max_rel_error": None,
            "iree_max_rel_error": None, "iree_error": None,
            "flowc_first_run_ms": first_run, "onnxruntime_first_run_ms": None, "derive": derive}
+    timers = {"flowc": lambda: flowc_run(artifact, inputs, names, work, args.runs,
+                                         args.threads)[0]}
     if "onnxruntime" in args.peers:
         # Time to the first answer: onnxruntime's session creation (its graph
         # optimization and weight prepacking) and first run, against flowc's
@@ -338,25 +376,35 @@ def bench(model, batch, args, root):
         fresh.run(None, feeds)
         row["onnxruntime_first_run_ms"] = (time.perf_counter() - start) * 1000
         del fresh
-        row["onnxruntime_ms"] = median_p90(lambda: session.run(None, feeds), args.runs)[0]
-    del session  # its prepacked weights: not in the other peers' memory
+        timers["onnxruntime"] = lambda: median_p90(lambda: session.run(None, feeds), args.runs)
+    else:
+        del session
     if "openvino" in args.peers:
-        ov_compile_s, ov_latency, ov_output = openvino_figures(onnx_path, feeds, args.runs,
-                                                               args.threads)
-        row.update(openvino_ms=ov_latency[0], openvino_p90_ms=ov_latency[1],
-                   openvino_compile_s=ov_compile_s,
+        ov_compile_s, request, ov_output = openvino_setup(onnx_path, feeds, args.threads)
+        row.update(openvino_compile_s=ov_compile_s,
                    openvino_max_rel_error=max_rel_error(ov_output, reference))
+        timers["openvino"] = lambda: median_p90(request.infer, args.runs)
     if "iree" in args.peers:
-        iree = iree_figures(onnx_path, ordered_inputs, output_count, work, args.runs,
-                            args.threads)
+        iree = iree_setup(onnx_path, ordered_inputs, output_count, work, args.threads)
         if isinstance(iree, str):
             row["iree_error"] = iree
         else:
-            row.update(iree_import_s=iree[0], iree_compile_s=iree[1], iree_ms=iree[2][0],
-                       iree_p90_ms=iree[2][1], iree_max_rel_error=max_rel_error(iree[3], reference))
+            row.update(iree_import_s=iree[0], iree_compile_s=iree[1],
+                       iree_max_rel_error=max_rel_error(iree[3], reference))
+            timers["iree"] = lambda: iree_benchmark_ms(iree[2], work, args.runs)
     if "torch" in args.peers:
-        eager, scripted = torch_figures(model, batch, args.runs)
-        row.update(torch_eager_ms=eager[0], torchscript_ms=scripted[0])
+        timers["torch_eager"], timers["torchscript"] = torch_timers(model, batch, args.runs)
+    latency = interleaved(timers, args.rounds)
+    row.update(flowc_ms=latency["flowc"][0], flowc_p90_ms=latency["flowc"][1])
+    if "onnxruntime" in latency:
+        row["onnxruntime_ms"] = latency["onnxruntime"][0]
+    if "openvino" in latency:
+        row.update(openvino_ms=latency["openvino"][0], openvino_p90_ms=latency["openvino"][1])
+    if "iree" in latency:
+        row.update(iree_ms=latency["iree"][0], iree_p90_ms=latency["iree"][1])
+    if "torch_eager" in latency:
+        row.update(torch_eager_ms=latency["torch_eager"][0],
+                   torchscript_ms=latency["torchscript"][0])
     print_row(row)
     return row
 
@@ -427,6 +475,9 @@ def main():
                         default="resnet50,mobilenet_v3_small,efficientnet_b0,densenet121,bert,gpt2")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds: flowc and each peer time --runs runs "
+                             "in turn, and the median of the rounds is reported")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                         help="flowc's precision (the peers stay fp32)")
@@ -441,7 +492,8 @@ def main():
         parser.error(f"unknown peers {sorted(unknown)}; known: {','.join(PEERS)}")
     torch.set_num_threads(args.threads)
     print(f"{versions(args.peers)}, {args.threads} threads, "
-          f"flowc {args.precision}, median of {args.runs} runs; ratio = peer / flowc")
+          f"flowc {args.precision}, median of {args.rounds} interleaved rounds of "
+          f"{args.runs} runs; ratio = peer / flowc")
     print(cpu_line())
     rows = []
     with tempfile.TemporaryDirectory(prefix="flowc-model-bench-") as tmp:
