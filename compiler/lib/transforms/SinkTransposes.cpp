@@ -44,20 +44,22 @@ mlir::RankedTensorType toNhwc(mlir::RankedTensorType type) {
   return mlir::RankedTensorType::get(shape, type.getElementType());
 }
 
-/// Whether `type` has at most one dimension above 1: its NHWC form holds
-/// the same bytes in the same order, so a reshape is the transpose.
-bool isBroadcastVector(mlir::RankedTensorType type) {
-  return llvm::count_if(type.getShape(), [](int64_t dim) { return dim != 1; }) <= 1;
+/// Whether `type`'s NHWC form holds the same bytes in the same order, so
+/// that a reshape is the transpose: its channels are one, or its height and
+/// width are (a per-channel vector [1, C, 1, 1], a per-example gate
+/// [N, C, 1, 1]).
+bool keepsByteOrder(mlir::RankedTensorType type) {
+  return type.getDimSize(1) == 1 || (type.getDimSize(2) == 1 && type.getDimSize(3) == 1);
 }
 
 /// The NHWC form of `operand`, an NCHW operand beside a sunk transpose: the
-/// transpose's input, or a reshape of a per-channel vector or a splat.
+/// transpose's input, or a reshape where that holds the same bytes.
 /// Null when getting it would cost a transpose of its own.
 Value nhwcOperand(mlir::PatternRewriter &rewriter, mlir::Location loc, Value operand) {
   if (Value source = nhwcSourceOf(operand))
     return source;
   mlir::RankedTensorType type = rank4(operand);
-  if (!type || !isBroadcastVector(type))
+  if (!type || !keepsByteOrder(type))
     return {};
   mlir::RankedTensorType nhwc = toNhwc(type);
   return mlir::tosa::ReshapeOp::create(
@@ -90,10 +92,12 @@ struct SinkThroughElementwise : mlir::RewritePattern {
     if (!resultType || !transposed)
       return mlir::failure();
     // Every same-rank operand must come cheaply in NHWC, or nothing moves.
+    // (A transpose that only moves unit dimensions is canonicalized into a
+    // reshape, so a per-example gate [N, C, 1, 1] arrives as one.)
     for (Value operand : op->getOperands()) {
       mlir::RankedTensorType type = rank4(operand);
       bool sameRank = mlir::cast<mlir::ShapedType>(operand.getType()).getRank() == 4;
-      if (sameRank && !nhwcSourceOf(operand) && (!type || !isBroadcastVector(type)))
+      if (sameRank && !nhwcSourceOf(operand) && (!type || !keepsByteOrder(type)))
         return mlir::failure();
     }
     llvm::SmallVector<Value> operands;

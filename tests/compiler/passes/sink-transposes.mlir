@@ -71,3 +71,23 @@ func.func @mixed_concat(%x: tensor<1x2x2x4xf32>, %y: tensor<1x4x2x2xf32>) -> ten
   %c = tosa.concat %xn, %y {axis = 1 : i32} : (tensor<1x4x2x2xf32>, tensor<1x4x2x2xf32>) -> tensor<1x8x2x2xf32>
   return %c : tensor<1x8x2x2xf32>
 }
+
+// -----
+
+// A per-example squeeze-and-excitation gate [N, C, 1, 1] (a transpose of
+// [N, 1, 1, C] that canonicalization made a reshape) holds the same bytes
+// as its NHWC form: the product moves to NHWC, reading it through a
+// reshape.
+// CHECK-LABEL: func.func @batched_gate
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<2x4x4x8xf32>, %[[G:[^:]*]]: tensor<2x8x1x1xf32>)
+// CHECK: %[[G2:.*]] = tosa.reshape %[[G]], %{{.*}} -> tensor<2x1x1x8xf32>
+// CHECK: %[[M:.*]] = tosa.mul %[[X]], %[[G2]], %{{.*}} -> tensor<2x4x4x8xf32>
+// CHECK-NOT: tosa.transpose
+// CHECK: return %[[M]]
+func.func @batched_gate(%x: tensor<2x4x4x8xf32>, %g: tensor<2x8x1x1xf32>) -> tensor<2x4x4x8xf32> {
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %xn = tosa.transpose %x {perms = array<i32: 0, 3, 1, 2>} : (tensor<2x4x4x8xf32>) -> tensor<2x8x4x4xf32>
+  %m = tosa.mul %xn, %g, %shift : (tensor<2x8x4x4xf32>, tensor<2x8x1x1xf32>, tensor<1xi8>) -> tensor<2x8x4x4xf32>
+  %mt = tosa.transpose %m {perms = array<i32: 0, 2, 3, 1>} : (tensor<2x8x4x4xf32>) -> tensor<2x4x4x8xf32>
+  return %mt : tensor<2x4x4x8xf32>
+}

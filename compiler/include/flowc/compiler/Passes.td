@@ -47,8 +47,9 @@ def SinkTransposesPass : Pass<"flowc-sink-transposes", "::mlir::ModuleOp"> {
     turns every convolution's and pooling's NHWC result back into ONNX's
     NCHW. A transpose by [0, 3, 1, 2] feeding a concatenation (every input
     transposed alike: the axis is permuted), an elementwise op (its other
-    operands constants, broadcasts with one non-unit dimension, read through
-    a reshape, or transposed alike) or a reduction moves below it, so the op
+    operands transposed alike, or tensors whose NHWC form holds the same
+    bytes, read through a reshape: splats, per-channel vectors, per-example
+    gates [N, C, 1, 1]) or a reduction moves below it, so the op
     computes in NHWC and the transpose meets the next convolution's NCHW ->
     NHWC transpose, with which it cancels. Upstream's pass stops at
     concatenations and at operands that are graph weights (BatchNorm ahead
