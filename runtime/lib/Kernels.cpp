@@ -397,15 +397,15 @@ template <typename PrimitiveDesc> struct Chosen {
   int threads = 0;
 };
 
-/// The primitive of candidate `text` (empty: `fallback`, the kernel's
-/// default), built by `build(candidate)` (an optional Iterable; nullopt:
-/// this library cannot build it here, on another CPU or with another
-/// library build). Such a candidate, or one that does not parse, runs the
-/// default after one warning naming `what`: an artifact moved to another
-/// machine still runs.
-template <typename PrimitiveDesc, typename Build>
+/// The primitive of candidate `text`, built by `build(candidate)` (an
+/// optional Iterable; nullopt: this library cannot build it here, on another
+/// CPU or with another library build); empty text: `buildDefault()`, the
+/// kernel's default Iterable. A candidate that cannot be built, or one that
+/// does not parse, runs the default after one warning naming `what`: an
+/// artifact moved to another machine still runs.
+template <typename PrimitiveDesc, typename BuildDefault, typename Build>
 Chosen<PrimitiveDesc> choosePrimitive(KernelKind kind, const std::string &what,
-                                      const std::string &text, const Candidate &fallback,
+                                      const std::string &text, BuildDefault buildDefault,
                                       Build build) {
   if (!text.empty()) {
     Expected<Candidate> candidate = parseCandidate(kind, text);
@@ -422,7 +422,7 @@ Chosen<PrimitiveDesc> choosePrimitive(KernelKind kind, const std::string &what,
     spdlog::warn("{}: search's candidate '{}' cannot run here ({}); running the default",
                  what, text, why);
   }
-  return {std::move(build(fallback)->pd), 0};
+  return {std::move(buildDefault().pd), 0};
 }
 
 /// A convolution site: its candidate's primitive, the layouts it wants and
@@ -535,25 +535,27 @@ std::optional<ConvIterable> convCandidatePrimitive(const dnnl::engine &engine,
 /// blocked layout with a reorder on each side, slower in sum on ResNet-50's
 /// and DenseNet-121's shapes (conv_layout_bench: 1.13x for NHWC, 1x1
 /// convolutions 1.16-1.60x, two 3x3 ones 3-6% slower); with AVX-512 the
-/// library picks NHWC itself.
-Candidate defaultConvCandidate(const dnnl::engine &engine, const Conv2dParams &p,
-                               const ConvBuffers &buffers) {
+/// library picks NHWC itself. The candidate and its primitive, built once;
+/// throws dnnl::error when the library refuses the convolution.
+std::pair<Candidate, ConvIterable> defaultConv(const dnnl::engine &engine,
+                                               const Conv2dParams &p,
+                                               const ConvBuffers &buffers) {
   Candidate plain{"nhwc", "", 0};
   bool nhwc = p.sourceLayout == ActivationLayout::Nhwc &&
               p.destinationLayout == ActivationLayout::Nhwc;
-  if (!nhwc)
-    return Candidate{};
-  auto made = convCandidatePrimitive(engine, p, buffers, plain);
-  if (!made || isReferenceImpl(made->pd.impl_info_str()))
-    return Candidate{};
-  return plain;
+  if (nhwc)
+    if (auto made = convCandidatePrimitive(engine, p, buffers, plain);
+        made && !isReferenceImpl(made->pd.impl_info_str()))
+      return {plain, std::move(*made)};
+  return {Candidate{}, *convCandidatePrimitive(engine, p, buffers, Candidate{})};
 }
 
 Chosen<dnnl::convolution_forward::primitive_desc>
 chooseConv(const dnnl::engine &engine, const Conv2dParams &p, const ConvBuffers &buffers,
            const std::string &what, const std::string &candidate) {
   return choosePrimitive<dnnl::convolution_forward::primitive_desc>(
-      KernelKind::Conv2d, what, candidate, defaultConvCandidate(engine, p, buffers),
+      KernelKind::Conv2d, what, candidate,
+      [&] { return defaultConv(engine, p, buffers).second; },
       [&](const Candidate &c) { return convCandidatePrimitive(engine, p, buffers, c); });
 }
 
@@ -698,7 +700,9 @@ Chosen<dnnl::matmul::primitive_desc> chooseMatMul(const dnnl::engine &engine,
                                                   const std::string &what,
                                                   const std::string &candidate) {
   return choosePrimitive<dnnl::matmul::primitive_desc>(
-      KernelKind::MatMul, what, candidate, Candidate{}, [&](const Candidate &c) {
+      KernelKind::MatMul, what, candidate,
+      [&] { return *matmulCandidatePrimitive(engine, p, buffers, Candidate{}); },
+      [&](const Candidate &c) {
         return matmulCandidatePrimitive(engine, p, buffers, c);
       });
 }
@@ -1023,9 +1027,8 @@ std::vector<std::string> convCandidates(const dnnl::engine &engine,
                                         const Conv2dParams &p) {
   ConvBuffers buffers = convBuffers(p);
   std::vector<Found> found;
-  Candidate first = defaultConvCandidate(engine, p, buffers);
-  addImplementations(found, *convCandidatePrimitive(engine, p, buffers, first),
-                     first.layout);
+  auto [first, made] = defaultConv(engine, p, buffers);
+  addImplementations(found, std::move(made), first.layout);
   if (first.layout != "any")
     if (auto pd = convCandidatePrimitive(engine, p, buffers, Candidate{}))
       addImplementations(found, std::move(*pd), "any");
