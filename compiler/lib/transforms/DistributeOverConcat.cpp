@@ -21,11 +21,6 @@ using mlir::Value;
 /// compile time than the copy they save.
 constexpr size_t kMaxInputs = 128;
 
-mlir::RankedTensorType staticType(Value value) {
-  auto type = mlir::dyn_cast<mlir::RankedTensorType>(value.getType());
-  return type && type.hasStaticShape() ? type : nullptr;
-}
-
 /// The concatenation among `op`'s operands that only `op` reads, whose
 /// shape is the result's (no broadcast of it).
 mlir::tosa::ConcatOp soleConcatOperand(Operation *op, mlir::RankedTensorType resultType) {
@@ -40,7 +35,7 @@ mlir::tosa::ConcatOp soleConcatOperand(Operation *op, mlir::RankedTensorType res
   }
   if (!found || found.getInput1().size() > kMaxInputs)
     return {};
-  auto concatType = staticType(found.getOutput());
+  auto concatType = staticTensorType(found.getOutput());
   if (!concatType || concatType.getShape() != resultType.getShape())
     return {};
   return found;
@@ -84,7 +79,7 @@ struct DistributeElementwise : mlir::RewritePattern {
                                       mlir::PatternRewriter &rewriter) const override {
     if (!isTosaElementwise(op))
       return mlir::failure();
-    mlir::RankedTensorType resultType = staticType(op->getResult(0));
+    mlir::RankedTensorType resultType = staticTensorType(op->getResult(0));
     if (!resultType)
       return mlir::failure();
     mlir::tosa::ConcatOp concat = soleConcatOperand(op, resultType);

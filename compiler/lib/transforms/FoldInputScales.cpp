@@ -1,5 +1,6 @@
 // flowc-fold-input-scales: see Passes.td.
 #include "Passes.h"
+#include "TosaElementwise.h"
 
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/PatternMatch.h"
@@ -16,15 +17,10 @@ namespace {
 
 using mlir::Value;
 
-mlir::RankedTensorType staticType(Value value) {
-  auto type = mlir::dyn_cast<mlir::RankedTensorType>(value.getType());
-  return type && type.hasStaticShape() ? type : nullptr;
-}
-
 /// Whether `factor` holds one f32 value per channel of an NHWC tensor with
 /// `channels` channels, the same for every example: [1, 1, 1, C].
 bool isChannelFactor(Value factor, int64_t channels) {
-  mlir::RankedTensorType type = staticType(factor);
+  mlir::RankedTensorType type = staticTensorType(factor);
   return type && type.getElementType().isF32() && type.getRank() == 4 &&
          type.getShape() == llvm::ArrayRef<int64_t>({1, 1, 1, channels});
 }
@@ -37,8 +33,8 @@ struct FoldInputScale : mlir::OpRewritePattern<mlir::tosa::Conv2DOp> {
   mlir::LogicalResult matchAndRewrite(mlir::tosa::Conv2DOp conv,
                                       mlir::PatternRewriter &rewriter) const override {
     auto scaled = conv.getInput().getDefiningOp<mlir::tosa::MulOp>();
-    mlir::RankedTensorType inputType = staticType(conv.getInput());
-    mlir::RankedTensorType weightType = staticType(conv.getWeight());
+    mlir::RankedTensorType inputType = staticTensorType(conv.getInput());
+    mlir::RankedTensorType weightType = staticTensorType(conv.getWeight());
     if (!scaled || !scaled->hasOneUse() || !inputType || !weightType ||
         !inputType.getElementType().isF32() || inputType.getRank() != 4)
       return mlir::failure();
@@ -46,7 +42,7 @@ struct FoldInputScale : mlir::OpRewritePattern<mlir::tosa::Conv2DOp> {
     Value x = scaled.getInput1(), factor = scaled.getInput2();
     if (!isChannelFactor(factor, channels))
       std::swap(x, factor);
-    if (!isChannelFactor(factor, channels) || staticType(x) != inputType)
+    if (!isChannelFactor(factor, channels) || staticTensorType(x) != inputType)
       return mlir::failure();
     // Weights [O, KH, KW, C] times [1, 1, 1, C]: the same shift operand.
     auto weights = mlir::tosa::MulOp::create(rewriter, conv.getLoc(), weightType,

@@ -32,8 +32,8 @@ Value nhwcSourceOf(Value value) {
 
 /// A static rank-4 tensor type.
 mlir::RankedTensorType rank4(Value value) {
-  auto type = mlir::dyn_cast<mlir::RankedTensorType>(value.getType());
-  return type && type.getRank() == 4 && type.hasStaticShape() ? type : nullptr;
+  mlir::RankedTensorType type = staticTensorType(value);
+  return type && type.getRank() == 4 ? type : nullptr;
 }
 
 /// `type` as the NHWC tensor that kToNchw turns into it.

@@ -1,12 +1,19 @@
 // What the TOSA-level layout passes (flowc-sink-transposes,
-// flowc-distribute-over-concat) need to move an elementwise op: which ops
-// are elementwise, and rebuilding one on new operands.
+// flowc-distribute-over-concat, flowc-fold-input-scales) share: static
+// tensor types, which ops are elementwise, and rebuilding one on new
+// operands.
 #pragma once
 
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/PatternMatch.h"
 
 namespace flowc::compiler {
+
+/// `value`'s type if it is a ranked tensor of static shape, else null.
+inline mlir::RankedTensorType staticTensorType(mlir::Value value) {
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(value.getType());
+  return type && type.hasStaticShape() ? type : nullptr;
+}
 
 /// Whether `op` computes each result element from the operand elements at
 /// the same (broadcast) index: TOSA's elementwise ops, a product (whose
