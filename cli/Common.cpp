@@ -92,6 +92,15 @@ Status fromGrpc(const grpc::Status &status, const std::string &what) {
   }
 }
 
+CLI::Validator targetValidator() {
+  return CLI::Validator(
+      [](std::string &value) {
+        Expected<Target> target = parseTarget(value);
+        return target ? std::string() : target.status().message();
+      },
+      "TARGET");
+}
+
 Status setCompileOptions(const std::string &target, int optLevel,
                          const std::string &precision,
                          flowc::v1::CompileOptions &options) {

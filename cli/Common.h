@@ -6,6 +6,8 @@
 
 #include "flowc/v1/flowc.grpc.pb.h"
 
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -82,6 +84,9 @@ Expected<std::string> absoluteModelPath(const std::string &path);
 
 /// Status from a failed RPC, keeping the daemon's message.
 Status fromGrpc(const grpc::Status &status, const std::string &what);
+
+/// Checks a --target value: cpu, cuda, cuda:sm_NN (the error lists them).
+CLI::Validator targetValidator();
 
 /// Sets the wire's target, level and precision from their command-line
 /// spellings; InvalidArgument listing the supported names for another.

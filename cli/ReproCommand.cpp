@@ -200,7 +200,7 @@ CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("--input-shape", options->inputShapes,
                   "NAME=DIMS: a static shape for an input with symbolic dimensions");
   cmd->add_option("--target", options->target, "Compile target recorded in repro.json")
-      ->check(CLI::IsMember({"cpu"}));
+      ->check(targetValidator());
   cmd->add_option("-O,--opt-level", options->optLevel,
                   "Optimization level recorded in repro.json, 0..3")
       ->check(CLI::Range(0, 3));

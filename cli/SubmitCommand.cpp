@@ -1,4 +1,4 @@
-// flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu] [-O N] [--json]
+// flowc submit MODEL|REPRO_DIR [-o OUT.fca] [--target cpu|cuda[:sm_NN]] [-O N] [--json]
 #include "Commands.h"
 #include "PlaceArtifact.h"
 #include "Progress.h"
@@ -232,8 +232,9 @@ int runSubmit(SubmitOptions options, GlobalOptions &global) {
 } // namespace
 
 void addCompileFlags(CLI::App *cmd, CompileFlags &flags) {
-  cmd->add_option("--target", flags.target, "Compile target")
-      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--target", flags.target,
+                  "Compile target: cpu, or cuda[:sm_NN] for an NVIDIA GPU (docs/cuda.md)")
+      ->check(targetValidator());
   cmd->add_option("-O,--opt-level", flags.optLevel, "Code optimization level 0..3")
       ->check(CLI::Range(0, 3));
   cmd->add_option("--precision", flags.precision,

@@ -14,6 +14,7 @@
 #include "Partition.h"
 #include "Pipelines.h"
 #include "Registration.h"
+#include "gpu/CudaCodegen.h"
 
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Subprocess.h"
@@ -301,7 +302,13 @@ Status compileUnit(ObjectUnit &unit, const CodeTarget &target, int optLevel) {
 /// options of the lowering it goes through (stage 3 and LLVM).
 std::string kernelKey(const CompileOptions &options, const CodeTarget &target,
                       const KernelModule &kernel) {
-  return "flowc.loop-kernel.v1\n" + target.description() +
+  // A CUDA kernel's object also holds a cubin: its chip and the ptxas
+  // that assembled it.
+  std::string device =
+      isCudaTarget(options.target)
+          ? std::string(";") + targetName(options.target) + ";" + cudaToolkitVersion()
+          : "";
+  return "flowc.loop-kernel.v1\n" + target.description() + device +
          "\nopt=" + std::to_string(options.optLevel) +
          (usesOpenMp(options) ? ";parallel" : "") + "\n" + kernel.text;
 }
@@ -486,10 +493,17 @@ private:
 } // namespace
 
 Status CompileOptions::validate() const {
-  if (target != Target::Cpu)
+  if (std::string_view(targetName(target)) == "unknown")
     return invalidArgument("unknown target " +
                            std::to_string(static_cast<int64_t>(target)) +
                            " (supported: " + targetNames() + ")");
+  if (isCudaTarget(target)) {
+    FLOWC_RETURN_IF_ERROR(cudaToolkitPath().status());
+    if (precision != Precision::Fp32)
+      return invalidArgument(std::string("precision ") + precisionName(precision) +
+                             " applies to the CPU's library kernels; " +
+                             targetName(target) + " computes in fp32");
+  }
   if (optLevel < 0 || optLevel > 3)
     return invalidArgument("optimization level " + std::to_string(optLevel) +
                            " is out of range 0..3");
@@ -707,6 +721,12 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   defineArenaSize(*graph.module, arenaBytes);
   FLOWC_RETURN_IF_ERROR(bindLibraryKernels(*graph.module, libraryKernels));
   defineProfileMarks(*graph.module, profileCalls);
+  if (isCudaTarget(options.target)) {
+    std::vector<std::string> symbols;
+    for (const KernelModule &kernel : kernels)
+      symbols.push_back(kernel.symbol);
+    FLOWC_RETURN_IF_ERROR(bindGpuGraph(*graph.module, symbols, options.target));
+  }
   for (const KernelModule &kernel : kernels) {
     hideSymbol(*graph.module, kernel.symbol);
     plan.kernels.push_back({kernel.symbol, kernelKey(options, target, kernel),
@@ -756,18 +776,28 @@ Expected<std::string> compileKernelUnguarded(const PlannedKernel &kernel,
   if (!module)
     return invalidArgument("kernel " + kernel.symbol +
                            ": its IR does not parse: " + diagnostics.text);
+  bool cuda = isCudaTarget(options.target);
   mlir::PassManager lower(&context);
-  buildLowerToLlvmPipeline(lower, options, candidate);
+  if (cuda) {
+    FLOWC_ASSIGN_OR_RETURN(std::string toolkit, cudaToolkitPath());
+    buildLowerKernelToCudaPipeline(lower, options, toolkit);
+  } else {
+    buildLowerToLlvmPipeline(lower, options, candidate);
+  }
   if (printer)
     printer->attach(lower);
-  FLOWC_RETURN_IF_ERROR(runStage(lower, *module, diagnostics,
-                                 "lowering kernel " + kernel.symbol + " to LLVM"));
+  FLOWC_RETURN_IF_ERROR(
+      runStage(lower, *module, diagnostics,
+               "lowering kernel " + kernel.symbol + (cuda ? " to CUDA" : " to LLVM")));
   FLOWC_ASSIGN_OR_RETURN(ObjectUnit unit,
                          translateUnit(*module, kernel.symbol, diagnostics));
   hideSymbol(*unit.module, kernel.symbol);
+  if (cuda)
+    FLOWC_RETURN_IF_ERROR(bindGpuKernel(*unit.module, kernel.symbol));
   // In LLVM IR, where every loop of the kernel is a natural loop (OpenMP's
   // outlined bodies included), before LLVM's loop passes read the hints.
-  annotateInnermostLoops(*unit.module, candidate);
+  else
+    annotateInnermostLoops(*unit.module, candidate);
   FLOWC_RETURN_IF_ERROR(compileUnit(unit, target, options.optLevel));
   return std::move(unit.object);
 }

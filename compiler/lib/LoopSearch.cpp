@@ -242,7 +242,9 @@ std::optional<NestShape> nestShape(const PlannedKernel &kernel) {
 std::vector<std::string> loopKernelCandidates(const PlannedKernel &kernel,
                                               const CompileOptions &options) {
   std::vector<std::string> candidates = {kDefaultCandidate};
-  if (options.optLevel < 1)
+  // The candidates are CPU lowerings (threads, vector width); a CUDA
+  // kernel's search is its launch shape, not one of these.
+  if (options.optLevel < 1 || isCudaTarget(options.target))
     return candidates;
   std::optional<NestShape> nest = nestShape(kernel);
   if (!nest || nest->trips.empty() || nest->iterations < kMinSearchIterations)

@@ -13,6 +13,8 @@
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/Tosa/Transforms/Passes.h"
@@ -63,12 +65,49 @@ static_assert(std::size(kOptionalPasses) ==
                   static_cast<size_t>(OptionalPass::ParallelizeLoops) + 1,
               "one create function per OptionalPass");
 
-/// Whether an optional pass runs: -O1 and up, unless disabled.
+/// Whether `pass` is for the CPU only: the runtime's CPU library kernels
+/// (and the weight rewrite that pays only for them), and OpenMP loops.
+bool cpuOnly(OptionalPass pass) {
+  return pass == OptionalPass::FoldInputScales ||
+         pass == OptionalPass::OutlineLibraryKernels ||
+         pass == OptionalPass::ParallelizeLoops;
+}
+
+/// Whether an optional pass runs: -O1 and up, unless disabled or not for
+/// the target. On a CUDA target every loop nest is a kernel of its own
+/// (each a GPU launch), whatever the level.
 bool enabled(const CompileOptions &options, OptionalPass pass) {
+  bool cuda = isCudaTarget(options.target);
+  if (cuda && cpuOnly(pass))
+    return false;
+  if (cuda && pass == OptionalPass::PartitionKernels)
+    return true;
   const std::string &name = optionalPassNames()[static_cast<size_t>(pass)];
   return options.optLevel >= 1 &&
          std::find(options.disabledPasses.begin(), options.disabledPasses.end(), name) ==
              options.disabledPasses.end();
+}
+
+/// Buffers -> the LLVM dialect, for host code: @main's, and a kernel's
+/// after its loops have gone to the GPU. `deviceAllocations`: the graph's
+/// temporaries are device memory, allocated through the GPU runtime table
+/// (GpuAbi.h) under the names MLIR's generic allocation functions have.
+void addHostLowering(mlir::OpPassManager &pm, bool deviceAllocations) {
+  pm.addPass(mlir::createLowerAffinePass());
+  pm.addPass(mlir::createSCFToControlFlowPass());
+  pm.addPass(mlir::memref::createExpandStridedMetadataPass());
+  mlir::FinalizeMemRefToLLVMConversionPassOptions memrefToLlvm;
+  memrefToLlvm.useGenericFunctions = deviceAllocations;
+  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass(memrefToLlvm));
+  pm.addPass(mlir::createConvertMathToLLVMPass());
+  // What LLVM has no intrinsic for (erf, ...) becomes a libm call.
+  pm.addPass(mlir::createConvertMathToLibmPass());
+  pm.addPass(mlir::createArithToLLVMConversionPass());
+  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
+  // Bare pointers: the ABI is one dense buffer per argument.
+  mlir::ConvertFuncToLLVMPassOptions funcToLlvm;
+  funcToLlvm.useBarePtrCallConv = true;
+  pm.addPass(mlir::createConvertFuncToLLVMPass(funcToLlvm));
 }
 
 } // namespace
@@ -205,23 +244,56 @@ void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &opt
   } else {
     pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
   }
-  pm.addPass(mlir::createLowerAffinePass());
-  pm.addPass(mlir::createSCFToControlFlowPass());
-  pm.addPass(mlir::memref::createExpandStridedMetadataPass());
-  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
-  pm.addPass(mlir::createConvertMathToLLVMPass());
-  // What LLVM has no intrinsic for (erf, ...) becomes a libm call.
-  pm.addPass(mlir::createConvertMathToLibmPass());
-  pm.addPass(mlir::createArithToLLVMConversionPass());
-  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
-  // Bare pointers: the ABI is one dense buffer per argument.
-  mlir::ConvertFuncToLLVMPassOptions funcToLlvm;
-  funcToLlvm.useBarePtrCallConv = true;
-  pm.addPass(mlir::createConvertFuncToLLVMPass(funcToLlvm));
+  // @main of a CUDA compile holds no loops (every nest is a kernel), only
+  // views of device buffers and calls.
+  addHostLowering(pm, isCudaTarget(options.target));
   // After func-to-llvm: this pass converts functions too, without bare
   // pointers.
   if (parallel)
     pm.addPass(mlir::createConvertOpenMPToLLVMPass());
+  pm.addPass(mlir::createConvertIndexToLLVMPass());
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+}
+
+} // namespace flowc::compiler
+
+namespace flowc::compiler {
+
+void buildLowerKernelToCudaPipeline(mlir::OpPassManager &pm,
+                                    const CompileOptions &options,
+                                    const std::string &toolkitPath) {
+  // One thread per output element (reductions run inside each thread),
+  // mapped onto blocks and threads and outlined into a GPU module.
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToParallelLoopsPass());
+  pm.addNestedPass<mlir::func::FuncOp>(createMapLoopsToGpuPass());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createGpuMapParallelLoopsPass());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertParallelLoopToGpuPass());
+  pm.addPass(mlir::createGpuKernelOutliningPass());
+  pm.addPass(mlir::createLowerAffinePass());
+  pm.addPass(mlir::createCanonicalizerPass());
+  // The device side: NVVM, then PTX through LLVM's NVPTX backend and a
+  // cubin through the toolkit's ptxas (which checks the PTX), embedded.
+  mlir::GpuNVVMAttachTargetOptions attach;
+  attach.chip = cudaChip(options.target);
+  attach.optLevel = 3;
+  pm.addPass(mlir::createGpuNVVMAttachTarget(attach));
+  mlir::OpPassManager &device = pm.nest<mlir::gpu::GPUModuleOp>();
+  device.addPass(mlir::createSCFToControlFlowPass());
+  device.addPass(mlir::memref::createExpandStridedMetadataPass());
+  mlir::ConvertGpuOpsToNVVMOpsOptions toNvvm;
+  toNvvm.indexBitwidth = 64;
+  device.addPass(mlir::createConvertGpuOpsToNVVMOps(toNvvm));
+  device.addPass(mlir::createReconcileUnrealizedCastsPass());
+  mlir::GpuModuleToBinaryPassOptions toBinary;
+  toBinary.toolkitPath = toolkitPath;
+  toBinary.compilationTarget = "bin";
+  pm.addPass(mlir::createGpuModuleToBinaryPass(toBinary));
+  // The host side: the kernel's function keeps the bare-pointer ABI and
+  // launches through the GPU runtime functions (GpuAbi.h).
+  addHostLowering(pm, /*deviceAllocations=*/true);
+  mlir::GpuToLLVMConversionPassOptions toLlvm;
+  toLlvm.hostBarePtrCallConv = true;
+  pm.addPass(mlir::createGpuToLLVMConversionPass(toLlvm));
   pm.addPass(mlir::createConvertIndexToLLVMPass());
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
 }

@@ -28,6 +28,14 @@ void buildPrepareLoopsPipeline(mlir::OpPassManager &pm, const CompileOptions &op
 void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &options,
                               const LoopCandidate &candidate = {});
 
+/// Stage 3 for a kernel's module on a CUDA target: its loop nests become
+/// GPU kernels (NVVM -> PTX through LLVM's NVPTX backend -> a cubin through
+/// the toolkit's ptxas at `toolkitPath`, embedded), and its function the
+/// host code that launches them through the GPU runtime table (GpuAbi.h).
+void buildLowerKernelToCudaPipeline(mlir::OpPassManager &pm,
+                                    const CompileOptions &options,
+                                    const std::string &toolkitPath);
+
 /// Whether the generated code calls the OpenMP runtime
 /// (flowc-parallelize-loops runs), so the shared object must link it.
 bool usesOpenMp(const CompileOptions &options);

@@ -3,7 +3,17 @@
 #include "LibraryKernels.h"
 #include "transforms/Passes.h"
 
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/GPUCommon/GPUToLLVM.h"
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVM.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
 #include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/BufferDeallocationOpInterfaceImpl.h"
@@ -15,6 +25,9 @@
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
@@ -33,7 +46,10 @@
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/Dialect/Tosa/Transforms/Passes.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/LLVMTranslationInterface.h"
@@ -64,13 +80,13 @@ struct FlowcToLlvmIrTranslation : mlir::LLVMTranslationDialectInterface {
 } // namespace
 
 void registerFlowcDialects(mlir::DialectRegistry &registry) {
-  registry.insert<mlir::affine::AffineDialect, mlir::arith::ArithDialect,
-                  mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
-                  mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
-                  mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
-                  mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect,
-                  mlir::scf::SCFDialect, mlir::tensor::TensorDialect,
-                  mlir::tosa::TosaDialect, FlowcDialect>();
+  registry.insert<
+      mlir::affine::AffineDialect, mlir::arith::ArithDialect,
+      mlir::bufferization::BufferizationDialect, mlir::cf::ControlFlowDialect,
+      mlir::func::FuncDialect, mlir::gpu::GPUDialect, mlir::linalg::LinalgDialect,
+      mlir::NVVM::NVVMDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
+      mlir::memref::MemRefDialect, mlir::omp::OpenMPDialect, mlir::scf::SCFDialect,
+      mlir::tensor::TensorDialect, mlir::tosa::TosaDialect, FlowcDialect>();
   mlir::arith::registerBufferizableOpInterfaceExternalModels(registry);
   mlir::arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
   mlir::bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
@@ -88,6 +104,24 @@ void registerFlowcDialects(mlir::DialectRegistry &registry) {
   mlir::registerBuiltinDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);
   mlir::registerOpenMPDialectTranslation(registry);
+  // The cuda targets: NVVM -> PTX -> cubin (gpu-module-to-binary), and the
+  // embedded cubin and its launches in the host's LLVM IR.
+  mlir::NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  // convert-gpu-to-nvvm and gpu-to-llvm convert every dialect through its
+  // convert-to-LLVM interface, and leave a dialect without one unconverted.
+  mlir::arith::registerConvertArithToLLVMInterface(registry);
+  mlir::cf::registerConvertControlFlowToLLVMInterface(registry);
+  mlir::registerConvertFuncToLLVMInterface(registry);
+  mlir::gpu::registerConvertGpuToLLVMInterface(registry);
+  mlir::NVVM::registerConvertGpuToNVVMInterface(registry);
+  mlir::index::registerConvertIndexToLLVMInterface(registry);
+  mlir::registerConvertMathToLLVMInterface(registry);
+  mlir::registerConvertMemRefToLLVMInterface(registry);
+  mlir::registerConvertNVVMToLLVMInterface(registry);
+  mlir::ub::registerConvertUBToLLVMInterface(registry);
+  mlir::registerGPUDialectTranslation(registry);
+  mlir::registerNVVMDialectTranslation(registry);
+  mlir::gpu::registerOffloadingLLVMTranslationInterfaceExternalModels(registry);
   registry.addExtension(+[](mlir::MLIRContext *, FlowcDialect *dialect) {
     dialect->addInterfaces<FlowcToLlvmIrTranslation>();
   });
@@ -106,6 +140,8 @@ void registerPipelineUpstreamPasses() {
   // linalg-fuse-elementwise-ops, whose name flowc's bounded pass has.
   mlir::registerConvertLinalgToLoopsPass();
   mlir::registerConvertLinalgToParallelLoopsPass();
+  // gpu-kernel-outlining, gpu-map-parallel-loops, nvvm-attach-target, ...
+  mlir::registerGPUPasses();
 }
 
 } // namespace flowc::compiler

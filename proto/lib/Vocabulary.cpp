@@ -7,8 +7,15 @@ namespace flowc::rpc {
 
 namespace {
 
-constexpr std::array<std::pair<Target, flowc::v1::Target>, 1> kTargets = {{
+constexpr std::array<std::pair<Target, flowc::v1::Target>, 8> kTargets = {{
     {Target::Cpu, flowc::v1::TARGET_CPU},
+    {Target::CudaSm75, flowc::v1::TARGET_CUDA_SM75},
+    {Target::CudaSm80, flowc::v1::TARGET_CUDA_SM80},
+    {Target::CudaSm86, flowc::v1::TARGET_CUDA_SM86},
+    {Target::CudaSm89, flowc::v1::TARGET_CUDA_SM89},
+    {Target::CudaSm90, flowc::v1::TARGET_CUDA_SM90},
+    {Target::CudaSm100, flowc::v1::TARGET_CUDA_SM100},
+    {Target::CudaSm120, flowc::v1::TARGET_CUDA_SM120},
 }};
 
 constexpr std::array<std::pair<Precision, flowc::v1::Precision>, 2> kPrecisions = {{

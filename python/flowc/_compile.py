@@ -131,7 +131,9 @@ def _model_path(model, example_inputs, directory):
 
 
 # The spellings flowc submit takes, as flowc.v1's enum value names.
-_TARGETS = {"cpu": "TARGET_CPU"}
+_TARGETS = {"cpu": "TARGET_CPU", "cuda": "TARGET_CUDA_SM90",
+            **{f"cuda:sm_{cc}": f"TARGET_CUDA_SM{cc}"
+               for cc in (75, 80, 86, 89, 90, 100, 120)}}
 _PRECISIONS = {"fp32": "PRECISION_FP32", "bf16": "PRECISION_BF16"}
 
 

@@ -1,4 +1,5 @@
 #include "flowc/runtime/Session.h"
+#include "Gpu.h"
 #include "Kernels.h"
 #include "flowc/runtime/KernelAbi.h"
 #include "flowc/support/Format.h"
@@ -117,6 +118,14 @@ void recordMark(int64_t event) {
   ++timing.calls;
 }
 
+/// The mark hook of CUDA code. Launches are asynchronous, so a host clock
+/// alone would time the launch, not the kernel: each mark first waits for
+/// the stream, and the time between a call's marks is its kernels'.
+void recordGpuMark(int64_t event) {
+  synchronizeActiveGpu();
+  recordMark(event);
+}
+
 /// `flowc_profile_calls`' entries (KernelAbi.h); DataLoss naming `path`
 /// when they are malformed.
 Expected<std::vector<KernelCallTiming>> profiledCalls(const char *text,
@@ -157,6 +166,8 @@ Expected<std::vector<KernelCallTiming>> profiledCalls(const char *text,
 
 Session::~Session() {
   kernels_.reset();
+  // Unloads the kernels (flowc_gpu_unload) while the code is still loaded.
+  gpu_.reset();
   if (library_)
     dlclose(library_);
 }
@@ -176,13 +187,26 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> art
                     plan.entry + "'");
   }
   std::unique_ptr<Session> session(new Session(artifact, library, entry, options));
-  // Primitives are created for the thread count they run with.
-  session->applyThreads();
-  FLOWC_ASSIGN_OR_RETURN(session->kernels_, bindKernels(library, *artifact));
-  FLOWC_RETURN_IF_ERROR(session->allocateArena());
+  if (isGpuCode(library))
+    FLOWC_RETURN_IF_ERROR(session->bindDevice());
+  else
+    FLOWC_RETURN_IF_ERROR(session->bindHost());
   if (options.profile)
     FLOWC_RETURN_IF_ERROR(session->startProfiling());
   return session;
+}
+
+Status Session::bindHost() {
+  // Primitives are created for the thread count they run with.
+  applyThreads();
+  FLOWC_ASSIGN_OR_RETURN(kernels_, bindKernels(library_, *artifact_));
+  return allocateArena();
+}
+
+Status Session::bindDevice() {
+  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_));
+  arenaBytes_ = gpuArenaBytes(*gpu_);
+  return Status::ok();
 }
 
 Status Session::startProfiling() {
@@ -197,7 +221,7 @@ Status Session::startProfiling() {
   profile_ = std::make_shared<ProfileRecorder>();
   profile_->started.resize(calls.size());
   profile_->profile.calls = std::move(calls);
-  *hook = recordMark;
+  *hook = gpu_ ? recordGpuMark : recordMark;
   return Status::ok();
 }
 
@@ -289,6 +313,8 @@ Status Session::runInPlace(const std::vector<const void *> &inputs,
   const Plan &plan = artifact_->plan();
   assert(inputs.size() == plan.inputs.size() && outputs.size() == plan.outputs.size() &&
          "one buffer per plan input and output");
+  if (gpu_)
+    return runOnGpu(*gpu_, inputs, outputs, [this](void **args) { callEntry(args); });
   // The generated code only reads inputs.
   std::vector<void *> args;
   for (const void *input : inputs)
@@ -301,20 +327,28 @@ Status Session::runInPlace(const std::vector<const void *> &inputs,
   if (arena_)
     args.push_back(arena_.get());
   applyThreads();
-  if (profile_) {
-    activeRecorder = profile_.get();
-    auto start = std::chrono::steady_clock::now();
-    entry_(args.data());
-    profile_->profile.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++profile_->profile.runs;
-    activeRecorder = nullptr;
-  } else {
-    entry_(args.data());
-  }
+  callEntry(args.data());
   if (kernels_)
     FLOWC_RETURN_IF_ERROR(takeKernelFailure(*kernels_));
   return Status::ok();
+}
+
+void Session::callEntry(void **args) {
+  if (!profile_) {
+    entry_(args);
+    return;
+  }
+  activeRecorder = profile_.get();
+  auto start = std::chrono::steady_clock::now();
+  entry_(args);
+  // CUDA code's run ends when its stream is idle, not when the entry,
+  // which only queues launches, returns.
+  if (gpu_)
+    synchronizeActiveGpu();
+  profile_->profile.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++profile_->profile.runs;
+  activeRecorder = nullptr;
 }
 
 } // namespace flowc::runtime

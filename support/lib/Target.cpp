@@ -9,9 +9,20 @@ namespace flowc {
 
 namespace {
 
-constexpr std::array<std::pair<Target, const char *>, 1> kTargets = {{
+constexpr std::array<std::pair<Target, const char *>, 8> kTargets = {{
     {Target::Cpu, "cpu"},
+    {Target::CudaSm75, "cuda:sm_75"},
+    {Target::CudaSm80, "cuda:sm_80"},
+    {Target::CudaSm86, "cuda:sm_86"},
+    {Target::CudaSm89, "cuda:sm_89"},
+    {Target::CudaSm90, "cuda:sm_90"},
+    {Target::CudaSm100, "cuda:sm_100"},
+    {Target::CudaSm120, "cuda:sm_120"},
 }};
+
+/// What "cuda" alone means: the data-centre GPU of this generation.
+constexpr Target kDefaultCudaTarget = Target::CudaSm90;
+constexpr int64_t kCudaTag = 1000;
 
 constexpr std::array<std::pair<Precision, const char *>, 2> kPrecisions = {{
     {Precision::Fp32, "fp32"},
@@ -46,7 +57,20 @@ const char *nameOf(const Table &table, Enum value) {
 
 const char *targetName(Target target) { return nameOf(kTargets, target); }
 Expected<Target> parseTarget(std::string_view name) {
+  if (name == "cuda")
+    return kDefaultCudaTarget;
   return parseName<Target>(kTargets, name, "target");
+}
+bool isCudaTarget(Target target) { return cudaComputeCapability(target) > 0; }
+int cudaComputeCapability(Target target) {
+  auto value = static_cast<int64_t>(target);
+  if (value <= kCudaTag || std::string_view(targetName(target)) == "unknown")
+    return 0;
+  return static_cast<int>(value - kCudaTag);
+}
+std::string cudaChip(Target target) {
+  int capability = cudaComputeCapability(target);
+  return capability ? "sm_" + std::to_string(capability) : std::string();
 }
 std::string targetNames() { return joinNames(kTargets); }
 

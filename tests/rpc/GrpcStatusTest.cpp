@@ -53,7 +53,9 @@ TEST(GrpcStatusTest, DetailsCarryTheFieldsTheMessageNames) {
 TEST(VocabularyTest, EnumsMapBothWaysAndUnsetIsTheDefault) {
   EXPECT_EQ(*targetFromProto(flowc::v1::TARGET_UNSPECIFIED, "options.target"),
             Target::Cpu);
-  EXPECT_EQ(*targetFromProto(toProto(Target::Cpu), "options.target"), Target::Cpu);
+  for (Target target :
+       {Target::Cpu, Target::CudaSm80, Target::CudaSm90, Target::CudaSm120})
+    EXPECT_EQ(*targetFromProto(toProto(target), "options.target"), target);
   EXPECT_EQ(*precisionFromProto(flowc::v1::PRECISION_UNSPECIFIED, "options.precision"),
             Precision::Fp32);
   for (Precision precision : {Precision::Fp32, Precision::Bf16})
@@ -61,7 +63,8 @@ TEST(VocabularyTest, EnumsMapBothWaysAndUnsetIsTheDefault) {
   EXPECT_THAT(
       targetFromProto(5, "options.target"),
       StatusIs(StatusCode::InvalidArgument,
-               "options.target is 5, not a value this daemon knows (supported: cpu)"));
+               "options.target is 5, not a value this daemon knows (supported: cpu, "
+               "cuda:sm_75, cuda:sm_80"));
   EXPECT_THAT(precisionFromProto(-1, "options.precision"),
               StatusIs(StatusCode::InvalidArgument, "options.precision is -1"));
 }

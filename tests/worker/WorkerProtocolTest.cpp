@@ -58,7 +58,7 @@ TEST(RequestValidationTest, NamesTheBadField) {
       {[](auto &r) {
          r.mutable_options()->set_target(static_cast<flowc::v1::Target>(7));
        },
-       "options.target is 7, not a value this daemon knows (supported: cpu)"},
+       "options.target is 7, not a value this daemon knows (supported: cpu, cuda:sm_75"},
       {[](auto &r) {
          r.mutable_options()->set_precision(static_cast<flowc::v1::Precision>(9));
        },

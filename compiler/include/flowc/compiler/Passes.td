@@ -311,3 +311,24 @@ def ParallelizeLoopsPass : Pass<"flowc-parallelize-loops", "::mlir::ModuleOp"> {
 }
 
 #endif // FLOWC_COMPILER_PASSES
+
+def MapLoopsToGpuPass : Pass<"flowc-map-loops-to-gpu", "::mlir::func::FuncOp"> {
+  let summary = "Map each loop nest of a kernel onto GPU blocks and threads";
+  let description = [{
+    For the cuda targets, after `convert-linalg-to-parallel-loops`: each
+    outermost `scf.parallel` of a function is collapsed into one dimension
+    and tiled by `block-size`, and the tiles are mapped onto blocks (x) and
+    their elements onto threads (x), so that `convert-parallel-loops-to-gpu`
+    launches one thread per output element, with neighbouring threads on
+    neighbouring elements (coalesced). Reduction dimensions stay sequential
+    loops inside each thread. Any other loop or memory access at the top
+    of the function (a reduction to one value) is wrapped into a one-thread
+    launch: host code never touches device memory.
+  }];
+  let options = [
+    Option<"blockSize", "block-size", "int64_t", /*default=*/"256",
+           "Threads per block">,
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect"];
+}

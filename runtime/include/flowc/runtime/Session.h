@@ -1,6 +1,7 @@
-// Executes an artifact on the host CPU: loads its code object, binds the
-// packed weights in place (no copy), connects its library kernels and runs
-// the graph.
+// Executes an artifact: loads its code object and runs the graph. CPU code
+// binds the packed weights in place (no copy) and connects its library
+// kernels; CUDA code (flowc/runtime/GpuAbi.h) gets the weights uploaded to
+// device 0 once and the graph's buffers in device memory.
 #pragma once
 
 #include "flowc/runtime/Artifact.h"
@@ -17,6 +18,10 @@ namespace flowc::runtime {
 class KernelContext;
 struct KernelContextDeleter {
   void operator()(KernelContext *context) const;
+};
+class GpuContext;
+struct GpuContextDeleter {
+  void operator()(GpuContext *context) const;
 };
 
 struct SessionOptions {
@@ -60,14 +65,19 @@ public:
 
   /// Loads the artifact's code. Unavailable if the code object cannot be
   /// loaded on this host or needs a kernel this runtime lacks, DataLoss if
-  /// it lacks the entry symbol.
+  /// it lacks the entry symbol. CUDA code is also Unavailable without an
+  /// NVIDIA GPU (one line saying why), FailedPrecondition when compiled for
+  /// another GPU ABI or another compute capability than device 0's,
+  /// Unimplemented when it calls library kernels, and ResourceExhausted
+  /// when its weights do not fit in device memory.
   static Expected<std::unique_ptr<Session>> create(std::shared_ptr<Artifact> artifact,
                                                    SessionOptions options = {});
 
   const Plan &plan() const { return artifact_->plan(); }
 
-  /// Bytes of the activation arena allocated for this session (0: the code
-  /// allocates its temporaries itself, as -O0 code does).
+  /// Bytes of the activation arena allocated for this session, in device
+  /// memory for CUDA code (0: the code allocates its temporaries itself, as
+  /// -O0 code does).
   uint64_t arenaBytes() const { return arenaBytes_; }
   /// Library kernel call sites (convolutions, matrix products) in the code.
   int64_t libraryKernelSites() const;
@@ -83,7 +93,10 @@ public:
   /// Runs the graph once on caller memory: `inputs[i]` holds plan().inputs[i]
   /// and the code writes plan().outputs[i] into `outputs[i]`, each buffer
   /// dense, of exactly its spec's size and aligned to its element size (the
-  /// caller checks; this does not: the C API and run() do). Not thread-safe.
+  /// caller checks; this does not: the C API and run() do). For CUDA code
+  /// the buffers are host memory too, copied to and from the device; the
+  /// run's first CUDA error is its result (Internal, Unavailable or
+  /// ResourceExhausted, naming the CUDA call). Not thread-safe.
   Status runInPlace(const std::vector<const void *> &inputs,
                     const std::vector<void *> &outputs);
 
@@ -92,9 +105,15 @@ public:
   RunProfile profile() const;
 
 private:
+  /// Prepares CPU code: library kernels, thread count and arena.
+  Status bindHost();
+  /// Prepares CUDA code on device 0 (Gpu.h's bindGpu).
+  Status bindDevice();
   Status startProfiling();
   void applyThreads() const;
   Status allocateArena();
+  /// Calls the entry on `args`, timing the run when profiling.
+  void callEntry(void **args);
 
   Session(std::shared_ptr<Artifact> artifact, void *library, void (*entry)(void **),
           SessionOptions options)
@@ -108,8 +127,10 @@ private:
   uint64_t arenaBytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void *)> arena_{nullptr, std::free};
   std::shared_ptr<ProfileRecorder> profile_;
-  /// Declared last: destroyed before the code it serves is unloaded.
+  /// Declared last: destroyed before the code they serve is unloaded.
   std::unique_ptr<KernelContext, KernelContextDeleter> kernels_;
+  /// CUDA code's device state (null for CPU code).
+  std::unique_ptr<GpuContext, GpuContextDeleter> gpu_;
 };
 
 } // namespace flowc::runtime

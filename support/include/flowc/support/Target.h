@@ -12,9 +12,19 @@
 
 namespace flowc {
 
-/// What generated code runs on.
+/// What generated code runs on: the host CPU, or an NVIDIA GPU of one
+/// compute capability (its cubins run on that capability only). A CUDA
+/// value is 1000 + the capability as major * 10 + minor; values cross the
+/// wire and never change.
 enum class Target : int64_t {
   Cpu = 0,
+  CudaSm75 = 1075,
+  CudaSm80 = 1080,
+  CudaSm86 = 1086,
+  CudaSm89 = 1089,
+  CudaSm90 = 1090,
+  CudaSm100 = 1100,
+  CudaSm120 = 1120,
 };
 
 /// The arithmetic of library kernels. Generated code is always fp32.
@@ -26,10 +36,18 @@ enum class Precision : int64_t {
   Bf16 = 1,
 };
 
-/// "cpu".
+/// "cpu", "cuda:sm_90".
 const char *targetName(Target target);
-/// InvalidArgument listing the supported targets for anything else.
+/// InvalidArgument listing the supported targets for anything else. "cuda"
+/// alone is cuda:sm_90 (Hopper: H100, H200).
 Expected<Target> parseTarget(std::string_view name);
+/// Whether code for `target` runs on an NVIDIA GPU.
+bool isCudaTarget(Target target);
+/// A CUDA target's compute capability as major * 10 + minor (90 for
+/// sm_90); 0 for the CPU.
+int cudaComputeCapability(Target target);
+/// A CUDA target's chip name for ptxas and LLVM ("sm_90"); empty for the CPU.
+std::string cudaChip(Target target);
 /// Every target's name, comma-separated (for help texts and errors).
 std::string targetNames();
 

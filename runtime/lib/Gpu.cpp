@@ -1,0 +1,942 @@
+#include "Gpu.h"
+#include "flowc/runtime/GpuAbi.h"
+#include "flowc/runtime/KernelAbi.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <dlfcn.h>
+#include <unordered_set>
+#include <utility>
+
+namespace flowc::runtime {
+
+namespace {
+
+// The driver API's types and constants, declared here instead of taken from
+// cuda.h so that the runtime builds without the CUDA toolkit. They are the
+// driver's binary interface, which its versions keep.
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+struct CUstream_st;
+struct CUmod_st;
+struct CUfunc_st;
+using CUcontext = CUctx_st *;
+using CUstream = CUstream_st *;
+using CUmodule = CUmod_st *;
+using CUfunction = CUfunc_st *;
+
+constexpr CUresult kCudaSuccess = 0;
+constexpr int kAttributeCapabilityMajor = 75;
+constexpr int kAttributeCapabilityMinor = 76;
+/// CU_STREAM_NON_BLOCKING: the session's stream does not wait for work
+/// other code in the process queues on the legacy default stream.
+constexpr unsigned kStreamNonBlocking = 1;
+
+constexpr const char *kDriverLibrary = "libcuda.so.1";
+/// What cuMemAlloc aligns every allocation to, and so the offsets of the
+/// buffers sessions place in one allocation.
+constexpr uint64_t kDeviceAlignment = 256;
+static_assert(kDeviceAlignment % kArenaAlignment == 0,
+              "the device arena is aligned as the ABI promises");
+/// Each of the two pinned buffers host-device copies go through: large
+/// enough for full-speed copies, fixed so that host memory does not grow
+/// with the weights.
+constexpr uint64_t kStagingBytes = uint64_t{16} << 20;
+
+/// The driver functions the runtime calls (the _v2 names where the driver
+/// has them: the unversioned ones are the 32-bit-size originals).
+struct Driver {
+  CUresult (*init)(unsigned flags) = nullptr;
+  CUresult (*driverGetVersion)(int *version) = nullptr;
+  CUresult (*getErrorName)(CUresult error, const char **name) = nullptr;
+  CUresult (*getErrorString)(CUresult error, const char **text) = nullptr;
+  CUresult (*deviceGetCount)(int *count) = nullptr;
+  CUresult (*deviceGet)(CUdevice *device, int ordinal) = nullptr;
+  CUresult (*deviceGetName)(char *name, int length, CUdevice device) = nullptr;
+  CUresult (*deviceGetAttribute)(int *value, int attribute, CUdevice device) = nullptr;
+  CUresult (*deviceTotalMem)(size_t *bytes, CUdevice device) = nullptr;
+  CUresult (*primaryCtxRetain)(CUcontext *context, CUdevice device) = nullptr;
+  CUresult (*primaryCtxRelease)(CUdevice device) = nullptr;
+  CUresult (*ctxGetCurrent)(CUcontext *context) = nullptr;
+  CUresult (*ctxSetCurrent)(CUcontext context) = nullptr;
+  CUresult (*streamCreate)(CUstream *stream, unsigned flags) = nullptr;
+  CUresult (*streamSynchronize)(CUstream stream) = nullptr;
+  CUresult (*streamDestroy)(CUstream stream) = nullptr;
+  CUresult (*moduleLoadData)(CUmodule *module, const void *image) = nullptr;
+  CUresult (*moduleUnload)(CUmodule module) = nullptr;
+  CUresult (*moduleGetFunction)(CUfunction *function, CUmodule module,
+                                const char *name) = nullptr;
+  CUresult (*launchKernel)(CUfunction function, unsigned gridX, unsigned gridY,
+                           unsigned gridZ, unsigned blockX, unsigned blockY,
+                           unsigned blockZ, unsigned sharedBytes, CUstream stream,
+                           void **params, void **extra) = nullptr;
+  CUresult (*memAlloc)(CUdeviceptr *pointer, size_t bytes) = nullptr;
+  CUresult (*memFree)(CUdeviceptr pointer) = nullptr;
+  CUresult (*memAllocHost)(void **pointer, size_t bytes) = nullptr;
+  CUresult (*memFreeHost)(void *pointer) = nullptr;
+  CUresult (*memcpyHtoDAsync)(CUdeviceptr destination, const void *source, size_t bytes,
+                              CUstream stream) = nullptr;
+  CUresult (*memcpyDtoHAsync)(void *destination, CUdeviceptr source, size_t bytes,
+                              CUstream stream) = nullptr;
+};
+
+/// Looks up driver functions, collecting the names the driver lacks.
+struct SymbolBinder {
+  void *library;
+  std::vector<std::string> missing;
+
+  template <typename Function> void operator()(Function &slot, const char *name) {
+    slot = reinterpret_cast<Function>(dlsym(library, name));
+    if (!slot)
+      missing.push_back(name);
+  }
+};
+
+/// Fills `driver` from the loaded `library`; Unavailable naming what it
+/// lacks.
+Status bindDriver(void *library, Driver &driver) {
+  SymbolBinder bind{library, {}};
+  bind(driver.init, "cuInit");
+  bind(driver.driverGetVersion, "cuDriverGetVersion");
+  bind(driver.getErrorName, "cuGetErrorName");
+  bind(driver.getErrorString, "cuGetErrorString");
+  bind(driver.deviceGetCount, "cuDeviceGetCount");
+  bind(driver.deviceGet, "cuDeviceGet");
+  bind(driver.deviceGetName, "cuDeviceGetName");
+  bind(driver.deviceGetAttribute, "cuDeviceGetAttribute");
+  bind(driver.deviceTotalMem, "cuDeviceTotalMem_v2");
+  bind(driver.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  bind(driver.primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+  bind(driver.ctxGetCurrent, "cuCtxGetCurrent");
+  bind(driver.ctxSetCurrent, "cuCtxSetCurrent");
+  bind(driver.streamCreate, "cuStreamCreate");
+  bind(driver.streamSynchronize, "cuStreamSynchronize");
+  bind(driver.streamDestroy, "cuStreamDestroy_v2");
+  bind(driver.moduleLoadData, "cuModuleLoadData");
+  bind(driver.moduleUnload, "cuModuleUnload");
+  bind(driver.moduleGetFunction, "cuModuleGetFunction");
+  bind(driver.launchKernel, "cuLaunchKernel");
+  bind(driver.memAlloc, "cuMemAlloc_v2");
+  bind(driver.memFree, "cuMemFree_v2");
+  bind(driver.memAllocHost, "cuMemAllocHost_v2");
+  bind(driver.memFreeHost, "cuMemFreeHost");
+  bind(driver.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  bind(driver.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  if (bind.missing.empty())
+    return Status::ok();
+  std::string names;
+  for (const std::string &name : bind.missing)
+    names += (names.empty() ? "" : ", ") + name;
+  return unavailable(std::string("the NVIDIA driver (") + kDriverLibrary + ") lacks " +
+                     names + ": it is older than this runtime needs (CUDA 11 or newer)");
+}
+
+/// "CUDA_ERROR_OUT_OF_MEMORY (out of memory)"; the number when the driver
+/// does not know it.
+std::string errorText(const Driver &driver, CUresult result) {
+  const char *name = nullptr;
+  const char *text = nullptr;
+  if (driver.getErrorName)
+    driver.getErrorName(result, &name);
+  if (driver.getErrorString)
+    driver.getErrorString(result, &text);
+  std::string described = name ? name : "CUresult " + std::to_string(result);
+  if (text)
+    described += std::string(" (") + text + ")";
+  return described;
+}
+
+/// Whether `result` says the device or driver cannot serve (now), as
+/// opposed to a fault of the code or of this runtime.
+bool isUnavailableResult(CUresult result) {
+  switch (result) {
+  case 4:   // CUDA_ERROR_DEINITIALIZED
+  case 34:  // CUDA_ERROR_STUB_LIBRARY
+  case 35:  // CUDA_ERROR_INSUFFICIENT_DRIVER
+  case 46:  // CUDA_ERROR_DEVICE_UNAVAILABLE
+  case 100: // CUDA_ERROR_NO_DEVICE
+  case 214: // CUDA_ERROR_ECC_UNCORRECTABLE
+  case 803: // CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+  case 804: // CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// The Status of CUDA call `what` that answered `result`: ResourceExhausted
+/// for out of memory, Unavailable for a driver or device that cannot
+/// serve, Internal otherwise.
+Status cudaError(const Driver &driver, CUresult result, const std::string &what) {
+  constexpr CUresult kOutOfMemory = 2;
+  StatusCode code = StatusCode::Internal;
+  if (result == kOutOfMemory)
+    code = StatusCode::ResourceExhausted;
+  else if (isUnavailableResult(result))
+    code = StatusCode::Unavailable;
+  return Status(code, what + " failed: " + errorText(driver, result));
+}
+
+/// The loaded driver and device 0, as the process's first openGpu found
+/// them.
+struct ProcessGpu {
+  Driver driver;
+  CUdevice handle = 0;
+  GpuDevice device;
+};
+
+/// Fills `gpu.device` from the driver's answers about `gpu.handle`.
+Status describeDevice(ProcessGpu &gpu) {
+  const Driver &driver = gpu.driver;
+  char name[256] = {};
+  int major = 0;
+  int minor = 0;
+  size_t totalBytes = 0;
+  int version = 0;
+  std::pair<CUresult, const char *> answers[] = {
+      {driver.deviceGetName(name, sizeof name - 1, gpu.handle), "cuDeviceGetName"},
+      {driver.deviceGetAttribute(&major, kAttributeCapabilityMajor, gpu.handle),
+       "cuDeviceGetAttribute (capability major)"},
+      {driver.deviceGetAttribute(&minor, kAttributeCapabilityMinor, gpu.handle),
+       "cuDeviceGetAttribute (capability minor)"},
+      {driver.deviceTotalMem(&totalBytes, gpu.handle), "cuDeviceTotalMem"},
+      {driver.driverGetVersion(&version), "cuDriverGetVersion"},
+  };
+  for (const auto &[result, call] : answers)
+    if (result != kCudaSuccess)
+      return unavailable(
+          cudaError(driver, result, std::string(call) + " of device 0").message());
+  gpu.device.ordinal = 0;
+  gpu.device.name = name;
+  gpu.device.capability = int64_t{major} * 10 + minor;
+  gpu.device.totalMemoryBytes = totalBytes;
+  gpu.device.driverVersion = version;
+  return Status::ok();
+}
+
+Expected<ProcessGpu> loadProcessGpu() {
+  // Never closed: sessions on any thread may hold the driver until exit,
+  // and unloading it under a live context is not something it supports.
+  void *library = dlopen(kDriverLibrary, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    const char *why = dlerror();
+    return unavailable(std::string("the NVIDIA driver (") + kDriverLibrary +
+                       ") is not installed: " + (why ? why : "dlopen failed"));
+  }
+  ProcessGpu gpu;
+  FLOWC_RETURN_IF_ERROR(bindDriver(library, gpu.driver));
+  const Driver &driver = gpu.driver;
+  if (CUresult result = driver.init(0); result != kCudaSuccess)
+    return unavailable(cudaError(driver, result, "cuInit").message());
+  int count = 0;
+  if (CUresult result = driver.deviceGetCount(&count); result != kCudaSuccess)
+    return unavailable(cudaError(driver, result, "cuDeviceGetCount").message());
+  if (count == 0)
+    return unavailable("the NVIDIA driver sees no GPU (cuDeviceGetCount is 0)");
+  if (CUresult result = driver.deviceGet(&gpu.handle, 0); result != kCudaSuccess)
+    return unavailable(cudaError(driver, result, "cuDeviceGet of device 0").message());
+  FLOWC_RETURN_IF_ERROR(describeDevice(gpu));
+  return gpu;
+}
+
+/// The process's driver and device, or why there is none.
+const Expected<ProcessGpu> &processGpu() {
+  // Initialized once, on first use, by whichever thread gets here first
+  // (the others wait): cuInit and the device queries run once per process.
+  static const Expected<ProcessGpu> gpu = loadProcessGpu();
+  return gpu;
+}
+
+/// A table slot: the ABI's functions, stored as one pointer type.
+using GpuSlot = void (*)();
+
+/// What CUDA code defines for the session (GpuAbi.h).
+struct GpuCode {
+  GpuSlot *table = nullptr;
+  void (*load)() = nullptr;
+  void (*unload)() = nullptr;
+  int64_t capability = 0;
+  /// flowc_arena_bytes, 0 when the code has no arena.
+  uint64_t arenaBytes = 0;
+};
+
+/// Reads the GPU symbols of CUDA code `library` (of `path`) and checks what
+/// needs no device: DataLoss when one is missing, Unimplemented for library
+/// kernels, FailedPrecondition for another GPU ABI.
+Expected<GpuCode> readGpuCode(void *library, const std::string &path) {
+  GpuCode code;
+  code.table = static_cast<GpuSlot *>(dlsym(library, kGpuTableSymbol));
+  code.load = reinterpret_cast<void (*)()>(dlsym(library, kGpuLoadSymbol));
+  code.unload = reinterpret_cast<void (*)()>(dlsym(library, kGpuUnloadSymbol));
+  auto *capability = static_cast<const int64_t *>(dlsym(library, kGpuCapabilitySymbol));
+  auto *abi = static_cast<const int64_t *>(dlsym(library, kGpuAbiSymbol));
+  if (!code.table || !code.load || !code.unload || !capability || !abi)
+    return dataLoss("'" + path + "': CUDA code lacks one of " + kGpuTableSymbol + ", " +
+                    kGpuLoadSymbol + ", " + kGpuUnloadSymbol + ", " +
+                    kGpuCapabilitySymbol + " and " + kGpuAbiSymbol);
+  if (dlsym(library, kKernelTableSymbol))
+    return unimplemented("'" + path +
+                         "' is CUDA code that calls library kernels, which this "
+                         "runtime has only for CPU code");
+  if (*abi != kGpuAbiVersion)
+    return failedPrecondition("'" + path + "' was compiled for GPU ABI " +
+                              std::to_string(*abi) + ", this runtime has " +
+                              std::to_string(kGpuAbiVersion) +
+                              ": compile the model again with this flowc");
+  code.capability = *capability;
+  if (auto *bytes = static_cast<const uint64_t *>(dlsym(library, kArenaBytesSymbol)))
+    code.arenaBytes = *bytes;
+  return code;
+}
+
+CUdeviceptr devicePointer(void *pointer) {
+  return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(pointer));
+}
+
+void *hostView(CUdeviceptr pointer) {
+  return reinterpret_cast<void *>(static_cast<uintptr_t>(pointer));
+}
+
+/// One kernel launch as mgpuLaunchKernel receives it.
+struct KernelLaunch {
+  CUfunction function;
+  int64_t grid[3];
+  int64_t block[3];
+  int32_t sharedBytes;
+  void **params;
+  void **extra;
+};
+
+/// Whether every dimension of `launch` is one cuLaunchKernel takes.
+bool hasValidDimensions(const KernelLaunch &launch) {
+  auto fits = [](int64_t size) { return size >= 1 && size <= UINT32_MAX; };
+  return std::all_of(std::begin(launch.grid), std::end(launch.grid), fits) &&
+         std::all_of(std::begin(launch.block), std::end(launch.block), fits) &&
+         launch.sharedBytes >= 0;
+}
+
+} // namespace
+
+std::string GpuDevice::label() const {
+  return "device " + std::to_string(ordinal) + " (" + name + ")";
+}
+
+std::string GpuDevice::description() const {
+  char memory[32];
+  std::snprintf(memory, sizeof memory, "%.1f GiB",
+                static_cast<double>(totalMemoryBytes) / (uint64_t{1} << 30));
+  return "device " + std::to_string(ordinal) + " (" + name + ", sm_" +
+         std::to_string(capability) + ", " + memory + ", CUDA driver " +
+         std::to_string(driverVersion / 1000) + "." +
+         std::to_string(driverVersion % 1000 / 10) + ")";
+}
+
+Expected<GpuDevice> openGpu() {
+  const Expected<ProcessGpu> &gpu = processGpu();
+  if (!gpu)
+    return gpu.status();
+  return gpu->device;
+}
+
+bool isGpuCode(void *library) { return dlsym(library, kGpuTableSymbol) != nullptr; }
+
+/// A session's device state. Every driver call that needs the session's
+/// context runs inside an ActiveGpu scope.
+class GpuContext {
+public:
+  GpuContext(const ProcessGpu &gpu, std::string artifactPath)
+      : gpu_(gpu), driver_(gpu.driver), path_(std::move(artifactPath)) {}
+  GpuContext(const GpuContext &) = delete;
+  GpuContext &operator=(const GpuContext &) = delete;
+  ~GpuContext();
+
+  /// Retains the device's primary context and creates the stream.
+  Status start();
+  /// Fills the code's table and runs its flowc_gpu_load.
+  Status load(const GpuCode &code);
+  /// Allocates the weights, arena, inputs and outputs on the device and
+  /// uploads the weights.
+  Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes);
+  Status run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
+             const std::function<void(void **)> &callEntry);
+  uint64_t arenaBytes() const { return arenaBytes_; }
+
+  // The table functions' work (GpuAbi.h). Errors are kept as the run's.
+  void *loadModule(void *data, uint64_t bytes);
+  void unloadModule(CUmodule module);
+  void *moduleFunction(CUmodule module, const char *name);
+  void launch(const KernelLaunch &launch);
+  void *stream() const { return stream_; }
+  void *allocateTemporary(uint64_t alignment, uint64_t bytes);
+  void freeTemporary(CUdeviceptr pointer);
+  void synchronize();
+
+  /// Makes the session's context current on this thread; the one that was.
+  CUcontext makeCurrent();
+  /// Makes `previous` (makeCurrent's answer) current again.
+  void restoreCurrent(CUcontext previous);
+
+private:
+  /// Keeps the first failure of the run: it caused the rest.
+  void fail(Status status);
+  /// Keeps `call`'s failure; whether it succeeded.
+  bool record(CUresult result, const std::string &call);
+  /// The failure kept since the last call (OK if none), and forgets it.
+  Status takeFailure();
+  Status runSteps(const std::vector<const void *> &inputs,
+                  const std::vector<void *> &outputs,
+                  const std::function<void(void **)> &callEntry);
+  Status synchronizeStream();
+  Expected<std::vector<CUdeviceptr>> allocateBlock(const std::vector<uint64_t> &sizes,
+                                                   const std::string &what);
+  Status allocateStaging(uint64_t largestCopy);
+  Status uploadWeights(const Artifact &artifact);
+  Status copyToDevice(CUdeviceptr device, const char *host, uint64_t bytes);
+  Status copyToHost(char *host, CUdeviceptr device, uint64_t bytes);
+  Status queueToHost(CUdeviceptr device, uint64_t bytes, uint64_t chunk);
+  std::vector<void *> entryArguments() const;
+  /// Logs a failed clean-up call: destruction has no caller to tell.
+  void warnIfFailed(CUresult result, const char *call) const;
+
+  const ProcessGpu &gpu_;
+  const Driver &driver_;
+  std::string path_;
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+  void (*unload_)() = nullptr;
+  /// flowc_gpu_load ran, so flowc_gpu_unload is owed (even after a load
+  /// that failed part way: it unloads what it got).
+  bool loaded_ = false;
+  Status failure_;
+  /// Allocations of the session's lifetime: weights, arena, inputs, outputs.
+  std::vector<CUdeviceptr> blocks_;
+  std::vector<CUdeviceptr> weights_, inputs_, outputs_;
+  std::vector<uint64_t> inputBytes_, outputBytes_;
+  CUdeviceptr arena_ = 0;
+  uint64_t arenaBytes_ = 0;
+  /// What the code allocated or loaded and has not yet given back; freed
+  /// with the session if a failed run left any.
+  std::unordered_set<CUdeviceptr> temporaries_;
+  std::unordered_set<CUmodule> modules_;
+  /// Pinned host buffers every host-device copy goes through, and the one
+  /// the next upload chunk fills.
+  void *staging_[2] = {nullptr, nullptr};
+  uint64_t stagingBytes_ = 0;
+  int nextStaging_ = 0;
+};
+
+void GpuContextDeleter::operator()(GpuContext *context) const { delete context; }
+
+namespace {
+
+/// The GPU session whose load, run or unload is in progress on this thread:
+/// the table's functions have no other way to find it.
+thread_local GpuContext *activeGpu = nullptr;
+
+/// Makes a session's context current and the session the table functions'
+/// for a scope, and restores the thread's previous ones after it (code
+/// around the runtime may use a context of its own).
+class ActiveGpu {
+public:
+  explicit ActiveGpu(GpuContext &gpu)
+      : gpu_(gpu), previous_(activeGpu), previousContext_(gpu.makeCurrent()) {
+    activeGpu = &gpu;
+  }
+  ~ActiveGpu() {
+    activeGpu = previous_;
+    gpu_.restoreCurrent(previousContext_);
+  }
+  ActiveGpu(const ActiveGpu &) = delete;
+  ActiveGpu &operator=(const ActiveGpu &) = delete;
+
+private:
+  GpuContext &gpu_;
+  GpuContext *previous_;
+  CUcontext previousContext_;
+};
+
+} // namespace
+
+CUcontext GpuContext::makeCurrent() {
+  CUcontext previous = nullptr;
+  if (driver_.ctxGetCurrent(&previous) != kCudaSuccess)
+    previous = nullptr;
+  if (previous != context_)
+    record(driver_.ctxSetCurrent(context_), "cuCtxSetCurrent");
+  return previous;
+}
+
+void GpuContext::restoreCurrent(CUcontext previous) {
+  if (previous != context_)
+    warnIfFailed(driver_.ctxSetCurrent(previous),
+                 "cuCtxSetCurrent (restoring the caller's context)");
+}
+
+GpuContext::~GpuContext() {
+  // Nothing was made on the device without the context.
+  if (!context_)
+    return;
+  {
+    ActiveGpu active(*this);
+    // A failed run may have left launches queued that still use the buffers.
+    if (stream_)
+      warnIfFailed(driver_.streamSynchronize(stream_), "cuStreamSynchronize");
+    if (loaded_)
+      unload_();
+    if (Status failure = takeFailure(); !failure.isOk())
+      spdlog::warn("unloading the kernels of '{}': {}", path_, failure.message());
+    for (CUmodule module : modules_)
+      warnIfFailed(driver_.moduleUnload(module), "cuModuleUnload");
+    for (CUdeviceptr pointer : temporaries_)
+      warnIfFailed(driver_.memFree(pointer), "cuMemFree");
+    for (CUdeviceptr pointer : blocks_)
+      warnIfFailed(driver_.memFree(pointer), "cuMemFree");
+    for (void *buffer : staging_)
+      if (buffer)
+        warnIfFailed(driver_.memFreeHost(buffer), "cuMemFreeHost");
+    if (stream_)
+      warnIfFailed(driver_.streamDestroy(stream_), "cuStreamDestroy");
+  }
+  warnIfFailed(driver_.primaryCtxRelease(gpu_.handle), "cuDevicePrimaryCtxRelease");
+}
+
+void GpuContext::warnIfFailed(CUresult result, const char *call) const {
+  if (result != kCudaSuccess)
+    spdlog::warn("releasing the GPU state of '{}': {} failed: {}", path_, call,
+                 errorText(driver_, result));
+}
+
+void GpuContext::fail(Status status) {
+  if (failure_.isOk())
+    failure_ = std::move(status);
+}
+
+bool GpuContext::record(CUresult result, const std::string &call) {
+  if (result == kCudaSuccess)
+    return true;
+  fail(cudaError(driver_, result, call));
+  return false;
+}
+
+Status GpuContext::takeFailure() { return std::exchange(failure_, Status::ok()); }
+
+Status GpuContext::start() {
+  if (CUresult result = driver_.primaryCtxRetain(&context_, gpu_.handle);
+      result != kCudaSuccess) {
+    context_ = nullptr;
+    return cudaError(driver_, result,
+                     "cuDevicePrimaryCtxRetain of " + gpu_.device.label());
+  }
+  ActiveGpu active(*this);
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  if (CUresult result = driver_.streamCreate(&stream_, kStreamNonBlocking);
+      result != kCudaSuccess) {
+    stream_ = nullptr;
+    return cudaError(driver_, result, "cuStreamCreate on " + gpu_.device.label());
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// The table's functions: plain functions with the C signatures of
+// GpuAbi.h, which forward to the session active on the calling thread.
+// Outside a load, run or unload there is none; the code breaks its
+// contract then, and gets null and no effect.
+
+void *gpuModuleLoad(void *data, uint64_t bytes) {
+  return activeGpu ? activeGpu->loadModule(data, bytes) : nullptr;
+}
+
+void gpuModuleUnload(void *module) {
+  if (activeGpu)
+    activeGpu->unloadModule(static_cast<CUmodule>(module));
+}
+
+void *gpuModuleGetFunction(void *module, const char *name) {
+  return activeGpu ? activeGpu->moduleFunction(static_cast<CUmodule>(module), name)
+                   : nullptr;
+}
+
+void gpuLaunchKernel(void *function, int64_t gridX, int64_t gridY, int64_t gridZ,
+                     int64_t blockX, int64_t blockY, int64_t blockZ, int32_t sharedBytes,
+                     void * /*stream: the session's, GpuAbi.h*/, void **params,
+                     void **extra, uint64_t /*paramCount: the cubin knows*/) {
+  if (activeGpu)
+    activeGpu->launch({static_cast<CUfunction>(function),
+                       {gridX, gridY, gridZ},
+                       {blockX, blockY, blockZ},
+                       sharedBytes,
+                       params,
+                       extra});
+}
+
+void *gpuStreamCreate() { return activeGpu ? activeGpu->stream() : nullptr; }
+
+// The session synchronizes once at the end of the run, and its stream
+// lives as long as the session.
+void gpuStreamDestroy(void *) {}
+void gpuStreamSynchronize(void *) {}
+
+void *gpuMemAlloc(uint64_t bytes) {
+  return activeGpu ? activeGpu->allocateTemporary(kDeviceAlignment, bytes) : nullptr;
+}
+
+void *gpuAlignedMemAlloc(uint64_t alignment, uint64_t bytes) {
+  return activeGpu ? activeGpu->allocateTemporary(alignment, bytes) : nullptr;
+}
+
+void gpuMemFree(void *pointer) {
+  if (activeGpu)
+    activeGpu->freeTemporary(devicePointer(pointer));
+}
+
+/// Stores `function` in `slot`; the explicit Signature checks at compile
+/// time that it has the ABI's signature for that slot.
+template <typename Signature>
+void setSlot(GpuSlot *table, GpuFunction slot, Signature function) {
+  table[static_cast<int64_t>(slot)] = reinterpret_cast<GpuSlot>(function);
+}
+
+void fillTable(GpuSlot *table) {
+  static_assert(kGpuFunctionCount == 10, "every slot of GpuFunction is filled below");
+  setSlot<GpuModuleLoad>(table, GpuFunction::ModuleLoad, gpuModuleLoad);
+  setSlot<GpuModuleUnload>(table, GpuFunction::ModuleUnload, gpuModuleUnload);
+  setSlot<GpuModuleGetFunction>(table, GpuFunction::ModuleGetFunction,
+                                gpuModuleGetFunction);
+  setSlot<GpuLaunchKernel>(table, GpuFunction::LaunchKernel, gpuLaunchKernel);
+  setSlot<GpuStreamCreate>(table, GpuFunction::StreamCreate, gpuStreamCreate);
+  setSlot<GpuStreamDestroy>(table, GpuFunction::StreamDestroy, gpuStreamDestroy);
+  setSlot<GpuStreamSynchronize>(table, GpuFunction::StreamSynchronize,
+                                gpuStreamSynchronize);
+  setSlot<GpuMemAlloc>(table, GpuFunction::MemAlloc, gpuMemAlloc);
+  setSlot<GpuAlignedMemAlloc>(table, GpuFunction::AlignedMemAlloc, gpuAlignedMemAlloc);
+  setSlot<GpuMemFree>(table, GpuFunction::MemFree, gpuMemFree);
+}
+
+} // namespace
+
+Status GpuContext::load(const GpuCode &code) {
+  fillTable(code.table);
+  unload_ = code.unload;
+  ActiveGpu active(*this);
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  loaded_ = true;
+  code.load();
+  return takeFailure().withContext("loading the kernels of '" + path_ + "' on " +
+                                   gpu_.device.label());
+}
+
+void *GpuContext::loadModule(void *data, uint64_t bytes) {
+  CUmodule module = nullptr;
+  if (!record(driver_.moduleLoadData(&module, data),
+              "cuModuleLoadData of a " + std::to_string(bytes) + "-byte cubin"))
+    return nullptr;
+  modules_.insert(module);
+  return module;
+}
+
+void GpuContext::unloadModule(CUmodule module) {
+  // A module whose load failed is null; that failure is already kept.
+  if (!module)
+    return;
+  modules_.erase(module);
+  record(driver_.moduleUnload(module), "cuModuleUnload");
+}
+
+void *GpuContext::moduleFunction(CUmodule module, const char *name) {
+  if (!module)
+    return nullptr;
+  CUfunction function = nullptr;
+  if (!record(driver_.moduleGetFunction(&function, module, name),
+              std::string("cuModuleGetFunction of kernel '") + name + "'"))
+    return nullptr;
+  return function;
+}
+
+void GpuContext::launch(const KernelLaunch &launch) {
+  // After a failure the run's result is known; its later kernels would
+  // read what the failed step did not write.
+  if (!failure_.isOk())
+    return;
+  if (!launch.function) {
+    fail(internalError("a kernel launch of '" + path_ + "' has no kernel"));
+    return;
+  }
+  if (!hasValidDimensions(launch)) {
+    fail(internalError(
+        "a kernel launch of '" + path_ + "' has grid " + std::to_string(launch.grid[0]) +
+        "x" + std::to_string(launch.grid[1]) + "x" + std::to_string(launch.grid[2]) +
+        ", block " + std::to_string(launch.block[0]) + "x" +
+        std::to_string(launch.block[1]) + "x" + std::to_string(launch.block[2]) +
+        " and " + std::to_string(launch.sharedBytes) +
+        " shared bytes, which CUDA cannot launch"));
+    return;
+  }
+  // Every launch of a run is queued in order on the session's stream,
+  // which is also the one mgpuStreamCreate answered (GpuAbi.h).
+  record(driver_.launchKernel(launch.function, static_cast<unsigned>(launch.grid[0]),
+                              static_cast<unsigned>(launch.grid[1]),
+                              static_cast<unsigned>(launch.grid[2]),
+                              static_cast<unsigned>(launch.block[0]),
+                              static_cast<unsigned>(launch.block[1]),
+                              static_cast<unsigned>(launch.block[2]),
+                              static_cast<unsigned>(launch.sharedBytes), stream_,
+                              launch.params, launch.extra),
+         "cuLaunchKernel");
+}
+
+void *GpuContext::allocateTemporary(uint64_t alignment, uint64_t bytes) {
+  if (!failure_.isOk() || bytes == 0)
+    return nullptr;
+  if (alignment > kDeviceAlignment || alignment == 0 || (alignment & (alignment - 1))) {
+    fail(internalError("'" + path_ + "' asked for device memory aligned to " +
+                       std::to_string(alignment) + " bytes; CUDA allocations are " +
+                       std::to_string(kDeviceAlignment) + "-byte aligned"));
+    return nullptr;
+  }
+  CUdeviceptr pointer = 0;
+  if (!record(driver_.memAlloc(&pointer, bytes),
+              "cuMemAlloc of " + std::to_string(bytes) + " bytes for a temporary on " +
+                  gpu_.device.label()))
+    return nullptr;
+  temporaries_.insert(pointer);
+  return hostView(pointer);
+}
+
+void GpuContext::freeTemporary(CUdeviceptr pointer) {
+  if (!pointer)
+    return;
+  temporaries_.erase(pointer);
+  record(driver_.memFree(pointer), "cuMemFree");
+}
+
+void GpuContext::synchronize() {
+  record(driver_.streamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+Status GpuContext::synchronizeStream() {
+  if (CUresult result = driver_.streamSynchronize(stream_); result != kCudaSuccess)
+    return cudaError(driver_, result, "cuStreamSynchronize");
+  return Status::ok();
+}
+
+Expected<std::vector<CUdeviceptr>>
+GpuContext::allocateBlock(const std::vector<uint64_t> &sizes, const std::string &what) {
+  // One allocation with every buffer at an aligned offset: one cuMemAlloc
+  // instead of one per weight.
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  for (uint64_t size : sizes) {
+    offsets.push_back(total);
+    uint64_t padded =
+        size + (kDeviceAlignment - size % kDeviceAlignment) % kDeviceAlignment;
+    if (padded < size || __builtin_add_overflow(total, padded, &total))
+      return resourceExhausted(what + " of '" + path_ + "' exceed what can be allocated");
+  }
+  std::vector<CUdeviceptr> buffers(sizes.size(), 0);
+  if (total == 0)
+    return buffers;
+  CUdeviceptr base = 0;
+  if (CUresult result = driver_.memAlloc(&base, total); result != kCudaSuccess)
+    return cudaError(driver_, result,
+                     "cuMemAlloc of " + std::to_string(total) + " bytes for " + what +
+                         " of '" + path_ + "' on " + gpu_.device.label());
+  blocks_.push_back(base);
+  // Empty buffers stay null: the code never reads them.
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] > 0)
+      buffers[i] = base + offsets[i];
+  return buffers;
+}
+
+Status GpuContext::allocateStaging(uint64_t largestCopy) {
+  stagingBytes_ = std::min(kStagingBytes, largestCopy);
+  if (stagingBytes_ == 0)
+    return Status::ok();
+  for (void *&buffer : staging_)
+    if (CUresult result = driver_.memAllocHost(&buffer, stagingBytes_);
+        result != kCudaSuccess) {
+      buffer = nullptr;
+      return cudaError(driver_, result,
+                       "cuMemAllocHost of " + std::to_string(stagingBytes_) +
+                           " bytes of staging for '" + path_ + "'");
+    }
+  return Status::ok();
+}
+
+Status GpuContext::allocateBuffers(const Artifact &artifact, uint64_t arenaBytes) {
+  const Plan &plan = artifact.plan();
+  std::vector<uint64_t> weightBytes;
+  for (size_t i = 0; i < plan.weights.size(); ++i)
+    weightBytes.push_back(artifact.weightBytes(i).size());
+  for (const TensorSpec &spec : plan.inputs)
+    inputBytes_.push_back(spec.byteSize());
+  for (const TensorSpec &spec : plan.outputs)
+    outputBytes_.push_back(spec.byteSize());
+  uint64_t largest = 0;
+  for (const std::vector<uint64_t> *sizes : {&weightBytes, &inputBytes_, &outputBytes_})
+    for (uint64_t size : *sizes)
+      largest = std::max(largest, size);
+  ActiveGpu active(*this);
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  // Everything is allocated before the (long) upload, so that a model too
+  // large for the device fails at once.
+  FLOWC_RETURN_IF_ERROR(allocateStaging(largest));
+  FLOWC_ASSIGN_OR_RETURN(weights_, allocateBlock(weightBytes, "the weights"));
+  FLOWC_ASSIGN_OR_RETURN(std::vector<CUdeviceptr> arena,
+                         allocateBlock({arenaBytes}, "the activation arena"));
+  arena_ = arena[0];
+  arenaBytes_ = arenaBytes;
+  FLOWC_ASSIGN_OR_RETURN(inputs_, allocateBlock(inputBytes_, "the inputs"));
+  FLOWC_ASSIGN_OR_RETURN(outputs_, allocateBlock(outputBytes_, "the outputs"));
+  return uploadWeights(artifact);
+}
+
+Status GpuContext::uploadWeights(const Artifact &artifact) {
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    std::string_view bytes = artifact.weightBytes(i);
+    FLOWC_RETURN_IF_ERROR(copyToDevice(weights_[i], bytes.data(), bytes.size())
+                              .withContext("uploading weight '" +
+                                           artifact.plan().weights[i].tensor.name +
+                                           "' of '" + path_ + "'"));
+  }
+  return synchronizeStream();
+}
+
+Status GpuContext::copyToDevice(CUdeviceptr device, const char *host, uint64_t bytes) {
+  // Chunks alternate between the two staging buffers: the host fills one
+  // while the device reads the other. Before chunk k is queued the stream
+  // is synchronized, which finishes chunk k-1: the buffer chunk k+1 fills
+  // next is free then, and so is the one chunk k filled (read by chunk k-2).
+  // The alternation continues across calls, so this holds across buffers.
+  for (uint64_t done = 0; done < bytes;) {
+    uint64_t chunk = std::min(stagingBytes_, bytes - done);
+    void *buffer = staging_[nextStaging_];
+    std::memcpy(buffer, host + done, chunk);
+    FLOWC_RETURN_IF_ERROR(synchronizeStream());
+    if (CUresult result = driver_.memcpyHtoDAsync(device + done, buffer, chunk, stream_);
+        result != kCudaSuccess)
+      return cudaError(driver_, result, "cuMemcpyHtoDAsync");
+    nextStaging_ ^= 1;
+    done += chunk;
+  }
+  return Status::ok();
+}
+
+Status GpuContext::queueToHost(CUdeviceptr device, uint64_t bytes, uint64_t chunk) {
+  uint64_t offset = chunk * stagingBytes_;
+  uint64_t size = std::min(stagingBytes_, bytes - offset);
+  if (CUresult result =
+          driver_.memcpyDtoHAsync(staging_[chunk % 2], device + offset, size, stream_);
+      result != kCudaSuccess)
+    return cudaError(driver_, result, "cuMemcpyDtoHAsync");
+  return Status::ok();
+}
+
+Status GpuContext::copyToHost(char *host, CUdeviceptr device, uint64_t bytes) {
+  if (bytes == 0)
+    return Status::ok();
+  // The staging buffers are free once the stream is idle (uploads read
+  // them). Chunk k+1 is queued before chunk k is copied out of its buffer,
+  // so that the device's copy overlaps the host's; its buffer held chunk
+  // k-1, copied out already.
+  FLOWC_RETURN_IF_ERROR(synchronizeStream());
+  uint64_t chunks = (bytes + stagingBytes_ - 1) / stagingBytes_;
+  FLOWC_RETURN_IF_ERROR(queueToHost(device, bytes, 0));
+  for (uint64_t chunk = 0; chunk < chunks; ++chunk) {
+    FLOWC_RETURN_IF_ERROR(synchronizeStream());
+    if (chunk + 1 < chunks)
+      FLOWC_RETURN_IF_ERROR(queueToHost(device, bytes, chunk + 1));
+    uint64_t offset = chunk * stagingBytes_;
+    std::memcpy(host + offset, staging_[chunk % 2],
+                std::min(stagingBytes_, bytes - offset));
+  }
+  // Uploads pick up the alternation where they left it; both buffers are
+  // free now, so any start is right.
+  return Status::ok();
+}
+
+std::vector<void *> GpuContext::entryArguments() const {
+  // The entry's arguments (KernelAbi.h), as device pointers.
+  std::vector<void *> args;
+  for (const std::vector<CUdeviceptr> *buffers : {&inputs_, &weights_, &outputs_})
+    for (CUdeviceptr pointer : *buffers)
+      args.push_back(hostView(pointer));
+  if (arenaBytes_ > 0)
+    args.push_back(hostView(arena_));
+  return args;
+}
+
+Status GpuContext::run(const std::vector<const void *> &inputs,
+                       const std::vector<void *> &outputs,
+                       const std::function<void(void **)> &callEntry) {
+  return runSteps(inputs, outputs, callEntry)
+      .withContext("running '" + path_ + "' on " + gpu_.device.label());
+}
+
+Status GpuContext::runSteps(const std::vector<const void *> &inputs,
+                            const std::vector<void *> &outputs,
+                            const std::function<void(void **)> &callEntry) {
+  failure_ = Status::ok();
+  ActiveGpu active(*this);
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    FLOWC_RETURN_IF_ERROR(
+        copyToDevice(inputs_[i], static_cast<const char *>(inputs[i]), inputBytes_[i]));
+  std::vector<void *> args = entryArguments();
+  callEntry(args.data());
+  // Launches are asynchronous: the run is over when the stream is idle, and
+  // a kernel's fault shows here.
+  synchronize();
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  for (size_t i = 0; i < outputs.size(); ++i)
+    FLOWC_RETURN_IF_ERROR(
+        copyToHost(static_cast<char *>(outputs[i]), outputs_[i], outputBytes_[i]));
+  return Status::ok();
+}
+
+Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact) {
+  const std::string &path = artifact.path();
+  // What the code says of itself is checked first: it needs no device.
+  FLOWC_ASSIGN_OR_RETURN(GpuCode code, readGpuCode(library, path));
+  const Expected<ProcessGpu> &gpu = processGpu();
+  if (!gpu)
+    return unavailable("'" + path + "' is CUDA code for sm_" +
+                       std::to_string(code.capability) +
+                       " and needs an NVIDIA GPU: " + gpu.status().message());
+  const GpuDevice &device = gpu->device;
+  // A cubin runs on devices of its own capability only.
+  if (device.capability != code.capability)
+    return failedPrecondition(
+        "'" + path + "' was compiled for sm_" + std::to_string(code.capability) + ", " +
+        device.label() + " is sm_" + std::to_string(device.capability) +
+        ": compile with --target cuda:sm_" + std::to_string(device.capability));
+  GpuContextPtr context(new GpuContext(*gpu, path));
+  FLOWC_RETURN_IF_ERROR(context->start());
+  FLOWC_RETURN_IF_ERROR(context->load(code));
+  FLOWC_RETURN_IF_ERROR(context->allocateBuffers(artifact, code.arenaBytes));
+  return context;
+}
+
+uint64_t gpuArenaBytes(const GpuContext &gpu) { return gpu.arenaBytes(); }
+
+Status runOnGpu(GpuContext &gpu, const std::vector<const void *> &inputs,
+                const std::vector<void *> &outputs,
+                const std::function<void(void **)> &callEntry) {
+  return gpu.run(inputs, outputs, callEntry);
+}
+
+void synchronizeActiveGpu() {
+  if (activeGpu)
+    activeGpu->synchronize();
+}
+
+} // namespace flowc::runtime

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The CUDA target's checks, on a machine with an NVIDIA GPU (docs/cuda.md).
+# One prepared run, meant to finish in under 8 minutes on a built tree:
+#   1. builds flowc (scripts/build.sh; ccache makes a rebuild quick);
+#   2. the GPU tests: runtime_gpu_test (the runtime's device path) and
+#      tests/e2e/test_cuda.py (models compiled for this GPU match
+#      onnxruntime), which on a machine without a GPU skip with their reason;
+#   3. bench/gpu_bench.py: the example models, ResNet-50, BERT-base and
+#      GPT-2-small compiled for this GPU's compute capability, run on it,
+#      checked against onnxruntime on the CPU, timed against torch eager on
+#      the GPU; one table.
+# Exit 5 without a GPU, 1 when a test fails or an error exceeds its bound.
+#   bash scripts/gpu-check.sh [--models cnn,mlp,resnet50,bert,gpt2] [--batches 1,8]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L fails); nothing to check" >&2
+  exit 5
+fi
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
+bash scripts/build.sh flowc flowcd flowc-worker runtime_gpu_test
+echo "== GPU tests"
+build/bin/runtime_gpu_test
+.venv/bin/python -m pytest -q -rs tests/e2e/test_cuda.py
+echo "== models on the GPU"
+PYTHON=.venv-bench/bin/python
+[[ -x $PYTHON ]] || PYTHON=.venv/bin/python
+"$PYTHON" bench/gpu_bench.py "$@"

@@ -1,0 +1,142 @@
+// The cuda targets without a GPU: a compile produces host code that embeds
+// one cubin per loop kernel, assembled by the toolkit's ptxas for the
+// target's chip (so the PTX LLVM wrote is checked by NVIDIA's assembler),
+// and loading that code runs nothing until a session sets up a GPU.
+#include "flowc/compiler/Compiler.h"
+
+#include "../common/OnnxTestBuilder.h"
+#include "../common/TestUtil.h"
+
+#include "flowc/runtime/GpuAbi.h"
+
+#include <cstring>
+#include <dlfcn.h>
+#include <elf.h>
+#include <fstream>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace flowc::compiler {
+namespace {
+
+using namespace flowc::testing;
+
+/// EM_CUDA: the machine of cubins (not in every elf.h).
+constexpr uint16_t kCudaMachine = 190;
+
+/// The chips (compute capabilities) of the CUDA ELF images inside `code`.
+std::vector<int> embeddedCubinChips(const std::string &code) {
+  std::vector<int> chips;
+  for (size_t at = code.find(ELFMAG); at != std::string::npos;
+       at = code.find(ELFMAG, at + 1)) {
+    if (at + sizeof(Elf64_Ehdr) > code.size())
+      break;
+    Elf64_Ehdr header;
+    std::memcpy(&header, code.data() + at, sizeof header);
+    if (header.e_machine != kCudaMachine)
+      continue;
+    // CUDA's ELF ABI version 8 keeps the SM in bits 8..15 of e_flags.
+    chips.push_back(static_cast<int>((header.e_flags >> 8) & 0xff));
+  }
+  return chips;
+}
+
+/// Conv (stride 2, padded) -> MaxPool -> Flatten -> Softmax: a convolution,
+/// a window reduction, a row reduction and elementwise nests.
+std::string convPoolSoftmaxModel() {
+  GraphSpec spec;
+  spec.initializers = {floatTensor("k", {4, 2, 3, 3}, std::vector<float>(72, 0.5f))};
+  spec.nodes = {
+      node("Conv", {"x", "k"}, {"c"}, "conv",
+           {intsAttribute("strides", {2, 2}), intsAttribute("pads", {1, 1, 1, 1})}),
+      node("MaxPool", {"c"}, {"p"}, "pool", {intsAttribute("kernel_shape", {2, 2})}),
+      node("Flatten", {"p"}, {"f"}, "flat"), node("Softmax", {"f"}, {"y"}, "softmax")};
+  spec.inputs = {valueInfo("x", {1, 2, 9, 9})};
+  spec.outputs = {valueInfo("y", {1, 64})};
+  return model(spec);
+}
+
+Expected<ImportedGraph> importBytes(const std::string &bytes, const std::string &name) {
+  FLOWC_ASSIGN_OR_RETURN(OnnxModel model, parseOnnxModel(bytes, name));
+  return importOnnx(model);
+}
+
+class CudaCodegenTest : public ::testing::TestWithParam<Target> {};
+
+TEST_P(CudaCodegenTest, EachKernelIsACubinForTheChipAndLoadingRunsNothing) {
+  Target target = GetParam();
+  CompileOptions options;
+  options.target = target;
+  if (Status toolkit = options.validate(); !toolkit.isOk())
+    GTEST_SKIP() << "no CUDA toolkit in this build: " << toolkit.toString();
+  std::string bytes = convPoolSoftmaxModel();
+  auto graph = importBytes(bytes, "conv.onnx");
+  ASSERT_TRUE(graph) << graph.status().toString();
+  TempDir dir;
+  CompileReport report;
+  auto code = compileToSharedObject(graph->irBytecode, options, dir.path(), &report);
+  ASSERT_TRUE(code) << code.status().toString();
+
+  EXPECT_GE(report.loopKernels, 4);
+  std::vector<int> chips = embeddedCubinChips(*code);
+  EXPECT_EQ(chips.size(), static_cast<size_t>(report.loopKernels));
+  for (int chip : chips)
+    EXPECT_EQ(chip, cudaComputeCapability(target));
+
+  // A machine without a GPU can load the code: the cubins are loaded by
+  // flowc_gpu_load, which only a session calls.
+  std::string path = dir.path() + "/cuda.so";
+  std::ofstream(path, std::ios::binary) << *code;
+  void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto *capability =
+      static_cast<const int64_t *>(dlsym(library, runtime::kGpuCapabilitySymbol));
+  ASSERT_NE(capability, nullptr);
+  EXPECT_EQ(*capability, cudaComputeCapability(target));
+  auto *abi = static_cast<const int64_t *>(dlsym(library, runtime::kGpuAbiSymbol));
+  ASSERT_NE(abi, nullptr);
+  EXPECT_EQ(*abi, runtime::kGpuAbiVersion);
+  auto *table = static_cast<void **>(dlsym(library, runtime::kGpuTableSymbol));
+  ASSERT_NE(table, nullptr);
+  for (int64_t slot = 0; slot < runtime::kGpuFunctionCount; ++slot)
+    EXPECT_EQ(table[slot], nullptr) << runtime::kGpuFunctionNames[slot];
+  EXPECT_NE(dlsym(library, runtime::kGpuLoadSymbol), nullptr);
+  EXPECT_NE(dlsym(library, runtime::kGpuUnloadSymbol), nullptr);
+  EXPECT_NE(dlsym(library, kEntrySymbol), nullptr);
+  dlclose(library);
+}
+
+INSTANTIATE_TEST_SUITE_P(Chips, CudaCodegenTest,
+                         ::testing::Values(Target::CudaSm80, Target::CudaSm90,
+                                           Target::CudaSm100),
+                         [](const ::testing::TestParamInfo<Target> &info) {
+                           return cudaChip(info.param);
+                         });
+
+TEST(CudaTargetTest, NamesParseAndPrintBothWays) {
+  EXPECT_EQ(*parseTarget("cuda"), Target::CudaSm90);
+  for (Target target :
+       {Target::CudaSm75, Target::CudaSm80, Target::CudaSm86, Target::CudaSm89,
+        Target::CudaSm90, Target::CudaSm100, Target::CudaSm120}) {
+    EXPECT_TRUE(isCudaTarget(target));
+    EXPECT_EQ(*parseTarget(targetName(target)), target);
+    EXPECT_EQ(std::string(targetName(target)), "cuda:" + cudaChip(target));
+  }
+  EXPECT_FALSE(isCudaTarget(Target::Cpu));
+  EXPECT_EQ(cudaComputeCapability(Target::CudaSm86), 86);
+  EXPECT_THAT(parseTarget("cuda:sm_61"),
+              StatusIs(StatusCode::InvalidArgument, "cuda:sm_80"));
+}
+
+TEST(CudaTargetTest, Bf16IsRefusedForCuda) {
+  CompileOptions options;
+  options.target = Target::CudaSm90;
+  options.precision = Precision::Bf16;
+  if (options.validate().code() == StatusCode::Unimplemented)
+    GTEST_SKIP() << "no CUDA toolkit in this build: " << options.validate().toString();
+  EXPECT_THAT(options.validate(),
+              StatusIs(StatusCode::InvalidArgument, "cuda:sm_90 computes in fp32"));
+}
+
+} // namespace
+} // namespace flowc::compiler

@@ -1,0 +1,70 @@
+// RUN: flowc-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(convert-linalg-to-parallel-loops,flowc-map-loops-to-gpu,gpu-map-parallel-loops,convert-parallel-loops-to-gpu),gpu-kernel-outlining,canonicalize)" | FileCheck %s
+
+// An elementwise nest over 2x3x40x5 = 1200 elements: one dimension, blocks
+// of 256 threads (5 blocks, the last guarded), neighbouring threads on
+// neighbouring elements of the innermost dimension.
+// CHECK-LABEL: func.func @elementwise
+// CHECK-DAG: %[[C5:.*]] = arith.constant 5 : index
+// CHECK-DAG: %[[C256:.*]] = arith.constant 256 : index
+// CHECK: gpu.launch_func @elementwise_kernel::@elementwise_kernel blocks in (%[[C5]], %{{.*}}, %{{.*}}) threads in (%[[C256]],
+// CHECK: gpu.func @elementwise_kernel
+// CHECK: gpu.block_id x
+// CHECK: gpu.thread_id x
+// CHECK: arith.cmpi
+// CHECK: scf.if
+// CHECK: math.exp
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @elementwise(%a: memref<2x3x40x5xf32>, %b: memref<2x3x40x5xf32>) {
+  linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%a : memref<2x3x40x5xf32>) outs(%b : memref<2x3x40x5xf32>) {
+  ^bb0(%x: f32, %y: f32):
+    %e = math.exp %x : f32
+    linalg.yield %e : f32
+  }
+  return
+}
+
+// -----
+
+// A row reduction: one thread per row (8 rows: one block of 8 threads),
+// the reduced dimension a loop inside each thread.
+// CHECK-LABEL: func.func @rows
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : index
+// CHECK: gpu.launch_func @rows_kernel::@rows_kernel blocks in (%[[C1]], %[[C1]], %[[C1]]) threads in (%[[C8]], %[[C1]], %[[C1]])
+// CHECK: gpu.func @rows_kernel
+// CHECK: scf.for
+// CHECK: arith.addf
+#rows = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @rows(%a: memref<8x100xf32>, %s: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#rows, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%a : memref<8x100xf32>) outs(%s : memref<8xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %r = arith.addf %x, %acc : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// -----
+
+// A reduction to one value has no parallel dimension: it runs in a launch
+// of one thread, never on the host (which cannot read device memory).
+// CHECK-LABEL: func.func @total
+// CHECK-NOT: memref.load
+// CHECK: gpu.launch_func @total_kernel::@total_kernel blocks in (%[[ONE:[^,]*]], %[[ONE]], %[[ONE]]) threads in (%[[ONE]], %[[ONE]], %[[ONE]])
+// CHECK-NOT: memref.load
+// CHECK: gpu.func @total_kernel
+// CHECK: scf.for
+#all = affine_map<(d0) -> (d0)>
+#none = affine_map<(d0) -> ()>
+func.func @total(%a: memref<100xf32>, %s: memref<f32>) {
+  linalg.generic {indexing_maps = [#all, #none], iterator_types = ["reduction"]}
+      ins(%a : memref<100xf32>) outs(%s : memref<f32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %r = arith.addf %x, %acc : f32
+    linalg.yield %r : f32
+  }
+  return
+}

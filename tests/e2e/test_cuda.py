@@ -1,0 +1,120 @@
+"""The cuda targets from the CLI. Everywhere: a model compiles for a GPU
+(ptxas assembling every kernel), the artifact says what it is for, and a
+machine without a GPU runs it to one clear line and exit 5. With a GPU of
+the target's capability: the results match the CPU's (the GPU tests skip,
+printing why, on a machine without one: `pytest -rs`). Nothing is timed."""
+import json
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import make_models
+from conftest import assert_close, onnxruntime_outputs, save
+
+EXIT_UNAVAILABLE = 5
+
+
+@pytest.fixture(autouse=True)
+def cuda_toolkit():
+    """The cuda targets are built where CMake found the toolkit (ptxas on
+    the PATH or in /usr/local/cuda); elsewhere a compile for them is refused
+    (docs/cuda.md) and these tests have nothing to check."""
+    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
+        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+
+
+def device_target():
+    """cuda:sm_NN of GPU 0, or None and why there is none."""
+    try:
+        answer = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap",
+                                 "--format=csv,noheader"], capture_output=True, text=True,
+                                timeout=60)
+    except OSError as error:
+        return None, f"no NVIDIA GPU here (nvidia-smi: {error.strerror})"
+    lines = answer.stdout.split()
+    if answer.returncode != 0 or not lines:
+        return None, f"no NVIDIA GPU here (nvidia-smi: {answer.stderr.strip()})"
+    return "cuda:sm_" + lines[0].replace(".", ""), None
+
+
+@pytest.fixture
+def models(tmp_path):
+    rng = np.random.default_rng(21)
+    cnn = save(make_models.make_cnn(rng), tmp_path / "cnn.onnx")
+    encoder = save(make_models.make_encoder(rng, layers=2), tmp_path / "encoder.onnx")
+    return {"cnn": (cnn, {"image": rng.standard_normal((1, 3, 32, 32), np.float32)}),
+            "encoder": (encoder, {"hidden_states": rng.standard_normal((1, 16, 64), np.float32)})}
+
+
+@pytest.mark.parametrize("target", ["cuda:sm_80", "cuda", "cuda:sm_100"])
+def test_compiles_for_each_chip_and_says_what_it_is_for(flowc, models, tmp_path, target):
+    path, _ = models["cnn"]
+    artifact = tmp_path / "cnn.fca"
+    result = flowc.submit(path, artifact, "--target", target)
+    assert result["cache"] == "miss"
+    assert result["kernels_compiled"] >= 5
+    inspected = flowc.run("inspect", artifact).stdout
+    chip = "sm_90" if target == "cuda" else target.split(":")[1]
+    assert f"target=cuda:{chip}" in inspected
+    # The same model for another target is another artifact.
+    other = flowc.submit(path, tmp_path / "cpu.fca")
+    assert other["artifact_digest"] != result["artifact_digest"]
+
+
+def test_a_transformer_encoder_compiles(flowc, models, tmp_path):
+    path, _ = models["encoder"]
+    result = flowc.submit(path, tmp_path / "encoder.fca", "--target", "cuda:sm_90")
+    assert result["kernels_compiled"] > 0
+
+
+def test_without_a_gpu_run_fails_in_one_line_with_exit_5(flowc, models, tmp_path):
+    target, why_not = device_target()
+    if target is not None:
+        pytest.skip(f"this machine has a GPU ({target}): the no-GPU path is not reachable")
+    path, inputs = models["cnn"]
+    artifact = tmp_path / "cnn.fca"
+    flowc.submit(path, artifact, "--target", "cuda:sm_90")
+    x = tmp_path / "x.npy"
+    np.save(x, inputs["image"])
+    ran = flowc.run("run", artifact, "--input", f"image={x}", check=False)
+    assert ran.returncode == EXIT_UNAVAILABLE, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "is CUDA code for sm_90 and needs an NVIDIA GPU" in lines[0]
+    assert "libcuda.so.1" in lines[0]
+    # --json carries the same error and exit code.
+    ran = flowc.run("run", artifact, "--input", f"image={x}", "--json", check=False)
+    assert ran.returncode == EXIT_UNAVAILABLE
+    assert json.loads(ran.stdout)["error"]["exit_code"] == EXIT_UNAVAILABLE
+
+
+def test_bf16_is_refused_for_cuda(flowc, models, tmp_path):
+    path, _ = models["cnn"]
+    ran = flowc.run("submit", path, "-o", tmp_path / "x.fca", "--target", "cuda",
+                    "--precision", "bf16", check=False)
+    assert ran.returncode == 3, ran.stderr
+    assert "computes in fp32" in ran.stderr
+
+
+def test_an_unknown_chip_is_a_usage_error(flowc, models, tmp_path):
+    path, _ = models["cnn"]
+    ran = flowc.run("submit", path, "--target", "cuda:sm_61", check=False)
+    assert ran.returncode == 2
+    assert "cuda:sm_90" in ran.stderr
+
+
+@pytest.mark.parametrize("model", ["cnn", "encoder"])
+def test_on_the_gpu_results_match_onnxruntime(flowc, models, tmp_path, model):
+    target, why_not = device_target()
+    if target is None:
+        pytest.skip(why_not)
+    path, inputs = models[model]
+    artifact = tmp_path / f"{model}.fca"
+    flowc.submit(path, artifact, "--target", target)
+    ours = flowc.execute(artifact, inputs)
+    expected = onnxruntime_outputs(path, inputs)
+    for name, value in expected.items():
+        assert_close(ours[name], value)

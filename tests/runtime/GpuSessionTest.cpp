@@ -1,0 +1,363 @@
+// The runtime's GPU side. Without a GPU (the build machines): opening the
+// device is Unavailable with the reason, and a CUDA artifact opens but its
+// session fails in one line that says what it needs. With a GPU: the device
+// is described, and CUDA code (C host code launching a PTX kernel, y = x + w
+// over n floats) runs through the session. Tests that need a GPU skip,
+// saying why, on a machine without one.
+#include "Gpu.h"
+#include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/GpuAbi.h"
+#include "flowc/runtime/Session.h"
+#include "flowc/runtime/Tensor.h"
+
+#include "../common/TestUtil.h"
+#include "SmallArtifact.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+namespace flowc::runtime {
+namespace {
+
+using flowc::testing::StatusIs;
+using flowc::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+/// Whether this host has the driver library, whatever it then says.
+bool hasDriverLibrary() {
+  void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!library)
+    return false;
+  dlclose(library);
+  return true;
+}
+
+/// y[i] = x[i] + w[i] for i < n, one thread per element. Loaded by the
+/// driver's JIT, so the test needs no toolkit.
+constexpr const char *kAddPtx[] = {
+    ".version 6.0",
+    ".target sm_50",
+    ".address_size 64",
+    ".visible .entry add(.param .u64 x, .param .u64 w, .param .u64 y, .param .u64 n)",
+    "{",
+    "  .reg .pred %p<2>;",
+    "  .reg .b32 %r<4>;",
+    "  .reg .b64 %rd<10>;",
+    "  .reg .f32 %f<4>;",
+    "  ld.param.u64 %rd1, [x];",
+    "  ld.param.u64 %rd2, [w];",
+    "  ld.param.u64 %rd3, [y];",
+    "  ld.param.u64 %rd4, [n];",
+    "  mov.u32 %r1, %ctaid.x;",
+    "  mov.u32 %r2, %ntid.x;",
+    "  mov.u32 %r3, %tid.x;",
+    "  mul.wide.u32 %rd5, %r1, %r2;",
+    "  cvt.u64.u32 %rd9, %r3;",
+    "  add.s64 %rd5, %rd5, %rd9;",
+    "  setp.ge.u64 %p1, %rd5, %rd4;",
+    "  @%p1 bra DONE;",
+    "  cvta.to.global.u64 %rd1, %rd1;",
+    "  cvta.to.global.u64 %rd2, %rd2;",
+    "  cvta.to.global.u64 %rd3, %rd3;",
+    "  shl.b64 %rd6, %rd5, 2;",
+    "  add.s64 %rd7, %rd1, %rd6;",
+    "  ld.global.f32 %f1, [%rd7];",
+    "  add.s64 %rd7, %rd2, %rd6;",
+    "  ld.global.f32 %f2, [%rd7];",
+    "  add.f32 %f3, %f1, %f2;",
+    "  add.s64 %rd8, %rd3, %rd6;",
+    "  st.global.f32 [%rd8], %f3;",
+    "DONE:",
+    "  ret;",
+    "}",
+};
+
+/// What the test's CUDA code object (C host code, a PTX kernel) says of
+/// itself and does.
+struct CudaCode {
+  int64_t capability = 90;
+  int64_t abi = kGpuAbiVersion;
+  /// Also defines flowc_kernel_table, as CPU code with library kernels does.
+  bool libraryKernels = false;
+  /// Leaves out flowc_gpu_load.
+  bool withoutLoad = false;
+  /// Launches a grid of 0 blocks, which CUDA cannot.
+  bool badLaunch = false;
+  /// Elements of x, w and y.
+  int64_t elements = 4;
+};
+
+constexpr int64_t kBlockThreads = 256;
+
+/// C source of a CUDA code object as GpuAbi.h describes it: the add kernel
+/// launched through the session's table, with a temporary allocated and
+/// freed around it and a profile mark on each side.
+std::string cudaSource(const CudaCode &code) {
+  std::ostringstream ptx;
+  for (const char *line : kAddPtx)
+    ptx << "\"" << line << "\\n\"\n";
+  std::ostringstream source;
+  source << "#include <stdint.h>\n"
+            "typedef void (*Slot)(void);\n"
+            "typedef void *(*ModuleLoad)(void *, uint64_t);\n"
+            "typedef void (*ModuleUnload)(void *);\n"
+            "typedef void *(*ModuleGetFunction)(void *, const char *);\n"
+            "typedef void (*LaunchKernel)(void *, int64_t, int64_t, int64_t, int64_t,\n"
+            "  int64_t, int64_t, int32_t, void *, void **, void **, uint64_t);\n"
+            "typedef void *(*StreamCreate)(void);\n"
+            "typedef void (*StreamFunction)(void *);\n"
+            "typedef void *(*MemAlloc)(uint64_t);\n"
+            "typedef void (*MemFree)(void *);\n"
+            "Slot flowc_gpu_table[10];\n"
+         << "const int64_t flowc_gpu_capability = " << code.capability << ";\n"
+         << "const int64_t flowc_gpu_abi = " << code.abi << ";\n"
+         << (code.libraryKernels ? "void *flowc_kernel_table[8];\n" : "")
+         << "void (*flowc_profile_hook)(int64_t);\n"
+            "const char flowc_profile_calls[] = "
+            "\"[{\\\"kernel\\\":\\\"add\\\",\\\"nodes\\\":[0]}]\";\n"
+            "static const char ptx[] =\n"
+         << ptx.str() << ";\n"
+         << "static void *module, *function;\n";
+  if (!code.withoutLoad)
+    source << "void flowc_gpu_load(void) {\n"
+              "  module = ((ModuleLoad)flowc_gpu_table[0])((void *)ptx, sizeof ptx);\n"
+              "  function = ((ModuleGetFunction)flowc_gpu_table[2])(module, \"add\");\n"
+              "}\n";
+  int64_t grid = code.badLaunch ? 0 : (code.elements + kBlockThreads - 1) / kBlockThreads;
+  source << "void flowc_gpu_unload(void) {\n"
+            "  ((ModuleUnload)flowc_gpu_table[1])(module);\n"
+            "}\n"
+            "void flowc_entry(void **args) {\n"
+            "  void *x = args[0], *w = args[1], *y = args[2];\n"
+         << "  uint64_t n = " << code.elements << ";\n"
+         << "  void *params[] = {&x, &w, &y, &n};\n"
+            "  void *stream = ((StreamCreate)flowc_gpu_table[4])();\n"
+            "  void *scratch = ((MemAlloc)flowc_gpu_table[7])(64);\n"
+            "  if (flowc_profile_hook) flowc_profile_hook(0);\n"
+         << "  ((LaunchKernel)flowc_gpu_table[3])(function, " << grid << ", 1, 1, "
+         << kBlockThreads << ", 1, 1, 0, stream, params, 0, 4);\n"
+         << "  if (flowc_profile_hook) flowc_profile_hook(1);\n"
+            "  ((StreamFunction)flowc_gpu_table[6])(stream);\n"
+            "  ((MemFree)flowc_gpu_table[9])(scratch);\n"
+            "  ((StreamFunction)flowc_gpu_table[5])(stream);\n"
+            "}\n";
+  return source.str();
+}
+
+/// The weight w of `elements` floats: 10, 20, ..., 70, 10, ...
+std::vector<float> addWeights(int64_t elements) {
+  std::vector<float> w(elements);
+  for (int64_t i = 0; i < elements; ++i)
+    w[i] = static_cast<float>(10 * (i % 7 + 1));
+  return w;
+}
+
+/// The add model over `code.elements` floats with `code` as its CUDA code,
+/// written to `dir`/add.fca and opened.
+Expected<std::shared_ptr<Artifact>> cudaArtifact(const TempDir &dir,
+                                                 const CudaCode &code) {
+  FLOWC_ASSIGN_OR_RETURN(std::string object,
+                         testing::compileCode(dir.path(), cudaSource(code)));
+  std::string path = dir.file("add.fca");
+  std::vector<float> w = addWeights(code.elements);
+  std::string_view bytes(reinterpret_cast<const char *>(w.data()),
+                         w.size() * sizeof(float));
+  FLOWC_ASSIGN_OR_RETURN(auto writer, ArtifactWriter::create(path));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Metadata, R"({"model":"add"})"));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Code, object));
+  FLOWC_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer->addWeights({bytes}));
+  Plan plan;
+  plan.entry = "flowc_entry";
+  plan.inputs = {{"x", "float32", {code.elements}}};
+  plan.outputs = {{"y", "float32", {code.elements}}};
+  plan.weights = {{{"w", "float32", {code.elements}},
+                   testing::weightDigest(bytes),
+                   offsets[0],
+                   bytes.size()}};
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Plan, plan.toJson().dump()));
+  FLOWC_RETURN_IF_ERROR(writer->finish());
+  return Artifact::open(path);
+}
+
+/// Runs `session` on x[i] = base + i % 1000 and checks y = x + w.
+void expectAdds(Session &session, int64_t elements, float base) {
+  std::vector<float> x(elements), expected(elements);
+  std::vector<float> w = addWeights(elements);
+  for (int64_t i = 0; i < elements; ++i) {
+    x[i] = base + static_cast<float>(i % 1000);
+    expected[i] = x[i] + w[i];
+  }
+  auto outputs = session.run({{"x", Tensor::fromFloats({elements}, x)}});
+  ASSERT_TRUE(outputs) << outputs.status().toString();
+  // One message for the first difference, not one per element.
+  std::vector<float> y = outputs->at(0).floats();
+  ASSERT_EQ(y.size(), expected.size());
+  auto [got, want] = std::mismatch(y.begin(), y.end(), expected.begin());
+  EXPECT_TRUE(got == y.end()) << "y[" << (got - y.begin()) << "] is " << *got << ", not "
+                              << *want;
+}
+
+// Without the driver library, opening the GPU says so, naming the library.
+TEST(GpuTest, WithoutTheDriverLibraryOpenGpuIsUnavailable) {
+  Expected<GpuDevice> device = openGpu();
+  if (device)
+    GTEST_SKIP() << "a GPU is present: " << device->description();
+  if (hasDriverLibrary())
+    GTEST_SKIP() << "libcuda.so.1 is installed, but: " << device.status().message();
+  EXPECT_THAT(device, StatusIs(StatusCode::Unavailable,
+                               "the NVIDIA driver (libcuda.so.1) is not installed: "));
+}
+
+// Opening is done once per process: a second call answers the same.
+TEST(GpuTest, OpenGpuAnswersTheSameEachTime) {
+  Expected<GpuDevice> first = openGpu();
+  Expected<GpuDevice> second = openGpu();
+  ASSERT_EQ(first.hasValue(), second.hasValue());
+  if (first)
+    EXPECT_EQ(first->description(), second->description());
+  else
+    EXPECT_EQ(first.status().toString(), second.status().toString());
+}
+
+// With a GPU, the device is described as messages and keys will name it.
+TEST(GpuTest, DescribesDeviceZero) {
+  Expected<GpuDevice> device = openGpu();
+  if (!device)
+    GTEST_SKIP() << "no GPU here: " << device.status().message();
+  std::cout << "GPU: " << device->description() << "\n";
+  EXPECT_EQ(device->ordinal, 0);
+  EXPECT_FALSE(device->name.empty());
+  EXPECT_GE(device->capability, 30);
+  EXPECT_GT(device->totalMemoryBytes, 0u);
+  EXPECT_GT(device->driverVersion, 0);
+  EXPECT_THAT(device->description(),
+              StartsWith("device 0 (" + device->name + ", sm_" +
+                         std::to_string(device->capability) + ", "));
+}
+
+// A machine without a GPU opens a CUDA artifact (to inspect it), and a
+// session of it fails in one line: the artifact, its target and the reason.
+TEST(GpuSessionTest, CudaCodeWithoutAGpuIsUnavailableInOneLine) {
+  Expected<GpuDevice> device = openGpu();
+  if (device)
+    GTEST_SKIP() << "a GPU is present: " << device->description();
+  TempDir dir;
+  // The artifact opens: loading its code runs none of the GPU contract.
+  auto artifact = cudaArtifact(dir, {});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  auto session = Session::create(*artifact);
+  ASSERT_THAT(session, StatusIs(StatusCode::Unavailable, ""));
+  const std::string &message = session.status().message();
+  EXPECT_THAT(message, StartsWith("'" + dir.file("add.fca") +
+                                  "' is CUDA code for sm_90 and needs an NVIDIA GPU: " +
+                                  device.status().message()));
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// Code compiled against another GPU ABI is refused with what to do, on any
+// machine: it needs no device to tell.
+TEST(GpuSessionTest, CudaCodeOfAnotherGpuAbiIsRefused) {
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {.abi = kGpuAbiVersion + 1});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(Session::create(*artifact),
+              StatusIs(StatusCode::FailedPrecondition,
+                       "was compiled for GPU ABI 2, this runtime has 1: compile the "
+                       "model again"));
+}
+
+// CUDA code that calls library kernels is not something this runtime runs.
+TEST(GpuSessionTest, CudaCodeWithLibraryKernelsIsUnimplemented) {
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {.libraryKernels = true});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(Session::create(*artifact),
+              StatusIs(StatusCode::Unimplemented, "calls library kernels"));
+}
+
+// CUDA code lacking part of the contract is damaged, not run half-bound.
+TEST(GpuSessionTest, CudaCodeWithoutItsLoadFunctionIsDataLoss) {
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {.withoutLoad = true});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(Session::create(*artifact),
+              StatusIs(StatusCode::DataLoss, "CUDA code lacks one of flowc_gpu_table"));
+}
+
+/// Tests that need a GPU; skipped, saying why, without one.
+class GpuSessionOnDeviceTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    Expected<GpuDevice> opened = openGpu();
+    if (!opened)
+      GTEST_SKIP() << "no GPU here: " << opened.status().message();
+    device = *opened;
+  }
+
+  /// A session of the add model with `code`, compiled for this device.
+  Expected<std::unique_ptr<Session>> createSession(CudaCode code,
+                                                   SessionOptions options = {}) {
+    code.capability = device.capability;
+    FLOWC_ASSIGN_OR_RETURN(std::shared_ptr<Artifact> artifact, cudaArtifact(dir, code));
+    return Session::create(std::move(artifact), options);
+  }
+
+  GpuDevice device;
+  TempDir dir;
+};
+
+// Cubins run on one capability: code for another is refused, naming both
+// and the target to compile for.
+TEST_F(GpuSessionOnDeviceTest, CudaCodeForAnotherCapabilityIsRefused) {
+  auto artifact = cudaArtifact(dir, {.capability = device.capability + 1});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(Session::create(*artifact),
+              StatusIs(StatusCode::FailedPrecondition,
+                       "compiled for sm_" + std::to_string(device.capability + 1) + ", " +
+                           device.label() + " is sm_" +
+                           std::to_string(device.capability) +
+                           ": compile with --target cuda:sm_" +
+                           std::to_string(device.capability)));
+}
+
+// The add model runs on the device: weights uploaded at creation, inputs
+// and outputs copied each run, and a profile of its one kernel call.
+TEST_F(GpuSessionOnDeviceTest, RunsTheGraph) {
+  auto session = createSession({}, {.profile = true});
+  ASSERT_TRUE(session) << session.status().toString();
+  // Two runs: the second reuses the session's device buffers.
+  expectAdds(**session, 4, 1);
+  expectAdds(**session, 4, 5);
+  RunProfile profile = (*session)->profile();
+  EXPECT_EQ(profile.runs, 2u);
+  ASSERT_EQ(profile.calls.size(), 1u);
+  EXPECT_EQ(profile.calls[0].kernel, "add");
+  EXPECT_EQ(profile.calls[0].calls, 2u);
+}
+
+// A launch CUDA refuses fails the run with the reason, and the session
+// stays usable for the next one.
+TEST_F(GpuSessionOnDeviceTest, AFailedLaunchIsTheRunsError) {
+  auto session = createSession({.badLaunch = true});
+  ASSERT_TRUE(session) << session.status().toString();
+  for (int run = 0; run < 2; ++run)
+    EXPECT_THAT((*session)->run({{"x", Tensor::fromFloats({4}, {1, 2, 3, 4})}}),
+                StatusIs(StatusCode::Internal, "which CUDA cannot launch"));
+}
+
+// Tensors larger than a staging buffer (16 MiB) cross it in chunks, the
+// weights at creation and the inputs and outputs each run.
+TEST_F(GpuSessionOnDeviceTest, LargeTensorsCrossTheStagingBuffersInChunks) {
+  // 40 MB: two full chunks and a part of one.
+  constexpr int64_t kElements = 10'000'003;
+  auto session = createSession({.elements = kElements});
+  ASSERT_TRUE(session) << session.status().toString();
+  expectAdds(**session, kElements, 3);
+}
+
+} // namespace
+} // namespace flowc::runtime
