@@ -18,8 +18,12 @@ test not refused as unsupported (so bugs show as S - P).
 The suite runs its own `flowcd` in the foreground on a temp cache, and
 restarts it (re-running the test once) should it die.
 
+With `--target cuda[:sm_NN]` each test is compiled for that GPU (every
+kernel's PTX assembled by ptxas); on a machine without a GPU its run exits 5
+and the test counts as `compiled` (not a bug, not a pass).
+
 Usage: .venv/bin/python tests/e2e/onnx_node_suite.py [--filter REGEX]
-       [--jobs N] [--json REPORT] [--keep DIR]
+       [--jobs N] [--target TARGET] [--json REPORT] [--keep DIR]
 """
 import argparse
 import collections
@@ -46,6 +50,8 @@ NODE_DIR = pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data" / "n
 
 #: flowc's exit status for valid input it does not support (cli/Common.h).
 EXIT_UNSUPPORTED = 4
+#: ... and for a resource missing here: `flowc run` of CUDA code without a GPU.
+EXIT_UNAVAILABLE = 5
 #: Input dtypes `flowc run` takes.
 RUN_DTYPES = (np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_))
 RTOL = 1e-3
@@ -58,7 +64,9 @@ IMPORT_ERROR = "import-error"
 COMPILE_ERROR = "compile-error"
 RUN_ERROR = "run-error"
 MISMATCH = "mismatch"
-CATEGORIES = (PASS, UNSUPPORTED, IMPORT_ERROR, COMPILE_ERROR, RUN_ERROR, MISMATCH)
+#: Compiled for a GPU this machine does not have: nothing ran.
+COMPILED = "compiled"
+CATEGORIES = (PASS, COMPILED, UNSUPPORTED, IMPORT_ERROR, COMPILE_ERROR, RUN_ERROR, MISMATCH)
 #: Categories that are flowc bugs (a supported test that does not pass).
 BUGS = (IMPORT_ERROR, COMPILE_ERROR, RUN_ERROR, MISMATCH)
 
@@ -266,10 +274,12 @@ def failing_op(message: str, model: onnx.ModelProto) -> str:
 class Runner:
     """Runs node tests against one daemon; thread-safe."""
 
-    def __init__(self, daemon: Daemon, work: pathlib.Path, keep: bool = False):
+    def __init__(self, daemon: Daemon, work: pathlib.Path, keep: bool = False,
+                 target: str = "cpu"):
         self.daemon = daemon
         self.work = work
         self.keep = keep
+        self.target = target
 
     def run(self, test_dir: pathlib.Path) -> Result:
         start = time.monotonic()
@@ -293,7 +303,7 @@ class Runner:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         result = self._check(test_dir, model, work)
-        if result.category in (PASS, UNSUPPORTED) and not self.keep:
+        if result.category in (PASS, COMPILED, UNSUPPORTED) and not self.keep:
             shutil.rmtree(work, ignore_errors=True)
         return result, generation
 
@@ -321,7 +331,8 @@ class Runner:
                               f"(flowc run takes {', '.join(map(str, RUN_DTYPES))})")
 
         artifact = work / "model.fca"
-        submitted = self.daemon.cli("submit", model_path, "-o", artifact, "--json")
+        submitted = self.daemon.cli("submit", model_path, "-o", artifact, "--json",
+                                    "--target", self.target)
         if submitted.returncode != 0:
             return Result(name, COMPILE_ERROR, error_message(submitted, model_path),
                           code=submitted.returncode)
@@ -332,6 +343,8 @@ class Runner:
             np.save(path, inputs[spec["name"]])
             args += ["--input", f"{spec['name']}={path}"]
         ran = self.daemon.cli("run", artifact, *args, "--output-dir", work / "out", "--json")
+        if ran.returncode == EXIT_UNAVAILABLE and self.target.startswith("cuda"):
+            return Result(name, COMPILED, error_message(ran, model_path))
         if ran.returncode != 0:
             return Result(name, RUN_ERROR, error_message(ran, model_path))
         actual = {o["name"]: np.load(o["file"]) for o in json.loads(ran.stdout)["outputs"]}
@@ -400,14 +413,14 @@ class Report:
 
 
 def run_suite(pattern: str = None, jobs: int = 3, workers: int = 2, keep: str = None,
-              progress=None) -> Report:
+              progress=None, target: str = "cpu") -> Report:
     """Runs the node tests matching `pattern` on a fresh daemon."""
     tests = node_tests(pattern)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="flowc-onnx-node-") as tmp:
         daemon = Daemon(pathlib.Path(tmp), workers=workers)
         work = pathlib.Path(keep) if keep else pathlib.Path(tmp) / "work"
-        runner = Runner(daemon, work, keep=bool(keep))
+        runner = Runner(daemon, work, keep=bool(keep), target=target)
         daemon.start()
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -496,6 +509,7 @@ def main(argv=None) -> int:
     parser.add_argument("--filter", help="only tests whose name matches this regex")
     parser.add_argument("--jobs", type=int, default=3, help="tests run concurrently")
     parser.add_argument("--workers", type=int, default=2, help="flowcd --workers")
+    parser.add_argument("--target", default="cpu", help="flowc submit --target")
     parser.add_argument("--json", help="write the full report to this file")
     parser.add_argument("--keep", help="keep failing tests' files under this directory")
     args = parser.parse_args(argv)
@@ -504,7 +518,7 @@ def main(argv=None) -> int:
         if done % 200 == 0 or done == total:
             print(f"[{done}/{total}]", file=sys.stderr, flush=True)
 
-    report = run_suite(args.filter, args.jobs, args.workers, args.keep, progress)
+    report = run_suite(args.filter, args.jobs, args.workers, args.keep, progress, args.target)
     print("\n".join(format_report(report)))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report.to_json(), indent=1) + "\n")

@@ -37,15 +37,38 @@ bool touchesDeviceMemory(mlir::Operation *op) {
          effects.hasEffect<mlir::MemoryEffects::Write>();
 }
 
-/// Runs `op` inside a one-iteration parallel loop: a launch of one thread.
-void wrapInOneIteration(mlir::RewriterBase &rewriter, mlir::Operation *op) {
-  mlir::Location loc = op->getLoc();
-  rewriter.setInsertionPoint(op);
+/// The last top-level op of the run that starts at `first`: a value the
+/// run defines (a scalar read from device memory) is used only inside it.
+mlir::Operation *endOfRun(mlir::Operation *first) {
+  mlir::Block *block = first->getBlock();
+  mlir::Operation *last = first;
+  for (mlir::Operation *op = first;; op = op->getNextNode()) {
+    for (mlir::Value result : op->getResults())
+      for (mlir::Operation *user : result.getUsers()) {
+        mlir::Operation *top = block->findAncestorOpInBlock(*user);
+        if (top && last->isBeforeInBlock(top))
+          last = top;
+      }
+    if (op == last)
+      return last;
+  }
+}
+
+/// Runs the ops from `first` to `last` (top-level, in order) inside a
+/// one-iteration parallel loop: a launch of one thread.
+void wrapInOneIteration(mlir::RewriterBase &rewriter, mlir::Operation *first,
+                        mlir::Operation *last) {
+  mlir::Location loc = first->getLoc();
+  rewriter.setInsertionPoint(first);
   mlir::Value zero = mlir::arith::ConstantIndexOp::create(rewriter, loc, 0);
   mlir::Value one = mlir::arith::ConstantIndexOp::create(rewriter, loc, 1);
   auto loop = mlir::scf::ParallelOp::create(rewriter, loc, mlir::ValueRange{zero},
                                             mlir::ValueRange{one}, mlir::ValueRange{one});
-  op->moveBefore(loop.getBody()->getTerminator());
+  mlir::Operation *terminator = loop.getBody()->getTerminator();
+  for (mlir::Operation *op = first, *next = nullptr; op; op = next) {
+    next = op == last ? nullptr : op->getNextNode();
+    op->moveBefore(terminator);
+  }
 }
 
 struct MapLoopsToGpuPass : impl::MapLoopsToGpuPassBase<MapLoopsToGpuPass> {
@@ -56,20 +79,23 @@ struct MapLoopsToGpuPass : impl::MapLoopsToGpuPassBase<MapLoopsToGpuPass> {
     if (function.isExternal())
       return;
     mlir::IRRewriter rewriter(&getContext());
-    llvm::SmallVector<mlir::Operation *> tops;
-    for (mlir::Operation &op : function.getBody().front())
-      tops.push_back(&op);
-    for (mlir::Operation *op : tops) {
+    mlir::Block &body = function.getBody().front();
+    for (mlir::Operation *op = &body.front(), *next = nullptr; op; op = next) {
+      next = op->getNextNode();
       if (!touchesDeviceMemory(op))
         continue;
-      if (op->getNumResults() > 0) {
-        op->emitError("flowc-map-loops-to-gpu: a loop nest that yields values to the "
-                      "host cannot run on the GPU");
-        return signalPassFailure();
-      }
       auto loop = llvm::dyn_cast<mlir::scf::ParallelOp>(op);
       if (!loop || !loop.getInitVals().empty()) {
-        wrapInOneIteration(rewriter, op);
+        // With the ops that use what it reads (a 0-d copy is a load and a
+        // store, no loop).
+        mlir::Operation *last = endOfRun(op);
+        if (last->hasTrait<mlir::OpTrait::IsTerminator>()) {
+          op->emitError("flowc-map-loops-to-gpu: a value read from device memory "
+                        "is returned to the host");
+          return signalPassFailure();
+        }
+        next = last->getNextNode();
+        wrapInOneIteration(rewriter, op, last);
         continue;
       }
       // One dimension over every output element: tiled by the block size

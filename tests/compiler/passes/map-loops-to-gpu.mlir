@@ -68,3 +68,19 @@ func.func @total(%a: memref<100xf32>, %s: memref<f32>) {
   }
   return
 }
+
+// -----
+
+// A 0-d copy lowers to a load and a store, no loop: both go into one
+// one-thread launch (the value read never reaches the host).
+// CHECK-LABEL: func.func @scalar_copy
+// CHECK-NOT: memref.load
+// CHECK: gpu.launch_func @scalar_copy_kernel::@scalar_copy_kernel
+// CHECK-NOT: memref.store
+// CHECK: gpu.func @scalar_copy_kernel
+// CHECK: %[[V:.*]] = memref.load
+// CHECK: memref.store %[[V]]
+func.func @scalar_copy(%a: memref<i64>, %b: memref<i64>) {
+  linalg.copy ins(%a : memref<i64>) outs(%b : memref<i64>)
+  return
+}

@@ -322,8 +322,9 @@ def MapLoopsToGpuPass : Pass<"flowc-map-loops-to-gpu", "::mlir::func::FuncOp"> {
     launches one thread per output element, with neighbouring threads on
     neighbouring elements (coalesced). Reduction dimensions stay sequential
     loops inside each thread. Any other loop or memory access at the top
-    of the function (a reduction to one value) is wrapped into a one-thread
-    launch: host code never touches device memory.
+    of the function (a reduction to one value; a 0-d copy, which is a load
+    and a store), with the ops that use what it reads, is wrapped into a
+    one-thread launch: host code never touches device memory.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"256",
