@@ -792,10 +792,12 @@ Expected<std::string> compileKernelUnguarded(const PlannedKernel &kernel,
   FLOWC_ASSIGN_OR_RETURN(ObjectUnit unit,
                          translateUnit(*module, kernel.symbol, diagnostics));
   hideSymbol(*unit.module, kernel.symbol);
+  // CUDA: the cubin loads leave the constructors and the GPU runtime calls
+  // go through the session's table. CPU: the candidate's loop hints, in
+  // LLVM IR, where every loop of the kernel is a natural loop (OpenMP's
+  // outlined bodies included), before LLVM's loop passes read them.
   if (cuda)
     FLOWC_RETURN_IF_ERROR(bindGpuKernel(*unit.module, kernel.symbol));
-  // In LLVM IR, where every loop of the kernel is a natural loop (OpenMP's
-  // outlined bodies included), before LLVM's loop passes read the hints.
   else
     annotateInnermostLoops(*unit.module, candidate);
   FLOWC_RETURN_IF_ERROR(compileUnit(unit, target, options.optLevel));

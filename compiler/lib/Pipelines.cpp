@@ -255,10 +255,6 @@ void buildLowerToLlvmPipeline(mlir::OpPassManager &pm, const CompileOptions &opt
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
 }
 
-} // namespace flowc::compiler
-
-namespace flowc::compiler {
-
 void buildLowerKernelToCudaPipeline(mlir::OpPassManager &pm,
                                     const CompileOptions &options,
                                     const std::string &toolkitPath) {

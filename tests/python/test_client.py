@@ -178,7 +178,8 @@ def test_bad_compile_options_raise_invalid_argument_naming_them(client, tmp_path
 
     path = cnn(tmp_path)
     # Names the wire has no enum value for are refused before any RPC.
-    with pytest.raises(flowc.InvalidModel, match=r"unknown target 'tpu' \(supported: cpu\)"):
+    with pytest.raises(flowc.InvalidModel,
+                       match=r"unknown target 'tpu' \(supported: cpu, cuda, cuda:sm_75"):
         flowc.compile(path, target="tpu", progress=False)
     with pytest.raises(flowc.InvalidModel,
                        match=r"unknown precision 'fp8' \(supported: fp32, bf16\)"):
