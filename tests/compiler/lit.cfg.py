@@ -29,5 +29,11 @@ for tool, directory in (("flowc-opt", flowc_bin_dir), ("FileCheck", llvm_tools_d
                         ("not", llvm_tools_dir)):
     if not os.access(os.path.join(directory, tool), os.X_OK):
         lit_config.fatal(f"{tool} not found in {directory}")
+# The CUDA toolkit flowc was built with (ptxas, libdevice): tests that lower
+# to PTX say `REQUIRES: cuda` and pass `toolkit=%cuda_toolkit`.
+cuda_toolkit = lit_config.params.get("cuda_toolkit")
+if cuda_toolkit:
+    config.available_features.add("cuda")
+    config.substitutions.append(("%cuda_toolkit", cuda_toolkit))
 config.environment["PATH"] = os.pathsep.join(
     [flowc_bin_dir, llvm_tools_dir, config.environment.get("PATH", os.environ["PATH"])])
