@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -59,20 +58,6 @@ def example_model(name, work):
     return out / f"{name}.onnx", {"input": out / f"{name}_input.npy"}
 
 
-def compile_for(onnx_path, target, work):
-    """A cold `flowc submit --target`: (seconds, artifact)."""
-    flowc = [str(BIN / "flowc"), "--cache-dir", str(work / "cache")]
-    artifact = work / "model.fca"
-    subprocess.run(flowc + ["daemon", "start"], check=True, capture_output=True)
-    try:
-        start = time.perf_counter()
-        subprocess.run(flowc + ["submit", onnx_path, "-o", artifact, "--target", target],
-                       check=True, capture_output=True, text=True)
-        return time.perf_counter() - start, artifact
-    finally:
-        subprocess.run(flowc + ["daemon", "stop"], capture_output=True)
-
-
 def torch_eager_ms(model, batch, runs):
     import torch
     if not torch.cuda.is_available():
@@ -100,7 +85,7 @@ def bench(model, batch, target, args, root):
     feeds_names = {key: names[0] if key == "input" else key for key in inputs}
     feeds = {feeds_names[key]: np.load(path) for key, path in inputs.items()}
     reference = session.run(None, feeds)[0]
-    compile_s, artifact = compile_for(onnx_path, target, work)
+    compile_s, _, _, artifact = model_bench.flowc_compile(onnx_path, work, "fp32", target)
     (median, _), first, output = model_bench.flowc_run(artifact, inputs, feeds_names, work,
                                                        args.runs, threads=1)
     error = model_bench.max_rel_error(output, reference)

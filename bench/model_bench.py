@@ -138,15 +138,17 @@ def daemon_peak_rss_mib(flowc):
     return float("nan")
 
 
-def flowc_compile(onnx_path, work, precision):
-    """A cold submit: (seconds, daemon peak RSS MiB, derive line, artifact)."""
+def flowc_compile(onnx_path, work, precision, target="cpu"):
+    """A cold submit for `target`: (seconds, daemon peak RSS MiB, derive line,
+    artifact)."""
     flowc = [str(BIN / "flowc"), "--cache-dir", str(work / "cache")]
     artifact = work / "model.fca"
     subprocess.run(flowc + ["daemon", "start"], check=True, capture_output=True)
     try:
         start = time.perf_counter()
         submitted = subprocess.run(flowc + ["submit", onnx_path, "-o", artifact, "-O", "3",
-                                            "--precision", precision, "--progress"],
+                                            "--precision", precision, "--target", target,
+                                            "--progress"],
                                    check=True, capture_output=True, text=True)
         compile_s = time.perf_counter() - start
         # "[1.576s] derive: 106 derived weights (106 computed, 0 cached)"

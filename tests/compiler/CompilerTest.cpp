@@ -6,6 +6,7 @@
 
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
+#include "ImportBytes.h"
 
 #include "flowc/runtime/PackedWeights.h"
 #include "flowc/runtime/Session.h"
@@ -20,12 +21,6 @@ namespace flowc::compiler {
 namespace {
 
 using namespace flowc::testing;
-
-/// Weight views in the result point into `bytes`.
-Expected<ImportedGraph> importBytes(const std::string &bytes, const std::string &name) {
-  FLOWC_ASSIGN_OR_RETURN(OnnxModel model, parseOnnxModel(bytes, name));
-  return importOnnx(model);
-}
 
 /// Library kernel weights packed into the artifact as the worker does it;
 /// `ForeignLayout` records them under a layout no kernel here wants (as if

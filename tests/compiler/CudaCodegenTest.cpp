@@ -6,6 +6,7 @@
 
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
+#include "ImportBytes.h"
 
 #include "flowc/runtime/GpuAbi.h"
 
@@ -54,11 +55,6 @@ std::string convPoolSoftmaxModel() {
   spec.inputs = {valueInfo("x", {1, 2, 9, 9})};
   spec.outputs = {valueInfo("y", {1, 64})};
   return model(spec);
-}
-
-Expected<ImportedGraph> importBytes(const std::string &bytes, const std::string &name) {
-  FLOWC_ASSIGN_OR_RETURN(OnnxModel model, parseOnnxModel(bytes, name));
-  return importOnnx(model);
 }
 
 class CudaCodegenTest : public ::testing::TestWithParam<Target> {};

@@ -7,6 +7,7 @@
 
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
+#include "ImportBytes.h"
 
 #include <algorithm>
 #include <cstring>
@@ -22,8 +23,7 @@ using namespace flowc::testing;
 using ::testing::HasSubstr;
 
 Expected<ImportedGraph> importBytes(const std::string &bytes) {
-  FLOWC_ASSIGN_OR_RETURN(OnnxModel model, parseOnnxModel(bytes, "hostile.onnx"));
-  return importOnnx(model);
+  return flowc::testing::importBytes(bytes, "hostile.onnx");
 }
 
 /// One node `op` from x[1,3,8,8] (and a weight w[4,3,3,3] for Conv) to y.

@@ -5,6 +5,7 @@
 
 #include "../common/OnnxTestBuilder.h"
 #include "../common/TestUtil.h"
+#include "ImportBytes.h"
 
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/Session.h"
@@ -42,11 +43,6 @@ std::string swishModel(const std::vector<int64_t> &shape) {
   spec.inputs = {valueInfo("x", shape)};
   spec.outputs = {valueInfo("y", shape)};
   return model(spec);
-}
-
-Expected<ImportedGraph> importBytes(const std::string &bytes, const std::string &name) {
-  FLOWC_ASSIGN_OR_RETURN(OnnxModel model, parseOnnxModel(bytes, name));
-  return importOnnx(model);
 }
 
 std::vector<float> inputValues(size_t count) {
