@@ -1,12 +1,15 @@
-// Convolution layouts: each ResNet-50 and DenseNet-121 convolution shape
-// between NHWC buffers, timed through the runtime's own site code
-// (measureLibraryKernel, interleaved rounds) as the library's preferred
-// layouts with their reorders ("layout=any") against its NHWC kernel read
-// and written in place ("layout=nhwc"), which is what a site runs without a
-// tuning record where the library has such a kernel. Prints per shape the
-// implementation and GFLOP/s of each, and the sums; asserts nothing.
+// Convolution layouts and algorithms: each ResNet-50 and DenseNet-121
+// convolution shape between NHWC buffers, timed through the runtime's own
+// site code (measureLibraryKernel, interleaved rounds) as the library's
+// preferred layouts with their reorders ("layout=any"), its NHWC kernel
+// read and written in place ("layout=nhwc"), and, for 3x3 ones where the
+// library has it, its Winograd kernel with reorders
+// ("layout=any;algo=winograd"). Marks the candidate a site runs without a
+// tuning record (the first listed, "*"). Prints per shape the
+// implementation and GFLOP/s (direct-convolution flops) of each, and the
+// sums with the default's; asserts nothing.
 //
-//   conv_layout_bench [THREADS]
+//   conv_layout_bench [THREADS] [BATCH]
 //
 // The ISA is oneDNN's on this CPU; DNNL_MAX_CPU_ISA=AVX2 gives an AVX2
 // machine's library kernels on an AVX-512 one.
@@ -14,6 +17,7 @@
 #include "flowc/runtime/KernelAbi.h"
 #include "flowc/runtime/Tuning.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <omp.h>
@@ -46,6 +50,7 @@ constexpr Shape kShapes[] = {
     {"densenet 1x1 512->128", 512, 128, 28, 1, 1},
     {"densenet 1x1 1024->128", 1024, 128, 14, 1, 1},
     {"densenet 3x3 128->32 14", 128, 32, 14, 3, 1},
+    {"densenet 3x3 128->32 7", 128, 32, 7, 3, 1},
 };
 
 Conv2dParams paramsOf(const Shape &shape) {
@@ -69,11 +74,12 @@ Conv2dParams paramsOf(const Shape &shape) {
   return p;
 }
 
-/// The first of `candidates` in `layout`, with no thread count of its own.
-std::string firstIn(const std::vector<std::string> &candidates,
-                    const std::string &layout) {
+/// The first of `candidates` that starts with `prefix`, with no thread
+/// count of its own.
+std::string firstWith(const std::vector<std::string> &candidates,
+                      const std::string &prefix) {
   for (const std::string &candidate : candidates)
-    if (candidate.rfind("layout=" + layout + ";", 0) == 0 &&
+    if (candidate.rfind(prefix, 0) == 0 &&
         candidate.find("threads=") == std::string::npos)
       return candidate;
   return "";
@@ -85,20 +91,34 @@ double gflops(const Conv2dParams &p, int64_t ns) {
   return ns > 0 ? flops / static_cast<double>(ns) : 0;
 }
 
+struct Column {
+  const char *title, *prefix;
+  double sumMs = 0;
+  int shapes = 0;
+};
+
 } // namespace
 
 int main(int argc, char **argv) {
   int threads = argc > 1 ? std::atoi(argv[1]) : omp_get_max_threads();
+  int64_t batch = argc > 2 ? std::max(1, std::atoi(argv[2])) : 1;
   omp_set_num_threads(threads);
   const char *capped = std::getenv("DNNL_MAX_CPU_ISA");
-  std::printf("conv layouts through the runtime's sites: oneDNN ISA %s%s%s, %d threads\n",
+  std::printf("conv layouts through the runtime's sites: oneDNN ISA %s%s%s, %d threads, "
+              "batch %lld; * = the default\n",
               cpuIsaName().c_str(), capped ? ", DNNL_MAX_CPU_ISA=" : "",
-              capped ? capped : "", threads);
-  std::printf("%-26s %-40s %9s %-40s %9s %7s\n", "shape", "any (library's layouts)",
-              "GFLOP/s", "nhwc (in place)", "GFLOP/s", "nhwc/any");
-  double anyMs = 0, nhwcMs = 0;
+              capped ? capped : "", threads, static_cast<long long>(batch));
+  Column columns[] = {{"any (library's layouts)", "layout=any;impl="},
+                      {"nhwc (in place)", "layout=nhwc;impl="},
+                      {"winograd (library's layouts)", "layout=any;algo=winograd;impl="}};
+  std::printf("%-26s", "shape");
+  for (const Column &column : columns)
+    std::printf(" %-40s %8s", column.title, "GFLOP/s");
+  std::printf("\n");
+  double defaultMs = 0;
   for (const Shape &shape : kShapes) {
     Conv2dParams p = paramsOf(shape);
+    p.batch = batch;
     std::vector<int64_t> words = paramWords(p);
     auto candidates = libraryCandidates(KernelKind::Conv2d, words);
     if (!candidates) {
@@ -106,28 +126,45 @@ int main(int argc, char **argv) {
                    candidates.status().toString().c_str());
       return 1;
     }
-    std::string any = firstIn(*candidates, "any"), nhwc = firstIn(*candidates, "nhwc");
-    if (any.empty() || nhwc.empty()) {
-      std::printf("%-26s no %s candidate on this CPU\n", shape.name,
-                  any.empty() ? "blocked" : "NHWC");
-      continue;
-    }
+    std::vector<std::string> timed;
+    for (const Column &column : columns)
+      timed.push_back(firstWith(*candidates, column.prefix));
+    std::vector<std::string> present;
+    for (const std::string &candidate : timed)
+      if (!candidate.empty())
+        present.push_back(candidate);
+    // The default first: measureLibraryKernel checks the others against it.
+    std::stable_partition(present.begin(), present.end(),
+                          [&](const std::string &c) { return c == candidates->front(); });
     flowc::MeasureOptions options;
     options.minRounds = 15;
     options.maxRounds = 31;
-    auto measured = measureLibraryKernel(KernelKind::Conv2d, words, {any, nhwc}, options);
+    auto measured = measureLibraryKernel(KernelKind::Conv2d, words, present, options);
     if (!measured) {
       std::fprintf(stderr, "%s: %s\n", shape.name, measured.status().toString().c_str());
       return 1;
     }
-    int64_t anyNs = measured->timings[0].medianNs, nhwcNs = measured->timings[1].medianNs;
-    anyMs += anyNs / 1e6;
-    nhwcMs += nhwcNs / 1e6;
-    std::printf("%-26s %-40s %9.1f %-40s %9.1f %6.2fx\n", shape.name, any.c_str(),
-                gflops(p, anyNs), nhwc.c_str(), gflops(p, nhwcNs),
-                nhwcNs > 0 ? static_cast<double>(anyNs) / nhwcNs : 0.0);
+    std::printf("%-26s", shape.name);
+    for (size_t c = 0; c < timed.size(); ++c) {
+      auto at = std::find(present.begin(), present.end(), timed[c]);
+      if (timed[c].empty() || at == present.end()) {
+        std::printf(" %-40s %8s", "(none on this CPU)", "-");
+        continue;
+      }
+      int64_t ns = measured->timings[at - present.begin()].medianNs;
+      bool isDefault = timed[c] == candidates->front();
+      columns[c].sumMs += ns / 1e6;
+      ++columns[c].shapes;
+      if (isDefault)
+        defaultMs += ns / 1e6;
+      std::printf(" %-40s %8.1f", (timed[c] + (isDefault ? " *" : "")).c_str(),
+                  gflops(p, ns));
+    }
+    std::printf("\n");
   }
-  std::printf("sum of medians: any %.3f ms, nhwc %.3f ms (%.2fx)\n", anyMs, nhwcMs,
-              nhwcMs > 0 ? anyMs / nhwcMs : 0.0);
+  std::printf("sum of medians:");
+  for (const Column &column : columns)
+    std::printf(" %s %.3f ms (%d shapes);", column.title, column.sumMs, column.shapes);
+  std::printf(" the defaults %.3f ms\n", defaultMs);
   return 0;
 }

@@ -178,6 +178,15 @@ std::string layoutOf(const memory::desc &desc) {
     list("blocks", blocking.inner_blks, blocking.inner_nblks);
     list("indices", blocking.inner_idxs, blocking.inner_nblks);
   }
+  if (md.format_kind == dnnl_format_kind_wino) {
+    const dnnl_wino_desc_t &wino = md.format_desc.wino_desc;
+    int64_t fields[] = {wino.wino_format, wino.r,         wino.alpha,
+                        wino.ic,          wino.oc,        wino.ic_block,
+                        wino.oc_block,    wino.ic2_block, wino.oc2_block};
+    list("wino", fields, static_cast<int>(std::size(fields)));
+    text +=
+        ";scale" + std::to_string(wino.adj_scale) + ";size" + std::to_string(wino.size);
+  }
   return text;
 }
 
@@ -262,10 +271,14 @@ struct Candidate {
   std::string impl;
   /// OpenMP threads the kernel runs on; 0: the session's.
   int threads = 0;
+  /// Conv: the library's Winograd algorithm instead of its direct one.
+  bool winograd = false;
 };
 
 std::string candidateText(const Candidate &candidate) {
   std::string text = "layout=" + candidate.layout;
+  if (candidate.winograd)
+    text += ";algo=winograd";
   if (!candidate.impl.empty())
     text += ";impl=" + candidate.impl;
   if (candidate.threads > 0)
@@ -304,6 +317,10 @@ Expected<Candidate> parseCandidate(KernelKind kind, std::string_view text) {
       if (!known)
         return bad("unknown layout '" + value + "'");
       candidate.layout = value;
+    } else if (key == "algo" && kind == KernelKind::Conv2d) {
+      if (value != "direct" && value != "winograd")
+        return bad("unknown algo '" + value + "'");
+      candidate.winograd = value == "winograd";
     } else if (key == "impl") {
       candidate.impl = value;
     } else if (key == "threads") {
@@ -373,7 +390,8 @@ template <typename Desc, typename PrimitiveDesc> struct Iterable {
 
 /// `make()`'s primitive descriptor (an Iterable) moved to `candidate`'s
 /// implementation; nullopt when the library has none of that name, or
-/// refuses a layout other than its own choice. A refusal of "any" (what ran
+/// refuses a layout other than its own choice or an algorithm other than
+/// its direct one. A refusal of "any" by the direct algorithm (what ran
 /// before search) is the kernel's own, and is thrown.
 template <typename Make>
 auto buildCandidate(const Candidate &candidate, Make make)
@@ -382,7 +400,7 @@ auto buildCandidate(const Candidate &candidate, Make make)
   try {
     made = make();
   } catch (const dnnl::error &) {
-    if (candidate.layout == "any")
+    if (candidate.layout == "any" && !candidate.winograd)
       throw;
     return std::nullopt;
   }
@@ -486,12 +504,14 @@ using MatMulIterable = Iterable<dnnl::matmul::desc, dnnl::matmul::primitive_desc
 
 ConvIterable convPrimitive(const dnnl::engine &engine, const Conv2dParams &p,
                            const ConvBuffers &buffers, const memory::desc &wantedSource,
-                           const memory::desc &wantedDestination) {
+                           const memory::desc &wantedDestination, bool winograd) {
   ConvIterable made;
   made.attr = std::make_unique<dnnl::primitive_attr>();
   made.attr->set_post_ops(postOps(p.hasResidual != 0, p.activation, p.alpha, p.beta));
   made.desc = std::make_unique<dnnl::convolution_forward::desc>(
-      dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+      dnnl::prop_kind::forward_inference,
+      winograd ? dnnl::algorithm::convolution_winograd
+               : dnnl::algorithm::convolution_direct,
       wantedSource, anyLayout(buffers.weightsDesc, buffers.type), buffers.biasDesc,
       wantedDestination, memory::dims{p.strideH, p.strideW},
       memory::dims{p.dilationH - 1, p.dilationW - 1}, memory::dims{p.padTop, p.padLeft},
@@ -525,21 +545,53 @@ std::optional<ConvIterable> convCandidatePrimitive(const dnnl::engine &engine,
     return convPrimitive(
         engine, p, buffers,
         convActivation(buffers.source, candidate.layout, buffers.type),
-        convActivation(buffers.destination, candidate.layout, memory::data_type::f32));
+        convActivation(buffers.destination, candidate.layout, memory::data_type::f32),
+        candidate.winograd);
   });
 }
 
-/// What a convolution runs without a tuning record: between NHWC buffers,
-/// the library's own NHWC kernel when it has one that is not its reference
-/// code, else its choice of layout ("any"). With AVX2 that choice is a
-/// blocked layout with a reorder on each side, slower in sum on ResNet-50's
-/// and DenseNet-121's shapes (conv_layout_bench: 1.13x for NHWC, 1x1
-/// convolutions 1.16-1.60x, two 3x3 ones 3-6% slower); with AVX-512 the
-/// library picks NHWC itself. The candidate and its primitive, built once;
-/// throws dnnl::error when the library refuses the convolution.
+/// Whether the library's Winograd algorithm can compute the convolution:
+/// a dense 3x3 one with unit strides and no dilation.
+bool isWinogradShape(const Conv2dParams &p) {
+  return p.groups == 1 && p.kernelHeight == 3 && p.kernelWidth == 3 && p.strideH == 1 &&
+         p.strideW == 1 && p.dilationH == 1 && p.dilationW == 1;
+}
+
+/// Whether Winograd beats the direct kernels on `p` (oneDNN 2.6 has it on
+/// AVX-512 only: F(2x2,3x3) at batch 1, F(4x4,3x3) above; fp32 only), by
+/// conv_layout_bench on 2 threads and whole models (docs/search.md):
+/// 1.3-1.8x on ResNet-50's 3x3 shapes, reorders included; slower within
+/// DenseNet-121 on its 128-to-32 ones (the transforms and reorders cost
+/// more than 32 output channels save) and, at batch 1, on ResNet-50's
+/// 512-channel 7x7 ones (tiles padded, too little work per transform).
+bool winogradPays(const Conv2dParams &p) {
+  constexpr int64_t kMinChannels = 64, kMinPixels = 14 * 14;
+  constexpr int64_t kMinSmallImageWork = int64_t{1} << 20;
+  if (!isWinogradShape(p) || p.precision != Precision::Fp32 ||
+      p.inChannels < kMinChannels || p.outChannels < kMinChannels)
+    return false;
+  return p.outHeight * p.outWidth >= kMinPixels ||
+         p.batch * p.inChannels * p.outChannels >= kMinSmallImageWork;
+}
+
+/// What a convolution runs without a tuning record: the library's Winograd
+/// kernel (in its blocked layouts, with a reorder on each side) where it
+/// has one and winogradPays; else, between NHWC buffers, the library's own
+/// NHWC kernel when it has one that is not its reference code, else its
+/// choice of layout ("any"). With AVX2 that choice is a blocked layout with
+/// a reorder on each side, slower in sum on ResNet-50's and DenseNet-121's
+/// shapes (conv_layout_bench: 1.13x for NHWC, 1x1 convolutions 1.16-1.60x,
+/// two 3x3 ones 3-6% slower); with AVX-512 the library picks NHWC itself.
+/// The candidate and its primitive, built once; throws dnnl::error when the
+/// library refuses the convolution.
 std::pair<Candidate, ConvIterable> defaultConv(const dnnl::engine &engine,
                                                const Conv2dParams &p,
                                                const ConvBuffers &buffers) {
+  Candidate winograd{"any", "", 0, true};
+  if (winogradPays(p))
+    if (auto made = convCandidatePrimitive(engine, p, buffers, winograd);
+        made && !isReferenceImpl(made->pd.impl_info_str()))
+      return {winograd, std::move(*made)};
   Candidate plain{"nhwc", "", 0};
   bool nhwc = p.sourceLayout == ActivationLayout::Nhwc &&
               p.destinationLayout == ActivationLayout::Nhwc;
@@ -961,26 +1013,28 @@ struct Found {
   memory::desc source, weights, destination;
 };
 
-/// Whether `name` ("jit:sse41") is a kernel already found for `layout` on
-/// another instruction set ("jit:avx2"): the library lists the best one
-/// first, and the older one only adds a candidate that cannot win.
-bool isOlderIsaOf(const std::vector<Found> &found, const std::string &layout,
+/// Whether `name` ("jit:sse41") is a kernel already found for `kind`'s
+/// layout and algorithm on another instruction set ("jit:avx2"): the
+/// library lists the best one first, and the older one only adds a
+/// candidate that cannot win.
+bool isOlderIsaOf(const std::vector<Found> &found, const Candidate &kind,
                   std::string_view name) {
   auto family = [](std::string_view impl) { return impl.substr(0, impl.rfind(':')); };
   return std::any_of(found.begin(), found.end(), [&](const Found &other) {
-    return other.candidate.layout == layout && other.candidate.impl != name &&
+    return other.candidate.layout == kind.layout &&
+           other.candidate.winograd == kind.winograd && other.candidate.impl != name &&
            family(other.candidate.impl) == family(name);
   });
 }
 
 /// Adds `pd`'s implementations, in the library's order, as candidates of
-/// `layout`: the first of each name (what selectImpl builds), reference
-/// implementations and older instruction sets of one found left out but
-/// for the default (always first, whatever the library picks), and none
-/// that repeats an earlier one.
+/// `kind`'s layout and algorithm: the first of each name (what selectImpl builds),
+/// reference implementations and older instruction sets of one found left out but for the
+/// default (always first, whatever the library picks), and none that repeats an earlier
+/// one.
 template <typename Desc, typename PrimitiveDesc>
 void addImplementations(std::vector<Found> &found, Iterable<Desc, PrimitiveDesc> &&made,
-                        const std::string &layout) {
+                        const Candidate &kind) {
   PrimitiveDesc &pd = made.pd;
   std::set<std::string> names;
   do {
@@ -989,9 +1043,9 @@ void addImplementations(std::vector<Found> &found, Iterable<Desc, PrimitiveDesc>
     if (!names.insert(name).second)
       continue;
     if (!isDefault && (isReferenceImpl(name) || !isCandidateWord(name) ||
-                       isOlderIsaOf(found, layout, name)))
+                       isOlderIsaOf(found, kind, name)))
       continue;
-    Found next{{layout, isCandidateWord(name) ? name : "", 0},
+    Found next{{kind.layout, isCandidateWord(name) ? name : "", 0, kind.winograd},
                pd.src_desc(),
                pd.weights_desc(),
                pd.dst_desc()};
@@ -1028,18 +1082,21 @@ std::vector<std::string> convCandidates(const dnnl::engine &engine,
   ConvBuffers buffers = convBuffers(p);
   std::vector<Found> found;
   auto [first, made] = defaultConv(engine, p, buffers);
-  addImplementations(found, std::move(made), first.layout);
-  if (first.layout != "any")
-    if (auto pd = convCandidatePrimitive(engine, p, buffers, Candidate{}))
-      addImplementations(found, std::move(*pd), "any");
-  // The graph's own plain layouts: no activation reorders.
+  addImplementations(found, std::move(made), first);
+  // The library's layouts, the graph's own plain ones (no activation
+  // reorders) and Winograd: each that is not the default's.
+  std::vector<Candidate> others = {Candidate{}};
   for (auto [layout, name] : {std::pair{ActivationLayout::Nhwc, "nhwc"},
-                              std::pair{ActivationLayout::Nchw, "nchw"}}) {
-    if ((p.sourceLayout != layout && p.destinationLayout != layout) ||
-        first.layout == name)
+                              std::pair{ActivationLayout::Nchw, "nchw"}})
+    if (p.sourceLayout == layout || p.destinationLayout == layout)
+      others.push_back(Candidate{name, "", 0});
+  if (isWinogradShape(p))
+    others.push_back(Candidate{"any", "", 0, true});
+  for (const Candidate &other : others) {
+    if (other.layout == first.layout && other.winograd == first.winograd)
       continue;
-    if (auto pd = convCandidatePrimitive(engine, p, buffers, Candidate{name, "", 0}))
-      addImplementations(found, std::move(*pd), name);
+    if (auto pd = convCandidatePrimitive(engine, p, buffers, other))
+      addImplementations(found, std::move(*pd), other);
   }
   int64_t macs = p.batch * p.outChannels * p.outHeight * p.outWidth *
                  (p.inChannels / std::max<int64_t>(p.groups, 1)) * p.kernelHeight *
@@ -1052,11 +1109,12 @@ std::vector<std::string> matmulCandidates(const dnnl::engine &engine,
   MatMulBuffers buffers = matmulBuffers(p);
   std::vector<Found> found;
   addImplementations(found, *matmulCandidatePrimitive(engine, p, buffers, Candidate{}),
-                     "any");
+                     Candidate{});
   // A constant B may also be read as it is, unpacked.
   if (p.constantB)
-    if (auto pd = matmulCandidatePrimitive(engine, p, buffers, Candidate{"plain", "", 0}))
-      addImplementations(found, std::move(*pd), "plain");
+    if (Candidate plain{"plain", "", 0};
+        auto pd = matmulCandidatePrimitive(engine, p, buffers, plain))
+      addImplementations(found, std::move(*pd), plain);
   return candidateTexts(found, p.batch * p.m * p.n * p.k);
 }
 

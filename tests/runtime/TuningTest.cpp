@@ -196,6 +196,16 @@ std::vector<KernelCase> convCases() {
   residual.alpha = floatParam(0.0f);
   residual.beta = floatParam(INFINITY);
   cases.push_back(convCase("residual + relu nhwc", residual));
+  // Where the library's Winograd kernels pay (F(2x2,3x3) at batch 1,
+  // F(4x4,3x3) above, on AVX-512): the default there.
+  cases.push_back(convCase("3x3 64 channels nhwc",
+                           conv(1, 64, 64, 14, 3, 1, 1, ActivationLayout::Nhwc)));
+  Conv2dParams wide = conv(4, 64, 64, 14, 3, 1, 1, ActivationLayout::Nhwc);
+  wide.hasResidual = 1;
+  wide.activation = Activation::Clip;
+  wide.alpha = floatParam(0.0f);
+  wide.beta = floatParam(INFINITY);
+  cases.push_back(convCase("3x3 64 channels batch 4 residual + relu", wide));
   Conv2dParams bf16 = conv(1, 16, 16, 8, 3, 1, 1, ActivationLayout::Nchw);
   bf16.precision = Precision::Bf16;
   cases.push_back(convCase("bf16 3x3 nchw", bf16));
@@ -346,7 +356,9 @@ TEST(LibraryCandidatesTest, CandidatesAreDeterministicWithTheDefaultFirst) {
     // choice of layout.
     bool nhwc = first->front().rfind("layout=nhwc;impl=", 0) == 0;
     bool any = first->front().rfind("layout=any;impl=", 0) == 0;
-    EXPECT_TRUE(any || (nhwc && c.kind == KernelKind::Conv2d)) << first->front();
+    bool winograd = first->front().rfind("layout=any;algo=winograd;impl=", 0) == 0;
+    EXPECT_TRUE(any || ((nhwc || winograd) && c.kind == KernelKind::Conv2d))
+        << first->front();
     EXPECT_EQ(first->front().find("threads="), std::string::npos) << first->front();
     EXPECT_EQ(std::set<std::string>(first->begin(), first->end()).size(), first->size())
         << c.name;
@@ -366,6 +378,29 @@ TEST(LibraryCandidatesTest, CandidatesAreDeterministicWithTheDefaultFirst) {
   EXPECT_TRUE(pool->empty());
 }
 
+// A 3x3 convolution with unit strides runs the library's Winograd kernel by
+// default where the library has one (AVX-512; none on AVX2) and the shape
+// is one where it pays: 64 channels or more in and out, 14x14 pixels or
+// more. Small channel counts and bf16 keep the direct kernels, and search
+// still lists Winograd for them.
+TEST(LibraryCandidatesTest, WinogradIsTheDefaultWhereItPays) {
+  auto isWinograd = [](const std::string &candidate) {
+    return candidate.find(";algo=winograd;") != std::string::npos;
+  };
+  for (const KernelCase &c : supported(convCases())) {
+    auto candidates = libraryCandidates(c.kind, c.params);
+    ASSERT_TRUE(candidates) << c.name;
+    bool offered = std::any_of(candidates->begin(), candidates->end(), isWinograd);
+    bool pays = c.name.starts_with("3x3 64 channels");
+    EXPECT_EQ(isWinograd(candidates->front()), offered && pays)
+        << c.name << ": " << candidates->front();
+    bool shape = c.name.starts_with("3x3 ") || c.name.starts_with("residual") ||
+                 c.name.starts_with("bf16");
+    if (!shape)
+      EXPECT_FALSE(offered) << c.name;
+  }
+}
+
 // A candidate the listing does not have, or params of another kind, are
 // refused with what is wrong.
 TEST(LibraryCandidatesTest, UnknownCandidatesAndBadParamsAreInvalidArgument) {
@@ -375,8 +410,8 @@ TEST(LibraryCandidatesTest, UnknownCandidatesAndBadParamsAreInvalidArgument) {
   std::vector<void *> pointers;
   for (std::vector<float> &buffer : buffers)
     pointers.push_back(buffer.data());
-  for (const std::string candidate :
-       {"layout=any;impl=no_such:impl", "layout=sideways", "threads=0", ""})
+  for (const std::string candidate : {"layout=any;impl=no_such:impl", "layout=sideways",
+                                      "layout=any;algo=sideways", "threads=0", ""})
     EXPECT_THAT(runLibraryCandidate(c.kind, c.params, candidate, pointers),
                 StatusIs(StatusCode::InvalidArgument,
                          "'" + candidate + "' is not a candidate of this conv2d kernel"));

@@ -74,7 +74,9 @@ def FoldInputScalesPass : Pass<"flowc-fold-input-scales", "::mlir::ModuleOp"> {
     Zero padding stays zero either way, so the result is the same up to
     rounding; the product then touches the weights (O x KH x KW x C values)
     instead of the activation (N x H x W x C), and the convolution's weights
-    are repacked on each run, which at these sizes costs microseconds.
+    are repacked on each run, which at these sizes costs microseconds. Only
+    where the weights have no more values per channel than the input
+    (O x KH x KW <= N x H x W); elsewhere scaling the input is cheaper.
   }];
   let dependentDialects = ["::mlir::tosa::TosaDialect"];
   let statistics = [

@@ -11,6 +11,9 @@
 //               activations, offered when the graph has that layout);
 //               matmul: `any` (a constant B packed as the library prefers)
 //               or `plain` (B read as the graph has it).
+//   algo=A      conv only: `winograd` (the library's Winograd kernels, 3x3
+//               with unit strides, in its blocked layouts; AVX-512 only in
+//               oneDNN 2.6) or `direct`; absent: direct.
 //   impl=NAME   the oneDNN implementation (its impl_info_str(), e.g.
 //               `jit:avx2`, `brg:avx512_core`, `gemm:jit`); the first of
 //               that name the library lists for the layout. Absent: the
@@ -18,11 +21,13 @@
 //   threads=N   OpenMP threads the kernel runs on (never more than the
 //               session's); absent: the session's. Offered for small
 //               kernels, where fork and join cost more than they win.
-// e.g. `layout=nhwc;impl=jit:avx2` or `layout=any;impl=jit:avx2;threads=1`.
-// The default is `layout=any;impl=<the library's first>`: exactly what ran
-// before search. A site whose candidate this machine's library cannot
-// build (an artifact moved to another CPU) runs the default after one
-// warning.
+// e.g. `layout=nhwc;impl=jit:avx2`, `layout=any;impl=jit:avx2;threads=1` or
+// `layout=any;algo=winograd;impl=jit_wino_4x3:avx512_core`. The default is
+// the first candidate listed (Kernels.cpp's defaultConv: Winograd where it
+// pays, else the library's NHWC kernel between NHWC buffers, else
+// `layout=any;impl=<the library's first>`). A site whose candidate this
+// machine's library cannot build (an artifact moved to another CPU) runs the
+// default after one warning.
 #pragma once
 
 #include "flowc/runtime/KernelAbi.h"
