@@ -533,6 +533,19 @@ memory::desc convActivation(const Dims &dims, const std::string &layout,
                    type);
 }
 
+/// Whether the library can reorder `from` into `to`: oneDNN 2.6 packs
+/// Winograd weights from OIHW and HWIO only, not from OHWI (TOSA's own
+/// order, which some graphs' weights keep).
+bool canReorder(const dnnl::engine &engine, const memory::desc &from,
+                const memory::desc &to) {
+  try {
+    dnnl::reorder::primitive_desc(engine, from, engine, to);
+    return true;
+  } catch (const dnnl::error &) {
+    return false;
+  }
+}
+
 /// `candidate`'s convolution, nullopt when the library has no such
 /// implementation here. The default ("any", the library's first) is what
 /// ran before search: blocked layouts with activation reorders; it throws
@@ -541,13 +554,17 @@ std::optional<ConvIterable> convCandidatePrimitive(const dnnl::engine &engine,
                                                    const Conv2dParams &p,
                                                    const ConvBuffers &buffers,
                                                    const Candidate &candidate) {
-  return buildCandidate(candidate, [&] {
+  auto made = buildCandidate(candidate, [&] {
     return convPrimitive(
         engine, p, buffers,
         convActivation(buffers.source, candidate.layout, buffers.type),
         convActivation(buffers.destination, candidate.layout, memory::data_type::f32),
         candidate.winograd);
   });
+  if (made && candidate.winograd &&
+      !canReorder(engine, buffers.weightsDesc, made->pd.weights_desc()))
+    return std::nullopt;
+  return made;
 }
 
 /// Whether the library's Winograd algorithm can compute the convolution:

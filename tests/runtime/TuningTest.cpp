@@ -206,6 +206,10 @@ std::vector<KernelCase> convCases() {
   wide.alpha = floatParam(0.0f);
   wide.beta = floatParam(INFINITY);
   cases.push_back(convCase("3x3 64 channels batch 4 residual + relu", wide));
+  // OHWI weights (TOSA's order): the library cannot pack them for Winograd.
+  Conv2dParams ohwi = conv(1, 64, 64, 14, 3, 1, 1, ActivationLayout::Nhwc);
+  ohwi.weightLayout = ConvWeightLayout::Ohwi;
+  cases.push_back(convCase("3x3 64 channels ohwi weights", ohwi));
   Conv2dParams bf16 = conv(1, 16, 16, 8, 3, 1, 1, ActivationLayout::Nchw);
   bf16.precision = Precision::Bf16;
   cases.push_back(convCase("bf16 3x3 nchw", bf16));
@@ -319,6 +323,17 @@ void expectEveryCandidateMatches(const KernelCase &c) {
     EXPECT_LE(relativeError(buffers.back(), c.reference), c.tolerance)
         << c.name << ", candidate " << candidate;
   }
+  // Link packs constant weights for each candidate, and for the default
+  // (no record: the empty candidate).
+  std::string_view weights(reinterpret_cast<const char *>(c.inputs[1].data()),
+                           c.inputs[1].size() * sizeof(float));
+  std::vector<std::string> packed = *candidates;
+  packed.push_back("");
+  for (const std::string &candidate : packed) {
+    auto pack = packKernelWeight(c.kind, c.params, 1, weights, candidate);
+    EXPECT_TRUE(pack) << c.name << ", candidate '" << candidate
+                      << "': " << pack.status().toString();
+  }
 }
 
 // Every candidate of every convolution computes the convolution: 3x3, 1x1,
@@ -382,7 +397,8 @@ TEST(LibraryCandidatesTest, CandidatesAreDeterministicWithTheDefaultFirst) {
 // default where the library has one (AVX-512; none on AVX2) and the shape
 // is one where it pays: 64 channels or more in and out, 14x14 pixels or
 // more. Small channel counts and bf16 keep the direct kernels, and search
-// still lists Winograd for them.
+// still lists Winograd for them; OHWI weights, which the library cannot
+// pack for it, never list it.
 TEST(LibraryCandidatesTest, WinogradIsTheDefaultWhereItPays) {
   auto isWinograd = [](const std::string &candidate) {
     return candidate.find(";algo=winograd;") != std::string::npos;
@@ -394,6 +410,8 @@ TEST(LibraryCandidatesTest, WinogradIsTheDefaultWhereItPays) {
     bool pays = c.name.starts_with("3x3 64 channels");
     EXPECT_EQ(isWinograd(candidates->front()), offered && pays)
         << c.name << ": " << candidates->front();
+    if (c.name.ends_with("ohwi weights"))
+      EXPECT_FALSE(offered) << c.name;
     bool shape = c.name.starts_with("3x3 ") || c.name.starts_with("residual") ||
                  c.name.starts_with("bf16");
     if (!shape)
