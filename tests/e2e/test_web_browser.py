@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -44,6 +45,13 @@ def browser():
     driver.quit()
 
 
+def waiter(browser, seconds):
+    """A wait that tries again when an element it found was replaced before
+    it was read: the live pages re-render their tables as events arrive."""
+    return WebDriverWait(browser, seconds,
+                         ignored_exceptions=(StaleElementReferenceException,))
+
+
 def script_errors(driver):
     return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
@@ -51,7 +59,7 @@ def script_errors(driver):
 def test_a_job_appears_and_finishes_live(flowc, tmp_path, browser):
     web = Web.of(flowc)
     browser.get(web.url_with_token)
-    wait = WebDriverWait(browser, 60)
+    wait = waiter(browser, 60)
     wait.until(lambda d: d.find_element(By.ID, "live").text == "live")
     browser.execute_script("window.flowcNoReload = 42;")
     model = save(make_models.make_cnn(np.random.default_rng(11)), tmp_path / "live.onnx")
@@ -80,8 +88,8 @@ def test_a_bad_models_job_page_names_the_node(flowc, tmp_path, browser):
     job = web.json("/api/jobs")["jobs"][-1]
     browser.get(f"{web.url_with_token}")
     browser.get(f"{web.base}/job.html?id={job['id']}")
-    error = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "error"))
-    WebDriverWait(browser, 30).until(lambda d: "conv0" in error.text)
+    error = waiter(browser, 30).until(lambda d: d.find_element(By.ID, "error"))
+    waiter(browser, 30).until(lambda d: "conv0" in error.text)
     assert "strides" in error.text
 
 
@@ -93,7 +101,7 @@ def test_the_cache_page_shows_the_clis_numbers(flowc, tmp_path, browser):
     cli = json.loads(flowc.run("cache", "stats", "--json").stdout)
     browser.get(web.url_with_token)
     browser.get(f"{web.base}/cache.html")
-    wait = WebDriverWait(browser, 30)
+    wait = waiter(browser, 30)
     wait.until(lambda d: d.find_element(By.ID, "bytes").get_attribute("data-value"))
     fields = {"bytes": "bytes", "max-bytes": "max_bytes", "blobs": "blobs",
               "actions": "actions", "hits": "hits", "misses": "misses",
@@ -115,7 +123,7 @@ def test_every_page_renders(flowc, tmp_path, browser):
     for page, element in [("workers.html", "local"), ("tuning.html", "nav"),
                           ("cache.html", "kinds"), ("", "jobs")]:
         browser.get(f"{web.base}/{page}")
-        WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, element))
+        waiter(browser, 30).until(lambda d: d.find_element(By.ID, element))
         banner = browser.find_elements(By.ID, "error-banner")
         assert not banner or not banner[0].text.strip(), (page, banner[0].text)
         assert not script_errors(browser), page
@@ -129,7 +137,7 @@ def test_the_model_page_draws_the_graph_and_opens_its_groups(flowc, tmp_path, br
                  tmp_path / "encoder.onnx")
     flowc.submit(model)
     browser.get(web.url_with_token)
-    wait = WebDriverWait(browser, 60)
+    wait = waiter(browser, 60)
     # From the jobs page's link, as a user would come.
     link = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs a.model"))[0]
     link.click()
