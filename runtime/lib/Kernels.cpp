@@ -547,7 +547,8 @@ bool canReorder(const dnnl::engine &engine, const memory::desc &from,
 }
 
 /// `candidate`'s convolution, nullopt when the library has no such
-/// implementation here. The default ("any", the library's first) is what
+/// implementation here (for Winograd, also when it cannot pack the graph's
+/// weights for it). The default ("any", the library's first) is what
 /// ran before search: blocked layouts with activation reorders; it throws
 /// dnnl::error when the library refuses the convolution.
 std::optional<ConvIterable> convCandidatePrimitive(const dnnl::engine &engine,
