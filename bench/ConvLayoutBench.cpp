@@ -146,11 +146,11 @@ int main(int argc, char **argv) {
     }
     std::printf("%-26s", shape.name);
     for (size_t c = 0; c < timed.size(); ++c) {
-      auto at = std::find(present.begin(), present.end(), timed[c]);
-      if (timed[c].empty() || at == present.end()) {
+      if (timed[c].empty()) {
         std::printf(" %-40s %8s", "(none on this CPU)", "-");
         continue;
       }
+      auto at = std::find(present.begin(), present.end(), timed[c]);
       int64_t ns = measured->timings[at - present.begin()].medianNs;
       bool isDefault = timed[c] == candidates->front();
       columns[c].sumMs += ns / 1e6;

@@ -275,6 +275,12 @@ struct Candidate {
   bool winograd = false;
 };
 
+/// Whether `a` and `b` ask for the same layout and algorithm (whatever
+/// their implementation and threads).
+bool isSameKind(const Candidate &a, const Candidate &b) {
+  return a.layout == b.layout && a.winograd == b.winograd;
+}
+
 std::string candidateText(const Candidate &candidate) {
   std::string text = "layout=" + candidate.layout;
   if (candidate.winograd)
@@ -1039,17 +1045,16 @@ bool isOlderIsaOf(const std::vector<Found> &found, const Candidate &kind,
                   std::string_view name) {
   auto family = [](std::string_view impl) { return impl.substr(0, impl.rfind(':')); };
   return std::any_of(found.begin(), found.end(), [&](const Found &other) {
-    return other.candidate.layout == kind.layout &&
-           other.candidate.winograd == kind.winograd && other.candidate.impl != name &&
+    return isSameKind(other.candidate, kind) && other.candidate.impl != name &&
            family(other.candidate.impl) == family(name);
   });
 }
 
 /// Adds `pd`'s implementations, in the library's order, as candidates of
-/// `kind`'s layout and algorithm: the first of each name (what selectImpl builds),
-/// reference implementations and older instruction sets of one found left out but for the
-/// default (always first, whatever the library picks), and none that repeats an earlier
-/// one.
+/// `kind`'s layout and algorithm: the first of each name (what selectImpl
+/// builds), reference implementations and older instruction sets of one
+/// found left out but for the default (always first, whatever the library
+/// picks), and none that repeats an earlier one.
 template <typename Desc, typename PrimitiveDesc>
 void addImplementations(std::vector<Found> &found, Iterable<Desc, PrimitiveDesc> &&made,
                         const Candidate &kind) {
@@ -1111,7 +1116,7 @@ std::vector<std::string> convCandidates(const dnnl::engine &engine,
   if (isWinogradShape(p))
     others.push_back(Candidate{"any", "", 0, true});
   for (const Candidate &other : others) {
-    if (other.layout == first.layout && other.winograd == first.winograd)
+    if (isSameKind(other, first))
       continue;
     if (auto pd = convCandidatePrimitive(engine, p, buffers, other))
       addImplementations(found, std::move(*pd), other);

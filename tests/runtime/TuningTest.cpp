@@ -175,6 +175,15 @@ KernelCase convCase(const std::string &name, const Conv2dParams &p) {
   return c;
 }
 
+/// `p` adding a residual and then ReLU (a clip to [0, inf)).
+Conv2dParams withResidualRelu(Conv2dParams p) {
+  p.hasResidual = 1;
+  p.activation = Activation::Clip;
+  p.alpha = floatParam(0.0f);
+  p.beta = floatParam(INFINITY);
+  return p;
+}
+
 std::vector<KernelCase> convCases() {
   std::vector<KernelCase> cases;
   cases.push_back(convCase("3x3 stride 1 pad 1 nchw",
@@ -190,22 +199,16 @@ std::vector<KernelCase> convCases() {
   depthwise.groups = 32;
   depthwise.weightLayout = ConvWeightLayout::Hwcm;
   cases.push_back(convCase("depthwise 3x3 nhwc", depthwise));
-  Conv2dParams residual = conv(1, 16, 16, 10, 3, 1, 1, ActivationLayout::Nhwc);
-  residual.hasResidual = 1;
-  residual.activation = Activation::Clip;
-  residual.alpha = floatParam(0.0f);
-  residual.beta = floatParam(INFINITY);
-  cases.push_back(convCase("residual + relu nhwc", residual));
+  cases.push_back(
+      convCase("residual + relu nhwc",
+               withResidualRelu(conv(1, 16, 16, 10, 3, 1, 1, ActivationLayout::Nhwc))));
   // Where the library's Winograd kernels pay (F(2x2,3x3) at batch 1,
   // F(4x4,3x3) above, on AVX-512): the default there.
   cases.push_back(convCase("3x3 64 channels nhwc",
                            conv(1, 64, 64, 14, 3, 1, 1, ActivationLayout::Nhwc)));
-  Conv2dParams wide = conv(4, 64, 64, 14, 3, 1, 1, ActivationLayout::Nhwc);
-  wide.hasResidual = 1;
-  wide.activation = Activation::Clip;
-  wide.alpha = floatParam(0.0f);
-  wide.beta = floatParam(INFINITY);
-  cases.push_back(convCase("3x3 64 channels batch 4 residual + relu", wide));
+  cases.push_back(
+      convCase("3x3 64 channels batch 4 residual + relu",
+               withResidualRelu(conv(4, 64, 64, 14, 3, 1, 1, ActivationLayout::Nhwc))));
   // OHWI weights (TOSA's order): the library cannot pack them for Winograd.
   Conv2dParams ohwi = conv(1, 64, 64, 14, 3, 1, 1, ActivationLayout::Nhwc);
   ohwi.weightLayout = ConvWeightLayout::Ohwi;
