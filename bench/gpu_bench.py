@@ -111,8 +111,8 @@ def main():
         print("gpu_bench: no NVIDIA GPU (nvidia-smi found none)", file=sys.stderr)
         return 5
     target = args.target or detected
-    print(f"GPU: {gpu} ({detected}); target {target}; fp32; generated kernels only "
-          "(no cuDNN/cuBLASLt yet)")
+    print(f"GPU: {gpu} ({detected}); target {target}; fp32; -O2: cuDNN, cuBLASLt and "
+          "flowc's kernels")
     root = pathlib.Path(args.keep or tempfile.mkdtemp(prefix="gpu-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     rows = []

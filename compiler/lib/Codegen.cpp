@@ -693,7 +693,10 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   CompilePlan plan;
   plan.weights = collectCodeWeights(*module);
   std::vector<LibraryKernel> libraryKernels = collectLibraryKernels(*module);
-  plan.weights.kernelWeights = collectKernelWeights(*module, libraryKernels);
+  // Weights packed at link time are in oneDNN's layouts, for the CPU; the
+  // GPU's kernels read the graph's and repack on the device.
+  if (!isCudaTarget(options.target))
+    plan.weights.kernelWeights = collectKernelWeights(*module, libraryKernels);
   plan.weights.librarySites = librarySitesOf(libraryKernels);
   uint64_t arenaBytes = plannedArenaBytes(*module);
   mlir::PassManager prepare(&context);

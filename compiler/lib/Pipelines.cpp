@@ -65,12 +65,12 @@ static_assert(std::size(kOptionalPasses) ==
                   static_cast<size_t>(OptionalPass::ParallelizeLoops) + 1,
               "one create function per OptionalPass");
 
-/// Whether `pass` is for the CPU only: the runtime's CPU library kernels
-/// (and the weight rewrite that pays only for them), and OpenMP loops.
+/// Whether `pass` is for the CPU only: the weight rewrite that pays only
+/// for oneDNN's kernels, and OpenMP loops. Library kernels are outlined
+/// for both: on a CUDA target they run in cuDNN, cuBLASLt and the
+/// runtime's own GPU kernels.
 bool cpuOnly(OptionalPass pass) {
-  return pass == OptionalPass::FoldInputScales ||
-         pass == OptionalPass::OutlineLibraryKernels ||
-         pass == OptionalPass::ParallelizeLoops;
+  return pass == OptionalPass::FoldInputScales || pass == OptionalPass::ParallelizeLoops;
 }
 
 /// Whether an optional pass runs: -O1 and up, unless disabled or not for

@@ -1,5 +1,8 @@
 #include "flowc/runtime/BuildInfo.h"
 
+#include "Gpu.h"
+#include "gpu/LibraryKernels.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <sstream>
@@ -63,6 +66,21 @@ Status bf16KernelsSupported() {
                        "--precision fp32");
 }
 
+namespace {
+
+/// The CUDA libraries the library kernels of CUDA code open and the GPU
+/// sessions run on, or why there are none.
+std::string cudaText() {
+  Expected<std::string> libraries = gpu::libraryVersions();
+  Expected<GpuDevice> device = openGpu();
+  return (libraries ? *libraries
+                    : "no cuDNN/cuBLASLt (" + libraries.status().message() + ")") +
+         "; GPU: " +
+         (device ? device->description() : "none (" + device.status().message() + ")");
+}
+
+} // namespace
+
 std::string versionText(const std::string &program) {
   const dnnl_version_t *dnnl = dnnl_version();
   std::ostringstream out;
@@ -72,7 +90,7 @@ std::string versionText(const std::string &program) {
       << "oneDNN: " << dnnl->major << "." << dnnl->minor << "." << dnnl->patch
       << (std::string(dnnl->hash) == "N/A" ? "" : std::string(" (") + dnnl->hash + ")")
       << ", CPU ISA " << cpuIsaName() << "\n"
-      << "CUDA: not built (no CUDA backend in this build)\n";
+      << "CUDA: " << cudaText() << "\n";
   return out.str();
 }
 

@@ -1,5 +1,6 @@
 #include "Gpu.h"
 #include "flowc/runtime/GpuAbi.h"
+#include "gpu/LibraryKernels.h"
 #include "flowc/runtime/KernelAbi.h"
 
 #include <spdlog/spdlog.h>
@@ -265,11 +266,45 @@ struct GpuCode {
   int64_t capability = 0;
   /// flowc_arena_bytes, 0 when the code has no arena.
   uint64_t arenaBytes = 0;
+  /// The library kernels' table and context slot (KernelAbi.h), null when
+  /// the code calls none; the kinds it calls and its number of call sites.
+  void **kernelTable = nullptr;
+  void **kernelContext = nullptr;
+  int64_t kernelKinds = 0;
+  int64_t kernelSites = 0;
 };
 
+/// Reads the library-kernel symbols of `library` into `code`: DataLoss when
+/// one is missing, FailedPrecondition for another kernel ABI.
+Status readKernelSymbols(void *library, const std::string &path, GpuCode &code) {
+  code.kernelTable = static_cast<void **>(dlsym(library, kKernelTableSymbol));
+  if (!code.kernelTable)
+    return Status::ok();
+  code.kernelContext = static_cast<void **>(dlsym(library, kKernelContextSymbol));
+  auto *kinds = static_cast<const int64_t *>(dlsym(library, kKernelKindsSymbol));
+  auto *sites = static_cast<const int64_t *>(dlsym(library, kKernelSitesSymbol));
+  auto *abi = static_cast<const int64_t *>(dlsym(library, kKernelAbiSymbol));
+  if (!code.kernelContext || !kinds || !sites || !abi)
+    return dataLoss("'" + path + "': CUDA code with library kernels lacks one of " +
+                    kKernelContextSymbol + ", " + kKernelKindsSymbol + ", " +
+                    kKernelSitesSymbol + " and " + kKernelAbiSymbol);
+  if (*abi != kKernelAbiVersion)
+    return failedPrecondition("'" + path + "' was compiled for kernel ABI " +
+                              std::to_string(*abi) + ", this runtime has " +
+                              std::to_string(kKernelAbiVersion) +
+                              ": compile the model again with this flowc");
+  if (*kinds < 0 || *kinds >= (int64_t{1} << kKernelKindCount) || *sites < 0)
+    return dataLoss("'" + path + "': CUDA code declares library kernel kinds " +
+                    std::to_string(*kinds) + " and " + std::to_string(*sites) +
+                    " sites, which no compile writes");
+  code.kernelKinds = *kinds;
+  code.kernelSites = *sites;
+  return Status::ok();
+}
+
 /// Reads the GPU symbols of CUDA code `library` (of `path`) and checks what
-/// needs no device: DataLoss when one is missing, Unimplemented for library
-/// kernels, FailedPrecondition for another GPU ABI.
+/// needs no device: DataLoss when one is missing, FailedPrecondition for
+/// another GPU or kernel ABI.
 Expected<GpuCode> readGpuCode(void *library, const std::string &path) {
   GpuCode code;
   code.table = static_cast<GpuSlot *>(dlsym(library, kGpuTableSymbol));
@@ -281,10 +316,6 @@ Expected<GpuCode> readGpuCode(void *library, const std::string &path) {
     return dataLoss("'" + path + "': CUDA code lacks one of " + kGpuTableSymbol + ", " +
                     kGpuLoadSymbol + ", " + kGpuUnloadSymbol + ", " +
                     kGpuCapabilitySymbol + " and " + kGpuAbiSymbol);
-  if (dlsym(library, kKernelTableSymbol))
-    return unimplemented("'" + path +
-                         "' is CUDA code that calls library kernels, which this "
-                         "runtime has only for CPU code");
   if (*abi != kGpuAbiVersion)
     return failedPrecondition("'" + path + "' was compiled for GPU ABI " +
                               std::to_string(*abi) + ", this runtime has " +
@@ -293,6 +324,7 @@ Expected<GpuCode> readGpuCode(void *library, const std::string &path) {
   code.capability = *capability;
   if (auto *bytes = static_cast<const uint64_t *>(dlsym(library, kArenaBytesSymbol)))
     code.arenaBytes = *bytes;
+  FLOWC_RETURN_IF_ERROR(readKernelSymbols(library, path, code));
   return code;
 }
 
@@ -347,6 +379,10 @@ Expected<GpuDevice> openGpu() {
 
 bool isGpuCode(void *library) { return dlsym(library, kGpuTableSymbol) != nullptr; }
 
+namespace {
+class SessionServices;
+} // namespace
+
 /// A session's device state. Every driver call that needs the session's
 /// context runs inside an ActiveGpu scope.
 class GpuContext {
@@ -368,8 +404,18 @@ public:
              const std::function<void(void **)> &callEntry);
   uint64_t arenaBytes() const { return arenaBytes_; }
 
-  // The table functions' work (GpuAbi.h). Errors are kept as the run's.
+  // The table functions' work (GpuAbi.h), and the library kernels'
+  // (LibraryKernels.h). Errors are kept as the run's.
   void *loadModule(void *data, uint64_t bytes);
+  /// Loads `image` (a cubin or fat binary of the runtime's), `what` for
+  /// messages.
+  void *loadImage(const void *image, const std::string &what);
+  /// Device memory that lives as long as the session.
+  void *allocateLasting(uint64_t bytes, const std::string &what);
+  /// Keeps the first failure of the run: it caused the rest.
+  void fail(Status status);
+  bool failed() const { return !failure_.isOk(); }
+  const GpuDevice &device() const { return gpu_.device; }
   void unloadModule(CUmodule module);
   void *moduleFunction(CUmodule module, const char *name);
   void launch(const KernelLaunch &launch);
@@ -384,8 +430,6 @@ public:
   void restoreCurrent(CUcontext previous);
 
 private:
-  /// Keeps the first failure of the run: it caused the rest.
-  void fail(Status status);
   /// Keeps `call`'s failure; whether it succeeded.
   bool record(CUresult result, const std::string &call);
   /// The failure kept since the last call (OK if none), and forgets it.
@@ -430,11 +474,44 @@ private:
   void *staging_[2] = {nullptr, nullptr};
   uint64_t stagingBytes_ = 0;
   int nextStaging_ = 0;
+  /// The library kernels of code that calls them, and what they call back.
+  std::unique_ptr<SessionServices> services_;
+  gpu::LibraryKernelsPtr libraryKernels_;
 };
 
 void GpuContextDeleter::operator()(GpuContext *context) const { delete context; }
 
 namespace {
+
+/// What a session's library kernels need of it (LibraryKernels.h).
+class SessionServices final : public gpu::DeviceServices {
+public:
+  explicit SessionServices(GpuContext &gpu) : gpu_(gpu) {}
+  void *stream() const override { return gpu_.stream(); }
+  void *allocate(uint64_t bytes, const std::string &what) override {
+    return gpu_.allocateLasting(bytes, what);
+  }
+  void *loadModule(const void *image, const std::string &what) override {
+    return gpu_.loadImage(image, what);
+  }
+  void *moduleFunction(void *module, const char *name) override {
+    return gpu_.moduleFunction(static_cast<CUmodule>(module), name);
+  }
+  void launch(void *function, uint64_t blocks, uint64_t threads, void **params) override {
+    gpu_.launch({static_cast<CUfunction>(function),
+                 {static_cast<int64_t>(blocks), 1, 1},
+                 {static_cast<int64_t>(threads), 1, 1},
+                 0,
+                 params,
+                 nullptr});
+  }
+  void fail(Status status) override { gpu_.fail(std::move(status)); }
+  bool failed() const override { return gpu_.failed(); }
+  std::string label() const override { return gpu_.device().label(); }
+
+private:
+  GpuContext &gpu_;
+};
 
 /// The GPU session whose load, run or unload is in progress on this thread:
 /// the table's functions have no other way to find it.
@@ -490,6 +567,7 @@ GpuContext::~GpuContext() {
       warnIfFailed(driver_.streamSynchronize(stream_), "cuStreamSynchronize");
     if (loaded_)
       unload_();
+    libraryKernels_.reset();
     if (Status failure = takeFailure(); !failure.isOk())
       spdlog::warn("unloading the kernels of '{}': {}", path_, failure.message());
     for (CUmodule module : modules_)
@@ -628,6 +706,14 @@ Status GpuContext::load(const GpuCode &code) {
   unload_ = code.unload;
   ActiveGpu active(*this);
   FLOWC_RETURN_IF_ERROR(takeFailure());
+  if (code.kernelTable) {
+    services_ = std::make_unique<SessionServices>(*this);
+    FLOWC_ASSIGN_OR_RETURN(
+        libraryKernels_,
+        gpu::openLibraryKernels(*services_, code.kernelKinds, code.kernelSites, path_));
+    FLOWC_RETURN_IF_ERROR(takeFailure());
+    gpu::fillKernelTable(*libraryKernels_, code.kernelTable, code.kernelContext);
+  }
   loaded_ = true;
   code.load();
   return takeFailure().withContext("loading the kernels of '" + path_ + "' on " +
@@ -641,6 +727,25 @@ void *GpuContext::loadModule(void *data, uint64_t bytes) {
     return nullptr;
   modules_.insert(module);
   return module;
+}
+
+void *GpuContext::loadImage(const void *image, const std::string &what) {
+  CUmodule module = nullptr;
+  if (!record(driver_.moduleLoadData(&module, image), "cuModuleLoadData of " + what))
+    return nullptr;
+  modules_.insert(module);
+  return module;
+}
+
+void *GpuContext::allocateLasting(uint64_t bytes, const std::string &what) {
+  if (!failure_.isOk())
+    return nullptr;
+  Expected<std::vector<CUdeviceptr>> block = allocateBlock({bytes}, what);
+  if (!block) {
+    fail(block.status());
+    return nullptr;
+  }
+  return hostView((*block)[0]);
 }
 
 void GpuContext::unloadModule(CUmodule module) {

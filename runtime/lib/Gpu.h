@@ -53,13 +53,15 @@ using GpuContextPtr = std::unique_ptr<GpuContext, GpuContextDeleter>;
 
 /// Prepares CUDA code `library` of `artifact` to run on device 0: checks
 /// its GPU ABI and capability, fills its function table and loads its
-/// kernels, uploads the weights (through fixed-size pinned staging, so host
-/// memory does not grow with them) and allocates the arena and the input
-/// and output buffers on the device. DataLoss when the code lacks a GPU
-/// symbol, Unimplemented when it also has library kernels,
-/// FailedPrecondition for another GPU ABI or another capability than the
-/// device's, Unavailable without a GPU, ResourceExhausted when device
-/// memory runs out, Internal for other CUDA errors.
+/// kernels, opens its library kernels (cuDNN, cuBLASLt: gpu/LibraryKernels.h)
+/// if it calls any, uploads the weights (through fixed-size pinned staging,
+/// so host memory does not grow with them) and allocates the arena and the
+/// input and output buffers on the device. DataLoss when the code lacks a
+/// GPU symbol, FailedPrecondition for another GPU or kernel ABI or another
+/// capability than the device's, Unavailable without a GPU or the CUDA
+/// libraries, Unimplemented when this runtime was built without them,
+/// ResourceExhausted when device memory runs out, Internal for other CUDA
+/// errors.
 Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact);
 
 /// Bytes of the activation arena `gpu` holds on the device (0: none).

@@ -1,7 +1,9 @@
 // The cuda targets without a GPU: a compile produces host code that embeds
 // one cubin per loop kernel, assembled by the toolkit's ptxas for the
 // target's chip (so the PTX LLVM wrote is checked by NVIDIA's assembler),
-// and loading that code runs nothing until a session sets up a GPU.
+// and loading that code runs nothing until a session sets up a GPU. From
+// -O1 the heavy ops are library kernels (cuDNN, cuBLASLt, the runtime's),
+// called through the kernel table a session fills.
 #include "flowc/compiler/Compiler.h"
 
 #include "../common/OnnxTestBuilder.h"
@@ -9,6 +11,7 @@
 #include "ImportBytes.h"
 
 #include "flowc/runtime/GpuAbi.h"
+#include "flowc/runtime/KernelAbi.h"
 
 #include <cstring>
 #include <dlfcn.h>
@@ -63,6 +66,8 @@ TEST_P(CudaCodegenTest, EachKernelIsACubinForTheChipAndLoadingRunsNothing) {
   Target target = GetParam();
   CompileOptions options;
   options.target = target;
+  // Every op in generated kernels: -O0 outlines no library kernel.
+  options.optLevel = 0;
   if (Status toolkit = options.validate(); !toolkit.isOk())
     GTEST_SKIP() << "no CUDA toolkit in this build: " << toolkit.toString();
   std::string bytes = convPoolSoftmaxModel();
@@ -108,6 +113,56 @@ INSTANTIATE_TEST_SUITE_P(Chips, CudaCodegenTest,
                          [](const ::testing::TestParamInfo<Target> &info) {
                            return cudaChip(info.param);
                          });
+
+// From -O1 the convolution, the pooling and the softmax are library
+// kernels: the code calls them through its kernel table (null until a
+// session fills it) and declares their kinds; what is left is loop kernels,
+// each a cubin for the chip.
+TEST(CudaCodegenLibraryTest, HeavyOpsAreLibraryKernels) {
+  CompileOptions options;
+  options.target = Target::CudaSm90;
+  if (Status toolkit = options.validate(); !toolkit.isOk())
+    GTEST_SKIP() << "no CUDA toolkit in this build: " << toolkit.toString();
+  auto graph = importBytes(convPoolSoftmaxModel(), "conv.onnx");
+  ASSERT_TRUE(graph) << graph.status().toString();
+  TempDir dir;
+  CompileReport report;
+  auto code = compileToSharedObject(graph->irBytecode, options, dir.path(), &report);
+  ASSERT_TRUE(code) << code.status().toString();
+  EXPECT_EQ(embeddedCubinChips(*code).size(), static_cast<size_t>(report.loopKernels));
+  // Weights packed at link time are oneDNN's, for the CPU only.
+  EXPECT_TRUE(report.weights.kernelWeights.empty());
+  ASSERT_EQ(report.weights.librarySites.size(), 3u);
+  std::vector<runtime::KernelKind> kinds;
+  for (const LibrarySite &site : report.weights.librarySites)
+    kinds.push_back(static_cast<runtime::KernelKind>(site.kind));
+  EXPECT_THAT(kinds, ::testing::ElementsAre(runtime::KernelKind::Conv2d,
+                                            runtime::KernelKind::Pool2d,
+                                            runtime::KernelKind::Softmax));
+
+  std::string path = dir.path() + "/cuda.so";
+  std::ofstream(path, std::ios::binary) << *code;
+  void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto symbol = [&](const char *name) {
+    return static_cast<const int64_t *>(dlsym(library, name));
+  };
+  ASSERT_NE(symbol(runtime::kKernelKindsSymbol), nullptr);
+  EXPECT_EQ(*symbol(runtime::kKernelKindsSymbol),
+            (1 << static_cast<int>(runtime::KernelKind::Conv2d)) |
+                (1 << static_cast<int>(runtime::KernelKind::Pool2d)) |
+                (1 << static_cast<int>(runtime::KernelKind::Softmax)));
+  ASSERT_NE(symbol(runtime::kKernelSitesSymbol), nullptr);
+  EXPECT_EQ(*symbol(runtime::kKernelSitesSymbol), 3);
+  ASSERT_NE(symbol(runtime::kKernelAbiSymbol), nullptr);
+  EXPECT_EQ(*symbol(runtime::kKernelAbiSymbol), runtime::kKernelAbiVersion);
+  auto *table = static_cast<void **>(dlsym(library, runtime::kKernelTableSymbol));
+  ASSERT_NE(table, nullptr);
+  for (int64_t kind = 0; kind < runtime::kKernelKindCount; ++kind)
+    EXPECT_EQ(table[kind], nullptr) << kind;
+  EXPECT_NE(dlsym(library, runtime::kGpuTableSymbol), nullptr);
+  dlclose(library);
+}
 
 TEST(CudaTargetTest, NamesParseAndPrintBothWays) {
   EXPECT_EQ(*parseTarget("cuda"), Target::CudaSm90);

@@ -53,9 +53,14 @@ def models(tmp_path):
 def test_compiles_for_each_chip_and_says_what_it_is_for(flowc, models, tmp_path, target):
     path, _ = models["cnn"]
     artifact = tmp_path / "cnn.fca"
-    result = flowc.submit(path, artifact, "--target", target)
+    # -O0: every op a generated kernel, each assembled by ptxas.
+    result = flowc.submit(path, artifact, "--target", target, "-O0")
     assert result["cache"] == "miss"
     assert result["kernels_compiled"] >= 5
+    # From -O1 convolutions, products, pooling and softmax are library
+    # kernels: fewer generated ones remain.
+    library = flowc.submit(path, tmp_path / "library.fca", "--target", target)
+    assert 1 <= library["kernels_compiled"] < result["kernels_compiled"]
     inspected = flowc.run("inspect", artifact).stdout
     chip = "sm_90" if target == "cuda" else target.split(":")[1]
     assert f"target=cuda:{chip}" in inspected
@@ -106,14 +111,17 @@ def test_an_unknown_chip_is_a_usage_error(flowc, models, tmp_path):
     assert "cuda:sm_90" in ran.stderr
 
 
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
 @pytest.mark.parametrize("model", ["cnn", "encoder"])
-def test_on_the_gpu_results_match_onnxruntime(flowc, models, tmp_path, model):
+def test_on_the_gpu_results_match_onnxruntime(flowc, models, tmp_path, model, opt):
+    """-O0: generated kernels only; -O2: cuDNN, cuBLASLt and the runtime's
+    kernels for the heavy ops."""
     target, why_not = device_target()
     if target is None:
         pytest.skip(why_not)
     path, inputs = models[model]
     artifact = tmp_path / f"{model}.fca"
-    flowc.submit(path, artifact, "--target", target)
+    flowc.submit(path, artifact, "--target", target, opt)
     ours = flowc.execute(artifact, inputs)
     expected = onnxruntime_outputs(path, inputs)
     for name, value in expected.items():

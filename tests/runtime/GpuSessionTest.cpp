@@ -6,6 +6,8 @@
 // saying why, on a machine without one.
 #include "Gpu.h"
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/KernelAbi.h"
+#include "gpu/LibraryKernels.h"
 #include "flowc/runtime/GpuAbi.h"
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tensor.h"
@@ -81,8 +83,12 @@ constexpr const char *kAddPtx[] = {
 struct CudaCode {
   int64_t capability = 90;
   int64_t abi = kGpuAbiVersion;
-  /// Also defines flowc_kernel_table, as CPU code with library kernels does.
+  /// Also defines flowc_kernel_table, and none of the other library-kernel
+  /// symbols.
   bool libraryKernels = false;
+  /// Nonzero: defines every library-kernel symbol (KernelAbi.h), with this
+  /// kernel ABI version, for one softmax site.
+  int64_t kernelAbi = 0;
   /// Leaves out flowc_gpu_load.
   bool withoutLoad = false;
   /// Launches a grid of 0 blocks, which CUDA cannot.
@@ -115,7 +121,14 @@ std::string cudaSource(const CudaCode &code) {
             "Slot flowc_gpu_table[10];\n"
          << "const int64_t flowc_gpu_capability = " << code.capability << ";\n"
          << "const int64_t flowc_gpu_abi = " << code.abi << ";\n"
-         << (code.libraryKernels ? "void *flowc_kernel_table[8];\n" : "")
+         << (code.libraryKernels || code.kernelAbi ? "void *flowc_kernel_table[8];\n"
+                                                   : "")
+         << (code.kernelAbi ? "void *flowc_kernel_context;\n"
+                              "const int64_t flowc_kernel_kinds = 8;\n"
+                              "const int64_t flowc_kernel_sites = 1;\n"
+                              "const int64_t flowc_kernel_abi = " +
+                                  std::to_string(code.kernelAbi) + ";\n"
+                            : "")
          << "void (*flowc_profile_hook)(int64_t);\n"
             "const char flowc_profile_calls[] = "
             "\"[{\\\"kernel\\\":\\\"add\\\",\\\"nodes\\\":[0]}]\";\n"
@@ -270,13 +283,53 @@ TEST(GpuSessionTest, CudaCodeOfAnotherGpuAbiIsRefused) {
                        "model again"));
 }
 
-// CUDA code that calls library kernels is not something this runtime runs.
-TEST(GpuSessionTest, CudaCodeWithLibraryKernelsIsUnimplemented) {
+// CUDA code with part of the library-kernel contract is damaged: refused
+// before any device is touched.
+TEST(GpuSessionTest, CudaCodeWithPartOfTheKernelContractIsDataLoss) {
   TempDir dir;
   auto artifact = cudaArtifact(dir, {.libraryKernels = true});
   ASSERT_TRUE(artifact) << artifact.status().toString();
   EXPECT_THAT(Session::create(*artifact),
-              StatusIs(StatusCode::Unimplemented, "calls library kernels"));
+              StatusIs(StatusCode::DataLoss, "library kernels lacks one of "
+                                             "flowc_kernel_context"));
+}
+
+// Library-kernel parameters of another ABI would be read wrongly: refused,
+// on any machine, with what to do.
+TEST(GpuSessionTest, CudaCodeOfAnotherKernelAbiIsRefused) {
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {.kernelAbi = kKernelAbiVersion + 1});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(Session::create(*artifact),
+              StatusIs(StatusCode::FailedPrecondition,
+                       "was compiled for kernel ABI " +
+                           std::to_string(kKernelAbiVersion + 1) + ", this runtime has " +
+                           std::to_string(kKernelAbiVersion)));
+}
+
+// Code with the whole contract gets as far as the device: without one it
+// fails like any CUDA code, in one line.
+TEST(GpuSessionTest, CudaCodeWithLibraryKernelsNeedsAGpu) {
+  if (Expected<GpuDevice> device = openGpu())
+    GTEST_SKIP() << "a GPU is present: " << device->description();
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {.kernelAbi = kKernelAbiVersion});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(Session::create(*artifact),
+              StatusIs(StatusCode::Unavailable, "is CUDA code for sm_90 and needs an "
+                                                "NVIDIA GPU"));
+}
+
+// cuDNN and cuBLASLt open and name their versions without a GPU: the
+// dlopen binding of every function the library kernels call is checked
+// here, where the kernels themselves cannot run.
+TEST(GpuLibraryTest, CudnnAndCublasLtOpenWithoutAGpu) {
+  Expected<std::string> versions = gpu::libraryVersions();
+  if (!versions && versions.status().code() != StatusCode::Unavailable)
+    GTEST_SKIP() << versions.status().message();
+  ASSERT_TRUE(versions) << versions.status().toString();
+  EXPECT_THAT(*versions, ::testing::MatchesRegex("cuDNN 9\\.[0-9]+\\.[0-9]+, cuBLASLt "
+                                                 "1[0-9]\\.[0-9]+\\.[0-9]+"));
 }
 
 // CUDA code lacking part of the contract is damaged, not run half-bound.

@@ -90,7 +90,8 @@ Expected<std::vector<Tunable>> tunablesOf(const compiler::CompilePlan &plan,
   };
   for (const compiler::LibrarySite &site : plan.weights.librarySites) {
     auto kind = static_cast<runtime::KernelKind>(site.kind);
-    if (!runtime::isTunable(kind))
+    // The candidates are oneDNN's, measured on the CPU: not a GPU's.
+    if (!runtime::isTunable(kind) || isCudaTarget(options.target))
       continue;
     if (Tunable *same = entry(librarySignature(site), libraryVersions())) {
       same->sites.push_back(site.site);

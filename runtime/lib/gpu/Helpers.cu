@@ -1,0 +1,200 @@
+// The runtime's own CUDA kernels: what surrounds the cuDNN and cuBLASLt
+// calls of library kernels (layout changes, epilogues the libraries do not
+// fuse) and the kernels no library call fits (pooling of any layout, and
+// softmax and layer normalization fused into one pass per row). Built by
+// nvcc into a fat binary for every supported architecture, embedded in the
+// runtime and loaded into a session's context with its first library
+// kernel. Arguments: HelperAbi.h.
+#include "HelperAbi.h"
+
+#include <cfloat>
+#include <cstdint>
+
+using namespace flowc::runtime::gpu;
+
+namespace {
+
+// KernelAbi.h's Activation values.
+enum : int64_t {
+  kNone = 0,
+  kClip = 1,
+  kSigmoid = 2,
+  kTanh = 3,
+  kSwish = 4,
+  kHardSwish = 5,
+  kGeluErf = 6,
+  kGeluTanh = 7,
+};
+
+__device__ float activate(float x, int64_t activation, float alpha, float beta) {
+  switch (activation) {
+  case kClip:
+    return fminf(fmaxf(x, alpha), beta);
+  case kSigmoid:
+    return 1.0f / (1.0f + expf(-x));
+  case kTanh:
+    return tanhf(x);
+  case kSwish:
+    return x / (1.0f + expf(-x));
+  case kHardSwish:
+    return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
+  case kGeluErf:
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  case kGeluTanh:
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  default:
+    return x;
+  }
+}
+
+/// The coordinates of element `linear` of `shape`, row-major.
+__device__ void coordinates(int64_t linear, const Index4 &shape, int64_t at[4]) {
+  for (int d = 3; d >= 0; --d) {
+    at[d] = linear % shape.dims[d];
+    linear /= shape.dims[d];
+  }
+}
+
+__device__ int64_t offset(const int64_t at[4], const Index4 &strides) {
+  return at[0] * strides.dims[0] + at[1] * strides.dims[1] + at[2] * strides.dims[2] +
+         at[3] * strides.dims[3];
+}
+
+__device__ int64_t elements(const Index4 &shape) {
+  return shape.dims[0] * shape.dims[1] * shape.dims[2] * shape.dims[3];
+}
+
+/// Sum (or maximum) over the block of each thread's `value`; every thread
+/// gets the result. `shared` holds one float per warp.
+template <bool Maximum> __device__ float blockReduce(float value, float *shared) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = Maximum ? fmaxf(value, other) : value + other;
+  }
+  int warp = threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  __syncthreads(); // `shared` may still be read by a previous reduction
+  if (lane == 0)
+    shared[warp] = value;
+  __syncthreads();
+  int warps = blockDim.x / 32;
+  value = lane < warps ? shared[lane] : (Maximum ? -FLT_MAX : 0.0f);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = Maximum ? fmaxf(value, other) : value + other;
+  }
+  return value;
+}
+
+} // namespace
+
+extern "C" __global__ void flowc_gather(GatherArgs a) {
+  int64_t total = elements(a.shape);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t at[4];
+    coordinates(i, a.shape, at);
+    a.out[offset(at, a.outStrides)] = a.in[offset(at, a.inStrides)];
+  }
+}
+
+extern "C" __global__ void flowc_epilogue(EpilogueArgs a) {
+  int64_t total = elements(a.shape);
+  float alpha = static_cast<float>(a.alpha);
+  float beta = static_cast<float>(a.beta);
+  float scale = static_cast<float>(a.scale);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t at[4];
+    coordinates(i, a.shape, at);
+    int64_t out = offset(at, a.outStrides);
+    float value = a.in[offset(at, a.inStrides)];
+    if (a.bias)
+      value += a.bias[at[a.channelAxis]];
+    if (a.residual)
+      value += a.residual[out];
+    if (a.hasScale)
+      value *= scale;
+    if (a.mask)
+      value += a.mask[offset(at, a.maskStrides)];
+    a.out[out] = activate(value, a.activation, alpha, beta);
+  }
+}
+
+extern "C" __global__ void flowc_pool2d(PoolArgs a) {
+  int64_t total = elements(a.outShape);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t at[4];
+    coordinates(i, a.outShape, at);
+    int64_t top = at[2] * a.strideH - a.padTop;
+    int64_t left = at[3] * a.strideW - a.padLeft;
+    int64_t h0 = max(top, int64_t(0)), h1 = min(top + a.kernelH, a.inShape.dims[2]);
+    int64_t w0 = max(left, int64_t(0)), w1 = min(left + a.kernelW, a.inShape.dims[3]);
+    const float *plane = a.in + at[0] * a.inStrides.dims[0] + at[1] * a.inStrides.dims[1];
+    float result = a.average ? 0.0f : -FLT_MAX;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) {
+        float x = plane[h * a.inStrides.dims[2] + w * a.inStrides.dims[3]];
+        result = a.average ? result + x : fmaxf(result, x);
+      }
+    int64_t count = (h1 - h0) * (w1 - w0);
+    if (a.average)
+      result = count > 0 ? result / static_cast<float>(count) : 0.0f;
+    a.out[offset(at, a.outStrides)] = result;
+  }
+}
+
+extern "C" __global__ void flowc_softmax(RowArgs a) {
+  __shared__ float shared[32];
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float *in = a.in + row * a.channels;
+    float *out = a.out + row * a.channels;
+    float largest = -FLT_MAX;
+    for (int64_t c = threadIdx.x; c < a.channels; c += blockDim.x)
+      largest = fmaxf(largest, in[c]);
+    largest = blockReduce<true>(largest, shared);
+    float sum = 0.0f;
+    for (int64_t c = threadIdx.x; c < a.channels; c += blockDim.x) {
+      float e = expf(in[c] - largest);
+      out[c] = e;
+      sum += e;
+    }
+    sum = blockReduce<false>(sum, shared);
+    float inverse = 1.0f / sum;
+    // Each thread rescales the values it wrote itself.
+    for (int64_t c = threadIdx.x; c < a.channels; c += blockDim.x)
+      out[c] *= inverse;
+  }
+}
+
+extern "C" __global__ void flowc_layernorm(RowArgs a) {
+  __shared__ float shared[32];
+  float count = static_cast<float>(a.channels);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float *in = a.in + row * a.channels;
+    float *out = a.out + row * a.channels;
+    // Two passes over the row (it is in cache for the second): the mean,
+    // then the variance around it, which a sum of squares would lose to
+    // cancellation.
+    float sum = 0.0f;
+    for (int64_t c = threadIdx.x; c < a.channels; c += blockDim.x)
+      sum += in[c];
+    float mean = blockReduce<false>(sum, shared) / count;
+    float squares = 0.0f;
+    for (int64_t c = threadIdx.x; c < a.channels; c += blockDim.x) {
+      float centered = in[c] - mean;
+      squares += centered * centered;
+    }
+    float variance = blockReduce<false>(squares, shared) / count;
+    float inverse = rsqrtf(variance + static_cast<float>(a.epsilon));
+    for (int64_t c = threadIdx.x; c < a.channels; c += blockDim.x) {
+      float value = (in[c] - mean) * inverse;
+      if (a.scale)
+        value *= a.scale[c];
+      if (a.shift)
+        value += a.shift[c];
+      out[c] = value;
+    }
+  }
+}

@@ -1,0 +1,1042 @@
+// Library kernels on the device: LibraryKernels.h. Built with the CUDA
+// toolkit's headers (cudnn.h, cublasLt.h) and nvcc (Helpers.cu); without
+// them openLibraryKernels says so.
+#include "LibraryKernels.h"
+
+#include "flowc/runtime/KernelAbi.h"
+
+#ifdef FLOWC_HAVE_CUDA_LIBRARIES
+
+#include "HelperAbi.h"
+
+#include <cublasLt.h>
+#include <cudnn.h>
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+/// The fat binary of Helpers.cu (every supported architecture), embedded
+/// by Helpers.S.
+extern "C" const unsigned char flowc_gpu_helpers[];
+
+namespace flowc::runtime::gpu {
+
+namespace {
+
+/// Where the configure step found the toolkit's libraries, for a machine
+/// whose loader does not know that directory.
+constexpr const char *kLibraryDir = FLOWC_CUDA_LIBRARY_DIR;
+constexpr const char *kCudnnLibrary = "libcudnn.so.9";
+constexpr const char *kCublasLtLibrary = "libcublasLt.so.13";
+/// The workspace every cuBLASLt product may use (the size NVIDIA suggests
+/// for Hopper); cuDNN plans get what they ask for.
+constexpr uint64_t kMatMulWorkspaceBytes = uint64_t{32} << 20;
+
+#define FLOWC_LIBRARY_FUNCTION(name) decltype(&::name) name = nullptr
+
+/// The cuDNN and cuBLASLt functions the kernels call.
+struct Libraries {
+  FLOWC_LIBRARY_FUNCTION(cudnnGetVersion);
+  FLOWC_LIBRARY_FUNCTION(cudnnGetErrorString);
+  FLOWC_LIBRARY_FUNCTION(cudnnGetLastErrorString);
+  FLOWC_LIBRARY_FUNCTION(cudnnCreate);
+  FLOWC_LIBRARY_FUNCTION(cudnnDestroy);
+  FLOWC_LIBRARY_FUNCTION(cudnnSetStream);
+  FLOWC_LIBRARY_FUNCTION(cudnnBackendCreateDescriptor);
+  FLOWC_LIBRARY_FUNCTION(cudnnBackendDestroyDescriptor);
+  FLOWC_LIBRARY_FUNCTION(cudnnBackendFinalize);
+  FLOWC_LIBRARY_FUNCTION(cudnnBackendSetAttribute);
+  FLOWC_LIBRARY_FUNCTION(cudnnBackendGetAttribute);
+  FLOWC_LIBRARY_FUNCTION(cudnnBackendExecute);
+  FLOWC_LIBRARY_FUNCTION(cublasLtGetVersion);
+  FLOWC_LIBRARY_FUNCTION(cublasLtGetStatusString);
+  FLOWC_LIBRARY_FUNCTION(cublasLtCreate);
+  FLOWC_LIBRARY_FUNCTION(cublasLtDestroy);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmul);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulDescCreate);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulDescDestroy);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulDescSetAttribute);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatrixLayoutCreate);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatrixLayoutDestroy);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatrixLayoutSetAttribute);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulPreferenceCreate);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulPreferenceDestroy);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulPreferenceSetAttribute);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulAlgoGetHeuristic);
+  std::string versions;
+};
+
+#undef FLOWC_LIBRARY_FUNCTION
+
+/// `soname` through the loader's search path, then in the toolkit's
+/// directory; Unavailable with dlerror's reason.
+Expected<void *> openLibrary(const char *soname) {
+  if (void *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL))
+    return library;
+  std::string reason = dlerror();
+  std::string path = std::string(kLibraryDir) + "/" + soname;
+  if (void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))
+    return library;
+  return unavailable(std::string(soname) + " cannot be loaded (" + reason +
+                     "; nor from " + kLibraryDir + ")");
+}
+
+template <typename Function>
+void bindSymbol(void *library, Function &slot, const char *name,
+                std::vector<std::string> &missing) {
+  slot = reinterpret_cast<Function>(dlsym(library, name));
+  if (!slot)
+    missing.push_back(name);
+}
+
+#define FLOWC_BIND(library, name) bindSymbol(library, libraries.name, #name, missing)
+
+Expected<Libraries> loadLibraries() {
+  FLOWC_ASSIGN_OR_RETURN(void *cudnn, openLibrary(kCudnnLibrary));
+  FLOWC_ASSIGN_OR_RETURN(void *cublasLt, openLibrary(kCublasLtLibrary));
+  Libraries libraries;
+  std::vector<std::string> missing;
+  FLOWC_BIND(cudnn, cudnnGetVersion);
+  FLOWC_BIND(cudnn, cudnnGetErrorString);
+  FLOWC_BIND(cudnn, cudnnGetLastErrorString);
+  FLOWC_BIND(cudnn, cudnnCreate);
+  FLOWC_BIND(cudnn, cudnnDestroy);
+  FLOWC_BIND(cudnn, cudnnSetStream);
+  FLOWC_BIND(cudnn, cudnnBackendCreateDescriptor);
+  FLOWC_BIND(cudnn, cudnnBackendDestroyDescriptor);
+  FLOWC_BIND(cudnn, cudnnBackendFinalize);
+  FLOWC_BIND(cudnn, cudnnBackendSetAttribute);
+  FLOWC_BIND(cudnn, cudnnBackendGetAttribute);
+  FLOWC_BIND(cudnn, cudnnBackendExecute);
+  FLOWC_BIND(cublasLt, cublasLtGetVersion);
+  FLOWC_BIND(cublasLt, cublasLtGetStatusString);
+  FLOWC_BIND(cublasLt, cublasLtCreate);
+  FLOWC_BIND(cublasLt, cublasLtDestroy);
+  FLOWC_BIND(cublasLt, cublasLtMatmul);
+  FLOWC_BIND(cublasLt, cublasLtMatmulDescCreate);
+  FLOWC_BIND(cublasLt, cublasLtMatmulDescDestroy);
+  FLOWC_BIND(cublasLt, cublasLtMatmulDescSetAttribute);
+  FLOWC_BIND(cublasLt, cublasLtMatrixLayoutCreate);
+  FLOWC_BIND(cublasLt, cublasLtMatrixLayoutDestroy);
+  FLOWC_BIND(cublasLt, cublasLtMatrixLayoutSetAttribute);
+  FLOWC_BIND(cublasLt, cublasLtMatmulPreferenceCreate);
+  FLOWC_BIND(cublasLt, cublasLtMatmulPreferenceDestroy);
+  FLOWC_BIND(cublasLt, cublasLtMatmulPreferenceSetAttribute);
+  FLOWC_BIND(cublasLt, cublasLtMatmulAlgoGetHeuristic);
+  if (!missing.empty()) {
+    std::string names;
+    for (const std::string &name : missing)
+      names += (names.empty() ? "" : ", ") + name;
+    return unavailable("the CUDA libraries lack " + names + " (this runtime needs " +
+                       kCudnnLibrary + " and " + kCublasLtLibrary + ")");
+  }
+  // cuDNN 9: major * 10000 + minor * 100 + patch; cuBLASLt alike.
+  auto dotted = [](size_t version) {
+    return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
+           "." + std::to_string(version % 100);
+  };
+  libraries.versions = "cuDNN " + dotted(libraries.cudnnGetVersion()) + ", cuBLASLt " +
+                       dotted(libraries.cublasLtGetVersion());
+  return libraries;
+}
+
+#undef FLOWC_BIND
+
+/// The process's libraries, loaded by the first caller (they stay loaded).
+const Expected<Libraries> &processLibraries() {
+  static const Expected<Libraries> libraries = loadLibraries();
+  return libraries;
+}
+
+// Strides, in elements, of the [N, C, H, W] view of a 4-D activation and
+// of the [K, C/groups, R, S] view of convolution weights.
+
+Index4 activationStrides(const Index4 &shape, ActivationLayout layout) {
+  auto [n, c, h, w] = shape.dims;
+  (void)n;
+  if (layout == ActivationLayout::Nhwc)
+    return {{h * w * c, 1, w * c, c}};
+  return {{c * h * w, h * w, w, 1}};
+}
+
+Index4 weightStrides(const Index4 &shape, ConvWeightLayout layout) {
+  auto [k, c, r, s] = shape.dims;
+  switch (layout) {
+  case ConvWeightLayout::Ohwi:
+    return {{r * s * c, 1, s * c, c}};
+  case ConvWeightLayout::Hwcm:
+    // [KH, KW, channels, multiplier]: output channel k = channel * M + m is
+    // the fastest dimension; one input channel per group.
+    return {{1, 1, s * k, k}};
+  case ConvWeightLayout::Oihw:
+    break;
+  }
+  return {{c * r * s, r * s, s, 1}};
+}
+
+/// The largest power of two (from 4 up to 256) that divides `address`:
+/// what a library may assume of a buffer's alignment.
+int64_t alignmentOf(uintptr_t address) {
+  int64_t alignment = 256;
+  while (alignment > 4 && address % static_cast<uintptr_t>(alignment) != 0)
+    alignment /= 2;
+  return alignment;
+}
+
+int64_t alignmentOf(const void *pointer) {
+  return alignmentOf(reinterpret_cast<uintptr_t>(pointer));
+}
+
+uint64_t blocksFor(int64_t elements) {
+  uint64_t blocks = (static_cast<uint64_t>(elements) + kHelperBlock - 1) / kHelperBlock;
+  return std::clamp<uint64_t>(blocks, 1, uint64_t{1} << 20);
+}
+
+/// A cuDNN backend descriptor, destroyed with its owner.
+class Descriptor {
+public:
+  Descriptor() = default;
+  Descriptor(const Libraries &libraries, cudnnBackendDescriptor_t descriptor)
+      : libraries_(&libraries), descriptor_(descriptor) {}
+  Descriptor(Descriptor &&other) noexcept
+      : libraries_(other.libraries_), descriptor_(std::exchange(other.descriptor_, {})) {}
+  Descriptor &operator=(Descriptor &&other) noexcept {
+    std::swap(libraries_, other.libraries_);
+    std::swap(descriptor_, other.descriptor_);
+    return *this;
+  }
+  Descriptor(const Descriptor &) = delete;
+  Descriptor &operator=(const Descriptor &) = delete;
+  ~Descriptor() {
+    if (descriptor_)
+      libraries_->cudnnBackendDestroyDescriptor(descriptor_);
+  }
+  cudnnBackendDescriptor_t get() const { return descriptor_; }
+
+private:
+  const Libraries *libraries_ = nullptr;
+  cudnnBackendDescriptor_t descriptor_ = nullptr;
+};
+
+/// A convolution site: its cuDNN execution plan in the compute layout, and
+/// the buffers that convert to and from the graph's layouts.
+struct ConvSite {
+  Conv2dParams params;
+  /// The layout cuDNN computes in (source, weights in the matching filter
+  /// format, and result).
+  ActivationLayout layout = ActivationLayout::Nchw;
+  Index4 sourceShape, weightShape, destinationShape;
+  /// Null when the graph's buffer is already in the compute layout.
+  float *source = nullptr, *weights = nullptr, *destination = nullptr;
+  /// Constant weights are repacked once per session.
+  bool weightsPacked = false;
+  Descriptor plan;
+  int64_t workspaceBytes = 0;
+  int64_t alignment = 0;
+};
+
+/// A matrix product site: its cuBLASLt descriptors and algorithm.
+struct MatMulSite {
+  MatMulParams params;
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t weightsLayout = nullptr, sourceLayout = nullptr,
+                         resultLayout = nullptr;
+  cublasLtMatmulAlgo_t algorithm{};
+  /// The activation runs in cuBLASLt's epilogue.
+  bool fusedActivation = false;
+  /// Scale, mask or an activation cuBLASLt does not have: the helper
+  /// epilogue runs on the result.
+  bool helperEpilogue = false;
+};
+
+/// CUDNN_ATTR_OPERATIONGRAPH_HANDLE and CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+/// by number: their names are deprecated in cuDNN 9.
+constexpr auto kGraphHandleAttribute = static_cast<cudnnBackendAttributeName_t>(800);
+constexpr auto kPlanHandleAttribute = static_cast<cudnnBackendAttributeName_t>(400);
+
+/// cuDNN's unique ids of a convolution's tensors.
+enum TensorId : int64_t { kSourceId = 1, kWeightsId = 2, kResultId = 3 };
+
+} // namespace
+
+class LibraryKernels {
+public:
+  LibraryKernels(DeviceServices &device, const Libraries &libraries, int64_t sites,
+                 std::string path)
+      : device_(device), libraries_(libraries), path_(std::move(path)), convs_(sites),
+        matmuls_(sites) {}
+  LibraryKernels(const LibraryKernels &) = delete;
+  LibraryKernels &operator=(const LibraryKernels &) = delete;
+  ~LibraryKernels();
+
+  Status open(int64_t kinds);
+
+  void conv(int64_t site, const int64_t *words, void **buffers);
+  void matmul(int64_t site, const int64_t *words, void **buffers);
+  void pool(int64_t site, const int64_t *words, void **buffers);
+  void softmax(int64_t site, const int64_t *words, void **buffers);
+  void layerNorm(int64_t site, const int64_t *words, void **buffers);
+
+private:
+  /// `words` as `Params`, the site in range; fails the run otherwise.
+  template <typename Params>
+  std::optional<Params> paramsOf(int64_t site, const int64_t *words, const char *kind);
+  void failSite(int64_t site, const char *kind, const std::string &why);
+  bool check(cudnnStatus_t status, const std::string &call);
+  bool check(cublasStatus_t status, const std::string &call);
+
+  Descriptor makeDescriptor(cudnnBackendDescriptorType_t type, const std::string &what);
+  bool set(const Descriptor &descriptor, cudnnBackendAttributeName_t name,
+           cudnnBackendAttributeType_t type, int64_t count, const void *values);
+  bool finalize(const Descriptor &descriptor, const std::string &what);
+  Descriptor makeTensor(int64_t id, const Index4 &shape, const Index4 &strides,
+                        int64_t alignment);
+  std::unique_ptr<ConvSite> createConv(int64_t site, const Conv2dParams &p,
+                                       void **buffers);
+  bool planConv(int64_t site, ConvSite &conv, const Descriptor &graph);
+  void setHandle(const Descriptor &descriptor, cudnnBackendAttributeName_t name);
+  std::unique_ptr<MatMulSite> createMatMul(int64_t site, const MatMulParams &p,
+                                           const void *a, const void *b, const void *c,
+                                           const void *d);
+  /// Device memory of `workspace_` of at least `bytes`.
+  void *workspace(uint64_t bytes);
+
+  void gather(float *out, const float *in, const Index4 &shape, const Index4 &outStrides,
+              const Index4 &inStrides);
+  void epilogue(EpilogueArgs args);
+  template <typename Args> void launch(const char *kernel, uint64_t blocks, Args args);
+
+  DeviceServices &device_;
+  const Libraries &libraries_;
+  std::string path_;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasLtHandle_t cublasLt_ = nullptr;
+  void *helpers_ = nullptr;
+  /// Session-lifetime workspaces: a larger one replaces the current, the
+  /// old ones stay (launches queued before may still use them).
+  std::vector<void *> workspaces_;
+  uint64_t workspaceBytes_ = 0;
+  std::vector<std::unique_ptr<ConvSite>> convs_;
+  std::vector<std::unique_ptr<MatMulSite>> matmuls_;
+};
+
+void LibraryKernelsDeleter::operator()(LibraryKernels *kernels) const { delete kernels; }
+
+LibraryKernels::~LibraryKernels() {
+  for (auto &site : matmuls_) {
+    if (!site)
+      continue;
+    for (cublasLtMatrixLayout_t layout :
+         {site->weightsLayout, site->sourceLayout, site->resultLayout})
+      if (layout)
+        libraries_.cublasLtMatrixLayoutDestroy(layout);
+    if (site->operation)
+      libraries_.cublasLtMatmulDescDestroy(site->operation);
+  }
+  convs_.clear();
+  if (cublasLt_)
+    libraries_.cublasLtDestroy(cublasLt_);
+  if (cudnn_)
+    libraries_.cudnnDestroy(cudnn_);
+}
+
+Status LibraryKernels::open(int64_t kinds) {
+  auto uses = [&](KernelKind kind) { return (kinds >> static_cast<int64_t>(kind)) & 1; };
+  if (uses(KernelKind::Conv2d)) {
+    if (cudnnStatus_t status = libraries_.cudnnCreate(&cudnn_);
+        status != CUDNN_STATUS_SUCCESS) {
+      cudnn_ = nullptr;
+      return internalError("cudnnCreate on " + device_.label() +
+                           " failed: " + libraries_.cudnnGetErrorString(status));
+    }
+    if (cudnnStatus_t status = libraries_.cudnnSetStream(
+            cudnn_, static_cast<cudaStream_t>(device_.stream()));
+        status != CUDNN_STATUS_SUCCESS)
+      return internalError(std::string("cudnnSetStream failed: ") +
+                           libraries_.cudnnGetErrorString(status));
+  }
+  if (uses(KernelKind::MatMul))
+    if (cublasStatus_t status = libraries_.cublasLtCreate(&cublasLt_);
+        status != CUBLAS_STATUS_SUCCESS) {
+      cublasLt_ = nullptr;
+      return internalError("cublasLtCreate on " + device_.label() +
+                           " failed: " + libraries_.cublasLtGetStatusString(status));
+    }
+  helpers_ = device_.loadModule(flowc_gpu_helpers, "the runtime's helper kernels");
+  if (!helpers_)
+    return internalError("the runtime's helper kernels do not load on " +
+                         device_.label());
+  return Status::ok();
+}
+
+template <typename Params>
+std::optional<Params> LibraryKernels::paramsOf(int64_t site, const int64_t *words,
+                                               const char *kind) {
+  if (site < 0 || site >= static_cast<int64_t>(convs_.size())) {
+    failSite(site, kind, "the code declares " + std::to_string(convs_.size()) + " sites");
+    return std::nullopt;
+  }
+  Params params;
+  std::memcpy(&params, words, sizeof(Params));
+  return params;
+}
+
+void LibraryKernels::failSite(int64_t site, const char *kind, const std::string &why) {
+  device_.fail(internalError(std::string(kind) + " kernel site " + std::to_string(site) +
+                             " of '" + path_ + "' on " + device_.label() + ": " + why));
+}
+
+bool LibraryKernels::check(cudnnStatus_t status, const std::string &call) {
+  if (status == CUDNN_STATUS_SUCCESS)
+    return true;
+  char detail[512] = {};
+  libraries_.cudnnGetLastErrorString(detail, sizeof(detail));
+  std::string message = call + " failed: " + libraries_.cudnnGetErrorString(status);
+  if (detail[0])
+    message += std::string(" (") + detail + ")";
+  device_.fail(status == CUDNN_STATUS_ALLOC_FAILED ? resourceExhausted(message)
+                                                   : internalError(message));
+  return false;
+}
+
+bool LibraryKernels::check(cublasStatus_t status, const std::string &call) {
+  if (status == CUBLAS_STATUS_SUCCESS)
+    return true;
+  std::string message = call + " failed: " + libraries_.cublasLtGetStatusString(status);
+  device_.fail(status == CUBLAS_STATUS_ALLOC_FAILED ? resourceExhausted(message)
+                                                    : internalError(message));
+  return false;
+}
+
+Descriptor LibraryKernels::makeDescriptor(cudnnBackendDescriptorType_t type,
+                                          const std::string &what) {
+  cudnnBackendDescriptor_t descriptor = nullptr;
+  if (!check(libraries_.cudnnBackendCreateDescriptor(type, &descriptor),
+             "cudnnBackendCreateDescriptor of " + what))
+    return {};
+  return Descriptor(libraries_, descriptor);
+}
+
+bool LibraryKernels::set(const Descriptor &descriptor, cudnnBackendAttributeName_t name,
+                         cudnnBackendAttributeType_t type, int64_t count,
+                         const void *values) {
+  return descriptor.get() && check(libraries_.cudnnBackendSetAttribute(
+                                       descriptor.get(), name, type, count, values),
+                                   "cudnnBackendSetAttribute " + std::to_string(name));
+}
+
+bool LibraryKernels::finalize(const Descriptor &descriptor, const std::string &what) {
+  return descriptor.get() && check(libraries_.cudnnBackendFinalize(descriptor.get()),
+                                   "cudnnBackendFinalize of " + what);
+}
+
+Descriptor LibraryKernels::makeTensor(int64_t id, const Index4 &shape,
+                                      const Index4 &strides, int64_t alignment) {
+  Descriptor tensor = makeDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor");
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  bool made =
+      set(tensor, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type) &&
+      set(tensor, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, shape.dims) &&
+      set(tensor, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.dims) &&
+      set(tensor, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id) &&
+      set(tensor, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment) &&
+      finalize(tensor, "a tensor");
+  return made ? std::move(tensor) : Descriptor();
+}
+
+void *LibraryKernels::workspace(uint64_t bytes) {
+  if (bytes <= workspaceBytes_)
+    return workspaces_.empty() ? nullptr : workspaces_.back();
+  void *buffer = device_.allocate(bytes, "a library kernel's workspace");
+  if (!buffer)
+    return nullptr;
+  workspaces_.push_back(buffer);
+  workspaceBytes_ = bytes;
+  return buffer;
+}
+
+template <typename Args>
+void LibraryKernels::launch(const char *kernel, uint64_t blocks, Args args) {
+  void *function = device_.moduleFunction(helpers_, kernel);
+  if (!function)
+    return;
+  void *params[] = {&args};
+  device_.launch(function, blocks, kHelperBlock, params);
+}
+
+void LibraryKernels::gather(float *out, const float *in, const Index4 &shape,
+                            const Index4 &outStrides, const Index4 &inStrides) {
+  GatherArgs args{out, in, shape, outStrides, inStrides};
+  launch(kGatherKernel,
+         blocksFor(shape.dims[0] * shape.dims[1] * shape.dims[2] * shape.dims[3]), args);
+}
+
+void LibraryKernels::epilogue(EpilogueArgs args) {
+  const auto &d = args.shape.dims;
+  launch(kEpilogueKernel, blocksFor(d[0] * d[1] * d[2] * d[3]), args);
+}
+
+// Convolutions: cuDNN's graph API, one forward-convolution operation in
+// NCHW or NHWC with weights in the matching filter format, then the helper
+// epilogue (bias, residual, activation), which also writes the graph's
+// layout when it differs.
+
+bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &graph) {
+  // Heuristic mode A first (its engines are the fast ones), then the
+  // fallback engines, which cover every convolution the library has. A
+  // mode or a configuration that cannot serve this shape is skipped: only
+  // finding none is a failure.
+  auto ok = [](cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; };
+  const Libraries &cudnn = libraries_;
+  cudnnBackendDescriptor_t graphDescriptor = graph.get();
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    Descriptor heuristics =
+        makeDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
+    int64_t count = 0;
+    if (!heuristics.get() ||
+        !ok(cudnn.cudnnBackendSetAttribute(
+            heuristics.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graphDescriptor)) ||
+        !ok(cudnn.cudnnBackendSetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_MODE,
+                                           CUDNN_TYPE_HEUR_MODE, 1, &mode)) ||
+        !ok(cudnn.cudnnBackendFinalize(heuristics.get())) ||
+        !ok(cudnn.cudnnBackendGetAttribute(
+            heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr)))
+      continue;
+    std::vector<Descriptor> configs;
+    std::vector<cudnnBackendDescriptor_t> handles;
+    for (int64_t i = 0; i < count; ++i) {
+      configs.push_back(
+          makeDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine configuration"));
+      if (!configs.back().get())
+        return false;
+      handles.push_back(configs.back().get());
+    }
+    int64_t returned = 0;
+    if (count == 0 ||
+        !ok(cudnn.cudnnBackendGetAttribute(
+            heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, handles.data())))
+      continue;
+    // The first configuration whose plan finalizes: the heuristics order
+    // them by expected speed, and some cannot run this shape.
+    for (int64_t i = 0; i < returned; ++i) {
+      Descriptor plan =
+          makeDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
+      int64_t workspace = 0;
+      int64_t got = 0;
+      if (!plan.get() || !ok(cudnn.cudnnBackendSetAttribute(
+                             plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &handles[i])))
+        continue;
+      setHandle(plan, kPlanHandleAttribute);
+      if (!ok(cudnn.cudnnBackendFinalize(plan.get())) ||
+          !ok(cudnn.cudnnBackendGetAttribute(plan.get(),
+                                             CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                             CUDNN_TYPE_INT64, 1, &got, &workspace)))
+        continue;
+      conv.plan = std::move(plan);
+      conv.workspaceBytes = workspace;
+      return true;
+    }
+  }
+  const Conv2dParams &p = conv.params;
+  char detail[512] = {};
+  cudnn.cudnnGetLastErrorString(detail, sizeof(detail));
+  failSite(site, "conv2d",
+           "cuDNN has no engine for this convolution (" + std::to_string(p.batch) + "x" +
+               std::to_string(p.inChannels) + "x" + std::to_string(p.inHeight) + "x" +
+               std::to_string(p.inWidth) + " to " + std::to_string(p.outChannels) +
+               " channels, " + std::to_string(p.kernelHeight) + "x" +
+               std::to_string(p.kernelWidth) + " kernel, " + std::to_string(p.groups) +
+               " groups)" + (detail[0] ? std::string(": ") + detail : std::string()));
+  return false;
+}
+
+void LibraryKernels::setHandle(const Descriptor &descriptor,
+                               cudnnBackendAttributeName_t name) {
+  // Deprecated in cuDNN 9 (cudnnBackendExecute names the handle), still
+  // read by versions that choose engines for the handle's device; a
+  // version that dropped it may refuse it, which changes nothing.
+  libraries_.cudnnBackendSetAttribute(descriptor.get(), name, CUDNN_TYPE_HANDLE, 1,
+                                      &cudnn_);
+}
+
+std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dParams &p,
+                                                     void **buffers) {
+  auto conv = std::make_unique<ConvSite>();
+  conv->params = p;
+  // Grouped convolutions (depthwise ones) in NCHW, where cuDNN has engines
+  // for every group count; dense ones in the source's layout.
+  conv->layout = p.groups > 1 ? ActivationLayout::Nchw : p.sourceLayout;
+  conv->sourceShape = {{p.batch, p.inChannels, p.inHeight, p.inWidth}};
+  conv->weightShape = {
+      {p.outChannels, p.inChannels / p.groups, p.kernelHeight, p.kernelWidth}};
+  conv->destinationShape = {{p.batch, p.outChannels, p.outHeight, p.outWidth}};
+  auto bytes = [](const Index4 &shape) {
+    return static_cast<uint64_t>(shape.dims[0] * shape.dims[1] * shape.dims[2] *
+                                 shape.dims[3]) *
+           sizeof(float);
+  };
+  ConvWeightLayout filterFormat = conv->layout == ActivationLayout::Nhwc
+                                      ? ConvWeightLayout::Ohwi
+                                      : ConvWeightLayout::Oihw;
+  std::string what = "conv2d site " + std::to_string(site);
+  if (p.sourceLayout != conv->layout &&
+      !(conv->source = static_cast<float *>(
+            device_.allocate(bytes(conv->sourceShape), "the source of " + what))))
+    return nullptr;
+  if (p.weightLayout != filterFormat &&
+      !(conv->weights = static_cast<float *>(
+            device_.allocate(bytes(conv->weightShape), "the weights of " + what))))
+    return nullptr;
+  if (p.destinationLayout != conv->layout &&
+      !(conv->destination = static_cast<float *>(
+            device_.allocate(bytes(conv->destinationShape), "the result of " + what))))
+    return nullptr;
+
+  const void *source = conv->source ? conv->source : buffers[0];
+  const void *weights = conv->weights ? conv->weights : buffers[1];
+  const void *result = conv->destination ? conv->destination : buffers[3 + p.hasResidual];
+  conv->alignment =
+      std::min({alignmentOf(source), alignmentOf(weights), alignmentOf(result)});
+  Descriptor x =
+      makeTensor(kSourceId, conv->sourceShape,
+                 activationStrides(conv->sourceShape, conv->layout), conv->alignment);
+  Descriptor w =
+      makeTensor(kWeightsId, conv->weightShape,
+                 weightStrides(conv->weightShape, filterFormat), conv->alignment);
+  Descriptor y = makeTensor(kResultId, conv->destinationShape,
+                            activationStrides(conv->destinationShape, conv->layout),
+                            conv->alignment);
+  if (!x.get() || !w.get() || !y.get())
+    return nullptr;
+
+  Descriptor convolution =
+      makeDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "a convolution");
+  cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  int64_t spatialDims = 2;
+  int64_t dilations[] = {p.dilationH, p.dilationW};
+  int64_t strides[] = {p.strideH, p.strideW};
+  int64_t prePadding[] = {p.padTop, p.padLeft};
+  int64_t postPadding[] = {p.padBottom, p.padRight};
+  if (!set(convolution, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
+           &accumulate) ||
+      !set(convolution, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1,
+           &mode) ||
+      !set(convolution, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1,
+           &spatialDims) ||
+      !set(convolution, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2,
+           dilations) ||
+      !set(convolution, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2,
+           strides) ||
+      !set(convolution, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2,
+           prePadding) ||
+      !set(convolution, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2,
+           postPadding) ||
+      !finalize(convolution, "a convolution"))
+    return nullptr;
+
+  Descriptor operation = makeDescriptor(
+      CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "a forward convolution");
+  float alpha = 1.0f, beta = 0.0f;
+  cudnnBackendDescriptor_t xd = x.get(), wd = w.get(), yd = y.get(),
+                           cd = convolution.get();
+  if (!set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd) ||
+      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd) ||
+      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd) ||
+      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd) ||
+      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1,
+           &alpha) ||
+      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1,
+           &beta) ||
+      !finalize(operation, "a forward convolution"))
+    return nullptr;
+
+  Descriptor graph =
+      makeDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "an operation graph");
+  cudnnBackendDescriptor_t od = operation.get();
+  if (!set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &od))
+    return nullptr;
+  setHandle(graph, kGraphHandleAttribute);
+  if (!finalize(graph, "an operation graph"))
+    return nullptr;
+  if (!planConv(site, *conv, graph))
+    return nullptr;
+  return conv;
+}
+
+void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
+  if (device_.failed())
+    return;
+  std::optional<Conv2dParams> p = paramsOf<Conv2dParams>(site, words, "conv2d");
+  if (!p)
+    return;
+  std::unique_ptr<ConvSite> &slot = convs_[site];
+  if (!slot && !(slot = createConv(site, *p, buffers)))
+    return;
+  ConvSite &conv = *slot;
+  float *destination = static_cast<float *>(buffers[3 + p->hasResidual]);
+  const float *residual =
+      p->hasResidual ? static_cast<const float *>(buffers[3]) : nullptr;
+  if (conv.source)
+    gather(conv.source, static_cast<const float *>(buffers[0]), conv.sourceShape,
+           activationStrides(conv.sourceShape, conv.layout),
+           activationStrides(conv.sourceShape, p->sourceLayout));
+  if (conv.weights && !(p->constantWeights && conv.weightsPacked)) {
+    ConvWeightLayout filterFormat = conv.layout == ActivationLayout::Nhwc
+                                        ? ConvWeightLayout::Ohwi
+                                        : ConvWeightLayout::Oihw;
+    gather(conv.weights, static_cast<const float *>(buffers[1]), conv.weightShape,
+           weightStrides(conv.weightShape, filterFormat),
+           weightStrides(conv.weightShape, p->weightLayout));
+    conv.weightsPacked = true;
+  }
+  void *pointers[] = {conv.source ? conv.source : buffers[0],
+                      conv.weights ? conv.weights : buffers[1],
+                      conv.destination ? conv.destination : destination};
+  for (void *pointer : pointers)
+    if (alignmentOf(pointer) < conv.alignment) {
+      failSite(site, "conv2d", "a buffer moved to a less aligned address between runs");
+      return;
+    }
+  int64_t ids[] = {kSourceId, kWeightsId, kResultId};
+  void *workspacePointer = nullptr;
+  if (conv.workspaceBytes > 0 &&
+      !(workspacePointer = workspace(static_cast<uint64_t>(conv.workspaceBytes))))
+    return;
+  Descriptor pack =
+      makeDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "a variant pack");
+  if (!set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids) ||
+      !set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
+           pointers) ||
+      !set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+           &workspacePointer) ||
+      !finalize(pack, "a variant pack"))
+    return;
+  if (!check(libraries_.cudnnBackendExecute(cudnn_, conv.plan.get(), pack.get()),
+             "cudnnBackendExecute of conv2d site " + std::to_string(site)))
+    return;
+  // bias[channel], the residual, the activation; into the graph's layout.
+  EpilogueArgs args{};
+  args.out = destination;
+  args.in = conv.destination ? conv.destination : destination;
+  args.bias = static_cast<const float *>(buffers[2]);
+  args.residual = residual;
+  args.shape = conv.destinationShape;
+  args.outStrides = activationStrides(conv.destinationShape, p->destinationLayout);
+  args.inStrides = activationStrides(conv.destinationShape, conv.layout);
+  args.channelAxis = 1;
+  args.activation = static_cast<int64_t>(p->activation);
+  args.alpha = paramFloat(p->alpha);
+  args.beta = paramFloat(p->beta);
+  epilogue(args);
+}
+
+// Matrix products: cuBLASLt. Its matrices are column-major, the graph's
+// row-major: the row-major D[m, n] = A[m, k] x B[k, n] is the column-major
+// D^T[n, m] = B^T[n, k] x A^T[k, m], so cuBLASLt's first operand is the
+// graph's B and its second the graph's A, each read as stored.
+
+std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
+                                                         const MatMulParams &p,
+                                                         const void *a, const void *b,
+                                                         const void *c, const void *d) {
+  auto matmul = std::make_unique<MatMulSite>();
+  matmul->params = p;
+  auto layout = [&](uint64_t rows, uint64_t columns, int64_t stride,
+                    cublasLtMatrixLayout_t &made) {
+    if (!check(libraries_.cublasLtMatrixLayoutCreate(&made, CUDA_R_32F, rows, columns,
+                                                     static_cast<int64_t>(rows)),
+               "cublasLtMatrixLayoutCreate"))
+      return false;
+    int32_t batch = static_cast<int32_t>(p.batch);
+    return p.batch <= 1 ||
+           (check(libraries_.cublasLtMatrixLayoutSetAttribute(
+                      made, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)),
+                  "setting a layout's batch count") &&
+            check(libraries_.cublasLtMatrixLayoutSetAttribute(
+                      made, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                      sizeof(stride)),
+                  "setting a layout's batch stride"));
+  };
+  // B stored [k, n] is column-major n x k; stored transposed ([n, k]) it is
+  // column-major k x n, read transposed.
+  uint64_t n = p.n, m = p.m, k = p.k;
+  if (!(p.transposedB ? layout(k, n, p.n * p.k, matmul->weightsLayout)
+                      : layout(n, k, p.n * p.k, matmul->weightsLayout)) ||
+      !layout(k, m, p.m * p.k, matmul->sourceLayout) ||
+      !layout(n, m, p.m * p.n, matmul->resultLayout))
+    return nullptr;
+  if (!check(libraries_.cublasLtMatmulDescCreate(&matmul->operation, CUBLAS_COMPUTE_32F,
+                                                 CUDA_R_32F),
+             "cublasLtMatmulDescCreate"))
+    return nullptr;
+  cublasOperation_t transposeA = p.transposedB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // ReLU (a clip to [0, +inf)) is cuBLASLt's; the other activations, the
+  // scale and the mask are the helper epilogue's, after the product.
+  bool relu = p.activation == Activation::Clip && paramFloat(p.alpha) == 0.0f &&
+              std::isinf(paramFloat(p.beta)) && paramFloat(p.beta) > 0;
+  bool postProcessed = p.scale != 0 || p.hasMask;
+  matmul->fusedActivation = relu && !postProcessed;
+  matmul->helperEpilogue =
+      postProcessed || (p.activation != Activation::None && !matmul->fusedActivation);
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (p.hasBias)
+    epilogue =
+        matmul->fusedActivation ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  else if (matmul->fusedActivation)
+    epilogue = CUBLASLT_EPILOGUE_RELU;
+  if (!check(libraries_.cublasLtMatmulDescSetAttribute(matmul->operation,
+                                                       CUBLASLT_MATMUL_DESC_TRANSA,
+                                                       &transposeA, sizeof(transposeA)),
+             "setting a product's transposition") ||
+      !check(libraries_.cublasLtMatmulDescSetAttribute(matmul->operation,
+                                                       CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                       &epilogue, sizeof(epilogue)),
+             "setting a product's epilogue"))
+    return nullptr;
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  if (!check(libraries_.cublasLtMatmulPreferenceCreate(&preference),
+             "cublasLtMatmulPreferenceCreate"))
+    return nullptr;
+  uint64_t workspaceBytes = kMatMulWorkspaceBytes;
+  // What the algorithm may assume of each matrix's address, and of every
+  // batch's (the stride's): an algorithm that needs more is not chosen.
+  auto alignment = [&](const void *pointer, int64_t batchStride) {
+    int64_t bytes = alignmentOf(pointer);
+    if (p.batch > 1)
+      bytes = std::min(bytes, alignmentOf(static_cast<uintptr_t>(batchStride) * 4));
+    return static_cast<uint32_t>(bytes);
+  };
+  uint32_t alignments[] = {alignment(b, p.n * p.k), alignment(a, p.m * p.k),
+                           alignment(c, p.m * p.n), alignment(d, p.m * p.n)};
+  cublasLtMatmulPreferenceAttributes_t alignmentAttributes[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  bool preferred = check(libraries_.cublasLtMatmulPreferenceSetAttribute(
+                             preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                             &workspaceBytes, sizeof(workspaceBytes)),
+                         "setting a product's workspace");
+  for (int i = 0; i < 4 && preferred; ++i)
+    preferred = check(
+        libraries_.cublasLtMatmulPreferenceSetAttribute(
+            preference, alignmentAttributes[i], &alignments[i], sizeof(alignments[i])),
+        "setting a product's alignment");
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  bool found =
+      preferred && check(libraries_.cublasLtMatmulAlgoGetHeuristic(
+                             cublasLt_, matmul->operation, matmul->weightsLayout,
+                             matmul->sourceLayout, matmul->resultLayout,
+                             matmul->resultLayout, preference, 1, &result, &returned),
+                         "cublasLtMatmulAlgoGetHeuristic");
+  libraries_.cublasLtMatmulPreferenceDestroy(preference);
+  if (!found)
+    return nullptr;
+  if (returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+    failSite(site, "matmul",
+             "cuBLASLt has no algorithm for a " + std::to_string(p.batch) + " x " +
+                 std::to_string(p.m) + "x" + std::to_string(p.k) + " by " +
+                 std::to_string(p.k) + "x" + std::to_string(p.n) + " product");
+    return nullptr;
+  }
+  matmul->algorithm = result.algo;
+  return matmul;
+}
+
+void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) {
+  if (device_.failed())
+    return;
+  std::optional<MatMulParams> p = paramsOf<MatMulParams>(site, words, "matmul");
+  if (!p)
+    return;
+  int next = 2;
+  const void *bias = p->hasBias ? buffers[next++] : nullptr;
+  const void *residual = p->hasResidual ? buffers[next++] : nullptr;
+  const float *mask = p->hasMask ? static_cast<const float *>(buffers[next++]) : nullptr;
+  void *result = buffers[next];
+  std::unique_ptr<MatMulSite> &slot = matmuls_[site];
+  if (!slot && !(slot = createMatMul(site, *p, buffers[0], buffers[1],
+                                     residual ? residual : result, result)))
+    return;
+  MatMulSite &matmul = *slot;
+  if (bias && !check(libraries_.cublasLtMatmulDescSetAttribute(
+                         matmul.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                         sizeof(bias)),
+                     "setting a product's bias"))
+    return;
+  void *workspacePointer = workspace(kMatMulWorkspaceBytes);
+  if (!workspacePointer)
+    return;
+  // D = A x B + residual (+ bias, ReLU in the epilogue).
+  float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
+  if (!check(libraries_.cublasLtMatmul(
+                 cublasLt_, matmul.operation, &alpha, buffers[1], matmul.weightsLayout,
+                 buffers[0], matmul.sourceLayout, &beta, residual ? residual : result,
+                 matmul.resultLayout, result, matmul.resultLayout, &matmul.algorithm,
+                 workspacePointer, kMatMulWorkspaceBytes,
+                 static_cast<cudaStream_t>(device_.stream())),
+             "cublasLtMatmul of matmul site " + std::to_string(site)))
+    return;
+  if (!matmul.helperEpilogue)
+    return;
+  EpilogueArgs args{};
+  args.out = static_cast<float *>(result);
+  args.in = args.out;
+  args.shape = {{p->batch, p->m, p->n, 1}};
+  args.outStrides = args.inStrides = {{p->m * p->n, p->n, 1, 1}};
+  args.hasScale = p->scale != 0;
+  args.scale = paramFloat(p->scale);
+  args.mask = mask;
+  // [1, M or 1, N or 1]: broadcast over the batch.
+  args.maskStrides = {
+      {0, p->maskRows ? (p->maskColumns ? p->n : 1) : 0, p->maskColumns ? 1 : 0, 0}};
+  args.activation = matmul.fusedActivation ? 0 : static_cast<int64_t>(p->activation);
+  args.alpha = paramFloat(p->alpha);
+  args.beta = paramFloat(p->beta);
+  epilogue(args);
+}
+
+void LibraryKernels::pool(int64_t site, const int64_t *words, void **buffers) {
+  if (device_.failed())
+    return;
+  std::optional<Pool2dParams> p = paramsOf<Pool2dParams>(site, words, "pool2d");
+  if (!p)
+    return;
+  PoolArgs args{};
+  args.out = static_cast<float *>(buffers[1]);
+  args.in = static_cast<const float *>(buffers[0]);
+  args.outShape = {{p->batch, p->channels, p->outHeight, p->outWidth}};
+  args.outStrides = activationStrides(args.outShape, p->destinationLayout);
+  args.inShape = {{p->batch, p->channels, p->inHeight, p->inWidth}};
+  args.inStrides = activationStrides(args.inShape, p->sourceLayout);
+  args.kernelH = p->kernelHeight;
+  args.kernelW = p->kernelWidth;
+  args.strideH = p->strideH;
+  args.strideW = p->strideW;
+  args.padTop = p->padTop;
+  args.padLeft = p->padLeft;
+  args.average = p->algorithm == PoolAlgorithm::AverageExcludingPadding;
+  launch(kPoolKernel, blocksFor(p->batch * p->channels * p->outHeight * p->outWidth),
+         args);
+}
+
+void LibraryKernels::softmax(int64_t site, const int64_t *words, void **buffers) {
+  if (device_.failed())
+    return;
+  std::optional<SoftmaxParams> p = paramsOf<SoftmaxParams>(site, words, "softmax");
+  if (!p)
+    return;
+  RowArgs args{};
+  args.out = static_cast<float *>(buffers[1]);
+  args.in = static_cast<const float *>(buffers[0]);
+  args.rows = p->rows;
+  args.channels = p->channels;
+  launch(kSoftmaxKernel, std::clamp<uint64_t>(p->rows, 1, 65535), args);
+}
+
+void LibraryKernels::layerNorm(int64_t site, const int64_t *words, void **buffers) {
+  if (device_.failed())
+    return;
+  std::optional<LayerNormParams> p = paramsOf<LayerNormParams>(site, words, "layernorm");
+  if (!p)
+    return;
+  RowArgs args{};
+  int next = 1;
+  args.in = static_cast<const float *>(buffers[0]);
+  args.scale = p->hasScale ? static_cast<const float *>(buffers[next++]) : nullptr;
+  args.shift = p->hasShift ? static_cast<const float *>(buffers[next++]) : nullptr;
+  args.out = static_cast<float *>(buffers[next]);
+  args.rows = p->rows;
+  args.channels = p->channels;
+  args.epsilon = paramFloat(p->epsilon);
+  launch(kLayerNormKernel, std::clamp<uint64_t>(p->rows, 1, 65535), args);
+}
+
+namespace {
+
+// The table's functions (KernelAbi.h's KernelFunction).
+template <void (LibraryKernels::*Method)(int64_t, const int64_t *, void **)>
+void tableEntry(void *context, int64_t site, const int64_t *params, void **buffers) {
+  (static_cast<LibraryKernels *>(context)->*Method)(site, params, buffers);
+}
+
+} // namespace
+
+Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &device, int64_t kinds,
+                                               int64_t sites, const std::string &path) {
+  const Expected<Libraries> &libraries = processLibraries();
+  if (!libraries)
+    return unavailable("'" + path +
+                       "' calls cuDNN and cuBLASLt: " + libraries.status().message());
+  LibraryKernelsPtr kernels(new LibraryKernels(device, *libraries, sites, path));
+  FLOWC_RETURN_IF_ERROR(kernels->open(kinds).withContext(
+      "opening the library kernels of '" + path + "' (" + libraries->versions + ")"));
+  return kernels;
+}
+
+void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
+  static_assert(kKernelKindCount == 5, "every KernelKind has a slot below");
+  auto slot = [&](KernelKind kind, KernelFunction function) {
+    table[static_cast<int64_t>(kind)] = reinterpret_cast<void *>(function);
+  };
+  slot(KernelKind::Conv2d, tableEntry<&LibraryKernels::conv>);
+  slot(KernelKind::MatMul, tableEntry<&LibraryKernels::matmul>);
+  slot(KernelKind::Pool2d, tableEntry<&LibraryKernels::pool>);
+  slot(KernelKind::Softmax, tableEntry<&LibraryKernels::softmax>);
+  slot(KernelKind::LayerNorm, tableEntry<&LibraryKernels::layerNorm>);
+  *context = &kernels;
+}
+
+Expected<std::string> libraryVersions() {
+  const Expected<Libraries> &libraries = processLibraries();
+  if (!libraries)
+    return libraries.status();
+  return libraries->versions;
+}
+
+} // namespace flowc::runtime::gpu
+
+#else // !FLOWC_HAVE_CUDA_LIBRARIES
+
+namespace flowc::runtime::gpu {
+
+class LibraryKernels {};
+
+void LibraryKernelsDeleter::operator()(LibraryKernels *kernels) const { delete kernels; }
+
+namespace {
+constexpr const char *kNotBuilt =
+    "this runtime was built without the CUDA toolkit (nvcc, cudnn.h, cublasLt.h), "
+    "so it has no library kernels for CUDA code";
+} // namespace
+
+Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &, int64_t, int64_t,
+                                               const std::string &path) {
+  return unimplemented("'" + path + "' calls library kernels: " + kNotBuilt);
+}
+
+void fillKernelTable(LibraryKernels &, void **, void **) {}
+
+Expected<std::string> libraryVersions() { return unimplemented(kNotBuilt); }
+
+} // namespace flowc::runtime::gpu
+
+#endif

@@ -1,0 +1,65 @@
+// Library kernels of CUDA code (KernelAbi.h's kinds, on the device):
+// convolutions through cuDNN's graph API, matrix products through
+// cuBLASLt, and pooling, softmax and layer normalization in the runtime's
+// own kernels (Helpers.cu), which also do the layout changes and the
+// epilogue steps the libraries do not fuse. cuDNN and cuBLASLt are opened
+// with dlopen when a session first needs them, never linked: the runtime
+// runs CPU code on machines without them.
+#pragma once
+
+#include "flowc/support/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace flowc::runtime::gpu {
+
+/// What library kernels need of the session they run in (Gpu.cpp's
+/// GpuContext). Calls are made with the session's context current.
+class DeviceServices {
+public:
+  virtual ~DeviceServices() = default;
+  /// The session's stream (a CUstream): every call queues on it.
+  virtual void *stream() const = 0;
+  /// Device memory for the session's lifetime; null, with the failure
+  /// kept, when the device has none left.
+  virtual void *allocate(uint64_t bytes, const std::string &what) = 0;
+  /// The functions of a loaded image (cubin or fat binary); null, with the
+  /// failure kept, when it does not load.
+  virtual void *loadModule(const void *image, const std::string &what) = 0;
+  virtual void *moduleFunction(void *module, const char *name) = 0;
+  /// Queues `function` on `blocks` blocks of `threads` threads.
+  virtual void launch(void *function, uint64_t blocks, uint64_t threads,
+                      void **params) = 0;
+  /// Keeps `status` as the run's failure (the first one wins).
+  virtual void fail(Status status) = 0;
+  virtual bool failed() const = 0;
+  /// "device 0 (NVIDIA H200)", for messages.
+  virtual std::string label() const = 0;
+};
+
+class LibraryKernels;
+struct LibraryKernelsDeleter {
+  void operator()(LibraryKernels *kernels) const;
+};
+using LibraryKernelsPtr = std::unique_ptr<LibraryKernels, LibraryKernelsDeleter>;
+
+/// The library kernels of CUDA code `path`, which calls `sites` kernels of
+/// the kinds in mask `kinds` (KernelAbi.h's flowc_kernel_kinds): opens
+/// cuDNN and cuBLASLt if it calls those kinds, and loads the runtime's own
+/// kernels. Unavailable when a library cannot be opened, Unimplemented when
+/// this runtime was built without the CUDA toolkit's headers.
+Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &device, int64_t kinds,
+                                               int64_t sites, const std::string &path);
+
+/// Fills the code's `flowc_kernel_table` (kKernelKindCount slots) and its
+/// `flowc_kernel_context` with `kernels`' functions and state.
+void fillKernelTable(LibraryKernels &kernels, void **table, void **context);
+
+/// "cuDNN 9.19.0, cuBLASLt 13.1.0" as the libraries on this machine report
+/// themselves, opening them if needed; Unavailable naming what is missing.
+/// Needs no GPU.
+Expected<std::string> libraryVersions();
+
+} // namespace flowc::runtime::gpu
