@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The CUDA target on a GPU: each model compiled for a cuda target, run on
 the GPU, its output checked against onnxruntime on the CPU, and its latency
-set against torch eager on the same GPU. Prints a table; exits 1 when an
-error exceeds its bound (fp32: 1e-3 relative), 5 when there is no GPU.
+set against torch eager on the same GPU, in fp32 and with AMP. Prints a
+table; exits 1 when an error exceeds its bound (fp32: 1e-3 relative, AMP:
+1e-2), 5 when there is no GPU.
 
     .venv-bench/bin/python bench/gpu_bench.py [--target cuda:sm_90]
-        [--models cnn,mlp,resnet50,bert,gpt2] [--batches 1,8] [--runs 20]
-        [--keep DIR]
+        [--models cnn,mlp,resnet50,bert,gpt2] [--batches 1,8]
+        [--precisions fp32,fp16] [--runs 20] [--keep DIR]
 
 scripts/gpu-check.sh runs it after the build and the GPU unit tests. `cnn`
 and `mlp` are examples/make_models.py's models (batch 1 only); the others
@@ -15,7 +16,10 @@ are exported as bench/model_bench.py exports them. The flowc figure is
 synchronized: inputs copied to the device, the graph, outputs copied back);
 torch eager's is the same architecture with its own random weights under
 inference_mode on the GPU, synchronized after each call, inputs already on
-the device. Ratio = torch ms / flowc ms: above 1 means flowc is faster.
+the device; its AMP figure runs under torch.autocast with the same 16-bit
+type as flowc's --precision. Ratio = torch ms / flowc ms: above 1 means
+flowc is faster. Search gain = flowc ms with `--gpu-trials 1` (cuDNN's and
+cuBLASLt's first choices) / flowc ms with the trial runs' choices.
 """
 import argparse
 import json
@@ -34,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import model_bench  # noqa: E402
 
 EXAMPLES = {"cnn", "mlp"}
-FP32_BOUND = 1e-3
+BOUNDS = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 1e-2}
 
 
 def gpu_target():
@@ -58,24 +62,27 @@ def example_model(name, work):
     return out / f"{name}.onnx", {"input": out / f"{name}_input.npy"}
 
 
-def torch_eager_ms(model, batch, runs):
+def torch_eager_ms(model, batch, runs, precision):
+    import contextlib
     import torch
     if not torch.cuda.is_available():
         return float("nan")
     net, example = model_bench.torch_model(model, batch)
     net = net.cuda()
     example = tuple(t.cuda() for t in example)
+    amp = (torch.autocast("cuda", dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
+           if precision != "fp32" else contextlib.nullcontext())
 
     def call():
         net(*example)
         torch.cuda.synchronize()
 
-    with torch.inference_mode():
+    with torch.inference_mode(), amp:
         return model_bench.median_p90(call, runs)[0]
 
 
-def bench(model, batch, target, args, root):
-    work = pathlib.Path(tempfile.mkdtemp(prefix=f"{model}-b{batch}-", dir=root))
+def bench(model, batch, precision, target, args, root):
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f"{model}-b{batch}-{precision}-", dir=root))
     if model in EXAMPLES:
         onnx_path, inputs = example_model(model, root)
     else:
@@ -85,16 +92,22 @@ def bench(model, batch, target, args, root):
     feeds_names = {key: names[0] if key == "input" else key for key in inputs}
     feeds = {feeds_names[key]: np.load(path) for key, path in inputs.items()}
     reference = session.run(None, feeds)[0]
-    compile_s, _, _, artifact = model_bench.flowc_compile(onnx_path, work, "fp32", target)
+    compile_s, _, _, artifact = model_bench.flowc_compile(onnx_path, work, precision, target)
     (median, _), first, output = model_bench.flowc_run(artifact, inputs, feeds_names, work,
                                                        args.runs, threads=1)
+    # The search gain: the libraries' first choices against the trial runs'.
+    (heuristic, _), _, _ = model_bench.flowc_run(artifact, inputs, feeds_names, work,
+                                                 args.runs, threads=1,
+                                                 extra=["--gpu-trials", "1"])
     error = model_bench.max_rel_error(output, reference)
-    torch_ms = float("nan") if model in EXAMPLES else torch_eager_ms(model, batch, args.runs)
+    torch_ms = (float("nan") if model in EXAMPLES
+                else torch_eager_ms(model, batch, args.runs, precision))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return {"model": model, "batch": batch, "compile_s": compile_s, "flowc_ms": median,
-            "first_run_ms": first, "torch_ms": torch_ms, "error": error,
-            "ok": error <= FP32_BOUND}
+    return {"model": model, "batch": batch, "precision": precision, "compile_s": compile_s,
+            "flowc_ms": median, "heuristic_ms": heuristic, "first_run_ms": first,
+            "torch_ms": torch_ms, "error": error,
+            "ok": error <= BOUNDS[precision]}
 
 
 def main():
@@ -102,6 +115,8 @@ def main():
     parser.add_argument("--target", help="default: the compute capability of GPU 0")
     parser.add_argument("--models", default="cnn,mlp,resnet50,bert,gpt2")
     parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--precisions", default="fp32,fp16",
+                        help="fp32 and the AMP types (fp16, bf16) to compile with")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--keep", help="work directory to keep (exports are reused)")
@@ -111,44 +126,50 @@ def main():
         print("gpu_bench: no NVIDIA GPU (nvidia-smi found none)", file=sys.stderr)
         return 5
     target = args.target or detected
-    print(f"GPU: {gpu} ({detected}); target {target}; fp32; -O2: cuDNN, cuBLASLt and "
-          "flowc's kernels")
+    print(f"GPU: {gpu} ({detected}); target {target}; -O3: cuDNN, cuBLASLt and flowc's "
+          "kernels; precisions " + args.precisions)
     root = pathlib.Path(args.keep or tempfile.mkdtemp(prefix="gpu-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     rows = []
     for model in args.models.split(","):
         for batch in [1] if model in EXAMPLES else map(int, args.batches.split(",")):
-            try:
-                row = bench(model, batch, target, args, root)
-            except subprocess.CalledProcessError as failure:
-                stderr = failure.stderr if isinstance(failure.stderr, str) else ""
-                row = {"model": model, "batch": batch, "ok": False,
-                       "failed": (stderr.strip().splitlines() or [str(failure)])[-1]}
-            rows.append(row)
-            print_row(row)
-    print("\n| model | batch | compile s | flowc ms | torch eager ms | ratio | max rel error |")
-    print("|---|---|---|---|---|---|---|")
+            for precision in args.precisions.split(","):
+                try:
+                    row = bench(model, batch, precision, target, args, root)
+                except subprocess.CalledProcessError as failure:
+                    stderr = failure.stderr if isinstance(failure.stderr, str) else ""
+                    row = {"model": model, "batch": batch, "precision": precision,
+                           "ok": False,
+                           "failed": (stderr.strip().splitlines() or [str(failure)])[-1]}
+                rows.append(row)
+                print_row(row)
+    print("\n| model | batch | precision | compile s | flowc ms | search gain | "
+          "torch eager ms | ratio | max rel error |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
+        head = f"| {row['model']} | {row['batch']} | {row['precision']} |"
         if "failed" in row:
-            print(f"| {row['model']} | {row['batch']} | failed: {row['failed']} | | | | |")
+            print(f"{head} failed: {row['failed']} | | | | | |")
             continue
         ratio = row["torch_ms"] / row["flowc_ms"]
-        print(f"| {row['model']} | {row['batch']} | {row['compile_s']:.1f} | "
-              f"{row['flowc_ms']:.3f} | {row['torch_ms']:.3f} | {ratio:.2f}x | "
-              f"{row['error']:.1e} |")
+        gain = row["heuristic_ms"] / row["flowc_ms"]
+        print(f"{head} {row['compile_s']:.1f} | {row['flowc_ms']:.3f} | {gain:.2f}x | "
+              f"{row['torch_ms']:.3f} | {ratio:.2f}x | {row['error']:.1e} |")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0 if all(row["ok"] for row in rows) else 1
 
 
 def print_row(row):
+    name = f"{row['model']} b{row['batch']} {row['precision']}"
     if "failed" in row:
-        print(f"{row['model']} b{row['batch']}: FAILED: {row['failed']}", flush=True)
+        print(f"{name}: FAILED: {row['failed']}", flush=True)
         return
-    print(f"{row['model']} b{row['batch']}: compile {row['compile_s']:.1f} s, flowc "
+    print(f"{name}: compile {row['compile_s']:.1f} s, flowc "
           f"{row['flowc_ms']:.3f} ms (first run {row['first_run_ms']:.1f} ms), torch eager "
           f"{row['torch_ms']:.3f} ms, max rel error {row['error']:.1e}"
-          f"{'' if row['ok'] else ' (ABOVE ' + str(FP32_BOUND) + ')'}", flush=True)
+          f"{'' if row['ok'] else ' (ABOVE ' + str(BOUNDS[row['precision']]) + ')'}",
+          flush=True)
 
 
 if __name__ == "__main__":

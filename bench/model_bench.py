@@ -160,9 +160,10 @@ def flowc_compile(onnx_path, work, precision, target="cpu"):
     return compile_s, rss, derive, artifact
 
 
-def flowc_run(artifact, inputs, feeds_names, work, runs, threads):
-    """One `flowc run --bench`: ((median, p90), first run ms, first output)."""
-    args = []
+def flowc_run(artifact, inputs, feeds_names, work, runs, threads, extra=()):
+    """One `flowc run --bench` (with `extra` options): ((median, p90), first run
+    ms, first output)."""
+    args = list(extra)
     for name, path in inputs.items():
         args += ["--input", f"{feeds_names[name]}={path}"]
     out = subprocess.run([str(BIN / "flowc"), "run", artifact, *args, "--output-dir",

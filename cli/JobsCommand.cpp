@@ -162,14 +162,17 @@ int runWorkers(GlobalOptions &global, bool json) {
       local.push_back({{"pid", worker.pid()},
                        {"task", worker.task()},
                        {"seconds", worker.seconds()}});
-    nlohmann::json out = {{"slots", r.slots()},
-                          {"busy", r.busy()},
-                          {"local", local},
-                          {"tasks_run", r.tasks_run()},
-                          {"tasks_retried", r.tasks_retried()},
-                          {"tasks_failed", r.tasks_failed()},
-                          {"device", r.local_device()},
-                          {"remote", nullptr}};
+    nlohmann::json out = {
+        {"slots", r.slots()},
+        {"busy", r.busy()},
+        {"local", local},
+        {"tasks_run", r.tasks_run()},
+        {"tasks_retried", r.tasks_retried()},
+        {"tasks_failed", r.tasks_failed()},
+        {"device", r.local_device()},
+        {"gpus", std::vector<std::string>(r.local_gpus().begin(), r.local_gpus().end())},
+        {"gpus_absent", r.local_gpus_absent()},
+        {"remote", nullptr}};
     nlohmann::json remoteWorkers = nlohmann::json::array();
     for (const flowc::v1::RemoteWorker &worker : r.remote_workers())
       remoteWorkers.push_back({{"name", worker.name()},
@@ -194,6 +197,10 @@ int runWorkers(GlobalOptions &global, bool json) {
   std::cout << "local: " << r.busy() << " of " << r.slots() << " slots busy; "
             << r.tasks_run() << " tasks run, " << r.tasks_retried() << " retried, "
             << r.tasks_failed() << " failed; " << r.local_device() << "\n";
+  for (const std::string &gpu : r.local_gpus())
+    std::cout << "  GPU " << gpu << "\n";
+  if (r.local_gpus().empty())
+    std::cout << "  no GPU: " << r.local_gpus_absent() << "\n";
   for (const flowc::v1::LocalWorker &worker : r.local())
     std::cout << "  pid " << worker.pid() << "  " << worker.task() << "  " << std::fixed
               << std::setprecision(1) << worker.seconds() << " s\n";

@@ -205,7 +205,7 @@ CommandRunner addReproCommand(CLI::App &app, GlobalOptions &global) {
                   "Optimization level recorded in repro.json, 0..3")
       ->check(CLI::Range(0, 3));
   cmd->add_option("--precision", options->precision, "Precision recorded in repro.json")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_flag("--json", options->json, "Print one JSON object");
   return [options, &global] { return runRepro(*options, global); };
 }

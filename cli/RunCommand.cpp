@@ -1,5 +1,6 @@
 // flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
-//           [--profile [--profile-top K]] [--threads T] [--json] [--no-verify]: options
+//           [--profile [--profile-top K]] [--threads T] [--gpu-trials N] [--json]
+//           [--no-verify]: options
 //           here, the work in the runtime module (RuntimeCommands.cpp).
 #include "Commands.h"
 #include "RuntimeModule.h"
@@ -31,6 +32,12 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
                   "Kernel calls listed by --profile, slowest first (default 25; "
                   "--json lists all)")
       ->check(CLI::Range(size_t{1}, size_t{1000000}));
+  cmd->add_option(
+         "--gpu-trials", options->gpuTrials,
+         "CUDA artifacts: candidates of cuDNN and cuBLASLt each convolution and "
+         "matrix product times on its first run, keeping the fastest (default 8; "
+         "1: the libraries' first choice)")
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--no-verify", options->noVerify,
                 "Skip the artifact's digest checks at open (for benchmarks only; "

@@ -167,7 +167,8 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
   double openMs = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - openStart)
                       .count();
-  auto session = runtime::Session::create(*artifact, {options.threads, options.profile});
+  auto session = runtime::Session::create(
+      *artifact, {options.threads, options.profile, options.gpuTrials});
   if (!session)
     return reportError(session.status());
   const runtime::Plan &plan = (*session)->plan();

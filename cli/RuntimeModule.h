@@ -33,6 +33,8 @@ struct RunOptions {
   bool profile = false;
   /// --profile-top: the slowest calls listed.
   size_t profileTop = 25;
+  /// --gpu-trials: CUDA library kernels' candidates timed per site.
+  int gpuTrials = 8;
 };
 
 /// `flowc tuning ls|export|import|clear`'s options.

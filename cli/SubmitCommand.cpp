@@ -238,8 +238,9 @@ void addCompileFlags(CLI::App *cmd, CompileFlags &flags) {
   cmd->add_option("-O,--opt-level", flags.optLevel, "Code optimization level 0..3")
       ->check(CLI::Range(0, 3));
   cmd->add_option("--precision", flags.precision,
-                  "Library-kernel arithmetic: fp32 (default) or bf16 (fp32 accumulation)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+                  "Library-kernel arithmetic: fp32 (default), bf16, or fp16 (cuda "
+                  "targets); fp32 accumulation (docs/cuda.md: AMP)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--disable-pass", flags.disabledPasses,
                   "Leave out an optional pass (debugging; repeatable); the daemon "
                   "refuses a name that is not one, listing those that are");

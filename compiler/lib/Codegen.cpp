@@ -497,23 +497,28 @@ Status CompileOptions::validate() const {
     return invalidArgument("unknown target " +
                            std::to_string(static_cast<int64_t>(target)) +
                            " (supported: " + targetNames() + ")");
-  if (isCudaTarget(target)) {
+  if (isCudaTarget(target))
     FLOWC_RETURN_IF_ERROR(cudaToolkitPath().status());
-    if (precision != Precision::Fp32)
-      return invalidArgument(std::string("precision ") + precisionName(precision) +
-                             " applies to the CPU's library kernels; " +
-                             targetName(target) + " computes in fp32");
-  }
   if (optLevel < 0 || optLevel > 3)
     return invalidArgument("optimization level " + std::to_string(optLevel) +
                            " is out of range 0..3");
-  if (precision != Precision::Fp32 && precision != Precision::Bf16)
+  if (precision != Precision::Fp32 && precision != Precision::Bf16 &&
+      precision != Precision::Fp16)
     return invalidArgument("unknown precision " +
                            std::to_string(static_cast<int64_t>(precision)) +
                            " (supported: " + precisionNames() + ")");
-  if (precision == Precision::Bf16 && optLevel == 0)
-    return invalidArgument(
-        "precision bf16 needs library kernels, which -O0 does not use");
+  if (precision == Precision::Fp16 && !isCudaTarget(target))
+    return invalidArgument("precision fp16 is for the cuda targets' tensor cores; the "
+                           "CPU's library kernels compute in fp32 or bf16");
+  // bfloat16 tensor cores came with Ampere.
+  if (precision == Precision::Bf16 && isCudaTarget(target) &&
+      cudaComputeCapability(target) < 80)
+    return invalidArgument(std::string("precision bf16 needs sm_80 or newer; ") +
+                           targetName(target) +
+                           " has no bfloat16 tensor cores: use fp16");
+  if (precision != Precision::Fp32 && optLevel == 0)
+    return invalidArgument(std::string("precision ") + precisionName(precision) +
+                           " needs library kernels, which -O0 does not use");
   for (const std::string &pass : disabledPasses)
     if (!llvm::is_contained(optionalPassNames(), pass)) {
       std::string known;

@@ -2,6 +2,7 @@
 
 #include "WorkerProcess.h"
 
+#include "flowc/runtime/BuildInfo.h"
 #include "flowc/support/Target.h"
 
 #include <spdlog/spdlog.h>
@@ -103,6 +104,12 @@ Expected<worker::TaskOutcome> LocalExecutor::run(const TaskRun &run) {
 
 void LocalExecutor::describe(flowc::v1::WorkersResponse &out) const {
   out.set_local_device(hostCpuDescription());
+  // The driver is asked once per process; later calls repeat its answer.
+  if (Expected<std::vector<std::string>> gpus = runtime::gpuDescriptions())
+    for (const std::string &gpu : *gpus)
+      out.add_local_gpus(gpu);
+  else
+    out.set_local_gpus_absent(gpus.status().message());
   out.set_slots(slots_.size());
   out.set_busy(slots_.busy());
   out.set_tasks_run(tasksRun_);

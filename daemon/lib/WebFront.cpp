@@ -157,6 +157,9 @@ json workersJson(const flowc::v1::WorkersResponse &w) {
           {"remote_fallbacks", w.remote_fallbacks()},
           {"remote_fallback", w.remote_fallback()},
           {"local_device", w.local_device()},
+          {"local_gpus",
+           std::vector<std::string>(w.local_gpus().begin(), w.local_gpus().end())},
+          {"local_gpus_absent", w.local_gpus_absent()},
           {"remote_platform", std::vector<std::string>(w.remote_platform().begin(),
                                                        w.remote_platform().end())},
           {"remote_workers", remote}};

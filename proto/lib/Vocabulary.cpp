@@ -18,9 +18,10 @@ constexpr std::array<std::pair<Target, flowc::v1::Target>, 8> kTargets = {{
     {Target::CudaSm120, flowc::v1::TARGET_CUDA_SM120},
 }};
 
-constexpr std::array<std::pair<Precision, flowc::v1::Precision>, 2> kPrecisions = {{
+constexpr std::array<std::pair<Precision, flowc::v1::Precision>, 3> kPrecisions = {{
     {Precision::Fp32, flowc::v1::PRECISION_FP32},
     {Precision::Bf16, flowc::v1::PRECISION_BF16},
+    {Precision::Fp16, flowc::v1::PRECISION_FP16},
 }};
 
 template <typename Enum, typename Table>

@@ -134,7 +134,7 @@ def _model_path(model, example_inputs, directory):
 _TARGETS = {"cpu": "TARGET_CPU", "cuda": "TARGET_CUDA_SM90",
             **{f"cuda:sm_{cc}": f"TARGET_CUDA_SM{cc}"
                for cc in (75, 80, 86, 89, 90, 100, 120)}}
-_PRECISIONS = {"fp32": "PRECISION_FP32", "bf16": "PRECISION_BF16"}
+_PRECISIONS = {"fp32": "PRECISION_FP32", "bf16": "PRECISION_BF16", "fp16": "PRECISION_FP16"}
 
 
 def _wire_enum(what, name, names, flowc_pb2):

@@ -81,6 +81,14 @@ std::string cudaText() {
 
 } // namespace
 
+Expected<std::vector<std::string>> gpuDescriptions() {
+  FLOWC_ASSIGN_OR_RETURN(std::vector<GpuDevice> devices, listGpus());
+  std::vector<std::string> descriptions;
+  for (const GpuDevice &device : devices)
+    descriptions.push_back(device.description());
+  return descriptions;
+}
+
 std::string versionText(const std::string &program) {
   const dnnl_version_t *dnnl = dnnl_version();
   std::ostringstream out;

@@ -28,10 +28,14 @@ struct CUctx_st;
 struct CUstream_st;
 struct CUmod_st;
 struct CUfunc_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
 using CUcontext = CUctx_st *;
 using CUstream = CUstream_st *;
 using CUmodule = CUmod_st *;
 using CUfunction = CUfunc_st *;
+using CUgraph = CUgraph_st *;
+using CUgraphExec = CUgraphExec_st *;
 
 constexpr CUresult kCudaSuccess = 0;
 constexpr int kAttributeCapabilityMajor = 75;
@@ -86,6 +90,13 @@ struct Driver {
                               CUstream stream) = nullptr;
   CUresult (*memcpyDtoHAsync)(void *destination, CUdeviceptr source, size_t bytes,
                               CUstream stream) = nullptr;
+  CUresult (*streamBeginCapture)(CUstream stream, int mode) = nullptr;
+  CUresult (*streamEndCapture)(CUstream stream, CUgraph *graph) = nullptr;
+  CUresult (*graphInstantiate)(CUgraphExec *exec, CUgraph graph,
+                               unsigned long long flags) = nullptr;
+  CUresult (*graphLaunch)(CUgraphExec exec, CUstream stream) = nullptr;
+  CUresult (*graphExecDestroy)(CUgraphExec exec) = nullptr;
+  CUresult (*graphDestroy)(CUgraph graph) = nullptr;
 };
 
 /// Looks up driver functions, collecting the names the driver lacks.
@@ -130,6 +141,12 @@ Status bindDriver(void *library, Driver &driver) {
   bind(driver.memFreeHost, "cuMemFreeHost");
   bind(driver.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   bind(driver.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  bind(driver.streamBeginCapture, "cuStreamBeginCapture_v2");
+  bind(driver.streamEndCapture, "cuStreamEndCapture");
+  bind(driver.graphInstantiate, "cuGraphInstantiateWithFlags");
+  bind(driver.graphLaunch, "cuGraphLaunch");
+  bind(driver.graphExecDestroy, "cuGraphExecDestroy");
+  bind(driver.graphDestroy, "cuGraphDestroy");
   if (bind.missing.empty())
     return Status::ok();
   std::string names;
@@ -186,40 +203,43 @@ Status cudaError(const Driver &driver, CUresult result, const std::string &what)
 }
 
 /// The loaded driver and device 0, as the process's first openGpu found
-/// them.
+/// them, and every device the driver sees (device 0 first).
 struct ProcessGpu {
   Driver driver;
   CUdevice handle = 0;
   GpuDevice device;
+  std::vector<GpuDevice> all;
 };
 
-/// Fills `gpu.device` from the driver's answers about `gpu.handle`.
-Status describeDevice(ProcessGpu &gpu) {
-  const Driver &driver = gpu.driver;
+/// Device `ordinal` (`handle`) as the driver describes it.
+Expected<GpuDevice> describeDevice(const Driver &driver, CUdevice handle, int ordinal) {
   char name[256] = {};
   int major = 0;
   int minor = 0;
   size_t totalBytes = 0;
   int version = 0;
   std::pair<CUresult, const char *> answers[] = {
-      {driver.deviceGetName(name, sizeof name - 1, gpu.handle), "cuDeviceGetName"},
-      {driver.deviceGetAttribute(&major, kAttributeCapabilityMajor, gpu.handle),
+      {driver.deviceGetName(name, sizeof name - 1, handle), "cuDeviceGetName"},
+      {driver.deviceGetAttribute(&major, kAttributeCapabilityMajor, handle),
        "cuDeviceGetAttribute (capability major)"},
-      {driver.deviceGetAttribute(&minor, kAttributeCapabilityMinor, gpu.handle),
+      {driver.deviceGetAttribute(&minor, kAttributeCapabilityMinor, handle),
        "cuDeviceGetAttribute (capability minor)"},
-      {driver.deviceTotalMem(&totalBytes, gpu.handle), "cuDeviceTotalMem"},
+      {driver.deviceTotalMem(&totalBytes, handle), "cuDeviceTotalMem"},
       {driver.driverGetVersion(&version), "cuDriverGetVersion"},
   };
   for (const auto &[result, call] : answers)
     if (result != kCudaSuccess)
       return unavailable(
-          cudaError(driver, result, std::string(call) + " of device 0").message());
-  gpu.device.ordinal = 0;
-  gpu.device.name = name;
-  gpu.device.capability = int64_t{major} * 10 + minor;
-  gpu.device.totalMemoryBytes = totalBytes;
-  gpu.device.driverVersion = version;
-  return Status::ok();
+          cudaError(driver, result,
+                    std::string(call) + " of device " + std::to_string(ordinal))
+              .message());
+  GpuDevice device;
+  device.ordinal = ordinal;
+  device.name = name;
+  device.capability = int64_t{major} * 10 + minor;
+  device.totalMemoryBytes = totalBytes;
+  device.driverVersion = version;
+  return device;
 }
 
 Expected<ProcessGpu> loadProcessGpu() {
@@ -241,9 +261,19 @@ Expected<ProcessGpu> loadProcessGpu() {
     return unavailable(cudaError(driver, result, "cuDeviceGetCount").message());
   if (count == 0)
     return unavailable("the NVIDIA driver sees no GPU (cuDeviceGetCount is 0)");
-  if (CUresult result = driver.deviceGet(&gpu.handle, 0); result != kCudaSuccess)
-    return unavailable(cudaError(driver, result, "cuDeviceGet of device 0").message());
-  FLOWC_RETURN_IF_ERROR(describeDevice(gpu));
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice handle = 0;
+    if (CUresult result = driver.deviceGet(&handle, ordinal); result != kCudaSuccess)
+      return unavailable(
+          cudaError(driver, result, "cuDeviceGet of device " + std::to_string(ordinal))
+              .message());
+    FLOWC_ASSIGN_OR_RETURN(GpuDevice device, describeDevice(driver, handle, ordinal));
+    if (ordinal == 0) {
+      gpu.handle = handle;
+      gpu.device = device;
+    }
+    gpu.all.push_back(std::move(device));
+  }
   return gpu;
 }
 
@@ -377,6 +407,13 @@ Expected<GpuDevice> openGpu() {
   return gpu->device;
 }
 
+Expected<std::vector<GpuDevice>> listGpus() {
+  const Expected<ProcessGpu> &gpu = processGpu();
+  if (!gpu)
+    return gpu.status();
+  return gpu->all;
+}
+
 bool isGpuCode(void *library) { return dlsym(library, kGpuTableSymbol) != nullptr; }
 
 namespace {
@@ -395,14 +432,19 @@ public:
 
   /// Retains the device's primary context and creates the stream.
   Status start();
-  /// Fills the code's table and runs its flowc_gpu_load.
-  Status load(const GpuCode &code);
+  /// Fills the code's table (and its library kernels', which time up to
+  /// `trials` candidates each) and runs its flowc_gpu_load.
+  Status load(const GpuCode &code, int trials);
   /// Allocates the weights, arena, inputs and outputs on the device and
   /// uploads the weights.
   Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes);
   Status run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
              const std::function<void(void **)> &callEntry);
   uint64_t arenaBytes() const { return arenaBytes_; }
+  /// Whether runs may replay a CUDA graph of the entry's launches (on by
+  /// default; off drops a captured one).
+  void allowGraphs(bool allowed);
+  bool replaysGraph() const { return graphExec_ != nullptr; }
 
   // The table functions' work (GpuAbi.h), and the library kernels'
   // (LibraryKernels.h). Errors are kept as the run's.
@@ -474,6 +516,20 @@ private:
   void *staging_[2] = {nullptr, nullptr};
   uint64_t stagingBytes_ = 0;
   int nextStaging_ = 0;
+  /// CUDA graphs: the second run of a session captures the entry's
+  /// launches on the stream (the first creates the library kernels' plans
+  /// and workspaces), and later runs replay them in one launch. Not for
+  /// code that allocates temporaries while it runs (their addresses would
+  /// be baked in), nor while profiling (its marks synchronize).
+  bool graphsAllowed_ = true;
+  bool graphsRuled_ = false;
+  int completedRuns_ = 0;
+  int temporariesThisRun_ = 0;
+  CUgraph graph_ = nullptr;
+  CUgraphExec graphExec_ = nullptr;
+  void runEntry(void **args, const std::function<void(void **)> &callEntry);
+  void captureAndLaunch(void **args, const std::function<void(void **)> &callEntry);
+  void dropGraph();
   /// The library kernels of code that calls them, and what they call back.
   std::unique_ptr<SessionServices> services_;
   gpu::LibraryKernelsPtr libraryKernels_;
@@ -504,6 +560,10 @@ public:
                  0,
                  params,
                  nullptr});
+  }
+  bool synchronize() override {
+    gpu_.synchronize();
+    return !gpu_.failed();
   }
   void fail(Status status) override { gpu_.fail(std::move(status)); }
   bool failed() const override { return gpu_.failed(); }
@@ -567,6 +627,7 @@ GpuContext::~GpuContext() {
       warnIfFailed(driver_.streamSynchronize(stream_), "cuStreamSynchronize");
     if (loaded_)
       unload_();
+    dropGraph();
     libraryKernels_.reset();
     if (Status failure = takeFailure(); !failure.isOk())
       spdlog::warn("unloading the kernels of '{}': {}", path_, failure.message());
@@ -701,16 +762,16 @@ void fillTable(GpuSlot *table) {
 
 } // namespace
 
-Status GpuContext::load(const GpuCode &code) {
+Status GpuContext::load(const GpuCode &code, int trials) {
   fillTable(code.table);
   unload_ = code.unload;
   ActiveGpu active(*this);
   FLOWC_RETURN_IF_ERROR(takeFailure());
   if (code.kernelTable) {
     services_ = std::make_unique<SessionServices>(*this);
-    FLOWC_ASSIGN_OR_RETURN(
-        libraryKernels_,
-        gpu::openLibraryKernels(*services_, code.kernelKinds, code.kernelSites, path_));
+    FLOWC_ASSIGN_OR_RETURN(libraryKernels_,
+                           gpu::openLibraryKernels(*services_, code.kernelKinds,
+                                                   code.kernelSites, trials, path_));
     FLOWC_RETURN_IF_ERROR(takeFailure());
     gpu::fillKernelTable(*libraryKernels_, code.kernelTable, code.kernelContext);
   }
@@ -807,6 +868,7 @@ void *GpuContext::allocateTemporary(uint64_t alignment, uint64_t bytes) {
                        std::to_string(kDeviceAlignment) + "-byte aligned"));
     return nullptr;
   }
+  ++temporariesThisRun_;
   CUdeviceptr pointer = 0;
   if (!record(driver_.memAlloc(&pointer, bytes),
               "cuMemAlloc of " + std::to_string(bytes) + " bytes for a temporary on " +
@@ -821,6 +883,79 @@ void GpuContext::freeTemporary(CUdeviceptr pointer) {
     return;
   temporaries_.erase(pointer);
   record(driver_.memFree(pointer), "cuMemFree");
+}
+
+void GpuContext::runEntry(void **args, const std::function<void(void **)> &callEntry) {
+  if (graphExec_) {
+    record(driver_.graphLaunch(graphExec_, stream_), "cuGraphLaunch");
+    return;
+  }
+  // The first run decides: temporaries rule graphs out for the session.
+  if (completedRuns_ == 1 && !graphsRuled_) {
+    graphsRuled_ = true;
+    if (temporariesThisRun_ > 0)
+      graphsAllowed_ = false;
+  }
+  temporariesThisRun_ = 0;
+  if (graphsAllowed_ && graphsRuled_)
+    captureAndLaunch(args, callEntry);
+  else
+    callEntry(args);
+}
+
+void GpuContext::captureAndLaunch(void **args,
+                                  const std::function<void(void **)> &callEntry) {
+  // Thread-local capture: a call that may not be captured fails it, and
+  // the run falls back to launching directly (nothing captured ran).
+  constexpr int kCaptureThreadLocal = 1;
+  auto fallBack = [&](const std::string &why) {
+    spdlog::warn("'{}' runs without a CUDA graph: {}", path_, why);
+    graphsAllowed_ = false;
+    failure_ = Status::ok();
+    callEntry(args);
+  };
+  if (CUresult result = driver_.streamBeginCapture(stream_, kCaptureThreadLocal);
+      result != kCudaSuccess)
+    return fallBack("cuStreamBeginCapture failed: " + errorText(driver_, result));
+  callEntry(args);
+  CUgraph graph = nullptr;
+  CUresult ended = driver_.streamEndCapture(stream_, &graph);
+  if (ended != kCudaSuccess || !graph || !failure_.isOk()) {
+    std::string why = ended != kCudaSuccess
+                          ? "cuStreamEndCapture failed: " + errorText(driver_, ended)
+                          : failure_.message();
+    if (graph)
+      warnIfFailed(driver_.graphDestroy(graph), "cuGraphDestroy");
+    return fallBack("capturing its launches: " + why);
+  }
+  CUgraphExec exec = nullptr;
+  if (CUresult result = driver_.graphInstantiate(&exec, graph, 0);
+      result != kCudaSuccess) {
+    warnIfFailed(driver_.graphDestroy(graph), "cuGraphDestroy");
+    return fallBack("cuGraphInstantiateWithFlags failed: " + errorText(driver_, result));
+  }
+  graph_ = graph;
+  graphExec_ = exec;
+  record(driver_.graphLaunch(graphExec_, stream_), "cuGraphLaunch");
+}
+
+void GpuContext::dropGraph() {
+  if (graphExec_)
+    warnIfFailed(driver_.graphExecDestroy(graphExec_), "cuGraphExecDestroy");
+  if (graph_)
+    warnIfFailed(driver_.graphDestroy(graph_), "cuGraphDestroy");
+  graphExec_ = nullptr;
+  graph_ = nullptr;
+}
+
+void GpuContext::allowGraphs(bool allowed) {
+  graphsAllowed_ = allowed;
+  if (!allowed && graphExec_) {
+    ActiveGpu active(*this);
+    // A graph may still be running: its resources go once it is done.
+    warnIfFailed(driver_.streamSynchronize(stream_), "cuStreamSynchronize");
+    dropGraph();
+  }
 }
 
 void GpuContext::synchronize() {
@@ -997,7 +1132,7 @@ Status GpuContext::runSteps(const std::vector<const void *> &inputs,
     FLOWC_RETURN_IF_ERROR(
         copyToDevice(inputs_[i], static_cast<const char *>(inputs[i]), inputBytes_[i]));
   std::vector<void *> args = entryArguments();
-  callEntry(args.data());
+  runEntry(args.data(), callEntry);
   // Launches are asynchronous: the run is over when the stream is idle, and
   // a kernel's fault shows here.
   synchronize();
@@ -1005,10 +1140,11 @@ Status GpuContext::runSteps(const std::vector<const void *> &inputs,
   for (size_t i = 0; i < outputs.size(); ++i)
     FLOWC_RETURN_IF_ERROR(
         copyToHost(static_cast<char *>(outputs[i]), outputs_[i], outputBytes_[i]));
+  ++completedRuns_;
   return Status::ok();
 }
 
-Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact) {
+Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact, int trials) {
   const std::string &path = artifact.path();
   // What the code says of itself is checked first: it needs no device.
   FLOWC_ASSIGN_OR_RETURN(GpuCode code, readGpuCode(library, path));
@@ -1026,12 +1162,16 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact) {
         ": compile with --target cuda:sm_" + std::to_string(device.capability));
   GpuContextPtr context(new GpuContext(*gpu, path));
   FLOWC_RETURN_IF_ERROR(context->start());
-  FLOWC_RETURN_IF_ERROR(context->load(code));
+  FLOWC_RETURN_IF_ERROR(context->load(code, trials));
   FLOWC_RETURN_IF_ERROR(context->allocateBuffers(artifact, code.arenaBytes));
   return context;
 }
 
 uint64_t gpuArenaBytes(const GpuContext &gpu) { return gpu.arenaBytes(); }
+
+void allowGpuGraphs(GpuContext &gpu, bool allowed) { gpu.allowGraphs(allowed); }
+
+bool replaysGpuGraph(const GpuContext &gpu) { return gpu.replaysGraph(); }
 
 Status runOnGpu(GpuContext &gpu, const std::vector<const void *> &inputs,
                 const std::vector<void *> &outputs,

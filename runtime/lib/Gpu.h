@@ -42,6 +42,10 @@ struct GpuDevice {
 /// function this runtime calls, cuInit fails, or there is no device.
 Expected<GpuDevice> openGpu();
 
+/// Every device the driver sees, device 0 first (as openGpu: Unavailable
+/// with the reason when there is none).
+Expected<std::vector<GpuDevice>> listGpus();
+
 /// Whether the loaded code object `library` is CUDA code (defines
 /// flowc_gpu_table).
 bool isGpuCode(void *library);
@@ -53,19 +57,28 @@ using GpuContextPtr = std::unique_ptr<GpuContext, GpuContextDeleter>;
 
 /// Prepares CUDA code `library` of `artifact` to run on device 0: checks
 /// its GPU ABI and capability, fills its function table and loads its
-/// kernels, opens its library kernels (cuDNN, cuBLASLt: gpu/LibraryKernels.h)
-/// if it calls any, uploads the weights (through fixed-size pinned staging,
-/// so host memory does not grow with them) and allocates the arena and the
-/// input and output buffers on the device. DataLoss when the code lacks a
-/// GPU symbol, FailedPrecondition for another GPU or kernel ABI or another
-/// capability than the device's, Unavailable without a GPU or the CUDA
-/// libraries, Unimplemented when this runtime was built without them,
-/// ResourceExhausted when device memory runs out, Internal for other CUDA
-/// errors.
-Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact);
+/// kernels, opens its library kernels (cuDNN, cuBLASLt: gpu/LibraryKernels.h,
+/// each timing up to `trials` candidates on its first call) if it calls any, uploads the
+/// weights (through fixed-size pinned staging, so host memory does not grow with them)
+/// and allocates the arena and the input and output buffers on the device. DataLoss when
+/// the code lacks a GPU symbol, FailedPrecondition for another GPU or kernel ABI or
+/// another capability than the device's, Unavailable without a GPU or the CUDA libraries,
+/// Unimplemented when this runtime was built without them, ResourceExhausted when device
+/// memory runs out, Internal for other CUDA errors.
+Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact, int trials);
 
 /// Bytes of the activation arena `gpu` holds on the device (0: none).
 uint64_t gpuArenaBytes(const GpuContext &gpu);
+
+/// CUDA graphs: from its second run a session captures the entry's
+/// launches into a graph and replays it, one launch per run, unless its
+/// code allocates temporaries while it runs (their addresses would be
+/// baked in) or the capture fails (it then launches directly, and says so
+/// once in the log). `allowed` false (profiling: its marks synchronize)
+/// drops a captured graph and launches directly.
+void allowGpuGraphs(GpuContext &gpu, bool allowed);
+/// Whether runs of `gpu` replay a captured graph.
+bool replaysGpuGraph(const GpuContext &gpu);
 
 /// Runs the graph once on the device: copies `inputs` (plan order, host
 /// memory) to the device, calls `callEntry` with the entry's device

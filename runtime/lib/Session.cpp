@@ -203,8 +203,12 @@ Status Session::bindHost() {
   return allocateArena();
 }
 
+bool Session::replaysGpuGraph() const {
+  return gpu_ && flowc::runtime::replaysGpuGraph(*gpu_);
+}
+
 Status Session::bindDevice() {
-  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_));
+  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_, options_.gpuTrials));
   arenaBytes_ = gpuArenaBytes(*gpu_);
   return Status::ok();
 }
@@ -221,6 +225,9 @@ Status Session::startProfiling() {
   profile_ = std::make_shared<ProfileRecorder>();
   profile_->started.resize(calls.size());
   profile_->profile.calls = std::move(calls);
+  // A graph's replay would pass no marks, and a capture cannot synchronize.
+  if (gpu_)
+    allowGpuGraphs(*gpu_, false);
   *hook = gpu_ ? recordGpuMark : recordMark;
   return Status::ok();
 }

@@ -24,9 +24,10 @@ constexpr std::array<std::pair<Target, const char *>, 8> kTargets = {{
 constexpr Target kDefaultCudaTarget = Target::CudaSm90;
 constexpr int64_t kCudaTag = 1000;
 
-constexpr std::array<std::pair<Precision, const char *>, 2> kPrecisions = {{
+constexpr std::array<std::pair<Precision, const char *>, 3> kPrecisions = {{
     {Precision::Fp32, "fp32"},
     {Precision::Bf16, "bf16"},
+    {Precision::Fp16, "fp16"},
 }};
 
 template <typename Table> std::string joinNames(const Table &table) {

@@ -179,14 +179,59 @@ TEST(CudaTargetTest, NamesParseAndPrintBothWays) {
               StatusIs(StatusCode::InvalidArgument, "cuda:sm_80"));
 }
 
-TEST(CudaTargetTest, Bf16IsRefusedForCuda) {
+// AMP's precisions: fp16 on any cuda target, bf16 from sm_80 (Ampere's
+// tensor cores), neither at -O0 (no library kernels), fp16 never on the CPU.
+TEST(CudaTargetTest, AmpPrecisionsWhereTheHardwareHasThem) {
   CompileOptions options;
   options.target = Target::CudaSm90;
-  options.precision = Precision::Bf16;
   if (options.validate().code() == StatusCode::Unimplemented)
     GTEST_SKIP() << "no CUDA toolkit in this build: " << options.validate().toString();
+  for (Precision precision : {Precision::Fp16, Precision::Bf16}) {
+    options.precision = precision;
+    EXPECT_TRUE(options.validate().isOk()) << options.validate().toString();
+  }
+  options.target = Target::CudaSm75;
+  options.precision = Precision::Fp16;
+  EXPECT_TRUE(options.validate().isOk()) << options.validate().toString();
+  options.precision = Precision::Bf16;
   EXPECT_THAT(options.validate(),
-              StatusIs(StatusCode::InvalidArgument, "cuda:sm_90 computes in fp32"));
+              StatusIs(StatusCode::InvalidArgument,
+                       "precision bf16 needs sm_80 or newer; cuda:sm_75 has no bfloat16 "
+                       "tensor cores: use fp16"));
+  options.target = Target::CudaSm90;
+  options.optLevel = 0;
+  EXPECT_THAT(options.validate(),
+              StatusIs(StatusCode::InvalidArgument,
+                       "precision bf16 needs library kernels, which -O0 does not use"));
+  options.target = Target::Cpu;
+  options.optLevel = 2;
+  options.precision = Precision::Fp16;
+  EXPECT_THAT(options.validate(),
+              StatusIs(StatusCode::InvalidArgument,
+                       "precision fp16 is for the cuda targets' tensor cores"));
+}
+
+// Under AMP the convolution and the product carry the precision to the
+// runtime (which rounds their operands to 16 bits); pooling and softmax,
+// which AMP keeps in fp32, have no precision to carry.
+TEST(CudaCodegenLibraryTest, AmpReachesTheConvolutionsAndProducts) {
+  CompileOptions options;
+  options.target = Target::CudaSm90;
+  options.precision = Precision::Fp16;
+  if (Status toolkit = options.validate(); !toolkit.isOk())
+    GTEST_SKIP() << "no CUDA toolkit in this build: " << toolkit.toString();
+  auto graph = importBytes(convPoolSoftmaxModel(), "conv.onnx");
+  ASSERT_TRUE(graph) << graph.status().toString();
+  TempDir dir;
+  CompileReport report;
+  auto code = compileToSharedObject(graph->irBytecode, options, dir.path(), &report);
+  ASSERT_TRUE(code) << code.status().toString();
+  ASSERT_FALSE(report.weights.librarySites.empty());
+  const LibrarySite &conv = report.weights.librarySites[0];
+  ASSERT_EQ(static_cast<runtime::KernelKind>(conv.kind), runtime::KernelKind::Conv2d);
+  auto params = runtime::paramsFromWords<runtime::Conv2dParams>(conv.params);
+  ASSERT_TRUE(params);
+  EXPECT_EQ(params->precision, Precision::Fp16);
 }
 
 } // namespace

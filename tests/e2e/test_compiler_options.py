@@ -75,11 +75,14 @@ def test_bad_pass_names_and_precisions_are_refused(flowc, cnn):
     assert result.returncode == 3 and "cannot disable pass 'cse'" in result.stderr
     result = flowc.run("submit", path, "-O", "0", "--precision", "bf16", check=False)
     assert result.returncode == 3 and "needs library kernels" in result.stderr
-    result = flowc.run("submit", path, "--precision", "fp16", check=False)
-    assert result.returncode == 2 and "fp16 not in {fp32,bf16}" in result.stderr
-    result = flowc.run("repro", path, "-o", path.with_name("r"), "--precision", "fp16",
+    result = flowc.run("submit", path, "--precision", "fp8", check=False)
+    assert result.returncode == 2 and "fp8 not in {fp32,bf16,fp16}" in result.stderr
+    result = flowc.run("repro", path, "-o", path.with_name("r"), "--precision", "fp8",
                        check=False)
-    assert result.returncode == 2 and "fp16 not in {fp32,bf16}" in result.stderr
+    assert result.returncode == 2 and "fp8 not in {fp32,bf16,fp16}" in result.stderr
+    # fp16 is the cuda targets' (AMP), not the CPU's.
+    result = flowc.run("submit", path, "--precision", "fp16", check=False)
+    assert result.returncode == 3 and "fp16 is for the cuda targets" in result.stderr
     flowc.submit(path)
     result = flowc.run("run", path.with_suffix(".fca"), "--threads", "0", check=False)
     assert result.returncode == 2 and "--threads: Value 0 not in range" in result.stderr

@@ -96,12 +96,27 @@ def test_without_a_gpu_run_fails_in_one_line_with_exit_5(flowc, models, tmp_path
     assert json.loads(ran.stdout)["error"]["exit_code"] == EXIT_UNAVAILABLE
 
 
-def test_bf16_is_refused_for_cuda(flowc, models, tmp_path):
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_amp_compiles_for_cuda(flowc, models, tmp_path, precision):
     path, _ = models["cnn"]
-    ran = flowc.run("submit", path, "-o", tmp_path / "x.fca", "--target", "cuda",
+    amp = flowc.submit(path, tmp_path / f"{precision}.fca", "--target", "cuda",
+                       "--precision", precision)
+    fp32 = flowc.submit(path, tmp_path / "fp32.fca", "--target", "cuda")
+    assert amp["artifact_digest"] != fp32["artifact_digest"]
+    inspected = flowc.run("inspect", tmp_path / f"{precision}.fca").stdout
+    assert f"precision={precision}" in inspected
+
+
+def test_amp_is_refused_where_the_hardware_lacks_it(flowc, models, tmp_path):
+    path, _ = models["cnn"]
+    ran = flowc.run("submit", path, "-o", tmp_path / "x.fca", "--target", "cuda:sm_75",
                     "--precision", "bf16", check=False)
     assert ran.returncode == 3, ran.stderr
-    assert "computes in fp32" in ran.stderr
+    assert "bf16 needs sm_80 or newer" in ran.stderr
+    ran = flowc.run("submit", path, "-o", tmp_path / "x.fca", "--precision", "fp16",
+                    check=False)
+    assert ran.returncode == 3, ran.stderr
+    assert "fp16 is for the cuda targets" in ran.stderr
 
 
 def test_an_unknown_chip_is_a_usage_error(flowc, models, tmp_path):
@@ -111,18 +126,22 @@ def test_an_unknown_chip_is_a_usage_error(flowc, models, tmp_path):
     assert "cuda:sm_90" in ran.stderr
 
 
-@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+@pytest.mark.parametrize("options", [["-O0"], ["-O2"], ["--precision", "fp16"],
+                                     ["--precision", "bf16"]])
 @pytest.mark.parametrize("model", ["cnn", "encoder"])
-def test_on_the_gpu_results_match_onnxruntime(flowc, models, tmp_path, model, opt):
+def test_on_the_gpu_results_match_onnxruntime(flowc, models, tmp_path, model, options):
     """-O0: generated kernels only; -O2: cuDNN, cuBLASLt and the runtime's
-    kernels for the heavy ops."""
+    kernels for the heavy ops; AMP: their operands in 16 bits (1e-2)."""
     target, why_not = device_target()
     if target is None:
         pytest.skip(why_not)
+    if "bf16" in options and int(target.split("_")[1]) < 80:
+        pytest.skip(f"{target} has no bfloat16 tensor cores")
     path, inputs = models[model]
     artifact = tmp_path / f"{model}.fca"
-    flowc.submit(path, artifact, "--target", target, opt)
+    flowc.submit(path, artifact, "--target", target, *options)
     ours = flowc.execute(artifact, inputs)
     expected = onnxruntime_outputs(path, inputs)
+    amp = "--precision" in options
     for name, value in expected.items():
-        assert_close(ours[name], value)
+        assert_close(ours[name], value, rtol=1e-2 if amp else 1e-3)

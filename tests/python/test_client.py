@@ -182,7 +182,7 @@ def test_bad_compile_options_raise_invalid_argument_naming_them(client, tmp_path
                        match=r"unknown target 'tpu' \(supported: cpu, cuda, cuda:sm_75"):
         flowc.compile(path, target="tpu", progress=False)
     with pytest.raises(flowc.InvalidModel,
-                       match=r"unknown precision 'fp8' \(supported: fp32, bf16\)"):
+                       match=r"unknown precision 'fp8' \(supported: fp32, bf16, fp16\)"):
         flowc.compile(path, precision="fp8", progress=False)
     # A pass name the daemon's compiler lacks is its refusal, with the list.
     with pytest.raises(flowc.InvalidModel) as raised:

@@ -93,6 +93,8 @@ struct CudaCode {
   bool withoutLoad = false;
   /// Launches a grid of 0 blocks, which CUDA cannot.
   bool badLaunch = false;
+  /// Allocates (and frees) a temporary around the launch, as -O0 code does.
+  bool scratch = true;
   /// Elements of x, w and y.
   int64_t elements = 4;
 };
@@ -149,14 +151,15 @@ std::string cudaSource(const CudaCode &code) {
          << "  uint64_t n = " << code.elements << ";\n"
          << "  void *params[] = {&x, &w, &y, &n};\n"
             "  void *stream = ((StreamCreate)flowc_gpu_table[4])();\n"
-            "  void *scratch = ((MemAlloc)flowc_gpu_table[7])(64);\n"
-            "  if (flowc_profile_hook) flowc_profile_hook(0);\n"
+         << (code.scratch ? "  void *scratch = ((MemAlloc)flowc_gpu_table[7])(64);\n"
+                          : "")
+         << "  if (flowc_profile_hook) flowc_profile_hook(0);\n"
          << "  ((LaunchKernel)flowc_gpu_table[3])(function, " << grid << ", 1, 1, "
          << kBlockThreads << ", 1, 1, 0, stream, params, 0, 4);\n"
          << "  if (flowc_profile_hook) flowc_profile_hook(1);\n"
             "  ((StreamFunction)flowc_gpu_table[6])(stream);\n"
-            "  ((MemFree)flowc_gpu_table[9])(scratch);\n"
-            "  ((StreamFunction)flowc_gpu_table[5])(stream);\n"
+         << (code.scratch ? "  ((MemFree)flowc_gpu_table[9])(scratch);\n" : "")
+         << "  ((StreamFunction)flowc_gpu_table[5])(stream);\n"
             "}\n";
   return source.str();
 }
@@ -390,6 +393,29 @@ TEST_F(GpuSessionOnDeviceTest, RunsTheGraph) {
   ASSERT_EQ(profile.calls.size(), 1u);
   EXPECT_EQ(profile.calls[0].kernel, "add");
   EXPECT_EQ(profile.calls[0].calls, 2u);
+}
+
+// From the second run the launches are captured into a CUDA graph and
+// replayed: each later run still reads its own inputs. Code that allocates
+// a temporary while it runs is never captured (the address would be baked
+// into the graph), and profiling drops the graph.
+TEST_F(GpuSessionOnDeviceTest, LaterRunsReplayACudaGraph) {
+  auto session = createSession({.scratch = false});
+  ASSERT_TRUE(session) << session.status().toString();
+  for (int run = 0; run < 4; ++run) {
+    expectAdds(**session, 4, static_cast<float>(10 * run));
+    EXPECT_EQ((*session)->replaysGpuGraph(), run >= 1) << "after run " << run;
+  }
+  auto withTemporaries = createSession({});
+  ASSERT_TRUE(withTemporaries) << withTemporaries.status().toString();
+  for (int run = 0; run < 3; ++run)
+    expectAdds(**withTemporaries, 4, static_cast<float>(run));
+  EXPECT_FALSE((*withTemporaries)->replaysGpuGraph());
+  auto profiled = createSession({.scratch = false}, {.profile = true});
+  ASSERT_TRUE(profiled) << profiled.status().toString();
+  for (int run = 0; run < 3; ++run)
+    expectAdds(**profiled, 4, static_cast<float>(run));
+  EXPECT_FALSE((*profiled)->replaysGpuGraph());
 }
 
 // A launch CUDA refuses fails the run with the reason, and the session

@@ -62,7 +62,8 @@ TEST(RequestValidationTest, NamesTheBadField) {
       {[](auto &r) {
          r.mutable_options()->set_precision(static_cast<flowc::v1::Precision>(9));
        },
-       "options.precision is 9, not a value this daemon knows (supported: fp32, bf16)"},
+       "options.precision is 9, not a value this daemon knows (supported: fp32, bf16, "
+       "fp16)"},
       {[](auto &r) { r.mutable_options()->add_disabled_passes("no-such-pass"); },
        "cannot disable pass 'no-such-pass' (optional passes: flowc-derive-weights"},
       {[](auto &r) {

@@ -177,7 +177,8 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   FLOWC_RETURN_IF_ERROR(request.options.validate());
   // Refused before any work: the library kernels it asks for do not exist
   // on this CPU, and a whole compile would fail only at link.
-  if (request.options.precision == Precision::Bf16)
+  if (request.options.precision == Precision::Bf16 &&
+      !isCudaTarget(request.options.target))
     FLOWC_RETURN_IF_ERROR(runtime::bf16KernelsSupported());
   // The identity is taken before the file is read, so that a change while
   // reading is detected when the memo is recorded.

@@ -14,23 +14,31 @@ struct Index4 {
   int64_t dims[4];
 };
 
-/// out[i] = in[i] over `dims`, each buffer with its own strides: layout
-/// changes of activations and repacks of weights.
+/// Element types of the helpers' buffers: fp32, and the 16-bit types AMP
+/// hands the libraries (KernelAbi.h's Precision names them).
+enum ElementType : int64_t { kF32 = 0, kF16 = 1, kBf16 = 2 };
+
+/// out[i] = in[i] over `shape`, each buffer with its own strides and
+/// element type: layout changes of activations, repacks of weights, and
+/// the conversions to and from 16 bits (rounding to nearest even).
 struct GatherArgs {
-  float *out;
-  const float *in;
+  void *out;
+  const void *in;
   Index4 shape;
   Index4 outStrides;
   Index4 inStrides;
+  int64_t outType, inType;
 };
 
 /// out = activation(((in + bias[channel]) + residual) * scale + mask) over
-/// `shape`; `in` may be `out` (same strides). The residual has `out`'s
-/// strides. Null pointers and hasScale 0 skip their step. `activation`,
-/// `alpha` and `beta` are KernelAbi.h's Activation and its bounds.
+/// `shape`; `in` (of `inType`) may be `out` (same strides). The residual
+/// has `out`'s strides. Null pointers and hasScale 0 skip their step.
+/// `activation`, `alpha` and `beta` are KernelAbi.h's Activation and its
+/// bounds. Everything but `in` is fp32.
 struct EpilogueArgs {
   float *out;
-  const float *in;
+  const void *in;
+  int64_t inType;
   const float *bias;
   const float *residual;
   const float *mask;

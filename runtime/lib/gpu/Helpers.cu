@@ -7,6 +7,9 @@
 // kernel. Arguments: HelperAbi.h.
 #include "HelperAbi.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cfloat>
 #include <cstdint>
 
@@ -44,6 +47,30 @@ __device__ float activate(float x, int64_t activation, float alpha, float beta) 
     return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
   default:
     return x;
+  }
+}
+
+__device__ float load(const void *buffer, int64_t at, int64_t type) {
+  switch (type) {
+  case kF16:
+    return __half2float(static_cast<const __half *>(buffer)[at]);
+  case kBf16:
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(buffer)[at]);
+  default:
+    return static_cast<const float *>(buffer)[at];
+  }
+}
+
+__device__ void store(void *buffer, int64_t at, int64_t type, float value) {
+  switch (type) {
+  case kF16:
+    static_cast<__half *>(buffer)[at] = __float2half_rn(value);
+    break;
+  case kBf16:
+    static_cast<__nv_bfloat16 *>(buffer)[at] = __float2bfloat16_rn(value);
+    break;
+  default:
+    static_cast<float *>(buffer)[at] = value;
   }
 }
 
@@ -94,7 +121,8 @@ extern "C" __global__ void flowc_gather(GatherArgs a) {
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t at[4];
     coordinates(i, a.shape, at);
-    a.out[offset(at, a.outStrides)] = a.in[offset(at, a.inStrides)];
+    store(a.out, offset(at, a.outStrides), a.outType,
+          load(a.in, offset(at, a.inStrides), a.inType));
   }
 }
 
@@ -108,7 +136,7 @@ extern "C" __global__ void flowc_epilogue(EpilogueArgs a) {
     int64_t at[4];
     coordinates(i, a.shape, at);
     int64_t out = offset(at, a.outStrides);
-    float value = a.in[offset(at, a.inStrides)];
+    float value = load(a.in, offset(at, a.inStrides), a.inType);
     if (a.bias)
       value += a.bias[at[a.channelAxis]];
     if (a.residual)

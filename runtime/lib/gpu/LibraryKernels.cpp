@@ -18,8 +18,11 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 /// The fat binary of Helpers.cu (every supported architecture), embedded
@@ -181,11 +184,12 @@ Index4 weightStrides(const Index4 &shape, ConvWeightLayout layout) {
   return {{c * r * s, r * s, s, 1}};
 }
 
-/// The largest power of two (from 4 up to 256) that divides `address`:
-/// what a library may assume of a buffer's alignment.
+/// The largest power of two (from 2 up to 256) that divides `address`:
+/// what a library may assume of a buffer's alignment (a 16-bit batch
+/// stride may be odd).
 int64_t alignmentOf(uintptr_t address) {
   int64_t alignment = 256;
-  while (alignment > 4 && address % static_cast<uintptr_t>(alignment) != 0)
+  while (alignment > 2 && address % static_cast<uintptr_t>(alignment) != 0)
     alignment /= 2;
   return alignment;
 }
@@ -193,6 +197,40 @@ int64_t alignmentOf(uintptr_t address) {
 int64_t alignmentOf(const void *pointer) {
   return alignmentOf(reinterpret_cast<uintptr_t>(pointer));
 }
+
+/// The element type a kernel of `precision` hands the library: AMP rounds
+/// activations and weights to 16 bits, and accumulates in fp32.
+ElementType elementType(Precision precision) {
+  switch (precision) {
+  case Precision::Fp16:
+    return kF16;
+  case Precision::Bf16:
+    return kBf16;
+  case Precision::Fp32:
+    break;
+  }
+  return kF32;
+}
+
+uint64_t elementBytes(ElementType type) { return type == kF32 ? 4 : 2; }
+
+cudnnDataType_t cudnnType(ElementType type) {
+  return type == kF16    ? CUDNN_DATA_HALF
+         : type == kBf16 ? CUDNN_DATA_BFLOAT16
+                         : CUDNN_DATA_FLOAT;
+}
+
+cudaDataType_t cudaType(ElementType type) {
+  return type == kF16 ? CUDA_R_16F : type == kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+int64_t elements(const Index4 &shape) {
+  return shape.dims[0] * shape.dims[1] * shape.dims[2] * shape.dims[3];
+}
+
+/// `count` elements as one dense row.
+Index4 flat(int64_t count) { return {{1, 1, 1, count}}; }
+Index4 flatStrides() { return {{0, 0, 0, 1}}; }
 
 uint64_t blocksFor(int64_t elements) {
   uint64_t blocks = (static_cast<uint64_t>(elements) + kHelperBlock - 1) / kHelperBlock;
@@ -225,26 +263,52 @@ private:
   cudnnBackendDescriptor_t descriptor_ = nullptr;
 };
 
+/// A cuDNN execution plan, its workspace and the engine configuration it
+/// was made from (kept as long as the plan, as cuDNN's frontend does).
+struct ConvPlan {
+  Descriptor plan;
+  int64_t workspaceBytes = 0;
+  Descriptor config;
+};
+
 /// A convolution site: its cuDNN execution plan in the compute layout, and
 /// the buffers that convert to and from the graph's layouts.
 struct ConvSite {
   Conv2dParams params;
   /// The layout cuDNN computes in (source, weights in the matching filter
-  /// format, and result).
+  /// format, and result), and the element type of all three.
   ActivationLayout layout = ActivationLayout::Nchw;
+  ElementType type = kF32;
   Index4 sourceShape, weightShape, destinationShape;
-  /// Null when the graph's buffer is already in the compute layout.
-  float *source = nullptr, *weights = nullptr, *destination = nullptr;
+  /// Null when the graph's buffer is already in the compute layout and
+  /// type.
+  void *source = nullptr, *weights = nullptr, *destination = nullptr;
   /// Constant weights are repacked once per session.
   bool weightsPacked = false;
-  Descriptor plan;
-  int64_t workspaceBytes = 0;
+  ConvPlan plan;
   int64_t alignment = 0;
 };
 
 /// A matrix product site: its cuBLASLt descriptors and algorithm.
 struct MatMulSite {
+  explicit MatMulSite(const Libraries &libraries) : libraries(libraries) {}
+  MatMulSite(const MatMulSite &) = delete;
+  MatMulSite &operator=(const MatMulSite &) = delete;
+  ~MatMulSite() {
+    for (cublasLtMatrixLayout_t layout : {weightsLayout, sourceLayout, resultLayout})
+      if (layout)
+        libraries.cublasLtMatrixLayoutDestroy(layout);
+    if (operation)
+      libraries.cublasLtMatmulDescDestroy(operation);
+  }
+
+  const Libraries &libraries;
   MatMulParams params;
+  /// AMP: A and B rounded into these (fp32 accumulation and result);
+  /// null in fp32. A constant B is rounded once per session.
+  ElementType type = kF32;
+  void *a = nullptr, *b = nullptr;
+  bool bRounded = false;
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t weightsLayout = nullptr, sourceLayout = nullptr,
                          resultLayout = nullptr;
@@ -254,6 +318,9 @@ struct MatMulSite {
   /// Scale, mask or an activation cuBLASLt does not have: the helper
   /// epilogue runs on the result.
   bool helperEpilogue = false;
+  /// What the algorithm was chosen for: the alignment of cuBLASLt's A, B,
+  /// C and D and of the bias (bytes).
+  std::array<int64_t, 5> alignments{};
 };
 
 /// CUDNN_ATTR_OPERATIONGRAPH_HANDLE and CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
@@ -269,9 +336,9 @@ enum TensorId : int64_t { kSourceId = 1, kWeightsId = 2, kResultId = 3 };
 class LibraryKernels {
 public:
   LibraryKernels(DeviceServices &device, const Libraries &libraries, int64_t sites,
-                 std::string path)
-      : device_(device), libraries_(libraries), path_(std::move(path)), convs_(sites),
-        matmuls_(sites) {}
+                 int trials, std::string path)
+      : device_(device), libraries_(libraries), path_(std::move(path)),
+        trials_(std::max(trials, 1)), convs_(sites), matmuls_(sites) {}
   LibraryKernels(const LibraryKernels &) = delete;
   LibraryKernels &operator=(const LibraryKernels &) = delete;
   ~LibraryKernels();
@@ -297,25 +364,38 @@ private:
            cudnnBackendAttributeType_t type, int64_t count, const void *values);
   bool finalize(const Descriptor &descriptor, const std::string &what);
   Descriptor makeTensor(int64_t id, const Index4 &shape, const Index4 &strides,
-                        int64_t alignment);
+                        ElementType type, int64_t alignment);
   std::unique_ptr<ConvSite> createConv(int64_t site, const Conv2dParams &p,
                                        void **buffers);
-  bool planConv(int64_t site, ConvSite &conv, const Descriptor &graph);
+  bool planConv(int64_t site, ConvSite &conv, const Descriptor &graph,
+                void *const pointers[3]);
+  /// Queues `plan` on the convolution's buffers (source, weights, result).
+  cudnnStatus_t executePlan(const ConvPlan &plan, void *const pointers[3]);
+  /// Whether engine configuration `config` computes as `type` promises:
+  /// no inputs converted down, and no TF32 tensor cores for fp32.
+  bool hasExactNumerics(cudnnBackendDescriptor_t config, ElementType type);
+  /// Milliseconds per call of `run` on the device (a warm-up call, then
+  /// kTrialRuns timed ones); infinity when it fails.
+  double timeCalls(const std::function<bool()> &run);
   void setHandle(const Descriptor &descriptor, cudnnBackendAttributeName_t name);
+  /// `a`, `b`, `c`, `d` and `bias`: the buffers of its first call, which
+  /// its trial runs use.
   std::unique_ptr<MatMulSite> createMatMul(int64_t site, const MatMulParams &p,
                                            const void *a, const void *b, const void *c,
-                                           const void *d);
+                                           const void *d, const void *bias);
   /// Device memory of `workspace_` of at least `bytes`.
   void *workspace(uint64_t bytes);
 
-  void gather(float *out, const float *in, const Index4 &shape, const Index4 &outStrides,
-              const Index4 &inStrides);
+  void gather(void *out, const void *in, const Index4 &shape, const Index4 &outStrides,
+              const Index4 &inStrides, ElementType outType = kF32,
+              ElementType inType = kF32);
   void epilogue(EpilogueArgs args);
   template <typename Args> void launch(const char *kernel, uint64_t blocks, Args args);
 
   DeviceServices &device_;
   const Libraries &libraries_;
   std::string path_;
+  int trials_ = 1;
   cudnnHandle_t cudnn_ = nullptr;
   cublasLtHandle_t cublasLt_ = nullptr;
   void *helpers_ = nullptr;
@@ -330,16 +410,7 @@ private:
 void LibraryKernelsDeleter::operator()(LibraryKernels *kernels) const { delete kernels; }
 
 LibraryKernels::~LibraryKernels() {
-  for (auto &site : matmuls_) {
-    if (!site)
-      continue;
-    for (cublasLtMatrixLayout_t layout :
-         {site->weightsLayout, site->sourceLayout, site->resultLayout})
-      if (layout)
-        libraries_.cublasLtMatrixLayoutDestroy(layout);
-    if (site->operation)
-      libraries_.cublasLtMatmulDescDestroy(site->operation);
-  }
+  matmuls_.clear();
   convs_.clear();
   if (cublasLt_)
     libraries_.cublasLtDestroy(cublasLt_);
@@ -438,9 +509,10 @@ bool LibraryKernels::finalize(const Descriptor &descriptor, const std::string &w
 }
 
 Descriptor LibraryKernels::makeTensor(int64_t id, const Index4 &shape,
-                                      const Index4 &strides, int64_t alignment) {
+                                      const Index4 &strides, ElementType elementType,
+                                      int64_t alignment) {
   Descriptor tensor = makeDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor");
-  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  cudnnDataType_t type = cudnnType(elementType);
   bool made =
       set(tensor, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type) &&
       set(tensor, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, shape.dims) &&
@@ -471,11 +543,11 @@ void LibraryKernels::launch(const char *kernel, uint64_t blocks, Args args) {
   device_.launch(function, blocks, kHelperBlock, params);
 }
 
-void LibraryKernels::gather(float *out, const float *in, const Index4 &shape,
-                            const Index4 &outStrides, const Index4 &inStrides) {
-  GatherArgs args{out, in, shape, outStrides, inStrides};
-  launch(kGatherKernel,
-         blocksFor(shape.dims[0] * shape.dims[1] * shape.dims[2] * shape.dims[3]), args);
+void LibraryKernels::gather(void *out, const void *in, const Index4 &shape,
+                            const Index4 &outStrides, const Index4 &inStrides,
+                            ElementType outType, ElementType inType) {
+  GatherArgs args{out, in, shape, outStrides, inStrides, outType, inType};
+  launch(kGatherKernel, blocksFor(elements(shape)), args);
 }
 
 void LibraryKernels::epilogue(EpilogueArgs args) {
@@ -488,14 +560,87 @@ void LibraryKernels::epilogue(EpilogueArgs args) {
 // epilogue (bias, residual, activation), which also writes the graph's
 // layout when it differs.
 
-bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &graph) {
+bool LibraryKernels::hasExactNumerics(cudnnBackendDescriptor_t config, ElementType type) {
+  cudnnBackendDescriptor_t engine = nullptr;
+  if (libraries_.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) !=
+      CUDNN_STATUS_SUCCESS)
+    return true;
+  Descriptor owned(libraries_, engine);
+  int64_t got = 0;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t count = 0;
+  // A version that cannot say has no notes to respect.
+  if (libraries_.cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                          &engine) != CUDNN_STATUS_SUCCESS ||
+      libraries_.cudnnBackendGetAttribute(
+          engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+          CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes) != CUDNN_STATUS_SUCCESS)
+    return true;
+  for (int64_t i = 0; i < count; ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+      return false;
+    // Tensor cores on fp32 data are TF32: 10-bit mantissas.
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && type == kF32)
+      return false;
+  }
+  return true;
+}
+
+double LibraryKernels::timeCalls(const std::function<bool()> &run) {
+  constexpr int kTrialRuns = 3;
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  if (!run() || !device_.synchronize())
+    return kNever;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kTrialRuns; ++i)
+    if (!run())
+      return kNever;
+  if (!device_.synchronize())
+    return kNever;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                   start)
+             .count() /
+         kTrialRuns;
+}
+
+cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, void *const pointers[3]) {
+  void *workspacePointer = nullptr;
+  if (plan.workspaceBytes > 0 &&
+      !(workspacePointer = workspace(static_cast<uint64_t>(plan.workspaceBytes))))
+    return CUDNN_STATUS_ALLOC_FAILED;
+  int64_t ids[] = {kSourceId, kWeightsId, kResultId};
+  void *data[] = {pointers[0], pointers[1], pointers[2]};
+  cudnnBackendDescriptor_t pack = nullptr;
+  cudnnStatus_t status = libraries_.cudnnBackendCreateDescriptor(
+      CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+  if (status != CUDNN_STATUS_SUCCESS)
+    return status;
+  Descriptor owned(libraries_, pack);
+  for (auto [name, type, count, values] :
+       {std::tuple<cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t,
+                   void *>{CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids},
+        {CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, data},
+        {CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspacePointer}})
+    if ((status = libraries_.cudnnBackendSetAttribute(pack, name, type, count, values)) !=
+        CUDNN_STATUS_SUCCESS)
+      return status;
+  if ((status = libraries_.cudnnBackendFinalize(pack)) != CUDNN_STATUS_SUCCESS)
+    return status;
+  return libraries_.cudnnBackendExecute(cudnn_, plan.plan.get(), pack);
+}
+
+bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &graph,
+                              void *const pointers[3]) {
   // Heuristic mode A first (its engines are the fast ones), then the
   // fallback engines, which cover every convolution the library has. A
   // mode or a configuration that cannot serve this shape is skipped: only
-  // finding none is a failure.
+  // finding none is a failure. Engines whose numerics are not the kernel's
+  // (TF32 tensor cores for fp32, inputs converted down) come last.
   auto ok = [](cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; };
   const Libraries &cudnn = libraries_;
   cudnnBackendDescriptor_t graphDescriptor = graph.get();
+  std::vector<ConvPlan> plans, inexact;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     Descriptor heuristics =
         makeDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
@@ -526,9 +671,9 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
             heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
             CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, handles.data())))
       continue;
-    // The first configuration whose plan finalizes: the heuristics order
-    // them by expected speed, and some cannot run this shape.
-    for (int64_t i = 0; i < returned; ++i) {
+    // The configurations whose plans finalize, in the heuristics' order of
+    // expected speed (some cannot run this shape), up to trials_.
+    for (int64_t i = 0; i < returned && static_cast<int>(plans.size()) < trials_; ++i) {
       Descriptor plan =
           makeDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
       int64_t workspace = 0;
@@ -543,8 +688,42 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
                                              CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                              CUDNN_TYPE_INT64, 1, &got, &workspace)))
         continue;
-      conv.plan = std::move(plan);
-      conv.workspaceBytes = workspace;
+      bool exact = hasExactNumerics(handles[i], conv.type);
+      // The configuration lives as long as its plan.
+      (exact ? plans : inexact)
+          .push_back({std::move(plan), workspace, std::move(configs[i])});
+    }
+    if (!plans.empty())
+      break;
+  }
+  if (plans.empty() && !inexact.empty()) {
+    spdlog::warn("conv2d site {} of '{}': cuDNN has only engines with TF32 or "
+                 "down-converted inputs for it; results may differ from fp32 by ~1e-3",
+                 site, path_);
+    plans.push_back(std::move(inexact[0]));
+  }
+  if (plans.size() == 1) {
+    conv.plan = std::move(plans[0]);
+    return true;
+  }
+  if (!plans.empty()) {
+    // Trial runs: the fastest on this device and these buffers.
+    size_t best = 0;
+    double bestMs = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < plans.size(); ++i) {
+      double ms = timeCalls(
+          [&] { return executePlan(plans[i], pointers) == CUDNN_STATUS_SUCCESS; });
+      if (ms < bestMs) {
+        best = i;
+        bestMs = ms;
+      }
+    }
+    if (device_.failed())
+      return false;
+    if (std::isfinite(bestMs)) {
+      spdlog::debug("conv2d site {} of '{}': engine configuration {} of {} ({:.3f} ms)",
+                    site, path_, best, plans.size(), bestMs);
+      conv.plan = std::move(plans[best]);
       return true;
     }
   }
@@ -577,30 +756,31 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   // Grouped convolutions (depthwise ones) in NCHW, where cuDNN has engines
   // for every group count; dense ones in the source's layout.
   conv->layout = p.groups > 1 ? ActivationLayout::Nchw : p.sourceLayout;
+  conv->type = elementType(p.precision);
   conv->sourceShape = {{p.batch, p.inChannels, p.inHeight, p.inWidth}};
   conv->weightShape = {
       {p.outChannels, p.inChannels / p.groups, p.kernelHeight, p.kernelWidth}};
   conv->destinationShape = {{p.batch, p.outChannels, p.outHeight, p.outWidth}};
-  auto bytes = [](const Index4 &shape) {
-    return static_cast<uint64_t>(shape.dims[0] * shape.dims[1] * shape.dims[2] *
-                                 shape.dims[3]) *
-           sizeof(float);
+  auto bytes = [&](const Index4 &shape) {
+    return static_cast<uint64_t>(elements(shape)) * elementBytes(conv->type);
   };
   ConvWeightLayout filterFormat = conv->layout == ActivationLayout::Nhwc
                                       ? ConvWeightLayout::Ohwi
                                       : ConvWeightLayout::Oihw;
+  // AMP rounds all three into 16-bit buffers of their own.
+  bool amp = conv->type != kF32;
   std::string what = "conv2d site " + std::to_string(site);
-  if (p.sourceLayout != conv->layout &&
-      !(conv->source = static_cast<float *>(
-            device_.allocate(bytes(conv->sourceShape), "the source of " + what))))
+  if ((amp || p.sourceLayout != conv->layout) &&
+      !(conv->source =
+            device_.allocate(bytes(conv->sourceShape), "the source of " + what)))
     return nullptr;
-  if (p.weightLayout != filterFormat &&
-      !(conv->weights = static_cast<float *>(
-            device_.allocate(bytes(conv->weightShape), "the weights of " + what))))
+  if ((amp || p.weightLayout != filterFormat) &&
+      !(conv->weights =
+            device_.allocate(bytes(conv->weightShape), "the weights of " + what)))
     return nullptr;
-  if (p.destinationLayout != conv->layout &&
-      !(conv->destination = static_cast<float *>(
-            device_.allocate(bytes(conv->destinationShape), "the result of " + what))))
+  if ((amp || p.destinationLayout != conv->layout) &&
+      !(conv->destination =
+            device_.allocate(bytes(conv->destinationShape), "the result of " + what)))
     return nullptr;
 
   const void *source = conv->source ? conv->source : buffers[0];
@@ -608,15 +788,15 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   const void *result = conv->destination ? conv->destination : buffers[3 + p.hasResidual];
   conv->alignment =
       std::min({alignmentOf(source), alignmentOf(weights), alignmentOf(result)});
-  Descriptor x =
-      makeTensor(kSourceId, conv->sourceShape,
-                 activationStrides(conv->sourceShape, conv->layout), conv->alignment);
-  Descriptor w =
-      makeTensor(kWeightsId, conv->weightShape,
-                 weightStrides(conv->weightShape, filterFormat), conv->alignment);
+  Descriptor x = makeTensor(kSourceId, conv->sourceShape,
+                            activationStrides(conv->sourceShape, conv->layout),
+                            conv->type, conv->alignment);
+  Descriptor w = makeTensor(kWeightsId, conv->weightShape,
+                            weightStrides(conv->weightShape, filterFormat), conv->type,
+                            conv->alignment);
   Descriptor y = makeTensor(kResultId, conv->destinationShape,
                             activationStrides(conv->destinationShape, conv->layout),
-                            conv->alignment);
+                            conv->type, conv->alignment);
   if (!x.get() || !w.get() || !y.get())
     return nullptr;
 
@@ -674,7 +854,9 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   setHandle(graph, kGraphHandleAttribute);
   if (!finalize(graph, "an operation graph"))
     return nullptr;
-  if (!planConv(site, *conv, graph))
+  void *pointers[] = {const_cast<void *>(source), const_cast<void *>(weights),
+                      const_cast<void *>(result)};
+  if (!planConv(site, *conv, graph, pointers))
     return nullptr;
   return conv;
 }
@@ -693,16 +875,16 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
   const float *residual =
       p->hasResidual ? static_cast<const float *>(buffers[3]) : nullptr;
   if (conv.source)
-    gather(conv.source, static_cast<const float *>(buffers[0]), conv.sourceShape,
+    gather(conv.source, buffers[0], conv.sourceShape,
            activationStrides(conv.sourceShape, conv.layout),
-           activationStrides(conv.sourceShape, p->sourceLayout));
+           activationStrides(conv.sourceShape, p->sourceLayout), conv.type);
   if (conv.weights && !(p->constantWeights && conv.weightsPacked)) {
     ConvWeightLayout filterFormat = conv.layout == ActivationLayout::Nhwc
                                         ? ConvWeightLayout::Ohwi
                                         : ConvWeightLayout::Oihw;
-    gather(conv.weights, static_cast<const float *>(buffers[1]), conv.weightShape,
+    gather(conv.weights, buffers[1], conv.weightShape,
            weightStrides(conv.weightShape, filterFormat),
-           weightStrides(conv.weightShape, p->weightLayout));
+           weightStrides(conv.weightShape, p->weightLayout), conv.type);
     conv.weightsPacked = true;
   }
   void *pointers[] = {conv.source ? conv.source : buffers[0],
@@ -713,27 +895,14 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
       failSite(site, "conv2d", "a buffer moved to a less aligned address between runs");
       return;
     }
-  int64_t ids[] = {kSourceId, kWeightsId, kResultId};
-  void *workspacePointer = nullptr;
-  if (conv.workspaceBytes > 0 &&
-      !(workspacePointer = workspace(static_cast<uint64_t>(conv.workspaceBytes))))
-    return;
-  Descriptor pack =
-      makeDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "a variant pack");
-  if (!set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids) ||
-      !set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
-           pointers) ||
-      !set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
-           &workspacePointer) ||
-      !finalize(pack, "a variant pack"))
-    return;
-  if (!check(libraries_.cudnnBackendExecute(cudnn_, conv.plan.get(), pack.get()),
+  if (!check(executePlan(conv.plan, pointers),
              "cudnnBackendExecute of conv2d site " + std::to_string(site)))
     return;
   // bias[channel], the residual, the activation; into the graph's layout.
   EpilogueArgs args{};
   args.out = destination;
   args.in = conv.destination ? conv.destination : destination;
+  args.inType = conv.type;
   args.bias = static_cast<const float *>(buffers[2]);
   args.residual = residual;
   args.shape = conv.destinationShape;
@@ -751,15 +920,48 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
 // D^T[n, m] = B^T[n, k] x A^T[k, m], so cuBLASLt's first operand is the
 // graph's B and its second the graph's A, each read as stored.
 
+namespace {
+
+/// The alignments (bytes) of cuBLASLt's A (the graph's B), B (the graph's
+/// A), C, D and of the bias, each matrix's also bounded by its batch
+/// stride.
+std::array<int64_t, 5> matmulAlignments(const MatMulParams &p, ElementType type,
+                                        const void *a, const void *b, const void *c,
+                                        const void *d, const void *bias) {
+  auto alignment = [&](const void *pointer, int64_t batchStride, ElementType of) {
+    int64_t bytes = alignmentOf(pointer);
+    if (p.batch > 1)
+      bytes = std::min(
+          bytes, alignmentOf(static_cast<uintptr_t>(batchStride) * elementBytes(of)));
+    return bytes;
+  };
+  return {alignment(b, p.n * p.k, type), alignment(a, p.m * p.k, type),
+          alignment(c, p.m * p.n, kF32), alignment(d, p.m * p.n, kF32),
+          bias ? alignmentOf(bias) : 256};
+}
+
+} // namespace
+
 std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
                                                          const MatMulParams &p,
                                                          const void *a, const void *b,
-                                                         const void *c, const void *d) {
-  auto matmul = std::make_unique<MatMulSite>();
+                                                         const void *c, const void *d,
+                                                         const void *bias) {
+  auto matmul = std::make_unique<MatMulSite>(libraries_);
   matmul->params = p;
-  auto layout = [&](uint64_t rows, uint64_t columns, int64_t stride,
+  matmul->type = elementType(p.precision);
+  if (matmul->type != kF32) {
+    std::string what = " of matmul site " + std::to_string(site) + " in 16 bits";
+    uint64_t bytes = elementBytes(matmul->type);
+    if (!(matmul->a = device_.allocate(bytes * p.batch * p.m * p.k, "A" + what)) ||
+        !(matmul->b = device_.allocate(bytes * p.batch * p.k * p.n, "B" + what)))
+      return nullptr;
+    a = matmul->a;
+    b = matmul->b;
+  }
+  auto layout = [&](uint64_t rows, uint64_t columns, int64_t stride, ElementType type,
                     cublasLtMatrixLayout_t &made) {
-    if (!check(libraries_.cublasLtMatrixLayoutCreate(&made, CUDA_R_32F, rows, columns,
+    if (!check(libraries_.cublasLtMatrixLayoutCreate(&made, cudaType(type), rows, columns,
                                                      static_cast<int64_t>(rows)),
                "cublasLtMatrixLayoutCreate"))
       return false;
@@ -776,10 +978,11 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
   // B stored [k, n] is column-major n x k; stored transposed ([n, k]) it is
   // column-major k x n, read transposed.
   uint64_t n = p.n, m = p.m, k = p.k;
-  if (!(p.transposedB ? layout(k, n, p.n * p.k, matmul->weightsLayout)
-                      : layout(n, k, p.n * p.k, matmul->weightsLayout)) ||
-      !layout(k, m, p.m * p.k, matmul->sourceLayout) ||
-      !layout(n, m, p.m * p.n, matmul->resultLayout))
+  ElementType type = matmul->type;
+  if (!(p.transposedB ? layout(k, n, p.n * p.k, type, matmul->weightsLayout)
+                      : layout(n, k, p.n * p.k, type, matmul->weightsLayout)) ||
+      !layout(k, m, p.m * p.k, type, matmul->sourceLayout) ||
+      !layout(n, m, p.m * p.n, kF32, matmul->resultLayout))
     return nullptr;
   if (!check(libraries_.cublasLtMatmulDescCreate(&matmul->operation, CUBLAS_COMPUTE_32F,
                                                  CUDA_R_32F),
@@ -815,16 +1018,18 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
              "cublasLtMatmulPreferenceCreate"))
     return nullptr;
   uint64_t workspaceBytes = kMatMulWorkspaceBytes;
-  // What the algorithm may assume of each matrix's address, and of every
-  // batch's (the stride's): an algorithm that needs more is not chosen.
-  auto alignment = [&](const void *pointer, int64_t batchStride) {
-    int64_t bytes = alignmentOf(pointer);
-    if (p.batch > 1)
-      bytes = std::min(bytes, alignmentOf(static_cast<uintptr_t>(batchStride) * 4));
-    return static_cast<uint32_t>(bytes);
-  };
-  uint32_t alignments[] = {alignment(b, p.n * p.k), alignment(a, p.m * p.k),
-                           alignment(c, p.m * p.n), alignment(d, p.m * p.n)};
+  // What the algorithm may assume of each matrix's address (and of every
+  // batch's) and of the bias's: an algorithm that needs more is not
+  // chosen. The heuristics read the bias pointer for its alignment.
+  matmul->alignments = matmulAlignments(p, type, a, b, c, d, bias);
+  uint32_t alignments[4];
+  for (int i = 0; i < 4; ++i)
+    alignments[i] = static_cast<uint32_t>(matmul->alignments[i]);
+  if (bias && !check(libraries_.cublasLtMatmulDescSetAttribute(
+                         matmul->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                         sizeof(bias)),
+                     "setting a product's bias"))
+    return nullptr;
   cublasLtMatmulPreferenceAttributes_t alignmentAttributes[] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -839,25 +1044,55 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
         libraries_.cublasLtMatmulPreferenceSetAttribute(
             preference, alignmentAttributes[i], &alignments[i], sizeof(alignments[i])),
         "setting a product's alignment");
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(trials_);
   int returned = 0;
-  bool found =
-      preferred && check(libraries_.cublasLtMatmulAlgoGetHeuristic(
-                             cublasLt_, matmul->operation, matmul->weightsLayout,
-                             matmul->sourceLayout, matmul->resultLayout,
-                             matmul->resultLayout, preference, 1, &result, &returned),
-                         "cublasLtMatmulAlgoGetHeuristic");
+  bool found = preferred &&
+               check(libraries_.cublasLtMatmulAlgoGetHeuristic(
+                         cublasLt_, matmul->operation, matmul->weightsLayout,
+                         matmul->sourceLayout, matmul->resultLayout, matmul->resultLayout,
+                         preference, trials_, results.data(), &returned),
+                     "cublasLtMatmulAlgoGetHeuristic");
   libraries_.cublasLtMatmulPreferenceDestroy(preference);
   if (!found)
     return nullptr;
-  if (returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+  results.resize(std::max(returned, 0));
+  std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t &result) {
+    return result.state != CUBLAS_STATUS_SUCCESS;
+  });
+  if (results.empty()) {
     failSite(site, "matmul",
              "cuBLASLt has no algorithm for a " + std::to_string(p.batch) + " x " +
                  std::to_string(p.m) + "x" + std::to_string(p.k) + " by " +
                  std::to_string(p.k) + "x" + std::to_string(p.n) + " product");
     return nullptr;
   }
-  matmul->algorithm = result.algo;
+  matmul->algorithm = results[0].algo;
+  if (results.size() == 1)
+    return matmul;
+  // Trial runs of the heuristics' candidates: the fastest on this device.
+  void *workspacePointer = workspace(kMatMulWorkspaceBytes);
+  if (!workspacePointer)
+    return nullptr;
+  float alpha = 1.0f, beta = c != d ? 1.0f : 0.0f;
+  double bestMs = std::numeric_limits<double>::infinity();
+  for (const cublasLtMatmulHeuristicResult_t &result : results) {
+    double ms = timeCalls([&] {
+      return libraries_.cublasLtMatmul(
+                 cublasLt_, matmul->operation, &alpha, b, matmul->weightsLayout, a,
+                 matmul->sourceLayout, &beta, c, matmul->resultLayout,
+                 const_cast<void *>(d), matmul->resultLayout, &result.algo,
+                 workspacePointer, kMatMulWorkspaceBytes,
+                 static_cast<cudaStream_t>(device_.stream())) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (ms < bestMs) {
+      bestMs = ms;
+      matmul->algorithm = result.algo;
+    }
+  }
+  if (device_.failed())
+    return nullptr;
+  spdlog::debug("matmul site {} of '{}': {:.3f} ms, the fastest of {} candidates", site,
+                path_, bestMs, results.size());
   return matmul;
 }
 
@@ -874,9 +1109,29 @@ void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) 
   void *result = buffers[next];
   std::unique_ptr<MatMulSite> &slot = matmuls_[site];
   if (!slot && !(slot = createMatMul(site, *p, buffers[0], buffers[1],
-                                     residual ? residual : result, result)))
+                                     residual ? residual : result, result, bias)))
     return;
   MatMulSite &matmul = *slot;
+  const void *a = buffers[0];
+  const void *b = buffers[1];
+  std::array<int64_t, 5> alignments =
+      matmulAlignments(*p, matmul.type, matmul.a ? matmul.a : a, matmul.b ? matmul.b : b,
+                       residual ? residual : result, result, bias);
+  for (size_t i = 0; i < alignments.size(); ++i)
+    if (alignments[i] < matmul.alignments[i]) {
+      failSite(site, "matmul", "a buffer moved to a less aligned address between runs");
+      return;
+    }
+  if (matmul.type != kF32) {
+    gather(matmul.a, a, flat(p->batch * p->m * p->k), flatStrides(), flatStrides(),
+           matmul.type);
+    if (!(p->constantB && matmul.bRounded))
+      gather(matmul.b, b, flat(p->batch * p->k * p->n), flatStrides(), flatStrides(),
+             matmul.type);
+    matmul.bRounded = true;
+    a = matmul.a;
+    b = matmul.b;
+  }
   if (bias && !check(libraries_.cublasLtMatmulDescSetAttribute(
                          matmul.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                          sizeof(bias)),
@@ -888,8 +1143,8 @@ void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) 
   // D = A x B + residual (+ bias, ReLU in the epilogue).
   float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
   if (!check(libraries_.cublasLtMatmul(
-                 cublasLt_, matmul.operation, &alpha, buffers[1], matmul.weightsLayout,
-                 buffers[0], matmul.sourceLayout, &beta, residual ? residual : result,
+                 cublasLt_, matmul.operation, &alpha, b, matmul.weightsLayout, a,
+                 matmul.sourceLayout, &beta, residual ? residual : result,
                  matmul.resultLayout, result, matmul.resultLayout, &matmul.algorithm,
                  workspacePointer, kMatMulWorkspaceBytes,
                  static_cast<cudaStream_t>(device_.stream())),
@@ -900,6 +1155,7 @@ void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) 
   EpilogueArgs args{};
   args.out = static_cast<float *>(result);
   args.in = args.out;
+  args.inType = kF32;
   args.shape = {{p->batch, p->m, p->n, 1}};
   args.outStrides = args.inStrides = {{p->m * p->n, p->n, 1, 1}};
   args.hasScale = p->scale != 0;
@@ -981,12 +1237,13 @@ void tableEntry(void *context, int64_t site, const int64_t *params, void **buffe
 } // namespace
 
 Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &device, int64_t kinds,
-                                               int64_t sites, const std::string &path) {
+                                               int64_t sites, int trials,
+                                               const std::string &path) {
   const Expected<Libraries> &libraries = processLibraries();
   if (!libraries)
     return unavailable("'" + path +
                        "' calls cuDNN and cuBLASLt: " + libraries.status().message());
-  LibraryKernelsPtr kernels(new LibraryKernels(device, *libraries, sites, path));
+  LibraryKernelsPtr kernels(new LibraryKernels(device, *libraries, sites, trials, path));
   FLOWC_RETURN_IF_ERROR(kernels->open(kinds).withContext(
       "opening the library kernels of '" + path + "' (" + libraries->versions + ")"));
   return kernels;
@@ -1028,7 +1285,7 @@ constexpr const char *kNotBuilt =
     "so it has no library kernels for CUDA code";
 } // namespace
 
-Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &, int64_t, int64_t,
+Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &, int64_t, int64_t, int,
                                                const std::string &path) {
   return unimplemented("'" + path + "' calls library kernels: " + kNotBuilt);
 }

@@ -32,6 +32,9 @@ public:
   /// Queues `function` on `blocks` blocks of `threads` threads.
   virtual void launch(void *function, uint64_t blocks, uint64_t threads,
                       void **params) = 0;
+  /// Waits for everything queued on the stream; false, with the failure
+  /// kept, when it failed.
+  virtual bool synchronize() = 0;
   /// Keeps `status` as the run's failure (the first one wins).
   virtual void fail(Status status) = 0;
   virtual bool failed() const = 0;
@@ -48,10 +51,16 @@ using LibraryKernelsPtr = std::unique_ptr<LibraryKernels, LibraryKernelsDeleter>
 /// The library kernels of CUDA code `path`, which calls `sites` kernels of
 /// the kinds in mask `kinds` (KernelAbi.h's flowc_kernel_kinds): opens
 /// cuDNN and cuBLASLt if it calls those kinds, and loads the runtime's own
-/// kernels. Unavailable when a library cannot be opened, Unimplemented when
-/// this runtime was built without the CUDA toolkit's headers.
+/// kernels. Trial-run search: on its first call each convolution and
+/// product times up to `trials` of the library's candidates (cuDNN's
+/// engine configurations, cuBLASLt's heuristic results, in the libraries'
+/// order) on the device and keeps the fastest; `trials` <= 1 keeps the
+/// libraries' first. Unavailable when a library cannot be opened,
+/// Unimplemented when this runtime was built without the CUDA toolkit's
+/// headers.
 Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &device, int64_t kinds,
-                                               int64_t sites, const std::string &path);
+                                               int64_t sites, int trials,
+                                               const std::string &path);
 
 /// Fills the code's `flowc_kernel_table` (kKernelKindCount slots) and its
 /// `flowc_kernel_context` with `kernels`' functions and state.

@@ -5,12 +5,19 @@
 #include "flowc/support/Status.h"
 
 #include <string>
+#include <vector>
 
 namespace flowc::runtime {
 
 /// Several lines: flowc's version and build id, the MLIR/LLVM, oneDNN and
 /// CUDA versions, and the CPU ISA oneDNN uses on this machine.
 std::string versionText(const std::string &program);
+
+/// This machine's NVIDIA GPUs, as workers advertise them: "device 0
+/// (NVIDIA H200, sm_90, 139.8 GiB, CUDA driver 13.0)", one per device the
+/// driver sees; Unavailable saying why there is none (no driver, no
+/// device). Needs no CUDA toolkit.
+Expected<std::vector<std::string>> gpuDescriptions();
 
 /// The instruction set oneDNN dispatches to on this CPU ("avx2",
 /// "avx512_core_amx", ...).

@@ -30,6 +30,11 @@ struct SessionOptions {
   /// Time each kernel call of every run (Session::profile). Unavailable
   /// for code without profile marks (KernelAbi.h).
   bool profile = false;
+  /// CUDA code: trial-run search. On its first call each convolution and
+  /// matrix product times up to this many of cuDNN's or cuBLASLt's
+  /// candidates on the GPU and keeps the fastest; 1 keeps the libraries'
+  /// first choice.
+  int gpuTrials = 8;
 };
 
 /// One kernel call of the graph, over the runs a profiling session made.
@@ -68,8 +73,8 @@ public:
   /// it lacks the entry symbol. CUDA code is also Unavailable without an
   /// NVIDIA GPU (one line saying why), FailedPrecondition when compiled for
   /// another GPU ABI or another compute capability than device 0's,
-  /// Unimplemented when it calls library kernels, and ResourceExhausted
-  /// when its weights do not fit in device memory.
+  /// Unavailable without the cuDNN and cuBLASLt its library kernels call,
+  /// and ResourceExhausted when its weights do not fit in device memory.
   static Expected<std::unique_ptr<Session>> create(std::shared_ptr<Artifact> artifact,
                                                    SessionOptions options = {});
 
@@ -84,6 +89,10 @@ public:
   /// Library kernel sites made so far (on their first run) that read their
   /// weights in place from the artifact's packed weights.
   int64_t prepackedWeightsInUse() const;
+  /// CUDA code: whether runs replay a CUDA graph of the graph's launches
+  /// (captured on the second run; not for code that allocates temporaries
+  /// while it runs, nor while profiling). False for CPU code.
+  bool replaysGpuGraph() const;
 
   /// Runs the graph once. `inputs` maps every plan input name to a tensor of
   /// exactly its shape (InvalidArgument otherwise). Returns outputs in plan

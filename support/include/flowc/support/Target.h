@@ -32,8 +32,11 @@ enum class Precision : int64_t {
   /// fp32 inputs, weights and accumulation.
   Fp32 = 0,
   /// Inputs and weights rounded to bfloat16, fp32 accumulation (AMX /
-  /// AVX-512-BF16 where the CPU has them).
+  /// AVX-512-BF16 where the CPU has them; tensor cores on a GPU).
   Bf16 = 1,
+  /// Inputs and weights rounded to IEEE half, fp32 accumulation: cuda
+  /// targets only (tensor cores).
+  Fp16 = 2,
 };
 
 /// "cpu", "cuda:sm_90".
