@@ -480,6 +480,10 @@ private:
                   const std::vector<void *> &outputs,
                   const std::function<void(void **)> &callEntry);
   Status synchronizeStream();
+  /// Calls the entry: replays the graph, captures it, or launches directly.
+  void runEntry(void **args, const std::function<void(void **)> &callEntry);
+  void captureAndLaunch(void **args, const std::function<void(void **)> &callEntry);
+  void dropGraph();
   Expected<std::vector<CUdeviceptr>> allocateBlock(const std::vector<uint64_t> &sizes,
                                                    const std::string &what);
   Status allocateStaging(uint64_t largestCopy);
@@ -527,9 +531,6 @@ private:
   int temporariesThisRun_ = 0;
   CUgraph graph_ = nullptr;
   CUgraphExec graphExec_ = nullptr;
-  void runEntry(void **args, const std::function<void(void **)> &callEntry);
-  void captureAndLaunch(void **args, const std::function<void(void **)> &callEntry);
-  void dropGraph();
   /// The library kernels of code that calls them, and what they call back.
   std::unique_ptr<SessionServices> services_;
   gpu::LibraryKernelsPtr libraryKernels_;
@@ -625,9 +626,10 @@ GpuContext::~GpuContext() {
     // A failed run may have left launches queued that still use the buffers.
     if (stream_)
       warnIfFailed(driver_.streamSynchronize(stream_), "cuStreamSynchronize");
+    // The graph's launches name the code's kernels: it goes first.
+    dropGraph();
     if (loaded_)
       unload_();
-    dropGraph();
     libraryKernels_.reset();
     if (Status failure = takeFailure(); !failure.isOk())
       spdlog::warn("unloading the kernels of '{}': {}", path_, failure.message());

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -399,6 +400,8 @@ private:
   cudnnHandle_t cudnn_ = nullptr;
   cublasLtHandle_t cublasLt_ = nullptr;
   void *helpers_ = nullptr;
+  /// The helper kernels looked up so far, by name.
+  std::map<std::string, void *> functions_;
   /// Session-lifetime workspaces: a larger one replaces the current, the
   /// old ones stay (launches queued before may still use them).
   std::vector<void *> workspaces_;
@@ -536,8 +539,10 @@ void *LibraryKernels::workspace(uint64_t bytes) {
 
 template <typename Args>
 void LibraryKernels::launch(const char *kernel, uint64_t blocks, Args args) {
-  void *function = device_.moduleFunction(helpers_, kernel);
-  if (!function)
+  // Looked up once: a launch is then one driver call, which is also all a
+  // CUDA graph capture sees.
+  void *&function = functions_[kernel];
+  if (!function && !(function = device_.moduleFunction(helpers_, kernel)))
     return;
   void *params[] = {&args};
   device_.launch(function, blocks, kHelperBlock, params);
