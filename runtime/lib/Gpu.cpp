@@ -526,7 +526,6 @@ private:
   /// code that allocates temporaries while it runs (their addresses would
   /// be baked in), nor while profiling (its marks synchronize).
   bool graphsAllowed_ = true;
-  bool graphsRuled_ = false;
   int completedRuns_ = 0;
   int temporariesThisRun_ = 0;
   CUgraph graph_ = nullptr;
@@ -892,17 +891,12 @@ void GpuContext::runEntry(void **args, const std::function<void(void **)> &callE
     record(driver_.graphLaunch(graphExec_, stream_), "cuGraphLaunch");
     return;
   }
-  // The first run decides: temporaries rule graphs out for the session.
-  if (completedRuns_ == 1 && !graphsRuled_) {
-    graphsRuled_ = true;
-    if (temporariesThisRun_ > 0)
-      graphsAllowed_ = false;
+  if (graphsAllowed_ && completedRuns_ > 0) {
+    captureAndLaunch(args, callEntry);
+    return;
   }
   temporariesThisRun_ = 0;
-  if (graphsAllowed_ && graphsRuled_)
-    captureAndLaunch(args, callEntry);
-  else
-    callEntry(args);
+  callEntry(args);
 }
 
 void GpuContext::captureAndLaunch(void **args,
@@ -1142,7 +1136,9 @@ Status GpuContext::runSteps(const std::vector<const void *> &inputs,
   for (size_t i = 0; i < outputs.size(); ++i)
     FLOWC_RETURN_IF_ERROR(
         copyToHost(static_cast<char *>(outputs[i]), outputs_[i], outputBytes_[i]));
-  ++completedRuns_;
+  // The first complete run decides: temporaries rule graphs out.
+  if (completedRuns_++ == 0 && temporariesThisRun_ > 0)
+    graphsAllowed_ = false;
   return Status::ok();
 }
 

@@ -60,6 +60,15 @@ std::string convPoolSoftmaxModel() {
   return model(spec);
 }
 
+/// convPoolSoftmaxModel() compiled with `options` in `dir`: the code
+/// object, and `report` filled.
+Expected<std::string> compileConvPoolSoftmax(const CompileOptions &options,
+                                             const TempDir &dir, CompileReport &report) {
+  FLOWC_ASSIGN_OR_RETURN(ImportedGraph graph,
+                         importBytes(convPoolSoftmaxModel(), "conv.onnx"));
+  return compileToSharedObject(graph.irBytecode, options, dir.path(), &report);
+}
+
 class CudaCodegenTest : public ::testing::TestWithParam<Target> {};
 
 TEST_P(CudaCodegenTest, EachKernelIsACubinForTheChipAndLoadingRunsNothing) {
@@ -70,12 +79,9 @@ TEST_P(CudaCodegenTest, EachKernelIsACubinForTheChipAndLoadingRunsNothing) {
   options.optLevel = 0;
   if (Status toolkit = options.validate(); !toolkit.isOk())
     GTEST_SKIP() << "no CUDA toolkit in this build: " << toolkit.toString();
-  std::string bytes = convPoolSoftmaxModel();
-  auto graph = importBytes(bytes, "conv.onnx");
-  ASSERT_TRUE(graph) << graph.status().toString();
   TempDir dir;
   CompileReport report;
-  auto code = compileToSharedObject(graph->irBytecode, options, dir.path(), &report);
+  auto code = compileConvPoolSoftmax(options, dir, report);
   ASSERT_TRUE(code) << code.status().toString();
 
   EXPECT_GE(report.loopKernels, 4);
@@ -123,11 +129,9 @@ TEST(CudaCodegenLibraryTest, HeavyOpsAreLibraryKernels) {
   options.target = Target::CudaSm90;
   if (Status toolkit = options.validate(); !toolkit.isOk())
     GTEST_SKIP() << "no CUDA toolkit in this build: " << toolkit.toString();
-  auto graph = importBytes(convPoolSoftmaxModel(), "conv.onnx");
-  ASSERT_TRUE(graph) << graph.status().toString();
   TempDir dir;
   CompileReport report;
-  auto code = compileToSharedObject(graph->irBytecode, options, dir.path(), &report);
+  auto code = compileConvPoolSoftmax(options, dir, report);
   ASSERT_TRUE(code) << code.status().toString();
   EXPECT_EQ(embeddedCubinChips(*code).size(), static_cast<size_t>(report.loopKernels));
   // Weights packed at link time are oneDNN's, for the CPU only.
@@ -220,11 +224,9 @@ TEST(CudaCodegenLibraryTest, AmpReachesTheConvolutionsAndProducts) {
   options.precision = Precision::Fp16;
   if (Status toolkit = options.validate(); !toolkit.isOk())
     GTEST_SKIP() << "no CUDA toolkit in this build: " << toolkit.toString();
-  auto graph = importBytes(convPoolSoftmaxModel(), "conv.onnx");
-  ASSERT_TRUE(graph) << graph.status().toString();
   TempDir dir;
   CompileReport report;
-  auto code = compileToSharedObject(graph->irBytecode, options, dir.path(), &report);
+  auto code = compileConvPoolSoftmax(options, dir, report);
   ASSERT_TRUE(code) << code.status().toString();
   ASSERT_FALSE(report.weights.librarySites.empty());
   const LibrarySite &conv = report.weights.librarySites[0];

@@ -86,6 +86,8 @@ def test_bad_pass_names_and_precisions_are_refused(flowc, cnn):
     flowc.submit(path)
     result = flowc.run("run", path.with_suffix(".fca"), "--threads", "0", check=False)
     assert result.returncode == 2 and "--threads: Value 0 not in range" in result.stderr
+    result = flowc.run("run", path.with_suffix(".fca"), "--gpu-trials", "0", check=False)
+    assert result.returncode == 2 and "--gpu-trials: Value 0 not in range" in result.stderr
 
 
 def test_status_lists_the_passes_that_disable_pass_takes(flowc, cnn):

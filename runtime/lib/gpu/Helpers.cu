@@ -91,6 +91,18 @@ __device__ int64_t elements(const Index4 &shape) {
   return shape.dims[0] * shape.dims[1] * shape.dims[2] * shape.dims[3];
 }
 
+/// Calls `body` with the coordinates of every element of `shape`, each
+/// once, spread over the grid's threads.
+template <typename Body> __device__ void forEachElement(const Index4 &shape, Body body) {
+  int64_t total = elements(shape);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t at[4];
+    coordinates(i, shape, at);
+    body(at);
+  }
+}
+
 /// Sum (or maximum) over the block of each thread's `value`; every thread
 /// gets the result. `shared` holds one float per warp.
 template <bool Maximum> __device__ float blockReduce(float value, float *shared) {
@@ -116,25 +128,17 @@ template <bool Maximum> __device__ float blockReduce(float value, float *shared)
 } // namespace
 
 extern "C" __global__ void flowc_gather(GatherArgs a) {
-  int64_t total = elements(a.shape);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t at[4];
-    coordinates(i, a.shape, at);
+  forEachElement(a.shape, [&](const int64_t at[4]) {
     store(a.out, offset(at, a.outStrides), a.outType,
           load(a.in, offset(at, a.inStrides), a.inType));
-  }
+  });
 }
 
 extern "C" __global__ void flowc_epilogue(EpilogueArgs a) {
-  int64_t total = elements(a.shape);
   float alpha = static_cast<float>(a.alpha);
   float beta = static_cast<float>(a.beta);
   float scale = static_cast<float>(a.scale);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t at[4];
-    coordinates(i, a.shape, at);
+  forEachElement(a.shape, [&](const int64_t at[4]) {
     int64_t out = offset(at, a.outStrides);
     float value = load(a.in, offset(at, a.inStrides), a.inType);
     if (a.bias)
@@ -146,15 +150,11 @@ extern "C" __global__ void flowc_epilogue(EpilogueArgs a) {
     if (a.mask)
       value += a.mask[offset(at, a.maskStrides)];
     a.out[out] = activate(value, a.activation, alpha, beta);
-  }
+  });
 }
 
 extern "C" __global__ void flowc_pool2d(PoolArgs a) {
-  int64_t total = elements(a.outShape);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t at[4];
-    coordinates(i, a.outShape, at);
+  forEachElement(a.outShape, [&](const int64_t at[4]) {
     int64_t top = at[2] * a.strideH - a.padTop;
     int64_t left = at[3] * a.strideW - a.padLeft;
     int64_t h0 = max(top, int64_t(0)), h1 = min(top + a.kernelH, a.inShape.dims[2]);
@@ -170,7 +170,7 @@ extern "C" __global__ void flowc_pool2d(PoolArgs a) {
     if (a.average)
       result = count > 0 ? result / static_cast<float>(count) : 0.0f;
     a.out[offset(at, a.outStrides)] = result;
-  }
+  });
 }
 
 extern "C" __global__ void flowc_softmax(RowArgs a) {

@@ -185,6 +185,13 @@ Index4 weightStrides(const Index4 &shape, ConvWeightLayout layout) {
   return {{c * r * s, r * s, s, 1}};
 }
 
+/// The weight order cuDNN reads alongside activations in `layout`: KCRS
+/// with NCHW, KRSC with NHWC.
+ConvWeightLayout filterFormatOf(ActivationLayout layout) {
+  return layout == ActivationLayout::Nhwc ? ConvWeightLayout::Ohwi
+                                          : ConvWeightLayout::Oihw;
+}
+
 /// The largest power of two (from 2 up to 256) that divides `address`:
 /// what a library may assume of a buffer's alignment (a 16-bit batch
 /// stride may be odd).
@@ -353,7 +360,8 @@ public:
   void layerNorm(int64_t site, const int64_t *words, void **buffers);
 
 private:
-  /// `words` as `Params`, the site in range; fails the run otherwise.
+  /// `words` as `Params`, the site in range (fails the run otherwise);
+  /// nullopt once the run has failed.
   template <typename Params>
   std::optional<Params> paramsOf(int64_t site, const int64_t *words, const char *kind);
   void failSite(int64_t site, const char *kind, const std::string &why);
@@ -453,6 +461,9 @@ Status LibraryKernels::open(int64_t kinds) {
 template <typename Params>
 std::optional<Params> LibraryKernels::paramsOf(int64_t site, const int64_t *words,
                                                const char *kind) {
+  // After a failure the run's result is known: the rest of it is skipped.
+  if (device_.failed())
+    return std::nullopt;
   if (site < 0 || site >= static_cast<int64_t>(convs_.size())) {
     failSite(site, kind, "the code declares " + std::to_string(convs_.size()) + " sites");
     return std::nullopt;
@@ -769,9 +780,7 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   auto bytes = [&](const Index4 &shape) {
     return static_cast<uint64_t>(elements(shape)) * elementBytes(conv->type);
   };
-  ConvWeightLayout filterFormat = conv->layout == ActivationLayout::Nhwc
-                                      ? ConvWeightLayout::Ohwi
-                                      : ConvWeightLayout::Oihw;
+  ConvWeightLayout filterFormat = filterFormatOf(conv->layout);
   // AMP rounds all three into 16-bit buffers of their own.
   bool amp = conv->type != kF32;
   std::string what = "conv2d site " + std::to_string(site);
@@ -867,8 +876,6 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
 }
 
 void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
-  if (device_.failed())
-    return;
   std::optional<Conv2dParams> p = paramsOf<Conv2dParams>(site, words, "conv2d");
   if (!p)
     return;
@@ -884,11 +891,8 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
            activationStrides(conv.sourceShape, conv.layout),
            activationStrides(conv.sourceShape, p->sourceLayout), conv.type);
   if (conv.weights && !(p->constantWeights && conv.weightsPacked)) {
-    ConvWeightLayout filterFormat = conv.layout == ActivationLayout::Nhwc
-                                        ? ConvWeightLayout::Ohwi
-                                        : ConvWeightLayout::Oihw;
     gather(conv.weights, buffers[1], conv.weightShape,
-           weightStrides(conv.weightShape, filterFormat),
+           weightStrides(conv.weightShape, filterFormatOf(conv.layout)),
            weightStrides(conv.weightShape, p->weightLayout), conv.type);
     conv.weightsPacked = true;
   }
@@ -1102,8 +1106,6 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
 }
 
 void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) {
-  if (device_.failed())
-    return;
   std::optional<MatMulParams> p = paramsOf<MatMulParams>(site, words, "matmul");
   if (!p)
     return;
@@ -1176,8 +1178,6 @@ void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) 
 }
 
 void LibraryKernels::pool(int64_t site, const int64_t *words, void **buffers) {
-  if (device_.failed())
-    return;
   std::optional<Pool2dParams> p = paramsOf<Pool2dParams>(site, words, "pool2d");
   if (!p)
     return;
@@ -1200,8 +1200,6 @@ void LibraryKernels::pool(int64_t site, const int64_t *words, void **buffers) {
 }
 
 void LibraryKernels::softmax(int64_t site, const int64_t *words, void **buffers) {
-  if (device_.failed())
-    return;
   std::optional<SoftmaxParams> p = paramsOf<SoftmaxParams>(site, words, "softmax");
   if (!p)
     return;
@@ -1214,8 +1212,6 @@ void LibraryKernels::softmax(int64_t site, const int64_t *words, void **buffers)
 }
 
 void LibraryKernels::layerNorm(int64_t site, const int64_t *words, void **buffers) {
-  if (device_.failed())
-    return;
   std::optional<LayerNormParams> p = paramsOf<LayerNormParams>(site, words, "layernorm");
   if (!p)
     return;
