@@ -160,13 +160,14 @@ def flowc_compile(onnx_path, work, precision, target="cpu"):
     return compile_s, rss, derive, artifact
 
 
-def flowc_run(artifact, inputs, feeds_names, work, runs, threads, extra=()):
-    """One `flowc run --bench` (with `extra` options): ((median, p90), first run
-    ms, first output)."""
+def flowc_run(artifact, inputs, feeds_names, work, runs, threads, extra=(), cache_dir=None):
+    """One `flowc run --bench` (with `extra` options, on the cache `cache_dir`
+    when given): ((median, p90), first run ms, first output)."""
     args = list(extra)
     for name, path in inputs.items():
         args += ["--input", f"{feeds_names[name]}={path}"]
-    out = subprocess.run([str(BIN / "flowc"), "run", artifact, *args, "--output-dir",
+    cache = ["--cache-dir", str(cache_dir)] if cache_dir else []
+    out = subprocess.run([str(BIN / "flowc"), *cache, "run", artifact, *args, "--output-dir",
                           work / "out", "--bench", str(runs), "--threads", str(threads),
                           "--json"], check=True, capture_output=True, text=True).stdout
     result = json.loads(out)

@@ -1,6 +1,6 @@
 // flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
-//           [--profile [--profile-top K]] [--threads T] [--gpu-trials N] [--json]
-//           [--no-verify]: options
+//           [--profile [--profile-top K]] [--threads T] [--gpu-trials N]
+//           [--no-gpu-records] [--json] [--no-verify]: options
 //           here, the work in the runtime module (RuntimeCommands.cpp).
 #include "Commands.h"
 #include "RuntimeModule.h"
@@ -38,6 +38,9 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
          "matrix product times on its first run, keeping the fastest (default 8; "
          "1: the libraries' first choice)")
       ->check(CLI::Range(1, 64));
+  cmd->add_flag("--no-gpu-records", options->noGpuRecords,
+                "CUDA artifacts: neither use the cache's tuning records for the "
+                "convolutions' and products' candidates nor record what trial runs find");
   cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--no-verify", options->noVerify,
                 "Skip the artifact's digest checks at open (for benchmarks only; "

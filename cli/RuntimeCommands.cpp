@@ -4,10 +4,12 @@
 #include "RuntimeModule.h"
 #include "RunProfile.h"
 
+#include "flowc/cache/Cache.h"
 #include "flowc/cache/Digest.h"
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/runtime/Session.h"
+#include "flowc/runtime/Tuning.h"
 #include "flowc/support/Format.h"
 #include "flowc/support/MappedFile.h"
 
@@ -17,6 +19,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <spdlog/spdlog.h>
 #include <sstream>
 #include <unistd.h>
 
@@ -138,6 +141,104 @@ runtime::ExternalWeightSource casWeights(GlobalOptions &global) {
   };
 }
 
+/// The cache's tuning records of GPU library kernels on this GPU
+/// (docs/cuda.md): a CUDA session asks them for each convolution's and
+/// product's candidate, and `flowc run` records what its trial runs timed.
+/// Opened on the first question, so CPU code never touches the cache; a
+/// cache that cannot be opened or written costs a warning, never the run.
+class GpuRecords {
+public:
+  explicit GpuRecords(std::string cacheDir) : cacheDir_(std::move(cacheDir)) {}
+
+  std::optional<std::string> candidate(const std::string &signature) {
+    if (!open())
+      return std::nullopt;
+    auto best = cache_->bestTuning(signature, device_, versions_);
+    if (!best) {
+      spdlog::warn("tuning records of {} unread: {}", signature, best.status().message());
+      return std::nullopt;
+    }
+    return *best ? std::optional<std::string>((*best)->candidate) : std::nullopt;
+  }
+
+  /// Records every candidate the trial runs timed; how many were kept.
+  unsigned record(const std::vector<runtime::GpuKernelChoice> &choices) {
+    unsigned kept = 0;
+    for (const runtime::GpuKernelChoice &choice : choices) {
+      if (choice.source != runtime::GpuKernelChoice::Source::Trials || !open())
+        continue;
+      for (const auto &[candidate, ms] : choice.timings) {
+        if (candidate.empty() || !std::isfinite(ms) || ms <= 0)
+          continue;
+        cache::TuningRecord record;
+        record.signature = choice.signature;
+        record.device = device_;
+        record.versions = versions_;
+        record.candidate = candidate;
+        record.timeNs = std::max<int64_t>(1, std::llround(ms * 1e6));
+        record.samples = kTrialRuns;
+        record.host = hostName();
+        if (Status status = cache_->recordTuning(record); !status) {
+          spdlog::warn("the trial runs of {} were not recorded: {}", choice.signature,
+                       status.message());
+          return kept;
+        }
+        ++kept;
+      }
+    }
+    return kept;
+  }
+
+private:
+  /// The timed runs each trial makes (LibraryKernels.cpp's timeCalls).
+  static constexpr int64_t kTrialRuns = 3;
+
+  static std::string hostName() {
+    char name[256] = {};
+    return ::gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
+  }
+
+  bool open() {
+    if (tried_)
+      return cache_ != nullptr;
+    tried_ = true;
+    auto device = runtime::localGpuTuningDevice();
+    auto versions = runtime::gpuTuningVersions();
+    auto cache = cache::Cache::open(cacheDir_, {});
+    Status why = !device     ? device.status()
+                 : !versions ? versions.status()
+                             : cache.status();
+    if (!why) {
+      spdlog::warn("GPU tuning records unused: {}", why.message());
+      return false;
+    }
+    device_ = *device;
+    versions_ = *versions;
+    cache_ = std::move(*cache);
+    return true;
+  }
+
+  std::string cacheDir_;
+  bool tried_ = false;
+  std::unique_ptr<cache::Cache> cache_;
+  std::string device_, versions_;
+};
+
+/// How a CUDA session's convolutions and products were chosen: counts by
+/// source, and the records kept.
+nlohmann::json gpuChoicesJson(const std::vector<runtime::GpuKernelChoice> &choices,
+                              unsigned recorded) {
+  nlohmann::json json = {{"sites", choices.size()}, {"recorded", recorded}};
+  for (auto source :
+       {runtime::GpuKernelChoice::Source::Library,
+        runtime::GpuKernelChoice::Source::Trials,
+        runtime::GpuKernelChoice::Source::Record, runtime::GpuKernelChoice::Source::Plan})
+    json[runtime::gpuChoiceSourceName(source)] = std::count_if(
+        choices.begin(), choices.end(),
+        [&](const runtime::GpuKernelChoice &c) { return c.source == source; });
+  return json;
+}
+
 /// Opens an artifact, checked as `verification` says; a thin one's weights
 /// are mapped from a cache (casWeights).
 Expected<std::shared_ptr<runtime::Artifact>>
@@ -167,8 +268,16 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
   double openMs = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - openStart)
                       .count();
-  auto session = runtime::Session::create(
-      *artifact, {options.threads, options.profile, options.gpuTrials});
+  runtime::SessionOptions sessionOptions;
+  sessionOptions.threads = options.threads;
+  sessionOptions.profile = options.profile;
+  sessionOptions.gpuTrials = options.gpuTrials;
+  auto records = std::make_shared<GpuRecords>(global.cacheDir);
+  if (!options.noGpuRecords)
+    sessionOptions.gpuRecord = [records](const std::string &signature) {
+      return records->candidate(signature);
+    };
+  auto session = runtime::Session::create(*artifact, sessionOptions);
   if (!session)
     return reportError(session.status());
   const runtime::Plan &plan = (*session)->plan();
@@ -188,6 +297,18 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
       {"first_run_ms", firstRunMs},
       {"open_ms", openMs},
       {"packed_weights_in_place", (*session)->prepackedWeightsInUse()}};
+  if (std::vector<runtime::GpuKernelChoice> choices = (*session)->gpuKernelChoices();
+      !choices.empty()) {
+    unsigned recorded = options.noGpuRecords ? 0 : records->record(choices);
+    json["gpu_kernels"] = gpuChoicesJson(choices, recorded);
+    if (!options.json)
+      std::cout << "GPU library kernels: " << json["gpu_kernels"]["sites"] << " sites; "
+                << json["gpu_kernels"]["trials"] << " by trial runs (" << recorded
+                << " timings recorded), " << json["gpu_kernels"]["record"]
+                << " from tuning records, " << json["gpu_kernels"]["plan"]
+                << " from the plan, " << json["gpu_kernels"]["library"]
+                << " the library's first" << std::endl;
+  }
   for (size_t i = 0; i < outputs->size(); ++i) {
     const runtime::Tensor &tensor = (*outputs)[i];
     const std::string &name = plan.outputs[i].name;
@@ -277,8 +398,10 @@ nlohmann::json outputSummary(const std::string &name, const runtime::Tensor &ten
 Expected<nlohmann::json> runSummary(const RunOptions &options, GlobalOptions &global) {
   auto start = std::chrono::steady_clock::now();
   FLOWC_ASSIGN_OR_RETURN(auto artifact, openArtifact(options.artifact, global));
-  FLOWC_ASSIGN_OR_RETURN(
-      auto session, runtime::Session::create(std::move(artifact), {options.threads}));
+  runtime::SessionOptions sessionOptions;
+  sessionOptions.threads = options.threads;
+  FLOWC_ASSIGN_OR_RETURN(auto session,
+                         runtime::Session::create(std::move(artifact), sessionOptions));
   FLOWC_ASSIGN_OR_RETURN(auto inputs, readInputs(options, session->plan()));
   auto outputs = session->run(inputs);
   if (!outputs)

@@ -35,6 +35,9 @@ struct RunOptions {
   size_t profileTop = 25;
   /// --gpu-trials: CUDA library kernels' candidates timed per site.
   int gpuTrials = 8;
+  /// --no-gpu-records: CUDA library kernels neither use nor keep tuning
+  /// records in the cache.
+  bool noGpuRecords = false;
 };
 
 /// `flowc tuning ls|export|import|clear`'s options.

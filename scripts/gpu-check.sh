@@ -4,13 +4,16 @@
 #   1. builds flowc (scripts/build.sh; ccache makes a rebuild quick);
 #   2. the GPU tests: runtime_gpu_test (the runtime's device path) and
 #      tests/e2e/test_cuda.py (models compiled for this GPU match
-#      onnxruntime), which on a machine without a GPU skip with their reason;
+#      onnxruntime; trial runs become tuning records that the next session
+#      and the next compile use), which on a machine without a GPU skip with
+#      their reason;
 #   3. bench/gpu_bench.py: the example models, ResNet-50, BERT-base and
 #      GPT-2-small compiled for this GPU's compute capability in fp32 and
 #      with AMP (fp16), run on it, checked against onnxruntime on the CPU
 #      (1e-3, AMP 1e-2), timed against torch eager on the GPU (fp32, and
 #      under torch.autocast), with the trial-run search's gain over the
-#      libraries' first choices; one table.
+#      libraries' first choices and the first run's time with trials and
+#      with their records; one table.
 # Exit 5 without a GPU, 1 when a test fails or an error exceeds its bound.
 #   bash scripts/gpu-check.sh [--models cnn,mlp,resnet50,bert,gpt2] [--batches 1,8]
 #                             [--precisions fp32,fp16]

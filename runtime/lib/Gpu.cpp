@@ -434,7 +434,11 @@ public:
   Status start();
   /// Fills the code's table (and its library kernels', which time up to
   /// `trials` candidates each) and runs its flowc_gpu_load.
-  Status load(const GpuCode &code, int trials);
+  Status load(const GpuCode &code, gpu::LibraryTuning tuning);
+  std::vector<GpuKernelChoice> kernelChoices() const {
+    return libraryKernels_ ? gpu::kernelChoices(*libraryKernels_)
+                           : std::vector<GpuKernelChoice>();
+  }
   /// Allocates the weights, arena, inputs and outputs on the device and
   /// uploads the weights.
   Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes);
@@ -763,7 +767,7 @@ void fillTable(GpuSlot *table) {
 
 } // namespace
 
-Status GpuContext::load(const GpuCode &code, int trials) {
+Status GpuContext::load(const GpuCode &code, gpu::LibraryTuning tuning) {
   fillTable(code.table);
   unload_ = code.unload;
   ActiveGpu active(*this);
@@ -772,7 +776,8 @@ Status GpuContext::load(const GpuCode &code, int trials) {
     services_ = std::make_unique<SessionServices>(*this);
     FLOWC_ASSIGN_OR_RETURN(libraryKernels_,
                            gpu::openLibraryKernels(*services_, code.kernelKinds,
-                                                   code.kernelSites, trials, path_));
+                                                   code.kernelSites, std::move(tuning),
+                                                   path_));
     FLOWC_RETURN_IF_ERROR(takeFailure());
     gpu::fillKernelTable(*libraryKernels_, code.kernelTable, code.kernelContext);
   }
@@ -1142,10 +1147,36 @@ Status GpuContext::runSteps(const std::vector<const void *> &inputs,
   return Status::ok();
 }
 
-Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact, int trials) {
+namespace {
+
+/// The plan's candidates by site (Plan::tuned); DataLoss for a site the
+/// code does not have.
+Expected<std::vector<std::string>> plannedCandidates(const Artifact &artifact,
+                                                     int64_t sites) {
+  std::vector<std::string> planned(static_cast<size_t>(std::max<int64_t>(sites, 0)));
+  for (const TunedKernelSpec &tuned : artifact.plan().tuned) {
+    if (tuned.site < 0)
+      continue;
+    if (tuned.site >= sites)
+      return dataLoss("malformed execution plan of '" + artifact.path() +
+                      "': a tuned kernel names site " + std::to_string(tuned.site) +
+                      ", but the code has " + std::to_string(sites));
+    planned[tuned.site] = tuned.candidate;
+  }
+  return planned;
+}
+
+} // namespace
+
+Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
+                                const SessionOptions &options) {
   const std::string &path = artifact.path();
   // What the code says of itself is checked first: it needs no device.
   FLOWC_ASSIGN_OR_RETURN(GpuCode code, readGpuCode(library, path));
+  gpu::LibraryTuning tuning;
+  tuning.trials = options.gpuTrials;
+  tuning.record = options.gpuRecord;
+  FLOWC_ASSIGN_OR_RETURN(tuning.planned, plannedCandidates(artifact, code.kernelSites));
   const Expected<ProcessGpu> &gpu = processGpu();
   if (!gpu)
     return unavailable("'" + path + "' is CUDA code for sm_" +
@@ -1160,7 +1191,7 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact, int tri
         ": compile with --target cuda:sm_" + std::to_string(device.capability));
   GpuContextPtr context(new GpuContext(*gpu, path));
   FLOWC_RETURN_IF_ERROR(context->start());
-  FLOWC_RETURN_IF_ERROR(context->load(code, trials));
+  FLOWC_RETURN_IF_ERROR(context->load(code, std::move(tuning)));
   FLOWC_RETURN_IF_ERROR(context->allocateBuffers(artifact, code.arenaBytes));
   return context;
 }
@@ -1170,6 +1201,10 @@ uint64_t gpuArenaBytes(const GpuContext &gpu) { return gpu.arenaBytes(); }
 void allowGpuGraphs(GpuContext &gpu, bool allowed) { gpu.allowGraphs(allowed); }
 
 bool replaysGpuGraph(const GpuContext &gpu) { return gpu.replaysGraph(); }
+
+std::vector<GpuKernelChoice> gpuKernelChoices(const GpuContext &gpu) {
+  return gpu.kernelChoices();
+}
 
 Status runOnGpu(GpuContext &gpu, const std::vector<const void *> &inputs,
                 const std::vector<void *> &outputs,

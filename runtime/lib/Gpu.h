@@ -58,14 +58,15 @@ using GpuContextPtr = std::unique_ptr<GpuContext, GpuContextDeleter>;
 /// Prepares CUDA code `library` of `artifact` to run on device 0: checks
 /// its GPU ABI and capability, fills its function table and loads its
 /// kernels, opens its library kernels (cuDNN, cuBLASLt: gpu/LibraryKernels.h,
-/// each timing up to `trials` candidates on its first call) if it calls any, uploads the
+/// choosing their candidates as `options` say) if it calls any, uploads the
 /// weights (through fixed-size pinned staging, so host memory does not grow with them)
 /// and allocates the arena and the input and output buffers on the device. DataLoss when
 /// the code lacks a GPU symbol, FailedPrecondition for another GPU or kernel ABI or
 /// another capability than the device's, Unavailable without a GPU or the CUDA libraries,
 /// Unimplemented when this runtime was built without them, ResourceExhausted when device
 /// memory runs out, Internal for other CUDA errors.
-Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact, int trials);
+Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
+                                const SessionOptions &options);
 
 /// Bytes of the activation arena `gpu` holds on the device (0: none).
 uint64_t gpuArenaBytes(const GpuContext &gpu);
@@ -79,6 +80,8 @@ uint64_t gpuArenaBytes(const GpuContext &gpu);
 void allowGpuGraphs(GpuContext &gpu, bool allowed);
 /// Whether runs of `gpu` replay a captured graph.
 bool replaysGpuGraph(const GpuContext &gpu);
+/// The choices of its convolution and product sites so far, by site.
+std::vector<GpuKernelChoice> gpuKernelChoices(const GpuContext &gpu);
 
 /// Runs the graph once on the device: copies `inputs` (plan order, host
 /// memory) to the device, calls `callEntry` with the entry's device

@@ -207,8 +207,26 @@ bool Session::replaysGpuGraph() const {
   return gpu_ && flowc::runtime::replaysGpuGraph(*gpu_);
 }
 
+std::vector<GpuKernelChoice> Session::gpuKernelChoices() const {
+  return gpu_ ? flowc::runtime::gpuKernelChoices(*gpu_) : std::vector<GpuKernelChoice>();
+}
+
+const char *gpuChoiceSourceName(GpuKernelChoice::Source source) {
+  switch (source) {
+  case GpuKernelChoice::Source::Library:
+    return "library";
+  case GpuKernelChoice::Source::Trials:
+    return "trials";
+  case GpuKernelChoice::Source::Record:
+    return "record";
+  case GpuKernelChoice::Source::Plan:
+    return "plan";
+  }
+  return "unknown";
+}
+
 Status Session::bindDevice() {
-  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_, options_.gpuTrials));
+  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_, options_));
   arenaBytes_ = gpuArenaBytes(*gpu_);
   return Status::ok();
 }

@@ -145,3 +145,76 @@ def test_on_the_gpu_results_match_onnxruntime(flowc, models, tmp_path, model, op
     amp = "--precision" in options
     for name, value in expected.items():
         assert_close(ours[name], value, rtol=1e-2 if amp else 1e-3)
+
+
+def gpu_records(device, signature="library.conv2d:1,2,3"):
+    """A `flowc tuning export` document with one GPU record."""
+    return {"format": "flowc.tuning.v1", "records": [{
+        "signature": signature, "device": device,
+        "versions": "cuDNN 9.0.0, cuBLASLt 13.0.0; kernel abi 2",
+        "candidate": "cudnn:engine=3;knobs=", "time_ns": 1000, "spread_ns": 0,
+        "samples": 3, "separated": False, "noise": 0.0, "measured_ms": 1,
+        "host": "gpu-host"}]}
+
+
+def test_a_gpus_tuning_records_are_part_of_its_targets_keys(flowc, models, tmp_path):
+    """Records of an sm_90 GPU can change what an sm_90 artifact's plan
+    says its convolutions and products run: a new one is a new key for
+    cuda:sm_90 compiles, and none for another capability's."""
+    path, _ = models["cnn"]
+    assert flowc.submit(path, tmp_path / "a.fca", "--target", "cuda:sm_90")["cache"] == "miss"
+    assert flowc.submit(path, tmp_path / "b.fca", "--target", "cuda:sm_90")["cache"] == "hit"
+    assert flowc.submit(path, tmp_path / "c.fca", "--target", "cuda:sm_80")["cache"] == "miss"
+    document = tmp_path / "records.json"
+    document.write_text(json.dumps(gpu_records("gpu NVIDIA H200 sm_90")))
+    flowc.run("tuning", "import", document)
+    listed = json.loads(flowc.run("tuning", "ls", "--json").stdout)
+    assert [r["device"] for r in listed] == ["gpu NVIDIA H200 sm_90"]
+    assert flowc.submit(path, tmp_path / "d.fca", "--target", "cuda:sm_90")["cache"] == "miss"
+    assert flowc.submit(path, tmp_path / "e.fca", "--target", "cuda:sm_80")["cache"] == "hit"
+
+
+@pytest.mark.parametrize("model", ["cnn", "encoder"])
+def test_on_the_gpu_trial_runs_become_records_later_sessions_use(flowc, models, tmp_path,
+                                                                 model):
+    """The first `flowc run` times the libraries' candidates and records
+    them under this GPU; the next uses the records without trial runs, a
+    new compile puts them in its plan, and every way gives onnxruntime's
+    results."""
+    target, why_not = device_target()
+    if target is None:
+        pytest.skip(why_not)
+    path, inputs = models[model]
+    artifact = tmp_path / f"{model}.fca"
+    flowc.submit(path, artifact, "--target", target)
+    x = tmp_path / "x.npy"
+    name, value = next(iter(inputs.items()))
+    np.save(x, value)
+
+    def run(*options):
+        ran = flowc.run("run", artifact, "--input", f"{name}={x}", "--json", *options)
+        return json.loads(ran.stdout)["gpu_kernels"]
+
+    first = run()
+    assert first["sites"] > 0 and first["record"] == 0 and first["trials"] > 0
+    assert first["recorded"] >= first["trials"]
+    # A site whose buffers are aligned unlike the recorded one's may find
+    # its record unlisted (cuBLASLt's heuristics take the alignment): it
+    # runs its trials again, with a warning.
+    second = run()
+    assert second["record"] > 0
+    assert second["record"] + second["trials"] == first["trials"]
+    untouched = run("--no-gpu-records")
+    assert untouched["record"] == 0 and untouched["recorded"] == 0
+    listed = json.loads(flowc.run("tuning", "ls", "--json").stdout)
+    assert all(r["device"].startswith("gpu ") for r in listed)
+    # A compile now finds the records and names the choices in its plan.
+    planned = tmp_path / "planned.fca"
+    flowc.submit(path, planned, "--target", target)
+    artifact = planned
+    from_plan = run("--no-gpu-records")
+    assert from_plan["plan"] > 0
+    assert from_plan["plan"] + from_plan["trials"] == first["trials"]
+    ours = flowc.execute(planned, inputs)
+    for out, expected in onnxruntime_outputs(path, inputs).items():
+        assert_close(ours[out], expected, rtol=1e-3)

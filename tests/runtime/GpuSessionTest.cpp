@@ -97,6 +97,8 @@ struct CudaCode {
   bool scratch = true;
   /// Elements of x, w and y.
   int64_t elements = 4;
+  /// >= 0: the plan names a tuned candidate for this library-kernel site.
+  int64_t tunedSite = -1;
 };
 
 constexpr int64_t kBlockThreads = 256;
@@ -194,6 +196,14 @@ Expected<std::shared_ptr<Artifact>> cudaArtifact(const TempDir &dir,
                    testing::weightDigest(bytes),
                    offsets[0],
                    bytes.size()}};
+  if (code.tunedSite >= 0) {
+    TunedKernelSpec tuned;
+    tuned.site = code.tunedSite;
+    tuned.signature = "library.softmax:1";
+    tuned.candidate = "cudnn:engine=1;knobs=";
+    tuned.timeNs = 1000;
+    plan.tuned = {tuned};
+  }
   FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Plan, plan.toJson().dump()));
   FLOWC_RETURN_IF_ERROR(writer->finish());
   return Artifact::open(path);
@@ -321,6 +331,17 @@ TEST(GpuSessionTest, CudaCodeWithLibraryKernelsNeedsAGpu) {
   EXPECT_THAT(Session::create(*artifact),
               StatusIs(StatusCode::Unavailable, "is CUDA code for sm_90 and needs an "
                                                 "NVIDIA GPU"));
+}
+
+// A plan whose tuned candidates name a library-kernel site the code does
+// not have is damaged: refused before any device is touched.
+TEST(GpuSessionTest, CudaCodeWhosePlanTunesASiteItLacksIsDataLoss) {
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {.kernelAbi = kKernelAbiVersion, .tunedSite = 1});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(
+      Session::create(*artifact),
+      StatusIs(StatusCode::DataLoss, "a tuned kernel names site 1, but the code has 1"));
 }
 
 // cuDNN and cuBLASLt open and name their versions without a GPU: the

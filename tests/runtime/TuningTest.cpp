@@ -28,6 +28,7 @@ namespace {
 
 using flowc::testing::StatusIs;
 using flowc::testing::TempDir;
+using ::testing::HasSubstr;
 
 std::vector<float> randomFloats(size_t count, uint32_t seed) {
   std::mt19937 random(seed);
@@ -751,6 +752,109 @@ TEST(TunedPlanTest, MistypedFieldsAreDataLoss) {
   notObject["tuned"] = nlohmann::json::array({3});
   EXPECT_THAT(Plan::fromJson(notObject),
               StatusIs(StatusCode::DataLoss, "tuned kernel 0 is not an object"));
+}
+
+// GPU candidates ------------------------------------------------------------
+
+// What sessions record reads back as itself: the text is the key.
+TEST(GpuCandidateTest, FormattedCandidatesParseBack) {
+  GpuCandidate conv;
+  conv.library = GpuCandidate::Library::Cudnn;
+  conv.id = 42;
+  conv.knobs = {{1, 3}, {7, -1}, {12, 128}};
+  GpuCandidate bare = conv;
+  bare.knobs.clear();
+  GpuCandidate matmul;
+  matmul.library = GpuCandidate::Library::CublasLt;
+  matmul.id = 21;
+  matmul.config = {15, 22, 1, 0, 1, 0, 0, 0};
+  EXPECT_EQ(formatGpuCandidate(conv), "cudnn:engine=42;knobs=1:3,7:-1,12:128");
+  EXPECT_EQ(formatGpuCandidate(bare), "cudnn:engine=42;knobs=");
+  EXPECT_EQ(formatGpuCandidate(matmul),
+            "cublaslt:algo=21;tile=15;stages=22;splitk=1;"
+            "reduction=0;swizzle=1;custom=0;inner=0;cluster=0");
+  for (const GpuCandidate &candidate : {conv, bare, matmul}) {
+    std::string text = formatGpuCandidate(candidate);
+    Expected<GpuCandidate> parsed = parseGpuCandidate(text);
+    ASSERT_TRUE(parsed) << parsed.status().toString();
+    EXPECT_EQ(formatGpuCandidate(*parsed), text);
+    EXPECT_EQ(parsed->id, candidate.id);
+    EXPECT_EQ(parsed->knobs, candidate.knobs);
+  }
+  EXPECT_TRUE(isGpuCandidateOf(KernelKind::Conv2d, formatGpuCandidate(conv)));
+  EXPECT_FALSE(isGpuCandidateOf(KernelKind::MatMul, formatGpuCandidate(conv)));
+  EXPECT_TRUE(isGpuCandidateOf(KernelKind::MatMul, formatGpuCandidate(matmul)));
+  EXPECT_FALSE(isGpuCandidateOf(KernelKind::Conv2d, formatGpuCandidate(matmul)));
+  EXPECT_FALSE(isGpuCandidateOf(KernelKind::Softmax, formatGpuCandidate(conv)));
+}
+
+// A candidate comes from an artifact or a tuning import: anything but what
+// formatGpuCandidate writes is refused, naming the candidate.
+TEST(GpuCandidateTest, MalformedCandidatesAreRefused) {
+  const std::string cublas = ";tile=1;stages=2;splitk=1;reduction=0;swizzle=0;custom=0;"
+                             "inner=0;cluster=0";
+  std::string manyKnobs = "cudnn:engine=1;knobs=";
+  for (int i = 0; i < 65; ++i)
+    manyKnobs += (i ? "," : "") + std::to_string(i) + ":0";
+  for (const std::string &text : std::vector<std::string>{
+           "",
+           "cudnn:",
+           "cudnn:engine=1",
+           "cudnn:engine=;knobs=",
+           "cudnn:engine=-1;knobs=",
+           "cudnn:engine=01;knobs=",
+           "cudnn:engine=1 ;knobs=",
+           "cudnn:engine=1;knobs=1",
+           "cudnn:engine=1;knobs=2:1,1:0",
+           "cudnn:engine=1;knobs=1:0,1:1",
+           "cudnn:engine=1;knobs=1:0,",
+           "cudnn:engine=1;knobs=,1:0",
+           "cudnn:engine=1;knobs=1:x",
+           "cudnn:engine=1;knobs=-1:0",
+           "cudnn:engine=1;knobs=1:-0",
+           "cudnn:engine=1;knobs=1:--1",
+           "cudnn:engine=1;knobs=1:-",
+           "cudnn:engine=2147483648;knobs=",
+           "cudnn:engine=99999999999999999999;knobs=",
+           "cudnn:engine=1;knobs=;extra=1",
+           "CUDNN:engine=1;knobs=",
+           "cublaslt:algo=1",
+           "cublaslt:algo=1" + cublas + ";x=1",
+           "cublaslt:algo=1;stages=2;tile=1;splitk=1;reduction=0;swizzle=0;custom=0;"
+           "inner=0;cluster=0",
+           "cublaslt:algo=1;tile=1;stages=2;splitk=1;reduction=0;swizzle=0;custom=0;"
+           "inner=0;cluster=",
+           "layout=any;impl=jit:avx2",
+           std::string("cudnn:engine=1\0;knobs=", 22),
+           manyKnobs,
+           "cudnn:engine=1;knobs=" + std::string(2000, '1')}) {
+    Expected<GpuCandidate> parsed = parseGpuCandidate(text);
+    EXPECT_THAT(parsed, StatusIs(StatusCode::InvalidArgument, "GPU candidate '"))
+        << "'" << text << "' parsed";
+  }
+  EXPECT_TRUE(parseGpuCandidate("cublaslt:algo=1" + cublas));
+}
+
+// GPU records are keyed by the GPU's name and compute capability, never
+// confused with a CPU's device or another capability's.
+TEST(GpuCandidateTest, TuningDevicesNameTheGpuAndItsCapability) {
+  std::string device = gpuTuningDevice("NVIDIA H200", 90);
+  EXPECT_EQ(device, "gpu NVIDIA H200 sm_90");
+  EXPECT_TRUE(isGpuTuningDeviceOf(device, 90));
+  EXPECT_FALSE(isGpuTuningDeviceOf(device, 9));
+  EXPECT_FALSE(isGpuTuningDeviceOf(device, 80));
+  EXPECT_FALSE(isGpuTuningDeviceOf(gpuTuningDevice("", 90), 90));
+  EXPECT_FALSE(isGpuTuningDeviceOf("x86-64 znver3 sm_90", 90));
+  EXPECT_EQ(librarySignature(KernelKind::MatMul, {1, 2, 3}), "library.matmul:1,2,3");
+}
+
+// The versions part needs the libraries, not a GPU.
+TEST(GpuCandidateTest, TuningVersionsNameTheLibrariesAndTheKernelAbi) {
+  Expected<std::string> versions = gpuTuningVersions();
+  if (!versions)
+    GTEST_SKIP() << "no cuDNN/cuBLASLt here: " << versions.status().message();
+  EXPECT_THAT(*versions, HasSubstr("cuDNN 9."));
+  EXPECT_THAT(*versions, HasSubstr("; kernel abi " + std::to_string(kKernelAbiVersion)));
 }
 
 } // namespace

@@ -86,8 +86,18 @@ Digest CompileExecutor::artifactKey(const Digest &modelDigest,
   return key.digest();
 }
 
-Expected<std::string> CompileExecutor::tuningState() {
-  return cache_.tuningState(deviceDescriptor());
+Expected<std::string>
+CompileExecutor::tuningState(const compiler::CompileOptions &options) {
+  FLOWC_ASSIGN_OR_RETURN(std::string state, cache_.tuningState(deviceDescriptor()));
+  if (!isCudaTarget(options.target))
+    return state;
+  // The GPU's records decide the plan's library candidates.
+  FLOWC_ASSIGN_OR_RETURN(std::optional<std::string> gpu,
+                         gpuTuningDeviceFor(cache_, options.target));
+  if (!gpu)
+    return state;
+  FLOWC_ASSIGN_OR_RETURN(std::string gpuState, cache_.tuningState(*gpu));
+  return state + "; " + *gpu + " " + gpuState;
 }
 
 bool CompileExecutor::servable(const Digest &artifact) {
@@ -115,7 +125,7 @@ CompileExecutor::memoizedResult(const cache::FileIdentity &file,
   auto manifest = cache_.get(*modelDigest);
   if (!manifest)
     return Result();
-  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState());
+  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState(options));
   FLOWC_ASSIGN_OR_RETURN(
       auto artifact,
       cache_.lookupAction(cache::ActionKind::Artifact,
@@ -203,7 +213,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   CompileResult result;
   result.modelDigest = ingested.modelDigest;
   result.opCounts = ingested.graph.opCounts;
-  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState());
+  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState(request.options));
   Digest key = artifactKey(ingested.modelDigest, request.options, request.kind, state);
   std::string factors = keyFactors(ingested, request, buildId_, key, state).dump();
   std::string answeredBy, cachedFactors;
@@ -261,7 +271,7 @@ Expected<CompileResult> CompileExecutor::compile(const CompileRequest &request,
   result.search = code.search;
   // Search may have added records: the artifact is what this state makes.
   if (request.search.searches()) {
-    FLOWC_ASSIGN_OR_RETURN(state, tuningState());
+    FLOWC_ASSIGN_OR_RETURN(state, tuningState(request.options));
     key = artifactKey(ingested.modelDigest, request.options, request.kind, state);
     factors = keyFactors(ingested, request, buildId_, key, state).dump();
   }
@@ -303,7 +313,7 @@ Expected<std::vector<cache::ActionRecord>>
 CompileExecutor::recordedEntries(const CompileRequest &request) {
   FLOWC_ASSIGN_OR_RETURN(IngestedModel ingested,
                          ingestModel(request.modelPath, request.inputShapes));
-  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState());
+  FLOWC_ASSIGN_OR_RETURN(std::string state, tuningState(request.options));
   Digest key = artifactKey(ingested.modelDigest, request.options, request.kind, state);
   FLOWC_ASSIGN_OR_RETURN(auto artifact,
                          cache_.actionEntry(cache::ActionKind::Artifact, key));
@@ -370,7 +380,7 @@ CompileExecutor::codeFor(const IngestedModel &ingested, const CompileRequest &re
                              : printedCode(ingested, options, progress));
   // Stored under the state the search left, which decided its kernels.
   if (request.search.searches()) {
-    FLOWC_ASSIGN_OR_RETURN(std::string state, this->tuningState());
+    FLOWC_ASSIGN_OR_RETURN(std::string state, this->tuningState(options));
     std::tie(codeKey, weightsKey) = codeKeys(ingested, options, state);
   }
   FLOWC_ASSIGN_OR_RETURN(Digest weights,
@@ -393,6 +403,11 @@ namespace {
 /// "53 tunable kernels: 40 from records (12 measured now, 96 candidates,
 /// 8.1 s)".
 std::string searchSummaryText(const SearchSummary &summary) {
+  if (!summary.gpuDevice.empty())
+    return std::to_string(summary.tunableKernels) +
+           " GPU library kernels: " + std::to_string(summary.tunedKernels) +
+           " from the tuning records of " + summary.gpuDevice +
+           ", the others choose by trial runs on the GPU when they first run";
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.1f s", summary.seconds);
   return std::to_string(summary.tunableKernels) +

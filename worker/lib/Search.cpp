@@ -31,8 +31,15 @@ constexpr const char *kMeasureFormat = "flowc.measure.v1";
 /// The kernels of one signature: one search for all of them.
 struct Tunable {
   std::string signature;
+  /// The machine its records describe: this CPU (deviceDescriptor), or for
+  /// a CUDA library kernel the GPU (gpuTuningDeviceFor).
+  std::string device;
   std::string versions;
   bool library = false;
+  /// A CUDA library kernel: its candidates are the libraries' on the GPU,
+  /// listed and timed by the sessions that run it (trial runs), so only
+  /// records decide it here.
+  bool gpu = false;
   /// A library kernel's kind and params.
   int64_t kind = 0;
   std::vector<int64_t> params;
@@ -55,12 +62,8 @@ std::string loopVersions() {
 }
 
 std::string librarySignature(const compiler::LibrarySite &site) {
-  std::string text =
-      std::string("library.") +
-      runtime::kernelKindName(static_cast<runtime::KernelKind>(site.kind)) + ":";
-  for (size_t i = 0; i < site.params.size(); ++i)
-    text += (i ? "," : "") + std::to_string(site.params[i]);
-  return text;
+  return runtime::librarySignature(static_cast<runtime::KernelKind>(site.kind),
+                                   site.params);
 }
 
 std::string loopSignature(const compiler::PlannedKernel &kernel) {
@@ -74,9 +77,48 @@ std::string hostName() {
   return name;
 }
 
+/// The CUDA library kernels of the plan, one entry per signature, with the
+/// records of `device`; none when this machine lacks cuDNN and cuBLASLt
+/// (the records' versions are theirs).
+std::vector<Tunable> gpuTunablesOf(const compiler::CompilePlan &plan,
+                                   const std::string &device) {
+  Expected<std::string> versions = runtime::gpuTuningVersions();
+  if (!versions) {
+    spdlog::info("GPU tuning records unused: {}", versions.status().message());
+    return {};
+  }
+  std::vector<Tunable> tunables;
+  std::map<std::string, size_t> bySignature;
+  for (const compiler::LibrarySite &site : plan.weights.librarySites) {
+    auto kind = static_cast<runtime::KernelKind>(site.kind);
+    if (kind != runtime::KernelKind::Conv2d && kind != runtime::KernelKind::MatMul)
+      continue;
+    auto [found, added] = bySignature.emplace(librarySignature(site), tunables.size());
+    if (!added) {
+      tunables[found->second].sites.push_back(site.site);
+      continue;
+    }
+    Tunable &tunable = tunables.emplace_back();
+    tunable.signature = found->first;
+    tunable.device = device;
+    tunable.versions = *versions;
+    tunable.library = tunable.gpu = true;
+    tunable.kind = site.kind;
+    tunable.params = site.params;
+    tunable.sites.push_back(site.site);
+  }
+  return tunables;
+}
+
 /// Every tunable kernel of the plan, one entry per signature.
-Expected<std::vector<Tunable>> tunablesOf(const compiler::CompilePlan &plan,
+Expected<std::vector<Tunable>> tunablesOf(cache::Cache &cache,
+                                          const compiler::CompilePlan &plan,
                                           const compiler::CompileOptions &options) {
+  if (isCudaTarget(options.target)) {
+    FLOWC_ASSIGN_OR_RETURN(std::optional<std::string> device,
+                           gpuTuningDeviceFor(cache, options.target));
+    return device ? gpuTunablesOf(plan, *device) : std::vector<Tunable>();
+  }
   std::vector<Tunable> tunables;
   std::map<std::string, size_t> bySignature;
   auto entry = [&](std::string signature, std::string versions) -> Tunable * {
@@ -85,13 +127,13 @@ Expected<std::vector<Tunable>> tunablesOf(const compiler::CompilePlan &plan,
       return &tunables[found->second];
     Tunable &tunable = tunables.emplace_back();
     tunable.signature = std::move(signature);
+    tunable.device = deviceDescriptor();
     tunable.versions = std::move(versions);
     return nullptr;
   };
   for (const compiler::LibrarySite &site : plan.weights.librarySites) {
     auto kind = static_cast<runtime::KernelKind>(site.kind);
-    // The candidates are oneDNN's, measured on the CPU: not a GPU's.
-    if (!runtime::isTunable(kind) || isCudaTarget(options.target))
+    if (!runtime::isTunable(kind))
       continue;
     if (Tunable *same = entry(librarySignature(site), libraryVersions())) {
       same->sites.push_back(site.site);
@@ -125,6 +167,9 @@ Expected<std::vector<Tunable>> tunablesOf(const compiler::CompilePlan &plan,
 }
 
 bool isCandidate(const Tunable &tunable, const std::string &candidate) {
+  if (tunable.gpu)
+    return runtime::isGpuCandidateOf(static_cast<runtime::KernelKind>(tunable.kind),
+                                     candidate);
   return std::find(tunable.candidates.begin(), tunable.candidates.end(), candidate) !=
          tunable.candidates.end();
 }
@@ -134,7 +179,7 @@ bool isCandidate(const Tunable &tunable, const std::string &candidate) {
 cache::Digest remoteKey(const Tunable &tunable) {
   return ActionKey("flowc.tuning.v1", "")
       .add(tunable.signature)
-      .add(deviceDescriptor())
+      .add(tunable.device)
       .add(tunable.versions)
       .digest();
 }
@@ -155,7 +200,7 @@ void importRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunabl
 
 /// Publishes this cache's records of `tunable` (an export of them alone).
 void publishRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable) {
-  auto exported = cache.exportTuning(deviceDescriptor());
+  auto exported = cache.exportTuning(tunable.device);
   if (!exported)
     return;
   json document = json::parse(*exported, nullptr, /*allow_exceptions=*/false);
@@ -180,8 +225,7 @@ void publishRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunab
 Expected<std::optional<cache::TuningRecord>> recordOf(cache::Cache &cache,
                                                       const Tunable &tunable) {
   FLOWC_ASSIGN_OR_RETURN(
-      auto best,
-      cache.bestTuning(tunable.signature, deviceDescriptor(), tunable.versions));
+      auto best, cache.bestTuning(tunable.signature, tunable.device, tunable.versions));
   if (best && !isCandidate(tunable, best->candidate)) {
     spdlog::warn("tuning record for {} names '{}', which is not a candidate here; "
                  "using the default",
@@ -277,7 +321,9 @@ SearchChoices choicesOf(const std::vector<Tunable> &tunables,
       continue;
     ++choices.summary.tunedKernels;
     runtime::TunedKernelSpec spec = specOf(*tunable.record);
-    bool isDefault = tunable.record->candidate == tunable.candidates.front();
+    // (GPU kernels list no candidates here: their libraries do, on the GPU.)
+    bool isDefault = !tunable.candidates.empty() &&
+                     tunable.record->candidate == tunable.candidates.front();
     for (int64_t site : tunable.sites) {
       spec.site = site;
       choices.tuned.push_back(spec);
@@ -331,6 +377,21 @@ void crashOnceForTests() {
 
 } // namespace
 
+Expected<std::optional<std::string>> gpuTuningDeviceFor(cache::Cache &cache,
+                                                        Target target) {
+  int64_t capability = cudaComputeCapability(target);
+  if (Expected<std::string> local = runtime::localGpuTuningDevice();
+      local && runtime::isGpuTuningDeviceOf(*local, capability))
+    return std::optional<std::string>(*local);
+  FLOWC_ASSIGN_OR_RETURN(std::vector<cache::TuningRecord> records, cache.listTuning());
+  const cache::TuningRecord *latest = nullptr;
+  for (const cache::TuningRecord &record : records)
+    if (runtime::isGpuTuningDeviceOf(record.device, capability) &&
+        (!latest || record.measuredMs > latest->measuredMs))
+      latest = &record;
+  return latest ? std::optional<std::string>(latest->device) : std::nullopt;
+}
+
 const std::string &deviceDescriptor() {
   static const std::string descriptor =
       compiler::CodeTarget::host().description() +
@@ -343,11 +404,15 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
               const compiler::CompilePlan &plan, const compiler::CompileOptions &options,
               const SearchBudget &budget, const std::string &buildId,
               const std::function<void(const std::string &)> &warn) {
-  FLOWC_ASSIGN_OR_RETURN(std::vector<Tunable> tunables, tunablesOf(plan, options));
+  FLOWC_ASSIGN_OR_RETURN(std::vector<Tunable> tunables, tunablesOf(cache, plan, options));
   std::vector<size_t> pending;
   size_t pendingCandidates = 0;
   for (size_t i = 0; i < tunables.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
+    // GPU records come from sessions' trial runs (flowc run) and tuning
+    // imports; no compile measures on a GPU.
+    if (tunables[i].gpu)
+      continue;
     if (!tunables[i].record && remote) {
       importRemote(cache, *remote, tunables[i]);
       FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
@@ -402,6 +467,8 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
       publishRemote(cache, *remote, tunable);
   }
   SearchChoices choices = choicesOf(tunables, plan);
+  if (!tunables.empty() && tunables.front().gpu)
+    choices.summary.gpuDevice = tunables.front().device;
   choices.summary.measuredKernels = measured;
   choices.summary.candidatesMeasured = timed;
   choices.summary.seconds = tasks.empty() ? 0 : seconds;

@@ -4,6 +4,7 @@
 #include "LibraryKernels.h"
 
 #include "flowc/runtime/KernelAbi.h"
+#include "flowc/runtime/Tuning.h"
 
 #ifdef FLOWC_HAVE_CUDA_LIBRARIES
 
@@ -74,6 +75,7 @@ struct Libraries {
   FLOWC_LIBRARY_FUNCTION(cublasLtMatmulPreferenceDestroy);
   FLOWC_LIBRARY_FUNCTION(cublasLtMatmulPreferenceSetAttribute);
   FLOWC_LIBRARY_FUNCTION(cublasLtMatmulAlgoGetHeuristic);
+  FLOWC_LIBRARY_FUNCTION(cublasLtMatmulAlgoConfigGetAttribute);
   std::string versions;
 };
 
@@ -134,6 +136,7 @@ Expected<Libraries> loadLibraries() {
   FLOWC_BIND(cublasLt, cublasLtMatmulPreferenceDestroy);
   FLOWC_BIND(cublasLt, cublasLtMatmulPreferenceSetAttribute);
   FLOWC_BIND(cublasLt, cublasLtMatmulAlgoGetHeuristic);
+  FLOWC_BIND(cublasLt, cublasLtMatmulAlgoConfigGetAttribute);
   if (!missing.empty()) {
     std::string names;
     for (const std::string &name : missing)
@@ -235,6 +238,17 @@ cudaDataType_t cudaType(ElementType type) {
 int64_t elements(const Index4 &shape) {
   return shape.dims[0] * shape.dims[1] * shape.dims[2] * shape.dims[3];
 }
+
+/// A params struct as the words the code passes (and signatures name).
+template <typename Params> std::vector<int64_t> wordsOf(const Params &params) {
+  std::vector<int64_t> words(sizeof(Params) / sizeof(int64_t));
+  std::memcpy(words.data(), &params, sizeof(Params));
+  return words;
+}
+
+/// How many of cuBLASLt's heuristic results a decided candidate is looked
+/// for among: more than any trial search times.
+constexpr int kListedAlgorithms = 64;
 
 /// `count` elements as one dense row.
 Index4 flat(int64_t count) { return {{1, 1, 1, count}}; }
@@ -344,9 +358,12 @@ enum TensorId : int64_t { kSourceId = 1, kWeightsId = 2, kResultId = 3 };
 class LibraryKernels {
 public:
   LibraryKernels(DeviceServices &device, const Libraries &libraries, int64_t sites,
-                 int trials, std::string path)
+                 LibraryTuning tuning, std::string path)
       : device_(device), libraries_(libraries), path_(std::move(path)),
-        trials_(std::max(trials, 1)), convs_(sites), matmuls_(sites) {}
+        tuning_(std::move(tuning)), trials_(std::max(tuning_.trials, 1)), convs_(sites),
+        matmuls_(sites) {
+    tuning_.planned.resize(static_cast<size_t>(std::max<int64_t>(sites, 0)));
+  }
   LibraryKernels(const LibraryKernels &) = delete;
   LibraryKernels &operator=(const LibraryKernels &) = delete;
   ~LibraryKernels();
@@ -359,7 +376,18 @@ public:
   void softmax(int64_t site, const int64_t *words, void **buffers);
   void layerNorm(int64_t site, const int64_t *words, void **buffers);
 
+  std::vector<GpuKernelChoice> choices() const;
+
 private:
+  /// A candidate decided before any trial run: the tuning record's for
+  /// `signature`, else the plan's for `site`.
+  struct Decided {
+    std::string candidate;
+    GpuKernelChoice::Source source;
+  };
+  std::optional<Decided> decided(int64_t site, const std::string &signature);
+  /// Says that the decided candidate is not one the library lists here.
+  void setAside(int64_t site, const char *kind, const Decided &decided);
   /// `words` as `Params`, the site in range (fails the run otherwise);
   /// nullopt once the run has failed.
   template <typename Params>
@@ -378,6 +406,19 @@ private:
                                        void **buffers);
   bool planConv(int64_t site, ConvSite &conv, const Descriptor &graph,
                 void *const pointers[3]);
+  /// Heuristic `mode`'s engine configurations for `graph`, in its order
+  /// (none when the mode cannot serve it).
+  std::vector<Descriptor> engineConfigs(const Descriptor &graph,
+                                        cudnnBackendHeurMode_t mode);
+  /// `config`'s execution plan, if it finalizes.
+  std::optional<ConvPlan> makeConvPlan(Descriptor config);
+  /// The configuration that `candidate` describes among those the
+  /// heuristics list for `graph`, as a plan.
+  std::optional<ConvPlan> listedConvPlan(const Descriptor &graph,
+                                         const std::string &candidate);
+  /// `config` as a GPU candidate (Tuning.h); empty when cuDNN cannot say.
+  std::string configText(cudnnBackendDescriptor_t config);
+  std::string algoText(const cublasLtMatmulAlgo_t &algo);
   /// Queues `plan` on the convolution's buffers (source, weights, result).
   cudnnStatus_t executePlan(const ConvPlan &plan, void *const pointers[3]);
   /// Whether engine configuration `config` computes as `type` promises:
@@ -404,7 +445,9 @@ private:
   DeviceServices &device_;
   const Libraries &libraries_;
   std::string path_;
+  LibraryTuning tuning_;
   int trials_ = 1;
+  std::map<int64_t, GpuKernelChoice> choices_;
   cudnnHandle_t cudnn_ = nullptr;
   cublasLtHandle_t cublasLt_ = nullptr;
   void *helpers_ = nullptr;
@@ -646,69 +689,182 @@ cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, void *const poin
   return libraries_.cudnnBackendExecute(cudnn_, plan.plan.get(), pack);
 }
 
+std::vector<Descriptor> LibraryKernels::engineConfigs(const Descriptor &graph,
+                                                      cudnnBackendHeurMode_t mode) {
+  auto ok = [](cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; };
+  const Libraries &cudnn = libraries_;
+  cudnnBackendDescriptor_t graphDescriptor = graph.get();
+  Descriptor heuristics =
+      makeDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
+  int64_t count = 0;
+  if (!heuristics.get() ||
+      !ok(cudnn.cudnnBackendSetAttribute(
+          heuristics.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graphDescriptor)) ||
+      !ok(cudnn.cudnnBackendSetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_MODE,
+                                         CUDNN_TYPE_HEUR_MODE, 1, &mode)) ||
+      !ok(cudnn.cudnnBackendFinalize(heuristics.get())) ||
+      !ok(cudnn.cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                         nullptr)) ||
+      count <= 0)
+    return {};
+  std::vector<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> handles;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.push_back(
+        makeDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine configuration"));
+    if (!configs.back().get())
+      return {};
+    handles.push_back(configs.back().get());
+  }
+  int64_t returned = 0;
+  if (!ok(cudnn.cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
+                                         handles.data())))
+    return {};
+  configs.resize(static_cast<size_t>(std::clamp<int64_t>(returned, 0, count)));
+  return configs;
+}
+
+std::optional<ConvPlan> LibraryKernels::makeConvPlan(Descriptor config) {
+  auto ok = [](cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; };
+  Descriptor plan =
+      makeDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
+  cudnnBackendDescriptor_t handle = config.get();
+  int64_t workspace = 0;
+  int64_t got = 0;
+  if (!plan.get() || !ok(libraries_.cudnnBackendSetAttribute(
+                         plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &handle)))
+    return std::nullopt;
+  setHandle(plan, kPlanHandleAttribute);
+  if (!ok(libraries_.cudnnBackendFinalize(plan.get())) ||
+      !ok(libraries_.cudnnBackendGetAttribute(plan.get(),
+                                              CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                              CUDNN_TYPE_INT64, 1, &got, &workspace)))
+    return std::nullopt;
+  // The configuration lives as long as its plan.
+  return ConvPlan{std::move(plan), workspace, std::move(config)};
+}
+
+std::string LibraryKernels::configText(cudnnBackendDescriptor_t config) {
+  auto ok = [](cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; };
+  const Libraries &cudnn = libraries_;
+  cudnnBackendDescriptor_t engine = nullptr;
+  if (!ok(cudnn.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine)))
+    return {};
+  Descriptor ownedEngine(libraries_, engine);
+  GpuCandidate candidate;
+  candidate.library = GpuCandidate::Library::Cudnn;
+  int64_t got = 0;
+  if (!ok(cudnn.cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                         &engine)) ||
+      !ok(cudnn.cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                         CUDNN_TYPE_INT64, 1, &got, &candidate.id)))
+    return {};
+  // Room for a choice of every knob type there is; cuDNN says how many it
+  // filled.
+  constexpr int64_t count = CUDNN_KNOB_TYPE_COUNTS;
+  got = 0;
+  std::vector<Descriptor> knobs;
+  std::vector<cudnnBackendDescriptor_t> handles;
+  for (int64_t i = 0; i < count; ++i) {
+    cudnnBackendDescriptor_t knob = nullptr;
+    if (!ok(cudnn.cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR,
+                                               &knob)))
+      return {};
+    knobs.emplace_back(libraries_, knob);
+    handles.push_back(knob);
+  }
+  if (!ok(cudnn.cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                         handles.data())))
+    return {};
+  for (int64_t i = 0; i < std::min(got, count); ++i) {
+    cudnnBackendKnobType_t type{};
+    int64_t value = 0, read = 0;
+    if (!ok(cudnn.cudnnBackendGetAttribute(handles[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                           CUDNN_TYPE_KNOB_TYPE, 1, &read, &type)) ||
+        !ok(cudnn.cudnnBackendGetAttribute(handles[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                           CUDNN_TYPE_INT64, 1, &read, &value)))
+      return {};
+    candidate.knobs.emplace_back(static_cast<int64_t>(type), value);
+  }
+  std::sort(candidate.knobs.begin(), candidate.knobs.end());
+  std::string text = formatGpuCandidate(candidate);
+  // Only what parses back names a configuration (a negative value would not).
+  return parseGpuCandidate(text) ? text : std::string();
+}
+
+std::optional<ConvPlan> LibraryKernels::listedConvPlan(const Descriptor &graph,
+                                                       const std::string &candidate) {
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
+    for (Descriptor &config : engineConfigs(graph, mode))
+      if (configText(config.get()) == candidate)
+        return makeConvPlan(std::move(config));
+  return std::nullopt;
+}
+
+std::optional<LibraryKernels::Decided>
+LibraryKernels::decided(int64_t site, const std::string &signature) {
+  if (tuning_.record)
+    if (std::optional<std::string> recorded = tuning_.record(signature);
+        recorded && !recorded->empty())
+      return Decided{*recorded, GpuKernelChoice::Source::Record};
+  if (site >= 0 && static_cast<size_t>(site) < tuning_.planned.size() &&
+      !tuning_.planned[site].empty())
+    return Decided{tuning_.planned[site], GpuKernelChoice::Source::Plan};
+  return std::nullopt;
+}
+
+void LibraryKernels::setAside(int64_t site, const char *kind, const Decided &decided) {
+  spdlog::warn("{} site {} of '{}': the {} candidate '{}' is not one the library lists "
+               "for it on {}; trial runs choose instead",
+               kind, site, path_,
+               decided.source == GpuKernelChoice::Source::Record ? "tuning record's"
+                                                                 : "plan's",
+               decided.candidate, device_.label());
+}
+
 bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &graph,
                               void *const pointers[3]) {
+  GpuKernelChoice choice;
+  choice.site = site;
+  choice.kind = "conv2d";
+  choice.signature = librarySignature(KernelKind::Conv2d, wordsOf(conv.params));
+  // A record's or the plan's candidate, when the heuristics list it.
+  if (std::optional<Decided> known = decided(site, choice.signature)) {
+    if (std::optional<ConvPlan> plan = listedConvPlan(graph, known->candidate)) {
+      conv.plan = std::move(*plan);
+      choice.candidate = known->candidate;
+      choice.source = known->source;
+      choices_[site] = std::move(choice);
+      return true;
+    }
+    if (device_.failed())
+      return false;
+    setAside(site, "conv2d", *known);
+  }
   // Heuristic mode A first (its engines are the fast ones), then the
   // fallback engines, which cover every convolution the library has. A
   // mode or a configuration that cannot serve this shape is skipped: only
   // finding none is a failure. Engines whose numerics are not the kernel's
   // (TF32 tensor cores for fp32, inputs converted down) come last.
-  auto ok = [](cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; };
-  const Libraries &cudnn = libraries_;
-  cudnnBackendDescriptor_t graphDescriptor = graph.get();
   std::vector<ConvPlan> plans, inexact;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    Descriptor heuristics =
-        makeDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
-    int64_t count = 0;
-    if (!heuristics.get() ||
-        !ok(cudnn.cudnnBackendSetAttribute(
-            heuristics.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graphDescriptor)) ||
-        !ok(cudnn.cudnnBackendSetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_MODE,
-                                           CUDNN_TYPE_HEUR_MODE, 1, &mode)) ||
-        !ok(cudnn.cudnnBackendFinalize(heuristics.get())) ||
-        !ok(cudnn.cudnnBackendGetAttribute(
-            heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-            CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr)))
-      continue;
-    std::vector<Descriptor> configs;
-    std::vector<cudnnBackendDescriptor_t> handles;
-    for (int64_t i = 0; i < count; ++i) {
-      configs.push_back(
-          makeDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine configuration"));
-      if (!configs.back().get())
-        return false;
-      handles.push_back(configs.back().get());
-    }
-    int64_t returned = 0;
-    if (count == 0 ||
-        !ok(cudnn.cudnnBackendGetAttribute(
-            heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-            CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, handles.data())))
-      continue;
     // The configurations whose plans finalize, in the heuristics' order of
     // expected speed (some cannot run this shape), up to trials_.
-    for (int64_t i = 0; i < returned && static_cast<int>(plans.size()) < trials_; ++i) {
-      Descriptor plan =
-          makeDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
-      int64_t workspace = 0;
-      int64_t got = 0;
-      if (!plan.get() || !ok(cudnn.cudnnBackendSetAttribute(
-                             plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &handles[i])))
-        continue;
-      setHandle(plan, kPlanHandleAttribute);
-      if (!ok(cudnn.cudnnBackendFinalize(plan.get())) ||
-          !ok(cudnn.cudnnBackendGetAttribute(plan.get(),
-                                             CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                             CUDNN_TYPE_INT64, 1, &got, &workspace)))
-        continue;
-      bool exact = hasExactNumerics(handles[i], conv.type);
-      // The configuration lives as long as its plan.
-      (exact ? plans : inexact)
-          .push_back({std::move(plan), workspace, std::move(configs[i])});
+    for (Descriptor &config : engineConfigs(graph, mode)) {
+      if (static_cast<int>(plans.size()) >= trials_)
+        break;
+      bool exact = hasExactNumerics(config.get(), conv.type);
+      if (std::optional<ConvPlan> plan = makeConvPlan(std::move(config)))
+        (exact ? plans : inexact).push_back(std::move(*plan));
     }
+    if (device_.failed())
+      return false;
     if (!plans.empty())
       break;
   }
@@ -719,16 +875,20 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
     plans.push_back(std::move(inexact[0]));
   }
   if (plans.size() == 1) {
+    choice.candidate = configText(plans[0].config.get());
     conv.plan = std::move(plans[0]);
+    choices_[site] = std::move(choice);
     return true;
   }
   if (!plans.empty()) {
     // Trial runs: the fastest on this device and these buffers.
     size_t best = 0;
     double bestMs = std::numeric_limits<double>::infinity();
+    choice.source = GpuKernelChoice::Source::Trials;
     for (size_t i = 0; i < plans.size(); ++i) {
       double ms = timeCalls(
           [&] { return executePlan(plans[i], pointers) == CUDNN_STATUS_SUCCESS; });
+      choice.timings.emplace_back(configText(plans[i].config.get()), ms);
       if (ms < bestMs) {
         best = i;
         bestMs = ms;
@@ -739,13 +899,15 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
     if (std::isfinite(bestMs)) {
       spdlog::debug("conv2d site {} of '{}': engine configuration {} of {} ({:.3f} ms)",
                     site, path_, best, plans.size(), bestMs);
+      choice.candidate = choice.timings[best].first;
       conv.plan = std::move(plans[best]);
+      choices_[site] = std::move(choice);
       return true;
     }
   }
   const Conv2dParams &p = conv.params;
   char detail[512] = {};
-  cudnn.cudnnGetLastErrorString(detail, sizeof(detail));
+  libraries_.cudnnGetLastErrorString(detail, sizeof(detail));
   failSite(site, "conv2d",
            "cuDNN has no engine for this convolution (" + std::to_string(p.batch) + "x" +
                std::to_string(p.inChannels) + "x" + std::to_string(p.inHeight) + "x" +
@@ -1053,13 +1215,19 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
         libraries_.cublasLtMatmulPreferenceSetAttribute(
             preference, alignmentAttributes[i], &alignments[i], sizeof(alignments[i])),
         "setting a product's alignment");
-  std::vector<cublasLtMatmulHeuristicResult_t> results(trials_);
+  GpuKernelChoice choice;
+  choice.site = site;
+  choice.kind = "matmul";
+  choice.signature = librarySignature(KernelKind::MatMul, wordsOf(p));
+  std::optional<Decided> known = decided(site, choice.signature);
+  int requested = known ? std::max(trials_, kListedAlgorithms) : trials_;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(requested);
   int returned = 0;
   bool found = preferred &&
                check(libraries_.cublasLtMatmulAlgoGetHeuristic(
                          cublasLt_, matmul->operation, matmul->weightsLayout,
                          matmul->sourceLayout, matmul->resultLayout, matmul->resultLayout,
-                         preference, trials_, results.data(), &returned),
+                         preference, requested, results.data(), &returned),
                      "cublasLtMatmulAlgoGetHeuristic");
   libraries_.cublasLtMatmulPreferenceDestroy(preference);
   if (!found)
@@ -1075,15 +1243,36 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
                  std::to_string(p.k) + "x" + std::to_string(p.n) + " product");
     return nullptr;
   }
+  // A record's or the plan's candidate, when the heuristics list it for
+  // these alignments.
+  if (known) {
+    auto listed = std::find_if(results.begin(), results.end(),
+                               [&](const cublasLtMatmulHeuristicResult_t &result) {
+                                 return algoText(result.algo) == known->candidate;
+                               });
+    if (listed != results.end()) {
+      matmul->algorithm = listed->algo;
+      choice.candidate = known->candidate;
+      choice.source = known->source;
+      choices_[site] = std::move(choice);
+      return matmul;
+    }
+    setAside(site, "matmul", *known);
+    results.resize(std::min<size_t>(results.size(), static_cast<size_t>(trials_)));
+  }
   matmul->algorithm = results[0].algo;
-  if (results.size() == 1)
+  if (results.size() == 1) {
+    choice.candidate = algoText(results[0].algo);
+    choices_[site] = std::move(choice);
     return matmul;
+  }
   // Trial runs of the heuristics' candidates: the fastest on this device.
   void *workspacePointer = workspace(kMatMulWorkspaceBytes);
   if (!workspacePointer)
     return nullptr;
   float alpha = 1.0f, beta = c != d ? 1.0f : 0.0f;
   double bestMs = std::numeric_limits<double>::infinity();
+  choice.source = GpuKernelChoice::Source::Trials;
   for (const cublasLtMatmulHeuristicResult_t &result : results) {
     double ms = timeCalls([&] {
       return libraries_.cublasLtMatmul(
@@ -1093,16 +1282,63 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
                  workspacePointer, kMatMulWorkspaceBytes,
                  static_cast<cudaStream_t>(device_.stream())) == CUBLAS_STATUS_SUCCESS;
     });
+    choice.timings.emplace_back(algoText(result.algo), ms);
     if (ms < bestMs) {
       bestMs = ms;
       matmul->algorithm = result.algo;
+      choice.candidate = choice.timings.back().first;
     }
   }
   if (device_.failed())
     return nullptr;
+  choices_[site] = std::move(choice);
   spdlog::debug("matmul site {} of '{}': {:.3f} ms, the fastest of {} candidates", site,
                 path_, bestMs, results.size());
   return matmul;
+}
+
+std::string LibraryKernels::algoText(const cublasLtMatmulAlgo_t &algo) {
+  // Each attribute read at the size cuBLASLt stores it (int32, uint32 or
+  // uint16), little-endian.
+  auto attribute =
+      [&](cublasLtMatmulAlgoConfigAttributes_t name) -> std::optional<int64_t> {
+    size_t size = 0;
+    uint64_t value = 0;
+    if (libraries_.cublasLtMatmulAlgoConfigGetAttribute(&algo, name, nullptr, 0, &size) !=
+            CUBLAS_STATUS_SUCCESS ||
+        size == 0 || size > sizeof(value) ||
+        libraries_.cublasLtMatmulAlgoConfigGetAttribute(&algo, name, &value, size,
+                                                        &size) != CUBLAS_STATUS_SUCCESS)
+      return std::nullopt;
+    return static_cast<int64_t>(value);
+  };
+  static constexpr cublasLtMatmulAlgoConfigAttributes_t kFields[] = {
+      CUBLASLT_ALGO_CONFIG_TILE_ID,        CUBLASLT_ALGO_CONFIG_STAGES_ID,
+      CUBLASLT_ALGO_CONFIG_SPLITK_NUM,     CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+      CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,  CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+      CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+  static_assert(std::size(kFields) == std::size(kCublasLtConfigFields));
+  GpuCandidate candidate;
+  candidate.library = GpuCandidate::Library::CublasLt;
+  std::optional<int64_t> id = attribute(CUBLASLT_ALGO_CONFIG_ID);
+  if (!id)
+    return {};
+  candidate.id = *id;
+  for (cublasLtMatmulAlgoConfigAttributes_t name : kFields) {
+    std::optional<int64_t> value = attribute(name);
+    if (!value)
+      return {};
+    candidate.config.push_back(*value);
+  }
+  std::string text = formatGpuCandidate(candidate);
+  return parseGpuCandidate(text) ? text : std::string();
+}
+
+std::vector<GpuKernelChoice> LibraryKernels::choices() const {
+  std::vector<GpuKernelChoice> all;
+  for (const auto &[site, choice] : choices_)
+    all.push_back(choice);
+  return all;
 }
 
 void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) {
@@ -1238,16 +1474,21 @@ void tableEntry(void *context, int64_t site, const int64_t *params, void **buffe
 } // namespace
 
 Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &device, int64_t kinds,
-                                               int64_t sites, int trials,
+                                               int64_t sites, LibraryTuning tuning,
                                                const std::string &path) {
   const Expected<Libraries> &libraries = processLibraries();
   if (!libraries)
     return unavailable("'" + path +
                        "' calls cuDNN and cuBLASLt: " + libraries.status().message());
-  LibraryKernelsPtr kernels(new LibraryKernels(device, *libraries, sites, trials, path));
+  LibraryKernelsPtr kernels(
+      new LibraryKernels(device, *libraries, sites, std::move(tuning), path));
   FLOWC_RETURN_IF_ERROR(kernels->open(kinds).withContext(
       "opening the library kernels of '" + path + "' (" + libraries->versions + ")"));
   return kernels;
+}
+
+std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &kernels) {
+  return kernels.choices();
 }
 
 void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
@@ -1286,10 +1527,12 @@ constexpr const char *kNotBuilt =
     "so it has no library kernels for CUDA code";
 } // namespace
 
-Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &, int64_t, int64_t, int,
-                                               const std::string &path) {
+Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &, int64_t, int64_t,
+                                               LibraryTuning, const std::string &path) {
   return unimplemented("'" + path + "' calls library kernels: " + kNotBuilt);
 }
+
+std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &) { return {}; }
 
 void fillKernelTable(LibraryKernels &, void **, void **) {}
 

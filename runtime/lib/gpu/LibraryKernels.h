@@ -7,11 +7,15 @@
 // runs CPU code on machines without them.
 #pragma once
 
+#include "flowc/runtime/Session.h"
 #include "flowc/support/Status.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace flowc::runtime::gpu {
 
@@ -48,19 +52,31 @@ struct LibraryKernelsDeleter {
 };
 using LibraryKernelsPtr = std::unique_ptr<LibraryKernels, LibraryKernelsDeleter>;
 
+/// How convolutions and products choose their candidate on their first
+/// call: a tuning record's, else the plan's, when the library lists it for
+/// the kernel; else trial runs of up to `trials` of the library's
+/// candidates (cuDNN's engine configurations, cuBLASLt's heuristic
+/// results, in the libraries' order), the fastest kept; `trials` <= 1
+/// keeps the libraries' first.
+struct LibraryTuning {
+  int trials = 8;
+  /// By site: the plan's candidate (Plan::tuned); empty for none.
+  std::vector<std::string> planned;
+  /// SessionOptions::gpuRecord.
+  std::function<std::optional<std::string>(const std::string &signature)> record;
+};
+
 /// The library kernels of CUDA code `path`, which calls `sites` kernels of
 /// the kinds in mask `kinds` (KernelAbi.h's flowc_kernel_kinds): opens
 /// cuDNN and cuBLASLt if it calls those kinds, and loads the runtime's own
-/// kernels. Trial-run search: on its first call each convolution and
-/// product times up to `trials` of the library's candidates (cuDNN's
-/// engine configurations, cuBLASLt's heuristic results, in the libraries'
-/// order) on the device and keeps the fastest; `trials` <= 1 keeps the
-/// libraries' first. Unavailable when a library cannot be opened,
-/// Unimplemented when this runtime was built without the CUDA toolkit's
-/// headers.
+/// kernels. Unavailable when a library cannot be opened, Unimplemented
+/// when this runtime was built without the CUDA toolkit's headers.
 Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &device, int64_t kinds,
-                                               int64_t sites, int trials,
+                                               int64_t sites, LibraryTuning tuning,
                                                const std::string &path);
+
+/// The choices of the convolution and product sites made so far, by site.
+std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &kernels);
 
 /// Fills the code's `flowc_kernel_table` (kKernelKindCount slots) and its
 /// `flowc_kernel_context` with `kernels`' functions and state.

@@ -8,9 +8,12 @@
 #include "flowc/runtime/Tensor.h"
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flowc::runtime {
@@ -35,7 +38,42 @@ struct SessionOptions {
   /// candidates on the GPU and keeps the fastest; 1 keeps the libraries'
   /// first choice.
   int gpuTrials = 8;
+  /// CUDA code: the tuning record's candidate (Tuning.h's GPU candidates)
+  /// for a library kernel signature on this GPU, asked on each
+  /// convolution's and product's first call. A candidate found there, or
+  /// else in the plan (Plan::tuned), runs without trial runs when the
+  /// library lists it for the kernel; one it does not list is set aside
+  /// with a warning. Empty: no records.
+  std::function<std::optional<std::string>(const std::string &signature)> gpuRecord = {};
 };
+
+/// CUDA code: what a convolution or matrix product site runs and why.
+struct GpuKernelChoice {
+  enum class Source {
+    /// Only one candidate ran (--gpu-trials 1, or the library listed one).
+    Library,
+    /// The fastest of the trial runs.
+    Trials,
+    /// SessionOptions::gpuRecord's candidate.
+    Record,
+    /// The plan's (Plan::tuned).
+    Plan,
+  };
+  int64_t site = -1;
+  /// "conv2d" or "matmul".
+  std::string kind;
+  /// runtime::librarySignature of the site's kernel.
+  std::string signature;
+  /// The GPU candidate it runs; empty when the library cannot describe its
+  /// configuration (it then is never recorded).
+  std::string candidate;
+  Source source = Source::Library;
+  /// Trials: each candidate timed and its milliseconds per call (infinity:
+  /// it failed).
+  std::vector<std::pair<std::string, double>> timings;
+};
+
+const char *gpuChoiceSourceName(GpuKernelChoice::Source source);
 
 /// One kernel call of the graph, over the runs a profiling session made.
 struct KernelCallTiming {
@@ -93,6 +131,9 @@ public:
   /// (captured on the second run; not for code that allocates temporaries
   /// while it runs, nor while profiling). False for CPU code.
   bool replaysGpuGraph() const;
+  /// CUDA code: the choices of the convolution and product sites made so
+  /// far (on their first run), by site. Empty for CPU code.
+  std::vector<GpuKernelChoice> gpuKernelChoices() const;
 
   /// Runs the graph once. `inputs` maps every plan input name to a tensor of
   /// exactly its shape (InvalidArgument otherwise). Returns outputs in plan

@@ -34,10 +34,18 @@
 #include "flowc/support/Measure.h"
 #include "flowc/support/Status.h"
 
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace flowc::runtime {
+
+/// A library kernel's tuning signature, "library.conv2d:1,64,56,...": its
+/// kind and every word of its params. Search (CPU and CUDA) and CUDA
+/// sessions name the same kernel alike.
+std::string librarySignature(KernelKind kind, const std::vector<int64_t> &params);
 
 /// Whether search has candidates for kernels of `kind`.
 bool isTunable(KernelKind kind);
@@ -90,5 +98,60 @@ Status runLibraryCandidate(KernelKind kind, const std::vector<int64_t> &params,
 /// from the measuring thread. Internal naming the thread and core when
 /// the affinity call fails.
 Status pinMeasurementThreads();
+
+// GPU library kernels -------------------------------------------------------
+//
+// A CUDA convolution's or matrix product's candidate is one configuration
+// of its library, as text (docs/cuda.md, "Trial-run search"):
+//   conv2d  `cudnn:engine=E;knobs=T:V,T:V` - cuDNN's engine (its global
+//           index) and knob choices (knob type : value, by type; none:
+//           `knobs=`);
+//   matmul  `cublaslt:algo=A;tile=T;stages=S;splitk=K;reduction=R;
+//           swizzle=W;custom=C;inner=I;cluster=L` - cuBLASLt's algorithm
+//           id and its configuration attributes.
+// Sessions time them in trial runs, and tuning records keyed by the GPU
+// (gpuTuningDevice) keep the fastest, so that later sessions skip the trials.
+
+/// A GPU candidate, parsed.
+struct GpuCandidate {
+  enum class Library { Cudnn, CublasLt };
+  Library library = Library::Cudnn;
+  /// cuDNN's engine global index, or cuBLASLt's algorithm id.
+  int64_t id = 0;
+  /// cuDNN: (knob type, value), by type, each type once.
+  std::vector<std::pair<int64_t, int64_t>> knobs;
+  /// cuBLASLt: tile, stages, splitk, reduction, swizzle, custom, inner,
+  /// cluster.
+  std::vector<int64_t> config;
+};
+
+/// The cuBLASLt configuration fields, in text order.
+inline constexpr const char *kCublasLtConfigFields[] = {
+    "tile", "stages", "splitk", "reduction", "swizzle", "custom", "inner", "cluster"};
+
+std::string formatGpuCandidate(const GpuCandidate &candidate);
+/// InvalidArgument naming what is wrong for anything formatGpuCandidate
+/// does not write (a candidate comes from an artifact or a tuning import:
+/// untrusted text): unknown library or field, fields out of order, values
+/// that are not decimal integers below 2^31 (non-negative but for knob
+/// values), repeated or unsorted knobs, more than 64 knobs, more than 1024
+/// bytes.
+Expected<GpuCandidate> parseGpuCandidate(std::string_view text);
+/// Whether `text` is a candidate of a `kind` kernel on the GPU (a conv2d's
+/// is cuDNN's, a matmul's cuBLASLt's).
+bool isGpuCandidateOf(KernelKind kind, std::string_view text);
+
+/// The device part of GPU tuning records: "gpu NVIDIA H200 sm_90", from
+/// the GPU's name and compute capability (90 for sm_90).
+std::string gpuTuningDevice(const std::string &name, int64_t capability);
+/// Whether `device` is a GPU tuning device of compute capability
+/// `capability`.
+bool isGpuTuningDeviceOf(std::string_view device, int64_t capability);
+/// Device 0's gpuTuningDevice; Unavailable without a GPU.
+Expected<std::string> localGpuTuningDevice();
+/// The versions part of GPU tuning records: "cuDNN 9.19.0, cuBLASLt
+/// 13.1.0; kernel abi 2", as the libraries on this machine report
+/// themselves; Unavailable without them (needs no GPU).
+Expected<std::string> gpuTuningVersions();
 
 } // namespace flowc::runtime

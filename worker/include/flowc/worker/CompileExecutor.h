@@ -137,7 +137,9 @@ private:
   cache::Digest artifactKey(const cache::Digest &modelDigest,
                             const compiler::CompileOptions &options, ArtifactKind kind,
                             const std::string &tuningState) const;
-  Expected<std::string> tuningState();
+  /// The records' state a compile with `options` runs under: this CPU's,
+  /// and for a CUDA target also its GPU's (gpuTuningDeviceFor).
+  Expected<std::string> tuningState(const compiler::CompileOptions &options);
   /// Whether a cached artifact's file is as it was stored (it is linked
   /// into users' directories); a damaged one is quarantined and linked anew.
   bool servable(const cache::Digest &artifact);

@@ -36,11 +36,22 @@ struct SearchSummary {
   unsigned candidatesMeasured = 0;
   double seconds = 0;
   bool budgetEnded = false;
+  /// A CUDA compile: the GPU whose records decided its library kernels
+  /// (empty: none), the others choose by trial runs when they first run.
+  std::string gpuDevice;
 };
 
 /// The machine a measurement describes: CPU name and features (LLVM's
 /// host description) and the cores kernels run on.
 const std::string &deviceDescriptor();
+
+/// The GPU whose tuning records decide the library kernels of a compile
+/// for CUDA `target`: this machine's device 0 when it has the target's
+/// compute capability, else the GPU of that capability measured last in
+/// `cache`'s records (runtime::gpuTuningDevice form); nullopt when there is
+/// neither: the artifact's sessions then choose by trial runs.
+Expected<std::optional<std::string>> gpuTuningDeviceFor(cache::Cache &cache,
+                                                        Target target);
 
 /// What search chose for a compile's kernels.
 struct SearchChoices {

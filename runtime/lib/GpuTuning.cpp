@@ -1,0 +1,183 @@
+// GPU candidates as text and the keys of GPU tuning records
+// (flowc/runtime/Tuning.h). Nothing here needs the CUDA toolkit or a GPU
+// but localGpuTuningDevice.
+#include "flowc/runtime/Tuning.h"
+
+#include "Gpu.h"
+#include "gpu/LibraryKernels.h"
+
+#include <charconv>
+
+namespace flowc::runtime {
+
+namespace {
+
+constexpr size_t kMaxCandidateBytes = 1024;
+constexpr size_t kMaxKnobs = 64;
+constexpr std::string_view kCudnnPrefix = "cudnn:";
+constexpr std::string_view kCublasLtPrefix = "cublaslt:";
+
+/// A non-negative decimal integer below 2^31 (every id and attribute the
+/// libraries have is an int32 or an enum), all of `text`.
+std::optional<int64_t> smallInteger(std::string_view text) {
+  int64_t value = 0;
+  if (text.empty() || text.size() > 10 || text[0] < '0' || text[0] > '9' ||
+      (text.size() > 1 && text[0] == '0'))
+    return std::nullopt;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 0 ||
+      value > INT32_MAX)
+    return std::nullopt;
+  return value;
+}
+
+/// smallInteger, or its negation written with a leading '-' (cuDNN's knob
+/// values may be negative).
+std::optional<int64_t> signedSmallInteger(std::string_view text) {
+  if (text.size() > 1 && text[0] == '-' && text[1] != '0')
+    if (std::optional<int64_t> magnitude = smallInteger(text.substr(1)))
+      return -*magnitude;
+  return smallInteger(text);
+}
+
+/// Splits `text` at `separator` (an empty text is no parts).
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  while (!text.empty()) {
+    size_t at = text.find(separator);
+    parts.push_back(text.substr(0, at));
+    if (at == std::string_view::npos)
+      break;
+    text.remove_prefix(at + 1);
+    if (text.empty())
+      parts.push_back(text);
+  }
+  return parts;
+}
+
+/// `field=value` with this field name and an integer value.
+std::optional<int64_t> field(std::string_view part, std::string_view name) {
+  if (part.size() <= name.size() || part.substr(0, name.size()) != name ||
+      part[name.size()] != '=')
+    return std::nullopt;
+  return smallInteger(part.substr(name.size() + 1));
+}
+
+Expected<GpuCandidate> parseCudnn(std::string_view body, const std::string &what) {
+  std::vector<std::string_view> parts = split(body, ';');
+  GpuCandidate candidate;
+  candidate.library = GpuCandidate::Library::Cudnn;
+  std::optional<int64_t> engine =
+      parts.size() == 2 ? field(parts[0], "engine") : std::nullopt;
+  if (!engine || parts[1].substr(0, 6) != "knobs=")
+    return invalidArgument(what + ": expected 'cudnn:engine=N;knobs=TYPE:VALUE,...'");
+  candidate.id = *engine;
+  for (std::string_view knob : split(parts[1].substr(6), ',')) {
+    size_t colon = knob.find(':');
+    std::optional<int64_t> type = colon == std::string_view::npos
+                                      ? std::nullopt
+                                      : smallInteger(knob.substr(0, colon));
+    std::optional<int64_t> value =
+        type ? signedSmallInteger(knob.substr(colon + 1)) : std::nullopt;
+    if (!value)
+      return invalidArgument(what + ": knob '" + std::string(knob) +
+                             "' is not TYPE:VALUE (integers, the type non-negative)");
+    if (!candidate.knobs.empty() && candidate.knobs.back().first >= *type)
+      return invalidArgument(what + ": knob types repeat or are out of order");
+    if (candidate.knobs.size() == kMaxKnobs)
+      return invalidArgument(what + ": more than " + std::to_string(kMaxKnobs) +
+                             " knobs");
+    candidate.knobs.emplace_back(*type, *value);
+  }
+  return candidate;
+}
+
+Expected<GpuCandidate> parseCublasLt(std::string_view body, const std::string &what) {
+  std::vector<std::string_view> parts = split(body, ';');
+  constexpr size_t kFields = std::size(kCublasLtConfigFields);
+  GpuCandidate candidate;
+  candidate.library = GpuCandidate::Library::CublasLt;
+  std::optional<int64_t> algo =
+      parts.size() == kFields + 1 ? field(parts[0], "algo") : std::nullopt;
+  if (!algo)
+    return invalidArgument(what + ": expected 'cublaslt:algo=N' and the " +
+                           std::to_string(kFields) + " configuration fields");
+  candidate.id = *algo;
+  for (size_t i = 0; i < kFields; ++i) {
+    std::optional<int64_t> value = field(parts[i + 1], kCublasLtConfigFields[i]);
+    if (!value)
+      return invalidArgument(what + ": field " + std::to_string(i + 2) + " is not '" +
+                             kCublasLtConfigFields[i] + "=N' (a non-negative integer)");
+    candidate.config.push_back(*value);
+  }
+  return candidate;
+}
+
+} // namespace
+
+std::string librarySignature(KernelKind kind, const std::vector<int64_t> &params) {
+  std::string text = std::string("library.") + kernelKindName(kind) + ":";
+  for (size_t i = 0; i < params.size(); ++i)
+    text += (i ? "," : "") + std::to_string(params[i]);
+  return text;
+}
+
+std::string formatGpuCandidate(const GpuCandidate &candidate) {
+  if (candidate.library == GpuCandidate::Library::Cudnn) {
+    std::string text = "cudnn:engine=" + std::to_string(candidate.id) + ";knobs=";
+    for (size_t i = 0; i < candidate.knobs.size(); ++i)
+      text += (i ? "," : "") + std::to_string(candidate.knobs[i].first) + ":" +
+              std::to_string(candidate.knobs[i].second);
+    return text;
+  }
+  std::string text = "cublaslt:algo=" + std::to_string(candidate.id);
+  for (size_t i = 0; i < std::size(kCublasLtConfigFields); ++i)
+    text += std::string(";") + kCublasLtConfigFields[i] + "=" +
+            std::to_string(i < candidate.config.size() ? candidate.config[i] : 0);
+  return text;
+}
+
+Expected<GpuCandidate> parseGpuCandidate(std::string_view text) {
+  std::string what = "GPU candidate '" + std::string(text.substr(0, 80)) +
+                     (text.size() > 80 ? "...'" : "'");
+  if (text.size() > kMaxCandidateBytes)
+    return invalidArgument(what + " is longer than " +
+                           std::to_string(kMaxCandidateBytes) + " bytes");
+  if (text.substr(0, kCudnnPrefix.size()) == kCudnnPrefix)
+    return parseCudnn(text.substr(kCudnnPrefix.size()), what);
+  if (text.substr(0, kCublasLtPrefix.size()) == kCublasLtPrefix)
+    return parseCublasLt(text.substr(kCublasLtPrefix.size()), what);
+  return invalidArgument(what + ": not 'cudnn:...' nor 'cublaslt:...'");
+}
+
+bool isGpuCandidateOf(KernelKind kind, std::string_view text) {
+  Expected<GpuCandidate> candidate = parseGpuCandidate(text);
+  if (!candidate)
+    return false;
+  return kind == KernelKind::Conv2d
+             ? candidate->library == GpuCandidate::Library::Cudnn
+             : kind == KernelKind::MatMul &&
+                   candidate->library == GpuCandidate::Library::CublasLt;
+}
+
+std::string gpuTuningDevice(const std::string &name, int64_t capability) {
+  return "gpu " + name + " sm_" + std::to_string(capability);
+}
+
+bool isGpuTuningDeviceOf(std::string_view device, int64_t capability) {
+  std::string suffix = " sm_" + std::to_string(capability);
+  return device.size() > 4 + suffix.size() && device.substr(0, 4) == "gpu " &&
+         device.substr(device.size() - suffix.size()) == suffix;
+}
+
+Expected<std::string> localGpuTuningDevice() {
+  FLOWC_ASSIGN_OR_RETURN(GpuDevice device, openGpu());
+  return gpuTuningDevice(device.name, device.capability);
+}
+
+Expected<std::string> gpuTuningVersions() {
+  FLOWC_ASSIGN_OR_RETURN(std::string libraries, gpu::libraryVersions());
+  return libraries + "; kernel abi " + std::to_string(kKernelAbiVersion);
+}
+
+} // namespace flowc::runtime

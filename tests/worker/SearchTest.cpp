@@ -1,0 +1,163 @@
+// Search for CUDA targets: the GPU's tuning records (from sessions' trial
+// runs, or imported) decide a compile's convolutions and products, never
+// another GPU's or a record naming another library's candidate; with no
+// record the plan leaves them to trial runs.
+#include "flowc/runtime/Tuning.h"
+#include "flowc/worker/Search.h"
+#include "flowc/worker/Tasks.h"
+
+#include "../common/TestUtil.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace flowc::worker {
+namespace {
+
+using namespace flowc::testing;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr const char *kBuild = "flowc-test-build";
+constexpr const char *kConvCandidate = "cudnn:engine=12;knobs=1:3,4:0";
+constexpr const char *kMatMulCandidate =
+    "cublaslt:algo=21;tile=15;stages=22;splitk=1;reduction=0;swizzle=0;custom=0;"
+    "inner=0;cluster=0";
+
+class GpuSearchTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    Expected<std::string> versions = runtime::gpuTuningVersions();
+    if (!versions)
+      GTEST_SKIP() << "no cuDNN/cuBLASLt here: " << versions.status().message();
+    if (Expected<std::string> local = runtime::localGpuTuningDevice())
+      GTEST_SKIP() << "this machine's own GPU would be chosen: " << *local;
+    versions_ = *versions;
+    auto cache = cache::Cache::open(dir_.file("cache"), {});
+    ASSERT_TRUE(cache) << cache.status().toString();
+    cache_ = std::move(*cache);
+    // Two convolutions of one signature, a product, and a softmax (the
+    // runtime's own kernel on the GPU: nothing to choose).
+    plan_.weights.librarySites = {
+        {0, 0, {1, 2, 3}}, {1, 1, {4, 5, 6}}, {2, 0, {1, 2, 3}}, {3, 3, {7}}};
+    options_.target = Target::CudaSm90;
+    options_.optLevel = 2;
+  }
+
+  void record(const std::string &signature, const std::string &device,
+              const std::string &candidate, int64_t timeNs, int64_t measuredMs) {
+    cache::TuningRecord record;
+    record.signature = signature;
+    record.device = device;
+    record.versions = versions_;
+    record.candidate = candidate;
+    record.timeNs = timeNs;
+    record.samples = 3;
+    record.measuredMs = measuredMs;
+    record.host = "gpu-host";
+    ASSERT_TRUE(cache_->recordTuning(record));
+  }
+
+  Expected<SearchChoices> search(std::vector<std::string> *warnings = nullptr) {
+    InProcessTaskRunner runner(*cache_, kBuild, 1);
+    SearchBudget budget;
+    budget.mode = SearchBudget::Mode::Exhaustive;
+    return searchKernels(*cache_, nullptr, runner, plan_, options_, budget, kBuild,
+                         [&](const std::string &warning) {
+                           if (warnings)
+                             warnings->push_back(warning);
+                         });
+  }
+
+  TempDir dir_;
+  std::string versions_;
+  std::unique_ptr<cache::Cache> cache_;
+  compiler::CompilePlan plan_;
+  compiler::CompileOptions options_;
+};
+
+const char *kConvSignature = "library.conv2d:1,2,3";
+const char *kMatMulSignature = "library.matmul:4,5,6";
+
+// Without any GPU record there is no GPU to key by: nothing is tunable at
+// compile time, and nothing is measured (no compile times a GPU).
+TEST_F(GpuSearchTest, WithoutRecordsEverySiteIsLeftToTrialRuns) {
+  auto choices = search();
+  ASSERT_TRUE(choices) << choices.status().toString();
+  EXPECT_THAT(choices->tuned, IsEmpty());
+  EXPECT_EQ(choices->summary.tunableKernels, 0u);
+  EXPECT_EQ(choices->summary.measuredKernels, 0u);
+  auto device = gpuTuningDeviceFor(*cache_, Target::CudaSm90);
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_FALSE(*device);
+}
+
+// The fastest record of each signature decides every site of it; the plan
+// carries the candidate and where it was measured.
+TEST_F(GpuSearchTest, TheGpusFastestRecordsDecideTheSites) {
+  std::string h200 = runtime::gpuTuningDevice("NVIDIA H200", 90);
+  record(kConvSignature, h200, kConvCandidate, 5000, 1000);
+  record(kConvSignature, h200, "cudnn:engine=3;knobs=", 9000, 1000);
+  record(kMatMulSignature, h200, kMatMulCandidate, 7000, 1000);
+  auto choices = search();
+  ASSERT_TRUE(choices) << choices.status().toString();
+  EXPECT_EQ(choices->summary.gpuDevice, h200);
+  EXPECT_EQ(choices->summary.tunableKernels, 2u);
+  EXPECT_EQ(choices->summary.tunedKernels, 2u);
+  EXPECT_EQ(choices->summary.measuredKernels, 0u);
+  ASSERT_EQ(choices->tuned.size(), 3u);
+  EXPECT_EQ(choices->tuned[0].site, 0);
+  EXPECT_EQ(choices->tuned[0].candidate, kConvCandidate);
+  EXPECT_EQ(choices->tuned[0].timeNs, 5000);
+  EXPECT_EQ(choices->tuned[0].host, "gpu-host");
+  EXPECT_EQ(choices->tuned[1].site, 1);
+  EXPECT_EQ(choices->tuned[1].candidate, kMatMulCandidate);
+  EXPECT_EQ(choices->tuned[2].site, 2);
+  EXPECT_EQ(choices->tuned[2].candidate, kConvCandidate);
+}
+
+// Records of another compute capability never decide: an sm_80 GPU's
+// engines are not an sm_90 one's. Of two GPUs of the target's capability,
+// the one measured last is the one a compile keys by.
+TEST_F(GpuSearchTest, OnlyTheTargetsCapabilityAndTheLatestGpuCount) {
+  std::string a100 = runtime::gpuTuningDevice("NVIDIA A100", 80);
+  std::string h100 = runtime::gpuTuningDevice("NVIDIA H100", 90);
+  std::string h200 = runtime::gpuTuningDevice("NVIDIA H200", 90);
+  record(kConvSignature, a100, "cudnn:engine=1;knobs=", 100, 3000);
+  record(kConvSignature, h100, "cudnn:engine=2;knobs=", 200, 1000);
+  record(kConvSignature, h200, "cudnn:engine=4;knobs=", 900, 2000);
+  auto device = gpuTuningDeviceFor(*cache_, Target::CudaSm90);
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_EQ(*device, h200);
+  auto choices = search();
+  ASSERT_TRUE(choices) << choices.status().toString();
+  ASSERT_EQ(choices->tuned.size(), 2u);
+  EXPECT_EQ(choices->tuned[0].candidate, "cudnn:engine=4;knobs=");
+  options_.target = Target::CudaSm80;
+  choices = search();
+  ASSERT_TRUE(choices) << choices.status().toString();
+  ASSERT_EQ(choices->tuned.size(), 2u);
+  EXPECT_EQ(choices->tuned[0].candidate, "cudnn:engine=1;knobs=");
+  options_.target = Target::CudaSm100;
+  device = gpuTuningDeviceFor(*cache_, Target::CudaSm100);
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_FALSE(*device);
+}
+
+// A record whose candidate is not its kernel's library's (a product's
+// algorithm under a convolution, a CPU candidate, garbage from an import)
+// is set aside with a warning: the site is left to trial runs.
+TEST_F(GpuSearchTest, ARecordOfAnotherLibrarysCandidateIsSetAside) {
+  std::string h200 = runtime::gpuTuningDevice("NVIDIA H200", 90);
+  record(kConvSignature, h200, kMatMulCandidate, 100, 1000);
+  record(kMatMulSignature, h200, "layout=any;impl=jit:avx2", 100, 1000);
+  std::vector<std::string> warnings;
+  auto choices = search(&warnings);
+  ASSERT_TRUE(choices) << choices.status().toString();
+  EXPECT_THAT(choices->tuned, IsEmpty());
+  EXPECT_EQ(choices->summary.tunableKernels, 2u);
+  EXPECT_EQ(choices->summary.tunedKernels, 0u);
+}
+
+} // namespace
+} // namespace flowc::worker
