@@ -97,6 +97,9 @@ private:
     for (const std::string &output : task.outputs)
       action.outputFiles.push_back("out/" + output);
     action.platform = platform_;
+    action.platform.insert(action.platform.end(), task.platform.begin(),
+                           task.platform.end());
+    std::sort(action.platform.begin(), action.platform.end());
     if (run.onStart)
       run.onStart("remote " + options_.url);
     auto outcome = remote_->execute(action, run.cancelled);

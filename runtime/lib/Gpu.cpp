@@ -1,5 +1,7 @@
 #include "Gpu.h"
+#include "Kernels.h"
 #include "flowc/runtime/GpuAbi.h"
+#include "flowc/runtime/Tuning.h"
 #include "gpu/LibraryKernels.h"
 #include "flowc/runtime/KernelAbi.h"
 
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <dlfcn.h>
+#include <random>
 #include <unordered_set>
 #include <utility>
 
@@ -439,6 +442,12 @@ public:
     return libraryKernels_ ? gpu::kernelChoices(*libraryKernels_)
                            : std::vector<GpuKernelChoice>();
   }
+  /// measureGpuLibraryKernel on this context: the kernel called once on
+  /// buffers of `floats` random values, its trial runs timed.
+  Expected<GpuKernelChoice> measureLibraryKernel(KernelKind kind,
+                                                 const std::vector<int64_t> &params,
+                                                 int trials,
+                                                 const std::vector<size_t> &floats);
   /// Allocates the weights, arena, inputs and outputs on the device and
   /// uploads the weights.
   Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes);
@@ -998,6 +1007,52 @@ GpuContext::allocateBlock(const std::vector<uint64_t> &sizes, const std::string 
   return buffers;
 }
 
+Expected<GpuKernelChoice>
+GpuContext::measureLibraryKernel(KernelKind kind, const std::vector<int64_t> &params,
+                                 int trials, const std::vector<size_t> &floats) {
+  // The same numbers everywhere, never a model's.
+  constexpr uint32_t kSeed = 20261203;
+  ActiveGpu active(*this);
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  std::vector<uint64_t> bytes;
+  for (size_t count : floats)
+    bytes.push_back(count * sizeof(float));
+  FLOWC_RETURN_IF_ERROR(allocateStaging(*std::max_element(bytes.begin(), bytes.end())));
+  FLOWC_ASSIGN_OR_RETURN(std::vector<CUdeviceptr> buffers,
+                         allocateBlock(bytes, "the kernel's buffers"));
+  std::mt19937 random(kSeed);
+  std::uniform_real_distribution<float> values(-1.0f, 1.0f);
+  std::vector<void *> pointers;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    std::vector<float> host(floats[i]);
+    for (float &value : host)
+      value = values(random);
+    FLOWC_RETURN_IF_ERROR(
+        copyToDevice(buffers[i], reinterpret_cast<const char *>(host.data()), bytes[i]));
+    // The next copy waits for this one before reusing its staging buffer.
+    FLOWC_RETURN_IF_ERROR(synchronizeStream());
+    pointers.push_back(reinterpret_cast<void *>(buffers[i]));
+  }
+  services_ = std::make_unique<SessionServices>(*this);
+  gpu::LibraryTuning tuning;
+  tuning.trials = trials;
+  FLOWC_ASSIGN_OR_RETURN(libraryKernels_,
+                         gpu::openLibraryKernels(*services_,
+                                                 int64_t{1} << static_cast<int64_t>(kind),
+                                                 1, std::move(tuning), path_));
+  void *table[kKernelKindCount] = {};
+  void *kernels = nullptr;
+  gpu::fillKernelTable(*libraryKernels_, table, &kernels);
+  reinterpret_cast<KernelFunction>(table[static_cast<int64_t>(kind)])(
+      kernels, 0, params.data(), pointers.data());
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  FLOWC_RETURN_IF_ERROR(synchronizeStream());
+  std::vector<GpuKernelChoice> choices = kernelChoices();
+  if (choices.empty())
+    return internalError(path_ + " made no choice");
+  return choices.front();
+}
+
 Status GpuContext::allocateStaging(uint64_t largestCopy) {
   stagingBytes_ = std::min(kStagingBytes, largestCopy);
   if (stagingBytes_ == 0)
@@ -1204,6 +1259,22 @@ bool replaysGpuGraph(const GpuContext &gpu) { return gpu.replaysGraph(); }
 
 std::vector<GpuKernelChoice> gpuKernelChoices(const GpuContext &gpu) {
   return gpu.kernelChoices();
+}
+
+Expected<GpuKernelChoice>
+measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int trials) {
+  std::string what =
+      std::string("a measurement of a ") + kernelKindName(kind) + " kernel";
+  if (kind != KernelKind::Conv2d && kind != KernelKind::MatMul)
+    return invalidArgument(what + ": only convolutions and matrix products have GPU "
+                                  "candidates");
+  FLOWC_ASSIGN_OR_RETURN(std::vector<size_t> floats, bufferFloats(kind, params));
+  const Expected<ProcessGpu> &gpu = processGpu();
+  if (!gpu)
+    return unavailable(what + " needs an NVIDIA GPU: " + gpu.status().message());
+  GpuContext context(*gpu, what);
+  FLOWC_RETURN_IF_ERROR(context.start());
+  return context.measureLibraryKernel(kind, params, trials, floats);
 }
 
 Status runOnGpu(GpuContext &gpu, const std::vector<const void *> &inputs,

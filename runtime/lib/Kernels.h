@@ -50,4 +50,11 @@ std::string siteImplementation(const KernelContext &context, int64_t site);
 /// The first kernel failure since the last call (OK if none), and resets it.
 Status takeKernelFailure(KernelContext &context);
 
+/// The floats of each of a conv2d's or matmul's buffers (dense fp32 of
+/// their params' shapes), in KernelAbi.h's order, the output last;
+/// InvalidArgument for other kinds, params that are not the kind's, or a
+/// buffer of more than 2^30 floats. What measurements allocate.
+Expected<std::vector<size_t>> bufferFloats(KernelKind kind,
+                                           const std::vector<int64_t> &words);
+
 } // namespace flowc::runtime

@@ -23,8 +23,8 @@ constexpr uint32_t kMeasureSeed = 20261202;
 /// A buffer of more floats is no kernel search should allocate.
 constexpr size_t kMaxBufferFloats = size_t{1} << 30;
 
-/// The floats of each of a kernel's buffers, in KernelAbi.h's order, the
-/// output last.
+} // namespace
+
 Expected<std::vector<size_t>> bufferFloats(KernelKind kind,
                                            const std::vector<int64_t> &words) {
   std::vector<int64_t> counts;
@@ -68,6 +68,8 @@ Expected<std::vector<size_t>> bufferFloats(KernelKind kind,
   }
   return sizes;
 }
+
+namespace {
 
 /// The candidates of one kernel as the sites of one kernel context, run
 /// the way a session runs them (each site's primitive made on its first

@@ -172,6 +172,13 @@ def test_a_gpus_tuning_records_are_part_of_its_targets_keys(flowc, models, tmp_p
     assert [r["device"] for r in listed] == ["gpu NVIDIA H200 sm_90"]
     assert flowc.submit(path, tmp_path / "d.fca", "--target", "cuda:sm_90")["cache"] == "miss"
     assert flowc.submit(path, tmp_path / "e.fca", "--target", "cuda:sm_80")["cache"] == "hit"
+    # With that GPU known, the convolutions are tunable for sm_90; a search
+    # budget measures none of them here, where that GPU is not.
+    searched = flowc.submit(path, tmp_path / "f.fca", "--target", "cuda:sm_90",
+                            "--search-budget", "5")["search"]
+    assert searched["measured_kernels"] == 0 and searched["tuned_kernels"] == 0
+    if "cuDNN 9" in flowc.run("--version").stdout and device_target()[0] is None:
+        assert searched["tunable_kernels"] >= 1
 
 
 @pytest.mark.parametrize("model", ["cnn", "encoder"])

@@ -857,5 +857,23 @@ TEST(GpuCandidateTest, TuningVersionsNameTheLibrariesAndTheKernelAbi) {
   EXPECT_THAT(*versions, HasSubstr("; kernel abi " + std::to_string(kKernelAbiVersion)));
 }
 
+// A GPU measure task's work: only convolutions and products have GPU
+// candidates, params are checked before any device is asked for, and
+// without a GPU the answer is Unavailable with the reason.
+TEST(GpuMeasureTest, MeasuringNeedsAGpuAndAKernelWithGpuCandidates) {
+  EXPECT_THAT(measureGpuLibraryKernel(KernelKind::Softmax, {1, 8}, 8),
+              StatusIs(StatusCode::InvalidArgument,
+                       "only convolutions and matrix products have GPU candidates"));
+  EXPECT_THAT(measureGpuLibraryKernel(KernelKind::Conv2d, {1, 2, 3}, 8),
+              StatusIs(StatusCode::InvalidArgument, "cannot be measured"));
+  Expected<std::string> device = localGpuTuningDevice();
+  if (device)
+    GTEST_SKIP() << "a GPU is here (" << *device << "): gpu-check.sh measures on it";
+  Conv2dParams p = conv(1, 8, 16, 15, 3, 1, 1, ActivationLayout::Nchw);
+  EXPECT_THAT(measureGpuLibraryKernel(KernelKind::Conv2d, paramWords(p), 8),
+              StatusIs(StatusCode::Unavailable,
+                       "a measurement of a conv2d kernel needs an NVIDIA GPU"));
+}
+
 } // namespace
 } // namespace flowc::runtime

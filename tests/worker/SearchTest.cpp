@@ -159,5 +159,37 @@ TEST_F(GpuSearchTest, ARecordOfAnotherLibrarysCandidateIsSetAside) {
   EXPECT_EQ(choices->summary.tunedKernels, 0u);
 }
 
+// A GPU measure task asks for its GPU (the remote action's platform
+// property) and runs nowhere else: on a machine without that GPU it fails
+// saying which it needed, and a malformed one is refused.
+TEST_F(GpuSearchTest, AGpuMeasureTaskNeedsItsGpu) {
+  std::string h200 = runtime::gpuTuningDevice("NVIDIA H200", 90);
+  nlohmann::json measure = {{"device", h200},
+                            {"gpu", true},
+                            {"signature", kConvSignature},
+                            {"trials", 16},
+                            {"library", {{"kind", 0}, {"params", {1, 2, 3}}}}};
+  auto task = makeMeasureTask(*cache_, measure, std::nullopt, options_, kBuild);
+  ASSERT_TRUE(task) << task.status().toString();
+  EXPECT_EQ(task->platform, (std::vector<std::pair<std::string, std::string>>{
+                                {kGpuPlatformProperty, h200}}));
+  TempDir out;
+  EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
+              StatusIs(StatusCode::FailedPrecondition,
+                       "a measure task for the GPU 'gpu NVIDIA H200 sm_90' reached a "
+                       "machine with no GPU"));
+  measure["trials"] = 1;
+  EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
+              StatusIs(StatusCode::InvalidArgument, "times 2 to 64 candidates"));
+  measure.erase("library");
+  EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
+              StatusIs(StatusCode::InvalidArgument, "a GPU measure task"));
+  // A CPU measure task asks for nothing more than the CPU's platform.
+  auto cpu = makeMeasureTask(*cache_, {{"device", deviceDescriptor()}}, std::nullopt,
+                             options_, kBuild);
+  ASSERT_TRUE(cpu) << cpu.status().toString();
+  EXPECT_THAT(cpu->platform, IsEmpty());
+}
+
 } // namespace
 } // namespace flowc::worker

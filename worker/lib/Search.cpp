@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -27,6 +28,11 @@ namespace {
 using nlohmann::json;
 
 constexpr const char *kMeasureFormat = "flowc.measure.v1";
+/// A GPU measure task's trial runs: the libraries' candidates timed, twice
+/// what a session times by default.
+constexpr int kGpuMeasureTrials = 16;
+/// The timed runs of each GPU trial (LibraryKernels.cpp's timeCalls).
+constexpr int kGpuTimedRuns = 3;
 
 /// The kernels of one signature: one search for all of them.
 struct Tunable {
@@ -166,6 +172,12 @@ Expected<std::vector<Tunable>> tunablesOf(cache::Cache &cache,
   return tunables;
 }
 
+/// Whether `device` (a GPU tuning device) is this machine's GPU.
+bool isLocalGpu(const std::string &device) {
+  Expected<std::string> local = runtime::localGpuTuningDevice();
+  return local && *local == device;
+}
+
 bool isCandidate(const Tunable &tunable, const std::string &candidate) {
   if (tunable.gpu)
     return runtime::isGpuCandidateOf(static_cast<runtime::KernelKind>(tunable.kind),
@@ -250,6 +262,12 @@ MeasureOptions measureOptions(const SearchBudget &budget, size_t candidates,
 }
 
 json measureJson(const Tunable &tunable, const MeasureOptions &options) {
+  if (tunable.gpu)
+    return {{"device", tunable.device},
+            {"gpu", true},
+            {"signature", tunable.signature},
+            {"trials", kGpuMeasureTrials},
+            {"library", {{"kind", tunable.kind}, {"params", tunable.params}}}};
   json measure = {{"device", deviceDescriptor()},
                   {"signature", tunable.signature},
                   {"candidates", tunable.candidates},
@@ -270,14 +288,14 @@ recordsFrom(const Tunable &tunable, std::string_view output, bool &budgetEnded) 
                     std::string(kMeasureFormat) + ")");
   std::vector<cache::TuningRecord> records;
   try {
-    if (parsed.at("device").get<std::string>() != deviceDescriptor())
+    if (parsed.at("device").get<std::string>() != tunable.device)
       return dataLoss("a measure task's output describes another device");
     if (parsed.at("budget_ended").get<bool>())
       budgetEnded = true;
     for (const json &timing : parsed.at("timings")) {
       cache::TuningRecord record;
       record.signature = tunable.signature;
-      record.device = deviceDescriptor();
+      record.device = tunable.device;
       record.versions = tunable.versions;
       record.candidate = timing.at("candidate").get<std::string>();
       record.timeNs = timing.at("median_ns").get<int64_t>();
@@ -375,7 +393,86 @@ void crashOnceForTests() {
   std::raise(SIGSEGV);
 }
 
+/// A measure task's output: `measured` on `device`, as recordsFrom reads
+/// it.
+Status writeMeasurement(const std::string &device, const Measurement &measured,
+                        const std::string &path) {
+  json timings = json::array();
+  for (const CandidateTiming &timing : measured.timings)
+    timings.push_back({{"candidate", timing.candidate},
+                       {"median_ns", timing.medianNs},
+                       {"low_ns", timing.lowNs},
+                       {"high_ns", timing.highNs},
+                       {"samples", timing.samples}});
+  json output = {
+      {"format", kMeasureFormat},
+      {"device", device},
+      {"host", hostName()},
+      {"measured_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count()},
+      {"timings", timings},
+      {"best", measured.timings.empty() ? "" : measured.timings[measured.best].candidate},
+      {"separated", measured.separated},
+      {"budget_ended", measured.budgetEnded},
+      {"noise", measured.noise()},
+      {"rounds", measured.rounds},
+      {"seconds", measured.seconds}};
+  return writeFileAtomically(path, output.dump(1));
+}
+
+/// A GPU measure task (measure["gpu"]): the kernel's trial runs on this
+/// machine's GPU, which must be the records' device.
+Status runGpuMeasureTask(const json &measure, const std::string &path) {
+  std::string device;
+  runtime::KernelKind kind{};
+  std::vector<int64_t> params;
+  int trials = 0;
+  try {
+    device = measure.at("device").get<std::string>();
+    kind =
+        static_cast<runtime::KernelKind>(measure.at("library").at("kind").get<int64_t>());
+    params = measure.at("library").at("params").get<std::vector<int64_t>>();
+    trials = measure.at("trials").get<int>();
+  } catch (const json::exception &e) {
+    return invalidArgument(std::string("a GPU measure task: ") + e.what());
+  }
+  if (trials < 2 || trials > 64)
+    return invalidArgument("a GPU measure task times 2 to 64 candidates, not " +
+                           std::to_string(trials));
+  Expected<std::string> local = runtime::localGpuTuningDevice();
+  if (!local || *local != device)
+    return failedPrecondition("a measure task for the GPU '" + device +
+                              "' reached a machine with " +
+                              (local ? "the GPU '" + *local + "'"
+                                     : "no GPU (" + local.status().message() + ")") +
+                              ": a measurement is only taken on the device it describes");
+  // Nothing else times on the machine meanwhile (sessions do not ask).
+  ExclusiveMachineLock lock(machineLockPath());
+  auto start = std::chrono::steady_clock::now();
+  FLOWC_ASSIGN_OR_RETURN(runtime::GpuKernelChoice choice,
+                         runtime::measureGpuLibraryKernel(kind, params, trials));
+  Measurement measured;
+  measured.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  measured.rounds = kGpuTimedRuns;
+  for (const auto &[candidate, ms] : choice.timings) {
+    if (candidate.empty() || !std::isfinite(ms) || ms <= 0)
+      continue;
+    if (candidate == choice.candidate)
+      measured.best = measured.timings.size();
+    int64_t ns = std::max<int64_t>(1, std::llround(ms * 1e6));
+    measured.timings.push_back({candidate, ns, ns, ns, kGpuTimedRuns});
+  }
+  return writeMeasurement(device, measured, path);
+}
+
 } // namespace
+
+bool isGpuMeasure(const json &measure) {
+  return measure.is_object() && measure.contains("gpu") && measure["gpu"].is_boolean() &&
+         measure["gpu"].get<bool>();
+}
 
 Expected<std::optional<std::string>> gpuTuningDeviceFor(cache::Cache &cache,
                                                         Target target) {
@@ -409,15 +506,15 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
   size_t pendingCandidates = 0;
   for (size_t i = 0; i < tunables.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
-    // GPU records come from sessions' trial runs (flowc run) and tuning
-    // imports; no compile measures on a GPU.
-    if (tunables[i].gpu)
-      continue;
     if (!tunables[i].record && remote) {
       importRemote(cache, *remote, tunables[i]);
       FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
     }
-    if (!tunables[i].record && budget.searches()) {
+    // A GPU kernel is measured only where the records' GPU is: on this
+    // machine's (its local workers share it). Elsewhere sessions' trial
+    // runs, tuning imports and the remote tier bring its records.
+    if (!tunables[i].record && budget.searches() &&
+        (!tunables[i].gpu || isLocalGpu(tunables[i].device))) {
       pending.push_back(i);
       pendingCandidates += tunables[i].candidates.size();
     }
@@ -479,6 +576,8 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
 Status runMeasureTask(const json &measure, const compiler::CompileOptions &options,
                       const std::string &inputDir, const std::string &outputDir,
                       const std::string &kernelFile, const std::string &outputFile) {
+  if (isGpuMeasure(measure))
+    return runGpuMeasureTask(measure, outputDir + "/" + outputFile);
   std::string device;
   std::vector<std::string> candidates;
   MeasureOptions settings;
@@ -531,29 +630,7 @@ Status runMeasureTask(const json &measure, const compiler::CompileOptions &optio
   }
   if (!measured)
     return measured.status();
-  json timings = json::array();
-  for (const CandidateTiming &timing : measured->timings)
-    timings.push_back({{"candidate", timing.candidate},
-                       {"median_ns", timing.medianNs},
-                       {"low_ns", timing.lowNs},
-                       {"high_ns", timing.highNs},
-                       {"samples", timing.samples}});
-  json output = {{"format", kMeasureFormat},
-                 {"device", deviceDescriptor()},
-                 {"host", hostName()},
-                 {"measured_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count()},
-                 {"timings", timings},
-                 {"best", measured->timings.empty()
-                              ? ""
-                              : measured->timings[measured->best].candidate},
-                 {"separated", measured->separated},
-                 {"budget_ended", measured->budgetEnded},
-                 {"noise", measured->noise()},
-                 {"rounds", measured->rounds},
-                 {"seconds", measured->seconds}};
-  return writeFileAtomically(outputDir + "/" + outputFile, output.dump(1));
+  return writeMeasurement(deviceDescriptor(), *measured, outputDir + "/" + outputFile);
 }
 
 } // namespace flowc::worker

@@ -291,6 +291,10 @@ Expected<Task> makeMeasureTask(cache::Cache &cache, json measure,
   header["measure"] = std::move(measure);
   FLOWC_ASSIGN_OR_RETURN(TaskInput task, storeTaskFile(cache, header));
   Task made{"measure", name, {task}, {kMeasureFile}};
+  // A GPU kernel is measured on a GPU of the records' device, nowhere else.
+  if (isGpuMeasure(header["measure"]))
+    made.platform.emplace_back(kGpuPlatformProperty,
+                               header["measure"].value("device", std::string()));
   if (kernel) {
     FLOWC_ASSIGN_OR_RETURN(Digest text, cache.put(kernel->text));
     made.inputs.push_back({kKernelFile, text});

@@ -31,6 +31,7 @@
 #pragma once
 
 #include "flowc/runtime/KernelAbi.h"
+#include "flowc/runtime/Session.h"
 #include "flowc/support/Measure.h"
 #include "flowc/support/Status.h"
 
@@ -149,6 +150,16 @@ std::string gpuTuningDevice(const std::string &name, int64_t capability);
 bool isGpuTuningDeviceOf(std::string_view device, int64_t capability);
 /// Device 0's gpuTuningDevice; Unavailable without a GPU.
 Expected<std::string> localGpuTuningDevice();
+/// Times the GPU candidates of a conv2d or matmul kernel with `params` on
+/// device 0 as a session's first call does (up to `trials` of the
+/// library's candidates, each a warm-up and three timed runs), on random
+/// data of its shapes (a fixed seed; never a model's weights): a measure
+/// task's work. The choice has every candidate's timing. InvalidArgument
+/// for another kind or params that are not the kind's, Unavailable without
+/// a GPU or the libraries, the kernel's failure otherwise.
+Expected<GpuKernelChoice>
+measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int trials);
+
 /// The versions part of GPU tuning records: "cuDNN 9.19.0, cuBLASLt
 /// 13.1.0; kernel abi 2", as the libraries on this machine report
 /// themselves; Unavailable without them (needs no GPU).

@@ -73,11 +73,16 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
               const SearchBudget &budget, const std::string &buildId,
               const std::function<void(const std::string &)> &warn);
 
+/// Whether a task.json's "measure" object is a GPU kernel's (its "gpu" is
+/// true): measured on the GPU its "device" names.
+bool isGpuMeasure(const nlohmann::json &measure);
+
 /// Runs a measure task: `measure` is its task.json's "measure" object, a
 /// loop kernel's IR is `kernelFile` in `inputDir`; the measurement goes to
 /// `outputFile` in `outputDir`. FailedPrecondition when the task describes
-/// another device than this machine: a measurement is never taken on a
-/// machine other than the one it describes.
+/// another device than this machine (another CPU, or a GPU this machine
+/// lacks): a measurement is never taken on a machine other than the one it
+/// describes.
 Status runMeasureTask(const nlohmann::json &measure,
                       const compiler::CompileOptions &options,
                       const std::string &inputDir, const std::string &outputDir,

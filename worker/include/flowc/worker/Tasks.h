@@ -40,7 +40,14 @@ struct Task {
   /// The kernel-cache key (a digest) that outputs[0] answers, if any: the
   /// daemon records it as soon as the task succeeds.
   std::string cacheKey = {};
+  /// What the machine that runs it must have besides flowc-worker's OS and
+  /// ISA, as REAPI platform properties: a GPU measure task's
+  /// {"gpu", "gpu NVIDIA H200 sm_90"}. Remote actions ask for them.
+  std::vector<std::pair<std::string, std::string>> platform = {};
 };
+
+/// The platform property naming the GPU a task needs (Task::platform).
+inline constexpr const char *kGpuPlatformProperty = "gpu";
 
 /// What a finished task left in the cache, in Task::outputs order.
 struct TaskOutcome {
