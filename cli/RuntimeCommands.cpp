@@ -161,11 +161,12 @@ public:
     return *best ? std::optional<std::string>((*best)->candidate) : std::nullopt;
   }
 
-  /// Records every candidate the trial runs timed; how many were kept.
+  /// Records every candidate the first calls timed (trial runs, or the
+  /// only candidate); how many were kept.
   unsigned record(const std::vector<runtime::GpuKernelChoice> &choices) {
     unsigned kept = 0;
     for (const runtime::GpuKernelChoice &choice : choices) {
-      if (choice.source != runtime::GpuKernelChoice::Source::Trials || !open())
+      if (choice.timings.empty() || !open())
         continue;
       for (const auto &[candidate, ms] : choice.timings) {
         if (candidate.empty() || !std::isfinite(ms) || ms <= 0)

@@ -979,6 +979,11 @@ Expected<std::vector<TuningRecord>> Cache::listTuning(std::string_view device) {
   return index_->listTuning(device);
 }
 
+Expected<std::vector<std::pair<std::string, int64_t>>>
+Cache::tuningDevices(std::string_view prefix) {
+  return index_->tuningDevices(prefix);
+}
+
 Expected<std::string> Cache::tuningState(std::string_view device) {
   return index_->tuningState(device);
 }

@@ -645,6 +645,30 @@ Expected<std::vector<TuningRecord>> Index::listTuning(std::string_view device) {
   }
 }
 
+Expected<std::vector<std::pair<std::string, int64_t>>>
+Index::tuningDevices(std::string_view prefix) {
+  std::lock_guard lock(mutex_);
+  // A range of the device index: [prefix, prefix with its last byte one
+  // higher), so that only the prefix's rows are read.
+  std::string end(prefix);
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff)
+    end.pop_back();
+  if (!end.empty())
+    end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT device, MAX(measured_ms) FROM tuning_records WHERE device >= "
+                   "?1 AND (?2 = '' OR device < ?2) GROUP BY device ORDER BY device"));
+  stmt.bind(1, prefix).bind(2, std::string_view(end));
+  std::vector<std::pair<std::string, int64_t>> devices;
+  while (true) {
+    FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+    if (!row)
+      return devices;
+    devices.emplace_back(stmt.text(0), stmt.integer(1));
+  }
+}
+
 Expected<std::string> Index::tuningState(std::string_view device) {
   std::lock_guard lock(mutex_);
   FLOWC_ASSIGN_OR_RETURN(

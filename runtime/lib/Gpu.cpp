@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <dlfcn.h>
+#include <optional>
 #include <random>
 #include <unordered_set>
 #include <utility>
@@ -1261,6 +1262,105 @@ std::vector<GpuKernelChoice> gpuKernelChoices(const GpuContext &gpu) {
   return gpu.kernelChoices();
 }
 
+namespace {
+
+/// The product of `sizes`, or nullopt past 2^40 (no buffer a measurement
+/// allocates is near it; int64 never overflows on the way).
+std::optional<int64_t> boundedProduct(std::initializer_list<int64_t> sizes) {
+  int64_t product = 1;
+  for (int64_t size : sizes)
+    if (size < 0 || __builtin_mul_overflow(product, size, &product) ||
+        product > (int64_t{1} << 40))
+      return std::nullopt;
+  return product;
+}
+
+bool isFlag(int64_t value) { return value == 0 || value == 1; }
+
+bool isActivation(Activation activation) {
+  auto value = static_cast<int64_t>(activation);
+  return value >= 0 && value <= static_cast<int64_t>(Activation::GeluTanh);
+}
+
+bool isPrecision(Precision precision) {
+  auto value = static_cast<int64_t>(precision);
+  return value >= 0 && value <= static_cast<int64_t>(Precision::Fp16);
+}
+
+/// The output extent a convolution's input, kernel, stride, dilation and
+/// padding give along one axis; nullopt where there is none.
+std::optional<int64_t> convExtent(int64_t in, int64_t kernel, int64_t stride,
+                                  int64_t dilation, int64_t before, int64_t after) {
+  std::optional<int64_t> span = boundedProduct({dilation, kernel - 1});
+  if (!span || in + before + after - *span - 1 < 0)
+    return std::nullopt;
+  return (in + before + after - *span - 1) / stride + 1;
+}
+
+/// InvalidArgument, naming what is wrong, unless `words` are a convolution
+/// or product the library kernels can run: what a measure task (text from
+/// elsewhere) must be before any of it reaches cuDNN or cuBLASLt.
+Status checkLibraryParams(KernelKind kind, const std::vector<int64_t> &words,
+                          const std::string &what) {
+  auto bad = [&](const std::string &why) {
+    return invalidArgument(what + ": its params are not a kernel's (" + why + ")");
+  };
+  constexpr int64_t kMaxSize = int64_t{1} << 24;
+  if (kind == KernelKind::Conv2d) {
+    std::optional<Conv2dParams> p = paramsFromWords<Conv2dParams>(words);
+    if (!p)
+      return bad("not " + std::to_string(sizeof(Conv2dParams) / 8) + " words");
+    for (int64_t size : {p->batch, p->inChannels, p->inHeight, p->inWidth, p->outChannels,
+                         p->kernelHeight, p->kernelWidth, p->outHeight, p->outWidth,
+                         p->strideH, p->strideW, p->dilationH, p->dilationW, p->groups})
+      if (size < 1 || size > kMaxSize)
+        return bad("a size, stride, dilation or group count outside 1..2^24");
+    for (int64_t pad : {p->padTop, p->padLeft, p->padBottom, p->padRight})
+      if (pad < 0 || pad > kMaxSize)
+        return bad("a padding outside 0..2^24");
+    if (p->inChannels % p->groups != 0 || p->outChannels % p->groups != 0)
+      return bad("the groups do not divide the channels");
+    if (convExtent(p->inHeight, p->kernelHeight, p->strideH, p->dilationH, p->padTop,
+                   p->padBottom) != p->outHeight ||
+        convExtent(p->inWidth, p->kernelWidth, p->strideW, p->dilationW, p->padLeft,
+                   p->padRight) != p->outWidth)
+      return bad("the output size is not what the input, kernel, stride, dilation and "
+                 "padding give");
+    auto isLayout = [](ActivationLayout layout) {
+      return isFlag(static_cast<int64_t>(layout));
+    };
+    auto weights = static_cast<int64_t>(p->weightLayout);
+    if (!isLayout(p->sourceLayout) || !isLayout(p->destinationLayout) || weights < 0 ||
+        weights > static_cast<int64_t>(ConvWeightLayout::Hwcm) ||
+        !isFlag(p->constantWeights) || !isFlag(p->hasResidual) ||
+        !isActivation(p->activation) || !isPrecision(p->precision))
+      return bad("a layout, flag, activation or precision out of range");
+    if (!boundedProduct({p->batch, p->inChannels, p->inHeight, p->inWidth}) ||
+        !boundedProduct({p->batch, p->outChannels, p->outHeight, p->outWidth}) ||
+        !boundedProduct({p->outChannels, p->inChannels, p->kernelHeight, p->kernelWidth}))
+      return bad("a buffer of more than 2^40 elements");
+    return Status::ok();
+  }
+  std::optional<MatMulParams> p = paramsFromWords<MatMulParams>(words);
+  if (!p)
+    return bad("not " + std::to_string(sizeof(MatMulParams) / 8) + " words");
+  for (int64_t size : {p->batch, p->m, p->n, p->k})
+    if (size < 1 || size > kMaxSize)
+      return bad("a size outside 1..2^24");
+  for (int64_t flag : {p->transposedB, p->constantB, p->hasBias, p->hasResidual,
+                       p->hasMask, p->maskRows, p->maskColumns})
+    if (!isFlag(flag))
+      return bad("a flag that is not 0 or 1");
+  if (!isActivation(p->activation) || !isPrecision(p->precision))
+    return bad("an activation or precision out of range");
+  if (!boundedProduct({p->batch, p->m, p->k}) ||
+      !boundedProduct({p->batch, p->k, p->n}) || !boundedProduct({p->batch, p->m, p->n}))
+    return bad("a buffer of more than 2^40 elements");
+  return Status::ok();
+}
+
+} // namespace
+
 Expected<GpuKernelChoice>
 measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int trials) {
   std::string what =
@@ -1268,6 +1368,7 @@ measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int
   if (kind != KernelKind::Conv2d && kind != KernelKind::MatMul)
     return invalidArgument(what + ": only convolutions and matrix products have GPU "
                                   "candidates");
+  FLOWC_RETURN_IF_ERROR(checkLibraryParams(kind, params, what));
   FLOWC_ASSIGN_OR_RETURN(std::vector<size_t> floats, bufferFloats(kind, params));
   const Expected<ProcessGpu> &gpu = processGpu();
   if (!gpu)

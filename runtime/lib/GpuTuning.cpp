@@ -161,12 +161,14 @@ bool isGpuCandidateOf(KernelKind kind, std::string_view text) {
 }
 
 std::string gpuTuningDevice(const std::string &name, int64_t capability) {
-  return "gpu " + name + " sm_" + std::to_string(capability);
+  return kGpuTuningDevicePrefix + name + " sm_" + std::to_string(capability);
 }
 
 bool isGpuTuningDeviceOf(std::string_view device, int64_t capability) {
+  std::string_view prefix = kGpuTuningDevicePrefix;
   std::string suffix = " sm_" + std::to_string(capability);
-  return device.size() > 4 + suffix.size() && device.substr(0, 4) == "gpu " &&
+  return device.size() > prefix.size() + suffix.size() &&
+         device.substr(0, prefix.size()) == prefix &&
          device.substr(device.size() - suffix.size()) == suffix;
 }
 

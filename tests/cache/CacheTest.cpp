@@ -656,6 +656,28 @@ TEST(TuningTest, ARecordForAnotherDeviceOrOtherVersionsIsNotReturned) {
   EXPECT_EQ(cache->listTuning("xeon-8480")->size(), 1u);
 }
 
+// The devices of a name prefix, each with its latest measurement: how a
+// compile for a GPU finds the GPU whose records it uses, without reading
+// every record.
+TEST(TuningTest, DevicesOfAPrefixComeWithTheirLatestMeasurement) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  ASSERT_TRUE(cache->recordTuning(tuning("c", "gpu H100 sm_90", "v", "a", 9, 300)));
+  ASSERT_TRUE(cache->recordTuning(tuning("d", "gpu H100 sm_90", "v", "a", 9, 500)));
+  ASSERT_TRUE(cache->recordTuning(tuning("c", "gpu A100 sm_80", "v", "a", 9, 900)));
+  ASSERT_TRUE(cache->recordTuning(tuning("c", "gpt", "v", "a", 9, 950)));
+  ASSERT_TRUE(cache->recordTuning(tuning("c", "gpu!", "v", "a", 9, 950)));
+  ASSERT_TRUE(cache->recordTuning(tuning("c", "xeon", "v", "a", 9, 990)));
+  auto devices = cache->tuningDevices("gpu ");
+  ASSERT_TRUE(devices) << devices.status().message();
+  using Devices = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(*devices, (Devices{{"gpu A100 sm_80", 900}, {"gpu H100 sm_90", 500}}));
+  auto all = cache->tuningDevices();
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), 5u);
+  EXPECT_EQ(cache->tuningDevices("tpu ")->size(), 0u);
+}
+
 TEST(TuningTest, AnInvalidRecordIsRefusedNamingTheField) {
   TempDir dir;
   auto cache = openCache(dir);

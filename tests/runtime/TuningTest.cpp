@@ -865,7 +865,34 @@ TEST(GpuMeasureTest, MeasuringNeedsAGpuAndAKernelWithGpuCandidates) {
               StatusIs(StatusCode::InvalidArgument,
                        "only convolutions and matrix products have GPU candidates"));
   EXPECT_THAT(measureGpuLibraryKernel(KernelKind::Conv2d, {1, 2, 3}, 8),
-              StatusIs(StatusCode::InvalidArgument, "cannot be measured"));
+              StatusIs(StatusCode::InvalidArgument, "not 27 words"));
+  // A measure task's params come from elsewhere: what would divide by zero,
+  // overflow or disagree with itself never reaches the libraries.
+  Conv2dParams good = conv(1, 8, 16, 15, 3, 1, 1, ActivationLayout::Nchw);
+  std::vector<std::pair<std::string, Conv2dParams>> hostile;
+  auto with = [&](const std::string &why, auto change) {
+    Conv2dParams p = good;
+    change(p);
+    hostile.emplace_back(why, p);
+  };
+  with("size, stride", [](Conv2dParams &p) { p.groups = 0; });
+  with("groups do not divide", [](Conv2dParams &p) { p.groups = 3; });
+  with("output size", [](Conv2dParams &p) { p.outHeight += 1; });
+  with("size, stride", [](Conv2dParams &p) { p.strideW = 0; });
+  with("size, stride", [](Conv2dParams &p) { p.batch = INT64_MAX; });
+  with("padding", [](Conv2dParams &p) { p.padTop = -1; });
+  with("layout, flag", [](Conv2dParams &p) { p.precision = static_cast<Precision>(9); });
+  with("layout, flag", [](Conv2dParams &p) { p.hasResidual = 2; });
+  with("more than 2^40", [](Conv2dParams &p) { p.batch = p.inChannels = 1 << 20; });
+  for (const auto &[why, p] : hostile)
+    EXPECT_THAT(measureGpuLibraryKernel(KernelKind::Conv2d, paramWords(p), 8),
+                StatusIs(StatusCode::InvalidArgument, why))
+        << why;
+  MatMulParams product{};
+  product.batch = product.m = product.n = product.k = 8;
+  product.hasMask = 3;
+  EXPECT_THAT(measureGpuLibraryKernel(KernelKind::MatMul, paramWords(product), 8),
+              StatusIs(StatusCode::InvalidArgument, "a flag that is not 0 or 1"));
   Expected<std::string> device = localGpuTuningDevice();
   if (device)
     GTEST_SKIP() << "a GPU is here (" << *device << "): gpu-check.sh measures on it";

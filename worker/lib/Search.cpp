@@ -459,9 +459,9 @@ Status runGpuMeasureTask(const json &measure, const std::string &path) {
   for (const auto &[candidate, ms] : choice.timings) {
     if (candidate.empty() || !std::isfinite(ms) || ms <= 0)
       continue;
-    if (candidate == choice.candidate)
-      measured.best = measured.timings.size();
     int64_t ns = std::max<int64_t>(1, std::llround(ms * 1e6));
+    if (measured.timings.empty() || ns < measured.timings[measured.best].medianNs)
+      measured.best = measured.timings.size();
     measured.timings.push_back({candidate, ns, ns, ns, kGpuTimedRuns});
   }
   return writeMeasurement(device, measured, path);
@@ -480,13 +480,17 @@ Expected<std::optional<std::string>> gpuTuningDeviceFor(cache::Cache &cache,
   if (Expected<std::string> local = runtime::localGpuTuningDevice();
       local && runtime::isGpuTuningDeviceOf(*local, capability))
     return std::optional<std::string>(*local);
-  FLOWC_ASSIGN_OR_RETURN(std::vector<cache::TuningRecord> records, cache.listTuning());
-  const cache::TuningRecord *latest = nullptr;
-  for (const cache::TuningRecord &record : records)
-    if (runtime::isGpuTuningDeviceOf(record.device, capability) &&
-        (!latest || record.measuredMs > latest->measuredMs))
-      latest = &record;
-  return latest ? std::optional<std::string>(latest->device) : std::nullopt;
+  FLOWC_ASSIGN_OR_RETURN(auto devices,
+                         cache.tuningDevices(runtime::kGpuTuningDevicePrefix));
+  std::optional<std::string> latest;
+  int64_t latestMs = 0;
+  for (const auto &[device, measuredMs] : devices)
+    if (runtime::isGpuTuningDeviceOf(device, capability) &&
+        (!latest || measuredMs > latestMs)) {
+      latest = device;
+      latestMs = measuredMs;
+    }
+  return latest;
 }
 
 const std::string &deviceDescriptor() {

@@ -199,7 +199,11 @@ ConvWeightLayout filterFormatOf(ActivationLayout layout) {
 /// what a library may assume of a buffer's alignment (a 16-bit batch
 /// stride may be odd).
 int64_t alignmentOf(uintptr_t address) {
-  int64_t alignment = 256;
+  // At most the arena's: every session buffer has it, so the libraries'
+  // lists for a kernel do not depend on where its buffers happen to sit
+  // (tuning records name candidates from those lists), and no cuDNN or
+  // cuBLASLt kernel asks for more.
+  int64_t alignment = static_cast<int64_t>(kArenaAlignment);
   while (alignment > 2 && address % static_cast<uintptr_t>(alignment) != 0)
     alignment /= 2;
   return alignment;
@@ -237,13 +241,6 @@ cudaDataType_t cudaType(ElementType type) {
 
 int64_t elements(const Index4 &shape) {
   return shape.dims[0] * shape.dims[1] * shape.dims[2] * shape.dims[3];
-}
-
-/// A params struct as the words the code passes (and signatures name).
-template <typename Params> std::vector<int64_t> wordsOf(const Params &params) {
-  std::vector<int64_t> words(sizeof(Params) / sizeof(int64_t));
-  std::memcpy(words.data(), &params, sizeof(Params));
-  return words;
 }
 
 /// How many of cuBLASLt's heuristic results a decided candidate is looked
@@ -414,8 +411,10 @@ private:
   std::optional<ConvPlan> makeConvPlan(Descriptor config);
   /// The configuration that `candidate` describes among those the
   /// heuristics list for `graph`, as a plan.
+  /// Only a configuration with the kernel's numerics (hasExactNumerics)
+  /// qualifies: a record or plan never moves fp32 onto TF32.
   std::optional<ConvPlan> listedConvPlan(const Descriptor &graph,
-                                         const std::string &candidate);
+                                         const std::string &candidate, ElementType type);
   /// `config` as a GPU candidate (Tuning.h); empty when cuDNN cannot say.
   std::string configText(cudnnBackendDescriptor_t config);
   std::string algoText(const cublasLtMatmulAlgo_t &algo);
@@ -799,11 +798,13 @@ std::string LibraryKernels::configText(cudnnBackendDescriptor_t config) {
 }
 
 std::optional<ConvPlan> LibraryKernels::listedConvPlan(const Descriptor &graph,
-                                                       const std::string &candidate) {
+                                                       const std::string &candidate,
+                                                       ElementType type) {
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
     for (Descriptor &config : engineConfigs(graph, mode))
       if (configText(config.get()) == candidate)
-        return makeConvPlan(std::move(config));
+        return hasExactNumerics(config.get(), type) ? makeConvPlan(std::move(config))
+                                                    : std::nullopt;
   return std::nullopt;
 }
 
@@ -833,10 +834,11 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
   GpuKernelChoice choice;
   choice.site = site;
   choice.kind = "conv2d";
-  choice.signature = librarySignature(KernelKind::Conv2d, wordsOf(conv.params));
+  choice.signature = librarySignature(KernelKind::Conv2d, paramWords(conv.params));
   // A record's or the plan's candidate, when the heuristics list it.
   if (std::optional<Decided> known = decided(site, choice.signature)) {
-    if (std::optional<ConvPlan> plan = listedConvPlan(graph, known->candidate)) {
+    if (std::optional<ConvPlan> plan =
+            listedConvPlan(graph, known->candidate, conv.type)) {
       conv.plan = std::move(*plan);
       choice.candidate = known->candidate;
       choice.source = known->source;
@@ -876,6 +878,15 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
   }
   if (plans.size() == 1) {
     choice.candidate = configText(plans[0].config.get());
+    // Timed too (when trials are asked for): a record of the only
+    // candidate spares the next session and compile the search.
+    if (trials_ > 1)
+      choice.timings.emplace_back(choice.candidate, timeCalls([&] {
+                                    return executePlan(plans[0], pointers) ==
+                                           CUDNN_STATUS_SUCCESS;
+                                  }));
+    if (device_.failed())
+      return false;
     conv.plan = std::move(plans[0]);
     choices_[site] = std::move(choice);
     return true;
@@ -1218,7 +1229,7 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
   GpuKernelChoice choice;
   choice.site = site;
   choice.kind = "matmul";
-  choice.signature = librarySignature(KernelKind::MatMul, wordsOf(p));
+  choice.signature = librarySignature(KernelKind::MatMul, paramWords(p));
   std::optional<Decided> known = decided(site, choice.signature);
   int requested = known ? std::max(trials_, kListedAlgorithms) : trials_;
   std::vector<cublasLtMatmulHeuristicResult_t> results(requested);
@@ -1260,9 +1271,21 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
     setAside(site, "matmul", *known);
     results.resize(std::min<size_t>(results.size(), static_cast<size_t>(trials_)));
   }
+  // Results the candidate text cannot tell apart are one candidate: the
+  // first stands for them.
+  std::vector<std::string> texts;
+  std::erase_if(results, [&](const cublasLtMatmulHeuristicResult_t &result) {
+    std::string text = algoText(result.algo);
+    if (!text.empty() && std::find(texts.begin(), texts.end(), text) != texts.end())
+      return true;
+    texts.push_back(std::move(text));
+    return false;
+  });
   matmul->algorithm = results[0].algo;
-  if (results.size() == 1) {
-    choice.candidate = algoText(results[0].algo);
+  choice.candidate = texts[0];
+  // One candidate is still timed when trials are asked for: a record of it
+  // spares the next session and compile the search.
+  if (trials_ <= 1) {
     choices_[site] = std::move(choice);
     return matmul;
   }
@@ -1272,7 +1295,8 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
     return nullptr;
   float alpha = 1.0f, beta = c != d ? 1.0f : 0.0f;
   double bestMs = std::numeric_limits<double>::infinity();
-  choice.source = GpuKernelChoice::Source::Trials;
+  if (results.size() > 1)
+    choice.source = GpuKernelChoice::Source::Trials;
   for (const cublasLtMatmulHeuristicResult_t &result : results) {
     double ms = timeCalls([&] {
       return libraries_.cublasLtMatmul(
@@ -1282,7 +1306,7 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
                  workspacePointer, kMatMulWorkspaceBytes,
                  static_cast<cudaStream_t>(device_.stream())) == CUBLAS_STATUS_SUCCESS;
     });
-    choice.timings.emplace_back(algoText(result.algo), ms);
+    choice.timings.emplace_back(texts[&result - results.data()], ms);
     if (ms < bestMs) {
       bestMs = ms;
       matmul->algorithm = result.algo;

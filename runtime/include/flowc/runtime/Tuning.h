@@ -142,6 +142,8 @@ Expected<GpuCandidate> parseGpuCandidate(std::string_view text);
 /// is cuDNN's, a matmul's cuBLASLt's).
 bool isGpuCandidateOf(KernelKind kind, std::string_view text);
 
+/// What every GPU tuning device starts with.
+inline constexpr const char *kGpuTuningDevicePrefix = "gpu ";
 /// The device part of GPU tuning records: "gpu NVIDIA H200 sm_90", from
 /// the GPU's name and compute capability (90 for sm_90).
 std::string gpuTuningDevice(const std::string &name, int64_t capability);
