@@ -7,6 +7,7 @@ nothing.
     .venv/bin/python bench/hit_bench.py [--models cnn,resnet50,bert,big4g] [--runs 200]
                                         [--warmup 5] [--dir WORKDIR] [--keep]
                                         [--flowc-flags=--thin] [--json [FILE]]
+                                        [--gpu-records N]
 
 Per model, on its own daemon and fresh cache (`flowc --cache-dir D --socket S
 daemon start`): one cold submit (a miss; its wall time is printed),
@@ -19,6 +20,12 @@ right after each model: `ccache gcc -c small.c -o small.o` with a temp
 CCACHE_DIR and no other ccache configuration, one run to fill, then
 --warmup + --runs timed direct-mode hits (checked in ccache's statistics);
 ratio = flowc / ccache (above 1: flowc's hit is slower).
+
+--gpu-records N imports N tuning records of a GPU (`gpu NVIDIA H200 sm_90`,
+as `flowc run` keeps them) into each fresh cache before the daemon starts:
+with --flowc-flags='--target cuda:sm_90' every hit then looks that GPU up
+among the cache's devices, which must not cost more as records grow
+(docs/cuda.md, trial runs and tuning records).
 
 Models: `cnn` (examples/make_models.py, cheap: a quick run), `resnet50`
 (/usr/bin/python3 examples/export_torchvision.py), `bert` (BERT-base,
@@ -241,6 +248,9 @@ def bench_flowc(name, model, work, args, flags):
     submit = ["submit", str(model), "-o", str(artifact), *flags]
     row = {"model": name, "flowc_flags": flags}
     wait_until_settled(files_of(model))
+    if args.gpu_records:
+        import_gpu_records(cache_dir, work, args.gpu_records)
+        row["gpu_records"] = args.gpu_records
     try:
         daemon.start()
         cold_ms, cold = timed(daemon.base + submit, daemon.env)
@@ -293,6 +303,21 @@ def bench_flowc(name, model, work, args, flags):
             shutil.rmtree(cache_dir, ignore_errors=True)
             artifact.unlink(missing_ok=True)
     return row
+
+
+def import_gpu_records(cache_dir, work, count):
+    """`count` records of one GPU (distinct kernels), through `flowc tuning
+    import`, as another machine's export would bring them."""
+    records = [{"signature": f"library.conv2d:{i}", "device": "gpu NVIDIA H200 sm_90",
+                "versions": "cuDNN 9.19.0, cuBLASLt 13.1.0; kernel abi 2",
+                "candidate": "cudnn:engine=1;knobs=", "time_ns": 1000, "spread_ns": 0,
+                "samples": 3, "separated": False, "noise": 0.0, "measured_ms": 1 + i,
+                "host": "gpu-host"} for i in range(count)]
+    document = work / "gpu-records.json"
+    document.write_text(json.dumps({"format": "flowc.tuning.v1", "records": records}))
+    subprocess.run([str(BIN / "flowc"), "--cache-dir", str(cache_dir), "tuning", "import",
+                    str(document)], check=True, capture_output=True)
+    document.unlink()
 
 
 def bench_ccache(work, args):
@@ -381,6 +406,8 @@ def main():
     parser.add_argument("--flowc-flags", default="",
                         help="extra `flowc submit` flags, one string: --flowc-flags=--thin "
                              "or --flowc-flags='--thin -O3' (with '=', as they start with -)")
+    parser.add_argument("--gpu-records", type=int, default=0, metavar="N",
+                        help="import N tuning records of a GPU into each cache first")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="also write the figures as JSON (to stdout without FILE)")
     args = parser.parse_args()
@@ -407,7 +434,9 @@ def main():
 
     print("hit_bench: `flowc submit MODEL -o OUT.fca"
           + (" " + " ".join(flags) if flags else "") + "` on an unchanged model, "
-          f"{args.runs} timed runs after {args.warmup} warm-ups, each a new process", flush=True)
+          f"{args.runs} timed runs after {args.warmup} warm-ups, each a new process"
+          + (f", {args.gpu_records} GPU tuning records in the cache" if args.gpu_records
+             else ""), flush=True)
     print(cpu_line() + ", load average %.1f %.1f %.1f" % os.getloadavg(), flush=True)
     print(f"flowc: {version_of([str(BIN / 'flowc'), '--version'])} ({BIN}); "
           f"{version_of(['ccache', '--version'])}; {version_of(['gcc', '--version'])}; "

@@ -162,32 +162,38 @@ public:
   }
 
   /// Records every candidate the first calls timed (trial runs, or the
-  /// only candidate); how many were kept.
+  /// only candidate), in one transaction; how many were kept.
   unsigned record(const std::vector<runtime::GpuKernelChoice> &choices) {
-    unsigned kept = 0;
-    for (const runtime::GpuKernelChoice &choice : choices) {
-      if (choice.timings.empty() || !open())
-        continue;
-      for (const auto &[candidate, ms] : choice.timings) {
-        if (candidate.empty() || !std::isfinite(ms) || ms <= 0)
-          continue;
-        cache::TuningRecord record;
-        record.signature = choice.signature;
-        record.device = device_;
-        record.versions = versions_;
-        record.candidate = candidate;
-        record.timeNs = std::max<int64_t>(1, std::llround(ms * 1e6));
-        record.samples = kTrialRuns;
-        record.host = hostName();
-        if (Status status = cache_->recordTuning(record); !status) {
-          spdlog::warn("the trial runs of {} were not recorded: {}", choice.signature,
-                       status.message());
-          return kept;
-        }
-        ++kept;
-      }
+    if (!open())
+      return 0;
+    int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+    nlohmann::json records = nlohmann::json::array();
+    for (const runtime::GpuKernelChoice &choice : choices)
+      for (const auto &[candidate, ms] : choice.timings)
+        if (!candidate.empty() && std::isfinite(ms) && ms > 0)
+          records.push_back({{"signature", choice.signature},
+                             {"device", device_},
+                             {"versions", versions_},
+                             {"candidate", candidate},
+                             {"time_ns", std::max<int64_t>(1, std::llround(ms * 1e6))},
+                             {"spread_ns", 0},
+                             {"samples", kTrialRuns},
+                             {"separated", false},
+                             {"noise", 0.0},
+                             {"measured_ms", now},
+                             {"host", hostName()}});
+    if (records.empty())
+      return 0;
+    auto imported = cache_->importTuning(
+        nlohmann::json{{"format", "flowc.tuning.v1"}, {"records", records}}.dump());
+    if (!imported) {
+      spdlog::warn("the GPU kernels' timings were not recorded: {}",
+                   imported.status().message());
+      return 0;
     }
-    return kept;
+    return static_cast<unsigned>(imported->imported);
   }
 
 private:

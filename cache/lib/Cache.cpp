@@ -979,9 +979,12 @@ Expected<std::vector<TuningRecord>> Cache::listTuning(std::string_view device) {
   return index_->listTuning(device);
 }
 
-Expected<std::vector<std::pair<std::string, int64_t>>>
-Cache::tuningDevices(std::string_view prefix) {
+Expected<std::vector<std::string>> Cache::tuningDevices(std::string_view prefix) {
   return index_->tuningDevices(prefix);
+}
+
+Expected<int64_t> Cache::latestTuning(std::string_view device) {
+  return index_->latestTuning(device);
 }
 
 Expected<std::string> Cache::tuningState(std::string_view device) {

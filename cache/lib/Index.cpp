@@ -645,28 +645,36 @@ Expected<std::vector<TuningRecord>> Index::listTuning(std::string_view device) {
   }
 }
 
-Expected<std::vector<std::pair<std::string, int64_t>>>
-Index::tuningDevices(std::string_view prefix) {
+Expected<std::vector<std::string>> Index::tuningDevices(std::string_view prefix) {
   std::lock_guard lock(mutex_);
-  // A range of the device index: [prefix, prefix with its last byte one
-  // higher), so that only the prefix's rows are read.
+  // tuning_state has a row per device with records: a range of its key,
+  // [prefix, prefix with its last byte one higher), reads no record.
   std::string end(prefix);
   while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff)
     end.pop_back();
   if (!end.empty())
     end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
   FLOWC_ASSIGN_OR_RETURN(
-      Statement stmt,
-      db_->prepare("SELECT device, MAX(measured_ms) FROM tuning_records WHERE device >= "
-                   "?1 AND (?2 = '' OR device < ?2) GROUP BY device ORDER BY device"));
+      Statement stmt, db_->prepare("SELECT device FROM tuning_state WHERE device >= ?1 "
+                                   "AND (?2 = '' OR device < ?2) ORDER BY device"));
   stmt.bind(1, prefix).bind(2, std::string_view(end));
-  std::vector<std::pair<std::string, int64_t>> devices;
+  std::vector<std::string> devices;
   while (true) {
     FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
     if (!row)
       return devices;
-    devices.emplace_back(stmt.text(0), stmt.integer(1));
+    devices.push_back(stmt.text(0));
   }
+}
+
+Expected<int64_t> Index::latestTuning(std::string_view device) {
+  std::lock_guard lock(mutex_);
+  FLOWC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->prepare("SELECT MAX(measured_ms) FROM tuning_records WHERE device = ?1"));
+  stmt.bind(1, device);
+  FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());
+  return row && !stmt.isNull(0) ? stmt.integer(0) : 0;
 }
 
 Expected<std::string> Index::tuningState(std::string_view device) {

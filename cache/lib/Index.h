@@ -80,8 +80,8 @@ public:
   /// time; rows that are not valid are skipped with a warning.
   Expected<std::vector<TuningRecord>> listTuning(std::string_view device);
   /// The stored state digest of `device`, or that of no records.
-  Expected<std::vector<std::pair<std::string, int64_t>>>
-  tuningDevices(std::string_view prefix);
+  Expected<std::vector<std::string>> tuningDevices(std::string_view prefix);
+  Expected<int64_t> latestTuning(std::string_view device);
   Expected<std::string> tuningState(std::string_view device);
   /// Deletes the rows (of `device` when not empty) and their states.
   Expected<uint64_t> clearTuning(std::string_view device);

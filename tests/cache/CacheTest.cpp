@@ -656,7 +656,7 @@ TEST(TuningTest, ARecordForAnotherDeviceOrOtherVersionsIsNotReturned) {
   EXPECT_EQ(cache->listTuning("xeon-8480")->size(), 1u);
 }
 
-// The devices of a name prefix, each with its latest measurement: how a
+// The devices of a name prefix, and each one's latest measurement: how a
 // compile for a GPU finds the GPU whose records it uses, without reading
 // every record.
 TEST(TuningTest, DevicesOfAPrefixComeWithTheirLatestMeasurement) {
@@ -670,12 +670,17 @@ TEST(TuningTest, DevicesOfAPrefixComeWithTheirLatestMeasurement) {
   ASSERT_TRUE(cache->recordTuning(tuning("c", "xeon", "v", "a", 9, 990)));
   auto devices = cache->tuningDevices("gpu ");
   ASSERT_TRUE(devices) << devices.status().message();
-  using Devices = std::vector<std::pair<std::string, int64_t>>;
-  EXPECT_EQ(*devices, (Devices{{"gpu A100 sm_80", 900}, {"gpu H100 sm_90", 500}}));
+  EXPECT_EQ(*devices, (std::vector<std::string>{"gpu A100 sm_80", "gpu H100 sm_90"}));
+  EXPECT_EQ(*cache->latestTuning("gpu H100 sm_90"), 500);
+  EXPECT_EQ(*cache->latestTuning("gpu A100 sm_80"), 900);
+  EXPECT_EQ(*cache->latestTuning("gpu B200 sm_100"), 0);
   auto all = cache->tuningDevices();
   ASSERT_TRUE(all);
   EXPECT_EQ(all->size(), 5u);
   EXPECT_EQ(cache->tuningDevices("tpu ")->size(), 0u);
+  // A device whose records are cleared is no longer one.
+  ASSERT_TRUE(cache->clearTuning("gpu A100 sm_80"));
+  EXPECT_EQ(*cache->tuningDevices("gpu "), std::vector<std::string>{"gpu H100 sm_90"});
 }
 
 TEST(TuningTest, AnInvalidRecordIsRefusedNamingTheField) {

@@ -204,7 +204,7 @@ def test_on_the_gpu_trial_runs_become_records_later_sessions_use(flowc, models, 
 
     first = run()
     assert first["sites"] > 0 and first["record"] == 0 and first["trials"] > 0
-    assert first["recorded"] >= first["trials"]
+    assert first["recorded"] > 0
     # A site whose record the library no longer lists (a buffer aligned
     # below the arena's, say) runs its trials again, with a warning.
     second = run()

@@ -42,9 +42,9 @@ struct Tunable {
   std::string device;
   std::string versions;
   bool library = false;
-  /// A CUDA library kernel: its candidates are the libraries' on the GPU,
-  /// listed and timed by the sessions that run it (trial runs), so only
-  /// records decide it here.
+  /// A CUDA library kernel: its candidates are the libraries' own, listed
+  /// and timed on the GPU (sessions' trial runs, or a measure task on a
+  /// machine with that GPU), so `candidates` stays empty here.
   bool gpu = false;
   /// A library kernel's kind and params.
   int64_t kind = 0;
@@ -480,16 +480,24 @@ Expected<std::optional<std::string>> gpuTuningDeviceFor(cache::Cache &cache,
   if (Expected<std::string> local = runtime::localGpuTuningDevice();
       local && runtime::isGpuTuningDeviceOf(*local, capability))
     return std::optional<std::string>(*local);
-  FLOWC_ASSIGN_OR_RETURN(auto devices,
+  FLOWC_ASSIGN_OR_RETURN(std::vector<std::string> devices,
                          cache.tuningDevices(runtime::kGpuTuningDevicePrefix));
+  std::erase_if(devices, [&](const std::string &device) {
+    return !runtime::isGpuTuningDeviceOf(device, capability);
+  });
+  // Usually one: then no record is read (every hit of a cuda compile asks).
   std::optional<std::string> latest;
   int64_t latestMs = 0;
-  for (const auto &[device, measuredMs] : devices)
-    if (runtime::isGpuTuningDeviceOf(device, capability) &&
-        (!latest || measuredMs > latestMs)) {
+  for (const std::string &device : devices) {
+    int64_t measuredMs = 0;
+    if (devices.size() > 1) {
+      FLOWC_ASSIGN_OR_RETURN(measuredMs, cache.latestTuning(device));
+    }
+    if (!latest || measuredMs > latestMs) {
       latest = device;
       latestMs = measuredMs;
     }
+  }
   return latest;
 }
 

@@ -335,10 +335,11 @@ public:
   /// versions, then time; rows that are not valid are skipped with a warning.
   Expected<std::vector<TuningRecord>> listTuning(std::string_view device = {});
   /// Every device with records whose name starts with `prefix` (all when
-  /// empty), with the latest measuredMs of its records, by name. Reads the
-  /// device index's range, not every record.
-  Expected<std::vector<std::pair<std::string, int64_t>>>
-  tuningDevices(std::string_view prefix = {});
+  /// empty), by name. Reads one row per device, never the records: every
+  /// cache hit of a CUDA compile asks.
+  Expected<std::vector<std::string>> tuningDevices(std::string_view prefix = {});
+  /// The latest measuredMs of `device`'s records (0: none).
+  Expected<int64_t> latestTuning(std::string_view device);
   /// `sha256:<hex>` over the best candidate of every (signature, versions)
   /// of `device`: equal for caches holding the same bests, whatever else
   /// they hold or the order they learned it in; a fixed value when there
