@@ -68,8 +68,9 @@ struct GpuKernelChoice {
   /// configuration (it then is never recorded).
   std::string candidate;
   Source source = Source::Library;
-  /// Trials: each candidate timed and its milliseconds per call (infinity:
-  /// it failed).
+  /// Each candidate the first call timed, and its milliseconds per call
+  /// (infinity: it failed): the trial runs, or the only candidate timed
+  /// alone; empty with --gpu-trials 1 and for a record's or the plan's.
   std::vector<std::pair<std::string, double>> timings;
 };
 
