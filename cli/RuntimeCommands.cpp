@@ -10,6 +10,7 @@
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tuning.h"
+#include "flowc/support/Environment.h"
 #include "flowc/support/Format.h"
 #include "flowc/support/MappedFile.h"
 
@@ -169,25 +170,26 @@ public:
     int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
-    nlohmann::json records = nlohmann::json::array();
+    std::string host = hostName().value_or("unknown");
+    std::vector<cache::TuningRecord> records;
     for (const runtime::GpuKernelChoice &choice : choices)
-      for (const auto &[candidate, ms] : choice.timings)
-        if (!candidate.empty() && std::isfinite(ms) && ms > 0)
-          records.push_back({{"signature", choice.signature},
-                             {"device", device_},
-                             {"versions", versions_},
-                             {"candidate", candidate},
-                             {"time_ns", std::max<int64_t>(1, std::llround(ms * 1e6))},
-                             {"spread_ns", 0},
-                             {"samples", kTrialRuns},
-                             {"separated", false},
-                             {"noise", 0.0},
-                             {"measured_ms", now},
-                             {"host", hostName()}});
+      for (const auto &[candidate, ms] : choice.timings) {
+        if (candidate.empty() || !std::isfinite(ms) || ms <= 0)
+          continue;
+        cache::TuningRecord &record = records.emplace_back();
+        record.signature = choice.signature;
+        record.device = device_;
+        record.versions = versions_;
+        record.candidate = candidate;
+        record.timeNs = std::max<int64_t>(1, std::llround(ms * 1e6));
+        record.samples = runtime::kGpuTrialRuns;
+        // Measured now: an import keeps a record only over an older one.
+        record.measuredMs = now;
+        record.host = host;
+      }
     if (records.empty())
       return 0;
-    auto imported = cache_->importTuning(
-        nlohmann::json{{"format", "flowc.tuning.v1"}, {"records", records}}.dump());
+    auto imported = cache_->importTuning(records);
     if (!imported) {
       spdlog::warn("the GPU kernels' timings were not recorded: {}",
                    imported.status().message());
@@ -197,14 +199,6 @@ public:
   }
 
 private:
-  /// The timed runs each trial makes (LibraryKernels.cpp's timeCalls).
-  static constexpr int64_t kTrialRuns = 3;
-
-  static std::string hostName() {
-    char name[256] = {};
-    return ::gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
-  }
-
   bool open() {
     if (tried_)
       return cache_ != nullptr;

@@ -4,6 +4,7 @@
 
 #include "flowc/rpc/Vocabulary.h"
 #include "flowc/support/AtomicFile.h"
+#include "flowc/support/Environment.h"
 #include "flowc/support/SearchBudget.h"
 
 #include <cstdlib>
@@ -112,11 +113,9 @@ Expected<std::string> fetchArtifact(DaemonClient &client,
 }
 
 std::string clientIdentity() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
   const passwd *user = getpwuid(getuid());
   return (user ? std::string(user->pw_name) : "uid" + std::to_string(getuid())) + "@" +
-         host;
+         hostName().value_or("");
 }
 
 } // namespace flowc::cli

@@ -1095,17 +1095,34 @@ Expected<TuningImport> Cache::importTuning(std::string_view document) {
   auto records = json.find("records");
   if (records == json.end() || !records->is_array())
     return invalidArgument("not a tuning export: \"records\" is missing or not a list");
-  TuningImport report;
-  std::vector<TuningRecord> valid;
+  uint64_t ignored = 0;
+  std::vector<TuningRecord> parsed;
   for (size_t i = 0; i < records->size(); ++i) {
     auto record = tuningFromJson((*records)[i]);
     if (!record) {
       spdlog::warn("tuning import: record {} is ignored: {}", i,
                    record.status().message());
+      ++ignored;
+      continue;
+    }
+    parsed.push_back(std::move(*record));
+  }
+  FLOWC_ASSIGN_OR_RETURN(TuningImport report, importTuning(parsed));
+  report.ignored += ignored;
+  return report;
+}
+
+Expected<TuningImport> Cache::importTuning(const std::vector<TuningRecord> &records) {
+  FLOWC_RETURN_IF_ERROR(checkWritable("import tuning records"));
+  TuningImport report;
+  std::vector<TuningRecord> valid;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (Status checked = records[i].validate(); !checked) {
+      spdlog::warn("tuning import: record {} is ignored: {}", i, checked.message());
       ++report.ignored;
       continue;
     }
-    valid.push_back(std::move(*record));
+    valid.push_back(records[i]);
   }
   FLOWC_ASSIGN_OR_RETURN(report.imported, index_->importTuning(valid));
   report.stale = valid.size() - report.imported;

@@ -1028,10 +1028,9 @@ GpuContext::measureLibraryKernel(KernelKind kind, const std::vector<int64_t> &pa
     std::vector<float> host(floats[i]);
     for (float &value : host)
       value = values(random);
+    // copyToDevice waits for a staging buffer's last copy before refilling it.
     FLOWC_RETURN_IF_ERROR(
         copyToDevice(buffers[i], reinterpret_cast<const char *>(host.data()), bytes[i]));
-    // The next copy waits for this one before reusing its staging buffer.
-    FLOWC_RETURN_IF_ERROR(synchronizeStream());
     pointers.push_back(reinterpret_cast<void *>(buffers[i]));
   }
   services_ = std::make_unique<SessionServices>(*this);
@@ -1203,27 +1202,6 @@ Status GpuContext::runSteps(const std::vector<const void *> &inputs,
   return Status::ok();
 }
 
-namespace {
-
-/// The plan's candidates by site (Plan::tuned); DataLoss for a site the
-/// code does not have.
-Expected<std::vector<std::string>> plannedCandidates(const Artifact &artifact,
-                                                     int64_t sites) {
-  std::vector<std::string> planned(static_cast<size_t>(std::max<int64_t>(sites, 0)));
-  for (const TunedKernelSpec &tuned : artifact.plan().tuned) {
-    if (tuned.site < 0)
-      continue;
-    if (tuned.site >= sites)
-      return dataLoss("malformed execution plan of '" + artifact.path() +
-                      "': a tuned kernel names site " + std::to_string(tuned.site) +
-                      ", but the code has " + std::to_string(sites));
-    planned[tuned.site] = tuned.candidate;
-  }
-  return planned;
-}
-
-} // namespace
-
 Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
                                 const SessionOptions &options) {
   const std::string &path = artifact.path();
@@ -1232,7 +1210,7 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
   gpu::LibraryTuning tuning;
   tuning.trials = options.gpuTrials;
   tuning.record = options.gpuRecord;
-  FLOWC_ASSIGN_OR_RETURN(tuning.planned, plannedCandidates(artifact, code.kernelSites));
+  FLOWC_ASSIGN_OR_RETURN(tuning.planned, tunedCandidates(artifact, code.kernelSites));
   const Expected<ProcessGpu> &gpu = processGpu();
   if (!gpu)
     return unavailable("'" + path + "' is CUDA code for sm_" +

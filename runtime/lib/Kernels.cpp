@@ -1264,18 +1264,25 @@ Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact) 
   for (size_t i = 0; i < packed.size(); ++i)
     state->prepackedWeights[{packed[i].site, packed[i].buffer}] =
         PrepackedWeight{artifact.packedBytes(i).data(), packed[i].size, packed[i].layout};
+  FLOWC_ASSIGN_OR_RETURN(state->candidates, tunedCandidates(artifact, *sites));
+  *context = state.get();
+  return state;
+}
+
+Expected<std::vector<std::string>> tunedCandidates(const Artifact &artifact,
+                                                   int64_t sites) {
+  std::vector<std::string> candidates(static_cast<size_t>(std::max<int64_t>(sites, 0)));
   for (const TunedKernelSpec &tuned : artifact.plan().tuned) {
     // Loop kernels' entries (site -1) were applied when the code was made.
     if (tuned.site < 0)
       continue;
-    if (tuned.site >= *sites)
-      return dataLoss("'" + artifactPath + "': the plan tunes library kernel site " +
+    if (tuned.site >= sites)
+      return dataLoss("'" + artifact.path() + "': the plan tunes library kernel site " +
                       std::to_string(tuned.site) + ", but the code has " +
-                      std::to_string(*sites) + " sites");
-    state->candidates[tuned.site] = tuned.candidate;
+                      std::to_string(sites) + " sites");
+    candidates[tuned.site] = tuned.candidate;
   }
-  *context = state.get();
-  return state;
+  return candidates;
 }
 
 std::string siteImplementation(const KernelContext &context, int64_t site) {

@@ -28,6 +28,12 @@ using KernelContextPtr = std::unique_ptr<KernelContext, KernelContextDeleter>;
 /// otherwise; DataLoss when the plan tunes a site the code does not have.
 Expected<KernelContextPtr> bindKernels(void *library, const Artifact &artifact);
 
+/// The candidate the plan chose for each of the code's `sites` library
+/// kernel sites (Plan::tuned; empty: none), CPU and CUDA code alike.
+/// DataLoss naming the artifact when the plan tunes a site the code lacks.
+Expected<std::vector<std::string>> tunedCandidates(const Artifact &artifact,
+                                                   int64_t sites);
+
 /// How many sites read a packed artifact weight in place (so far: sites are
 /// made on their first call).
 int64_t prepackedWeightsInUse(const KernelContext &context);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -35,6 +36,13 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables() {
       {"FLOWC_WORKER_TEST_CRASH", true},
   };
   return variables;
+}
+
+std::optional<std::string> hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0)
+    return std::nullopt;
+  return std::string(name);
 }
 
 std::string defaultCacheDir() {

@@ -683,6 +683,29 @@ TEST(TuningTest, DevicesOfAPrefixComeWithTheirLatestMeasurement) {
   EXPECT_EQ(*cache->tuningDevices("gpu "), std::vector<std::string>{"gpu H100 sm_90"});
 }
 
+// Records kept as one import (a session's timings): a record that is not
+// valid is counted and skipped, the others land; a record measured no later
+// than the one held is stale.
+TEST(TuningTest, ARecordListIsImportedAsADocumentIs) {
+  TempDir dir;
+  auto cache = openCache(dir);
+  TuningRecord bad = tuning("c", "gpu H100 sm_90", "v", "b", 9);
+  bad.timeNs = 0;
+  auto kept = cache->importTuning(
+      std::vector<TuningRecord>{tuning("c", "gpu H100 sm_90", "v", "a", 9), bad,
+                                tuning("d", "gpu H100 sm_90", "v", "a", 5)});
+  ASSERT_TRUE(kept) << kept.status().message();
+  EXPECT_EQ(kept->imported, 2u);
+  EXPECT_EQ(kept->ignored, 1u);
+  EXPECT_EQ(kept->stale, 0u);
+  auto again = cache->importTuning(
+      std::vector<TuningRecord>{tuning("c", "gpu H100 sm_90", "v", "a", 7)});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->imported, 0u);
+  EXPECT_EQ(again->stale, 1u);
+  EXPECT_EQ(cache->listTuning("gpu H100 sm_90")->size(), 2u);
+}
+
 TEST(TuningTest, AnInvalidRecordIsRefusedNamingTheField) {
   TempDir dir;
   auto cache = openCache(dir);

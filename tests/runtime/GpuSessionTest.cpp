@@ -339,9 +339,9 @@ TEST(GpuSessionTest, CudaCodeWhosePlanTunesASiteItLacksIsDataLoss) {
   TempDir dir;
   auto artifact = cudaArtifact(dir, {.kernelAbi = kKernelAbiVersion, .tunedSite = 1});
   ASSERT_TRUE(artifact) << artifact.status().toString();
-  EXPECT_THAT(
-      Session::create(*artifact),
-      StatusIs(StatusCode::DataLoss, "a tuned kernel names site 1, but the code has 1"));
+  EXPECT_THAT(Session::create(*artifact),
+              StatusIs(StatusCode::DataLoss,
+                       "the plan tunes library kernel site 1, but the code has 1 sites"));
 }
 
 // cuDNN and cuBLASLt open and name their versions without a GPU: the

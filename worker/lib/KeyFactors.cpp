@@ -2,6 +2,8 @@
 
 #include "ActionKeys.h"
 
+#include "flowc/support/Environment.h"
+
 #include <filesystem>
 #include <map>
 #include <unistd.h>
@@ -26,13 +28,6 @@ std::string nodeSignature(const compiler::NodeRecord &node) {
   for (const compiler::TensorInfo &output : node.outputs)
     text += tensorText(output) + ",";
   return text + ")";
-}
-
-std::string hostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0)
-    return "?";
-  return name;
 }
 
 std::string text(const json &value) {
@@ -68,7 +63,7 @@ json keyFactors(const IngestedModel &ingested, const CompileRequest &request,
                       (request.kind == ArtifactKind::Thin ? ";thin" : "")},
       {"toolchain", buildId + " " + artifactFormat()},
       {"tuning", tuningState},
-      {"host", hostName()},
+      {"host", hostName().value_or("?")},
       {"when", static_cast<int64_t>(::time(nullptr))},
   };
 }

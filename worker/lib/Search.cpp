@@ -3,6 +3,7 @@
 #include "ActionKeys.h"
 
 #include "flowc/runtime/Tuning.h"
+#include "flowc/support/Environment.h"
 #include "flowc/support/MachineLock.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/Sha256.h"
@@ -31,8 +32,6 @@ constexpr const char *kMeasureFormat = "flowc.measure.v1";
 /// A GPU measure task's trial runs: the libraries' candidates timed, twice
 /// what a session times by default.
 constexpr int kGpuMeasureTrials = 16;
-/// The timed runs of each GPU trial (LibraryKernels.cpp's timeCalls).
-constexpr int kGpuTimedRuns = 3;
 
 /// The kernels of one signature: one search for all of them.
 struct Tunable {
@@ -74,13 +73,6 @@ std::string librarySignature(const compiler::LibrarySite &site) {
 
 std::string loopSignature(const compiler::PlannedKernel &kernel) {
   return "loop:" + sha256Hex(sha256Of(kernel.key));
-}
-
-std::string hostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0)
-    return "unknown";
-  return name;
 }
 
 /// The CUDA library kernels of the plan, one entry per signature, with the
@@ -407,7 +399,7 @@ Status writeMeasurement(const std::string &device, const Measurement &measured,
   json output = {
       {"format", kMeasureFormat},
       {"device", device},
-      {"host", hostName()},
+      {"host", hostName().value_or("unknown")},
       {"measured_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count()},
@@ -455,14 +447,14 @@ Status runGpuMeasureTask(const json &measure, const std::string &path) {
   Measurement measured;
   measured.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  measured.rounds = kGpuTimedRuns;
+  measured.rounds = runtime::kGpuTrialRuns;
   for (const auto &[candidate, ms] : choice.timings) {
     if (candidate.empty() || !std::isfinite(ms) || ms <= 0)
       continue;
     int64_t ns = std::max<int64_t>(1, std::llround(ms * 1e6));
     if (measured.timings.empty() || ns < measured.timings[measured.best].medianNs)
       measured.best = measured.timings.size();
-    measured.timings.push_back({candidate, ns, ns, ns, kGpuTimedRuns});
+    measured.timings.push_back({candidate, ns, ns, ns, runtime::kGpuTrialRuns});
   }
   return writeMeasurement(device, measured, path);
 }

@@ -424,7 +424,7 @@ private:
   /// no inputs converted down, and no TF32 tensor cores for fp32.
   bool hasExactNumerics(cudnnBackendDescriptor_t config, ElementType type);
   /// Milliseconds per call of `run` on the device (a warm-up call, then
-  /// kTrialRuns timed ones); infinity when it fails.
+  /// kGpuTrialRuns timed ones); infinity when it fails.
   double timeCalls(const std::function<bool()> &run);
   void setHandle(const Descriptor &descriptor, cudnnBackendAttributeName_t name);
   /// `a`, `b`, `c`, `d` and `bias`: the buffers of its first call, which
@@ -646,12 +646,11 @@ bool LibraryKernels::hasExactNumerics(cudnnBackendDescriptor_t config, ElementTy
 }
 
 double LibraryKernels::timeCalls(const std::function<bool()> &run) {
-  constexpr int kTrialRuns = 3;
   constexpr double kNever = std::numeric_limits<double>::infinity();
   if (!run() || !device_.synchronize())
     return kNever;
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kTrialRuns; ++i)
+  for (int i = 0; i < kGpuTrialRuns; ++i)
     if (!run())
       return kNever;
   if (!device_.synchronize())
@@ -659,7 +658,7 @@ double LibraryKernels::timeCalls(const std::function<bool()> &run) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                    start)
              .count() /
-         kTrialRuns;
+         kGpuTrialRuns;
 }
 
 cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, void *const pointers[3]) {

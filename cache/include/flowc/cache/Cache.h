@@ -360,6 +360,11 @@ public:
   /// record in it that is not valid is ignored with a warning naming its
   /// position and counted. Unavailable in a read-only cache.
   Expected<TuningImport> importTuning(std::string_view document);
+  /// `records` kept as an import keeps them: one transaction, a record
+  /// replacing the one of the same key only if measured later, one that is
+  /// not valid ignored with a warning and counted. Unavailable in a
+  /// read-only cache.
+  Expected<TuningImport> importTuning(const std::vector<TuningRecord> &records);
 
   // Maintenance -----------------------------------------------------------
 

@@ -113,6 +113,10 @@ Status pinMeasurementThreads();
 // Sessions time them in trial runs, and tuning records keyed by the GPU
 // (gpuTuningDevice) keep the fastest, so that later sessions skip the trials.
 
+/// A GPU candidate's trial: one warm-up call, then this many timed calls;
+/// its record's time is their mean.
+inline constexpr int kGpuTrialRuns = 3;
+
 /// A GPU candidate, parsed.
 struct GpuCandidate {
   enum class Library { Cudnn, CublasLt };

@@ -2,6 +2,7 @@
 // that a misspelt one is reported instead of silently ignored.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,9 @@ const std::vector<EnvironmentVariable> &knownEnvironmentVariables();
 /// The FLOWC_* variables set in this process's environment that are not
 /// known, e.g. FLOWC_CACHE_DIRS, sorted. Thread-compatible (reads `environ`).
 std::vector<std::string> unknownEnvironmentVariables();
+
+/// This machine's host name (gethostname); nullopt when it cannot say.
+std::optional<std::string> hostName();
 
 /// The cache directory when neither a flag nor FLOWC_CACHE_DIR names one:
 /// $XDG_CACHE_HOME/flowc, else ~/.cache/flowc.
