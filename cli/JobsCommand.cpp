@@ -190,6 +190,8 @@ int runWorkers(GlobalOptions &global, bool json) {
                        {"fallback", r.remote_fallback()},
                        {"platform", std::vector<std::string>(r.remote_platform().begin(),
                                                              r.remote_platform().end())},
+                       {"gpus", std::vector<std::string>(r.remote_gpus().begin(),
+                                                         r.remote_gpus().end())},
                        {"workers", remoteWorkers}};
     printJson(out);
     return 0;
@@ -215,6 +217,8 @@ int runWorkers(GlobalOptions &global, bool json) {
               << humanBytes(r.remote_bytes_downloaded()) << " down, "
               << r.remote_fallbacks() << " run locally (fallback " << r.remote_fallback()
               << ")\n";
+  for (const std::string &gpu : r.remote_gpus())
+    std::cout << "  GPU " << gpu << " (workers offering gpu=" << gpu << ")\n";
   for (const flowc::v1::RemoteWorker &worker : r.remote_workers())
     std::cout << "  " << worker.name() << "  " << worker.tasks_done() << " done, "
               << worker.tasks_failed() << " failed\n";

@@ -189,6 +189,12 @@ int main(int argc, char **argv) {
       "--remote-platform", remotePlatform,
       "KEY=VALUE platform property of every remote action, besides OSFamily and ISA "
       "(repeatable)");
+  std::vector<std::string> remoteGpus;
+  CLI::Option *remoteGpusOption = app.add_option(
+      "--remote-gpu", remoteGpus,
+      "A GPU the engine's workers offer as their gpu platform property, e.g. "
+      "\"NVIDIA H200 sm_90\": CUDA compiles measure their library kernels there "
+      "(repeatable)");
   remoteFallback.option = app.add_option(
       "--remote-fallback", remoteFallback.value,
       "What a task does when the engine cannot be reached: local (run it here) or none "
@@ -252,6 +258,8 @@ int main(int argc, char **argv) {
   flags.remoteInstance = remoteInstance.get();
   if (remotePlatformOption->count())
     flags.remotePlatform = joined(remotePlatform);
+  if (remoteGpusOption->count())
+    flags.remoteGpus = joined(remoteGpus);
   flags.remoteFallback = remoteFallback.get();
   flags.remoteJobs = remoteJobs.get();
   flags.configFile = config.get();

@@ -164,6 +164,7 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
       spdlog::warn("remote cache not used: {}", opened.status().message());
   }
   executor.setRemoteTier(tier.get());
+  executor.setRemoteGpus({task.remote_gpus().begin(), task.remote_gpus().end()});
   auto progress = [](const worker::ProgressEvent &event) {
     flowc::v1::WorkerReply reply;
     worker::toProto(event, *reply.mutable_progress());

@@ -53,6 +53,8 @@ flowc::v1::WorkerTask workerTask(const DaemonContext &context) {
   task.set_cache_dir(context.cache->root());
   task.set_cache_max_bytes(context.options.cache.maxBytes);
   task.set_cache_read_only(context.options.cache.access == cache::CacheAccess::ReadOnly);
+  for (const std::string &gpu : context.options.remote.gpus)
+    task.add_remote_gpus(gpu);
   return task;
 }
 

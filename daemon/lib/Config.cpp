@@ -1,5 +1,6 @@
 #include "flowc/daemon/Config.h"
 
+#include "flowc/runtime/Tuning.h"
 #include "flowc/support/ByteSize.h"
 #include "flowc/support/Environment.h"
 #include "flowc/support/MappedFile.h"
@@ -180,6 +181,21 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
                                  "' is not KEY=VALUE");
         options.remote.platform.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
       }
+    } else if (key == "remote-gpu") {
+      options.remote.gpus.clear();
+      for (size_t begin = 0; begin <= value.size();) {
+        size_t end = std::min(value.find(',', begin), value.size());
+        std::string name = trim(std::string_view(value).substr(begin, end - begin));
+        begin = end + 1;
+        if (name.empty())
+          continue;
+        auto device = runtime::parseGpuName(name);
+        if (!device)
+          return bad(setting, device.status());
+        if (std::find(options.remote.gpus.begin(), options.remote.gpus.end(), *device) ==
+            options.remote.gpus.end())
+          options.remote.gpus.push_back(*device);
+      }
     } else if (key == "remote-jobs") {
       unsigned jobs = 0;
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), jobs);
@@ -312,6 +328,7 @@ Expected<DaemonOptions> resolveDaemonOptions(const DaemonFlags &flags) {
   layer(settings, "remote-executor", flags.remoteExecutor, "FLOWC_REMOTE_EXECUTOR");
   layer(settings, "remote-instance", flags.remoteInstance, nullptr);
   layer(settings, "remote-platform", flags.remotePlatform, nullptr);
+  layer(settings, "remote-gpu", flags.remoteGpus, nullptr);
   layer(settings, "remote-fallback", flags.remoteFallback, nullptr);
   layer(settings, "remote-jobs", flags.remoteJobs, nullptr);
   layer(settings, "remote-cache", flags.remoteCache, "FLOWC_REMOTE_CACHE");

@@ -1,6 +1,7 @@
 #include "RemoteTaskExecutor.h"
 
 #include "flowc/remote/RemoteExecution.h"
+#include "flowc/runtime/Tuning.h"
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
@@ -13,6 +14,23 @@ namespace flowc::daemon {
 namespace {
 
 constexpr const char *kWorkerInRoot = "bin/flowc-worker";
+
+std::string secondsText(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
+}
+
+/// What a task past its deadline was waiting for, when it asked for more
+/// than the base platform: " (its deadline; it needs a worker offering
+/// gpu=NVIDIA H200 sm_90)".
+std::string neededText(const worker::Task &task) {
+  std::string needed;
+  for (const auto &[name, value] : task.platform)
+    needed += (needed.empty() ? "" : ", ") + name + "=" + value;
+  return needed.empty() ? std::string()
+                        : " (its deadline; it needs a worker offering " + needed + ")";
+}
 
 /// REAPI's platform lexicon names for this machine: the flowc-worker binary
 /// in the input root runs only on the same OS and instruction set.
@@ -36,6 +54,10 @@ public:
   }
 
   Expected<worker::TaskOutcome> run(const TaskRun &run) override {
+    // A GPU task for this machine's own GPU runs here: the local pool
+    // shares it, and the engine may have no worker offering it.
+    if (needsLocalGpu(run.task))
+      return local_->run(run);
     auto outcome = runRemotely(run);
     if (outcome || !options_.fallbackLocal ||
         outcome.status().code() != StatusCode::Unavailable)
@@ -66,6 +88,8 @@ public:
     out.set_remote_fallback(options_.fallbackLocal ? "local" : "none");
     for (const auto &[name, value] : platform_)
       out.add_remote_platform(name + "=" + value);
+    for (const std::string &gpu : options_.gpus)
+      out.add_remote_gpus(std::string(runtime::gpuNameOf(gpu)));
     std::lock_guard lock(mutex_);
     for (const auto &[name, counts] : workers_) {
       flowc::v1::RemoteWorker *worker = out.add_remote_workers();
@@ -76,6 +100,17 @@ public:
   }
 
 private:
+  static bool needsLocalGpu(const worker::Task &task) {
+    auto gpu =
+        std::find_if(task.platform.begin(), task.platform.end(), [](const auto &p) {
+          return p.first == worker::kGpuPlatformProperty;
+        });
+    if (gpu == task.platform.end())
+      return false;
+    Expected<std::string> local = runtime::localGpuTuningDevice();
+    return local && runtime::gpuNameOf(*local) == gpu->second;
+  }
+
   void setState(std::string state) {
     std::lock_guard lock(mutex_);
     state_ = std::move(state);
@@ -102,7 +137,21 @@ private:
     std::sort(action.platform.begin(), action.platform.end());
     if (run.onStart)
       run.onStart("remote " + options_.url);
-    auto outcome = remote_->execute(action, run.cancelled);
+    // A deadline abandons the action as a cancellation does.
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(task.deadlineSeconds));
+    auto pastDeadline = [&] {
+      return task.deadlineSeconds > 0 && std::chrono::steady_clock::now() >= deadline;
+    };
+    auto outcome = remote_->execute(
+        action, [&] { return (run.cancelled && run.cancelled()) || pastDeadline(); });
+    if (!outcome && outcome.status().code() == StatusCode::Cancelled && pastDeadline() &&
+        !(run.cancelled && run.cancelled()))
+      return Status(StatusCode::ResourceExhausted,
+                    what + ": remote executor " + options_.url +
+                        " did not finish it in " + secondsText(task.deadlineSeconds) +
+                        " s" + neededText(task));
     if (!outcome) {
       setState(outcome.status().message());
       return outcome.status().withContext(what + ": remote executor " + options_.url);

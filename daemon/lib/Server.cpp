@@ -256,8 +256,8 @@ Status DaemonOptions::validate() {
     auto endpoint = remote::parseEndpoint(remote.url, remote.instance);
     if (!endpoint)
       return invalidArgument("--remote-executor: " + endpoint.status().message());
-  } else if (!remote.platform.empty() || remote.fallbackLocal) {
-    return invalidArgument("--remote-platform and --remote-fallback need "
+  } else if (!remote.platform.empty() || !remote.gpus.empty() || remote.fallbackLocal) {
+    return invalidArgument("--remote-platform, --remote-gpu and --remote-fallback need "
                            "--remote-executor");
   } else if (!remote.instance.empty() && remoteCache.url.empty()) {
     return invalidArgument("--remote-instance needs --remote-executor or --remote-cache");
@@ -374,6 +374,8 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
                  reconciled.missingFiles, reconciled.orphanFiles, reconciled.quarantined);
   context.executor =
       std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
+  // Hits answered here key CUDA compiles as the jobs' processes do.
+  context.executor->setRemoteGpus(options.remote.gpus);
   FLOWC_ASSIGN_OR_RETURN(context.tasks, makeTaskExecutor(context));
   context.jobs = std::make_unique<scheduler::JobQueue>(
       options.workers, lastTracedJobNumber(context.traceDir()) + 1);

@@ -162,6 +162,8 @@ json workersJson(const flowc::v1::WorkersResponse &w) {
           {"local_gpus_absent", w.local_gpus_absent()},
           {"remote_platform", std::vector<std::string>(w.remote_platform().begin(),
                                                        w.remote_platform().end())},
+          {"remote_gpus",
+           std::vector<std::string>(w.remote_gpus().begin(), w.remote_gpus().end())},
           {"remote_workers", remote}};
 }
 

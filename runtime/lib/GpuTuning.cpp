@@ -177,6 +177,39 @@ Expected<std::string> localGpuTuningDevice() {
   return gpuTuningDevice(device.name, device.capability);
 }
 
+Expected<std::string> parseGpuName(std::string_view text) {
+  auto bad = [&](const std::string &why) {
+    return invalidArgument("GPU '" + std::string(text) + "': " + why +
+                           " (a GPU is its driver's name and compute capability, "
+                           "e.g. 'NVIDIA H200 sm_90')");
+  };
+  constexpr size_t kMaxNameBytes = 128;
+  if (text.size() > kMaxNameBytes)
+    return bad("longer than " + std::to_string(kMaxNameBytes) + " bytes");
+  for (char c : text)
+    if (c < 0x20 || c > 0x7e || c == ',')
+      return bad("only printable ASCII other than ',' may name a GPU");
+  size_t sm = text.rfind(" sm_");
+  if (sm == std::string_view::npos || sm == 0 || text.front() == ' ')
+    return bad("no name followed by ' sm_NN'");
+  std::string_view digits = text.substr(sm + 4);
+  int64_t capability = 0;
+  auto [end, ec] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), capability);
+  bool decimal = digits.size() >= 2 && digits.size() <= 3 && digits.front() >= '1' &&
+                 digits.front() <= '9';
+  if (!decimal || ec != std::errc() || end != digits.data() + digits.size())
+    return bad("'" + std::string(digits) + "' is not a compute capability such as 90");
+  return gpuTuningDevice(std::string(text.substr(0, sm)), capability);
+}
+
+std::string_view gpuNameOf(std::string_view device) {
+  std::string_view prefix = kGpuTuningDevicePrefix;
+  if (device.substr(0, prefix.size()) == prefix)
+    device.remove_prefix(prefix.size());
+  return device;
+}
+
 Expected<std::string> gpuTuningVersions() {
   FLOWC_ASSIGN_OR_RETURN(std::string libraries, gpu::libraryVersions());
   return libraries + "; kernel abi " + std::to_string(kKernelAbiVersion);

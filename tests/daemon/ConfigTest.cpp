@@ -264,6 +264,28 @@ TEST_F(ConfigTest, BadRemoteCacheSettingsNameTheirOrigin) {
   }
 }
 
+// The remote engine's GPUs: named as their workers' `gpu` property names
+// them, kept as tuning devices, once each; a bad name says where it was.
+TEST_F(ConfigTest, RemoteGpusComeFromTheFileOrTheFlag) {
+  writeFile(dir.file("flowcd.conf"),
+            "remote-gpu = NVIDIA H200 sm_90, NVIDIA A100-SXM4-80GB sm_80, "
+            "NVIDIA H200 sm_90\n");
+  auto options = resolveDaemonOptions(flags());
+  ASSERT_TRUE(options) << options.status().toString();
+  EXPECT_EQ(options->remote.gpus,
+            (std::vector<std::string>{"gpu NVIDIA H200 sm_90",
+                                      "gpu NVIDIA A100-SXM4-80GB sm_80"}));
+  DaemonFlags withFlag = flags();
+  withFlag.remoteGpus = "NVIDIA L4 sm_89";
+  options = resolveDaemonOptions(withFlag);
+  ASSERT_TRUE(options) << options.status().toString();
+  EXPECT_EQ(options->remote.gpus, (std::vector<std::string>{"gpu NVIDIA L4 sm_89"}));
+  writeFile(dir.file("flowcd.conf"), "remote-gpu = NVIDIA H200\n");
+  EXPECT_THAT(resolveDaemonOptions(flags()),
+              StatusIs(StatusCode::InvalidArgument,
+                       "flowcd.conf:1: GPU 'NVIDIA H200': no name followed by ' sm_NN'"));
+}
+
 TEST_F(ConfigTest, FrontDoorSettingsComeFromFlagsOrTheFile) {
   // The config file sets the TCP port's TLS, tokens and client CA.
   writeFile(dir.file("flowcd.conf"),

@@ -99,12 +99,15 @@ def yaml_str(s):
 
 
 class BuildGridCluster:
-    def __init__(self, workdir, bots=2, instance="main", keepalive_s=10, platform=None, wildcard_keys=()):
+    def __init__(self, workdir, bots=2, instance="main", keepalive_s=10, platform=None, wildcard_keys=(),
+                 bot_platform=None):
         """bots: how many start() launches (bot1..botN). instance: the REAPI
         instance name every service answers on. platform: the properties
         each bot advertises, which are also the keys actions may match on;
-        wildcard_keys: further property names actions may carry that do not
-        steer scheduling (BuildGrid rejects an action naming any other)."""
+        bot_platform: further properties of some bots ({"bot2": {"gpu":
+        "NVIDIA H200 sm_90"}}), their keys matched too; wildcard_keys:
+        further property names actions may carry that do not steer
+        scheduling (BuildGrid rejects an action naming any other)."""
         self.workdir = Path(workdir).resolve()
         self.bot_count = bots
         self.instance = instance
@@ -115,6 +118,7 @@ class BuildGridCluster:
             raise ValueError("keepalive_s must be >= 4")
         self.platform = dict(DEFAULT_PLATFORM if platform is None else platform)
         self.wildcard_keys = list(wildcard_keys)
+        self.bot_platform = {name: dict(props) for name, props in (bot_platform or {}).items()}
         self.port = None
         self.venv = None
         self._pg = None
@@ -231,7 +235,7 @@ class BuildGridCluster:
     def _write_config(self):
         cas = self.workdir / "cas"
         cas.mkdir(exist_ok=True)
-        match = sorted(self.platform)
+        match = sorted(set(self.platform).union(*self.bot_platform.values()))
         config = f"""\
 server:
   - !channel
@@ -345,7 +349,7 @@ thread-pool-size: 128
             "--url", self.url, "--instance", self.instance, "--name", name,
             "--workdir", bot_dir, "--log", self.execution_log,
         ]
-        for k, v in sorted(self.platform.items()):
+        for k, v in sorted({**self.platform, **self.bot_platform.get(name, {})}.items()):
             cmd += ["--property", f"{k}={v}"]
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -848,6 +848,27 @@ TEST(GpuCandidateTest, TuningDevicesNameTheGpuAndItsCapability) {
   EXPECT_EQ(librarySignature(KernelKind::MatMul, {1, 2, 3}), "library.matmul:1,2,3");
 }
 
+// An operator names a remote engine's GPU as its workers' `gpu` platform
+// property does; anything else is refused, quoting the text.
+TEST(GpuCandidateTest, GpuNamesBecomeTuningDevicesAndBack) {
+  auto device = parseGpuName("NVIDIA H200 sm_90");
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_EQ(*device, gpuTuningDevice("NVIDIA H200", 90));
+  EXPECT_EQ(gpuNameOf(*device), "NVIDIA H200 sm_90");
+  device = parseGpuName("NVIDIA B200 sm_100");
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_TRUE(isGpuTuningDeviceOf(*device, 100));
+  for (const char *bad :
+       {"", "NVIDIA H200", "sm_90", " sm_90", " NVIDIA H200 sm_90", "NVIDIA H200 sm_",
+        "NVIDIA H200 sm_9", "NVIDIA H200 sm_090", "NVIDIA H200 sm_90a",
+        "NVIDIA H200 sm_1000", "A,B sm_90", "NVIDIA\tH200 sm_90", "NVIDIA H200 sm_-90"})
+    EXPECT_THAT(parseGpuName(bad),
+                StatusIs(StatusCode::InvalidArgument, "GPU '" + std::string(bad) + "'"))
+        << bad;
+  EXPECT_THAT(parseGpuName(std::string(200, 'x') + " sm_90"),
+              StatusIs(StatusCode::InvalidArgument, "longer than 128 bytes"));
+}
+
 // The versions part needs the libraries, not a GPU.
 TEST(GpuCandidateTest, TuningVersionsNameTheLibrariesAndTheKernelAbi) {
   Expected<std::string> versions = gpuTuningVersions();

@@ -62,7 +62,7 @@ protected:
     InProcessTaskRunner runner(*cache_, kBuild, 1);
     SearchBudget budget;
     budget.mode = SearchBudget::Mode::Exhaustive;
-    return searchKernels(*cache_, nullptr, runner, plan_, options_, budget, kBuild,
+    return searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {}, kBuild,
                          [](const std::string &) {});
   }
 
@@ -167,7 +167,7 @@ TEST_F(GpuSearchTest, AGpuMeasureTaskNeedsItsGpu) {
   auto task = makeMeasureTask(*cache_, measure, std::nullopt, options_, kBuild);
   ASSERT_TRUE(task) << task.status().toString();
   EXPECT_EQ(task->platform, (std::vector<std::pair<std::string, std::string>>{
-                                {kGpuPlatformProperty, h200}}));
+                                {kGpuPlatformProperty, "NVIDIA H200 sm_90"}}));
   TempDir out;
   EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
               StatusIs(StatusCode::FailedPrecondition,
@@ -184,6 +184,85 @@ TEST_F(GpuSearchTest, AGpuMeasureTaskNeedsItsGpu) {
                              options_, kBuild);
   ASSERT_TRUE(cpu) << cpu.status().toString();
   EXPECT_THAT(cpu->platform, IsEmpty());
+}
+
+/// Runs nothing: keeps the tasks it is given and fails each as an engine
+/// with no worker offering their GPU would.
+class NoGpuWorkerRunner final : public TaskRunner {
+public:
+  using TaskRunner::run;
+  std::vector<Expected<TaskOutcome>> run(const std::vector<Task> &tasks,
+                                         const TaskListener &) override {
+    seen.insert(seen.end(), tasks.begin(), tasks.end());
+    return std::vector<Expected<TaskOutcome>>(
+        tasks.size(), Status(StatusCode::ResourceExhausted, "no worker offers it"));
+  }
+  std::vector<Task> seen;
+};
+
+// A GPU the remote engine offers (flowcd --remote-gpu) is the one a compile
+// for its capability keys by, before any other GPU's records; one of
+// another capability changes nothing.
+TEST_F(GpuSearchTest, ARemoteGpuOfTheTargetsCapabilityDecides) {
+  std::string h200 = runtime::gpuTuningDevice("NVIDIA H200", 90);
+  std::string h100 = runtime::gpuTuningDevice("NVIDIA H100", 90);
+  std::string a100 = runtime::gpuTuningDevice("NVIDIA A100", 80);
+  record(kConvSignature, h200, kConvCandidate, 5000, 1000);
+  auto device = gpuTuningDeviceFor(*cache_, Target::CudaSm90, {a100, h100});
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_EQ(*device, h100);
+  device = gpuTuningDeviceFor(*cache_, Target::CudaSm90, {a100});
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_EQ(*device, h200);
+  device = gpuTuningDeviceFor(*cache_, Target::CudaSm80, {h100});
+  ASSERT_TRUE(device) << device.status().toString();
+  EXPECT_FALSE(*device);
+}
+
+// With a remote GPU and a budget, each kernel without a record becomes a
+// measure task asking for that GPU, which waits no longer than the budget.
+// A task that fails leaves its sites to trial runs, with a warning.
+TEST_F(GpuSearchTest, KernelsWithoutRecordsAreMeasuredOnTheRemoteGpu) {
+  std::string h200 = runtime::gpuTuningDevice("NVIDIA H200", 90);
+  NoGpuWorkerRunner runner;
+  std::vector<std::string> warnings;
+  SearchBudget budget{SearchBudget::Mode::Seconds, 7.5};
+  auto choices =
+      searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {h200}, kBuild,
+                    [&](const std::string &warning) { warnings.push_back(warning); });
+  ASSERT_TRUE(choices) << choices.status().toString();
+  EXPECT_EQ(choices->summary.gpuDevice, h200);
+  EXPECT_EQ(choices->summary.tunableKernels, 2u);
+  EXPECT_EQ(choices->summary.measuredKernels, 0u);
+  EXPECT_THAT(choices->tuned, IsEmpty());
+  ASSERT_EQ(runner.seen.size(), 2u);
+  for (const Task &task : runner.seen) {
+    EXPECT_EQ(task.kind, "measure");
+    EXPECT_EQ(task.platform, (std::vector<std::pair<std::string, std::string>>{
+                                 {kGpuPlatformProperty, "NVIDIA H200 sm_90"}}));
+    EXPECT_EQ(task.deadlineSeconds, 7.5);
+  }
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(warnings[0], HasSubstr("measuring library.conv2d:1,2,3 failed, so it runs "
+                                     "its default: no worker offers it"));
+
+  // `exhaustive` waits ten minutes at most; without the remote GPU, or
+  // without a budget, nothing is measured.
+  runner.seen.clear();
+  budget = {SearchBudget::Mode::Exhaustive, 0};
+  ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {h200},
+                            kBuild, [](const std::string &) {}));
+  ASSERT_EQ(runner.seen.size(), 2u);
+  EXPECT_EQ(runner.seen[0].deadlineSeconds, 600);
+  runner.seen.clear();
+  record(kConvSignature, h200, kConvCandidate, 5000, 1000);
+  ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {}, kBuild,
+                            [](const std::string &) {}));
+  EXPECT_THAT(runner.seen, IsEmpty());
+  budget = {};
+  ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {h200},
+                            kBuild, [](const std::string &) {}));
+  EXPECT_THAT(runner.seen, IsEmpty());
 }
 
 } // namespace

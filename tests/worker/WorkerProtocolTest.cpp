@@ -2,6 +2,9 @@
 #include "flowc/worker/RequestValidation.h"
 #include "flowc/worker/WorkerProtocol.h"
 
+#include "../common/TestUtil.h"
+
+#include <cmath>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,6 +13,7 @@
 namespace flowc::worker {
 namespace {
 
+using flowc::testing::StatusIs;
 using ::testing::HasSubstr;
 
 flowc::v1::SubmitRequest goodSubmit() {
@@ -205,6 +209,32 @@ TEST(WorkerProtocolTest, ATaskRequestWithABadDigestIsRefused) {
   EXPECT_EQ(back->outputs, task.outputs);
   request.mutable_inputs(0)->set_digest("sha256:nothex/3");
   EXPECT_EQ(taskFromProto(request).status().code(), StatusCode::InvalidArgument);
+}
+
+// A GPU measure task keeps what it needs of a worker and how long it may
+// wait for one on its way to the daemon; nonsense in either is refused.
+TEST(WorkerProtocolTest, ATasksPlatformAndDeadlineCrossThePipe) {
+  Task task{"measure",
+            "library.conv2d:1",
+            {{"task.json", cache::digestOf("{}")}},
+            {"measure.json"}};
+  task.platform = {{kGpuPlatformProperty, "NVIDIA H200 sm_90"}};
+  task.deadlineSeconds = 2.5;
+  flowc::v1::TaskRequest request = toProto(task, 8);
+  auto back = taskFromProto(request);
+  ASSERT_TRUE(back) << back.status().toString();
+  EXPECT_EQ(back->platform, task.platform);
+  EXPECT_EQ(back->deadlineSeconds, 2.5);
+  for (double bad : {-1.0, std::nan(""), kMaxTaskDeadlineSeconds * 2}) {
+    flowc::v1::TaskRequest late = request;
+    late.set_deadline_seconds(bad);
+    EXPECT_THAT(taskFromProto(late), StatusIs(StatusCode::InvalidArgument,
+                                              "task 'library.conv2d:1': deadline"))
+        << bad;
+  }
+  request.mutable_platform(0)->set_value("");
+  EXPECT_THAT(taskFromProto(request),
+              StatusIs(StatusCode::InvalidArgument, "an empty name or value"));
 }
 
 } // namespace

@@ -93,7 +93,7 @@ CompileExecutor::tuningState(const compiler::CompileOptions &options) {
     return state;
   // The GPU's records decide the plan's library candidates.
   FLOWC_ASSIGN_OR_RETURN(std::optional<std::string> gpu,
-                         gpuTuningDeviceFor(cache_, options.target));
+                         gpuTuningDeviceFor(cache_, options.target, remoteGpus_));
   if (!gpu)
     return state;
   FLOWC_ASSIGN_OR_RETURN(std::string gpuState, cache_.tuningState(*gpu));
@@ -476,7 +476,8 @@ CompileExecutor::codeFromTasks(const IngestedModel &ingested,
              "measuring kernels with no tuning record, budget " + budget.text());
   FLOWC_ASSIGN_OR_RETURN(SearchChoices choices,
                          searchKernels(cache_, remote_, runner(), plan, options, budget,
-                                       buildId_, [&](const std::string &warning) {
+                                       remoteGpus_, buildId_,
+                                       [&](const std::string &warning) {
                                          spdlog::warn("{}", warning);
                                          progress("search", warning);
                                        }));

@@ -32,6 +32,9 @@ constexpr const char *kMeasureFormat = "flowc.measure.v1";
 /// A GPU measure task's trial runs: the libraries' candidates timed, twice
 /// what a session times by default.
 constexpr int kGpuMeasureTrials = 16;
+/// How long a GPU measure task waits for a remote worker offering its GPU
+/// under `--search-budget exhaustive` (a budget in seconds is its own wait).
+constexpr double kExhaustiveGpuWaitSeconds = 600;
 
 /// The kernels of one signature: one search for all of them.
 struct Tunable {
@@ -111,10 +114,11 @@ std::vector<Tunable> gpuTunablesOf(const compiler::CompilePlan &plan,
 /// Every tunable kernel of the plan, one entry per signature.
 Expected<std::vector<Tunable>> tunablesOf(cache::Cache &cache,
                                           const compiler::CompilePlan &plan,
-                                          const compiler::CompileOptions &options) {
+                                          const compiler::CompileOptions &options,
+                                          const std::vector<std::string> &remoteGpus) {
   if (isCudaTarget(options.target)) {
     FLOWC_ASSIGN_OR_RETURN(std::optional<std::string> device,
-                           gpuTuningDeviceFor(cache, options.target));
+                           gpuTuningDeviceFor(cache, options.target, remoteGpus));
     return device ? gpuTunablesOf(plan, *device) : std::vector<Tunable>();
   }
   std::vector<Tunable> tunables;
@@ -466,12 +470,16 @@ bool isGpuMeasure(const json &measure) {
          measure["gpu"].get<bool>();
 }
 
-Expected<std::optional<std::string>> gpuTuningDeviceFor(cache::Cache &cache,
-                                                        Target target) {
+Expected<std::optional<std::string>>
+gpuTuningDeviceFor(cache::Cache &cache, Target target,
+                   const std::vector<std::string> &remoteGpus) {
   int64_t capability = cudaComputeCapability(target);
   if (Expected<std::string> local = runtime::localGpuTuningDevice();
       local && runtime::isGpuTuningDeviceOf(*local, capability))
     return std::optional<std::string>(*local);
+  for (const std::string &remote : remoteGpus)
+    if (runtime::isGpuTuningDeviceOf(remote, capability))
+      return std::optional<std::string>(remote);
   FLOWC_ASSIGN_OR_RETURN(std::vector<std::string> devices,
                          cache.tuningDevices(runtime::kGpuTuningDevicePrefix));
   std::erase_if(devices, [&](const std::string &device) {
@@ -503,9 +511,14 @@ const std::string &deviceDescriptor() {
 Expected<SearchChoices>
 searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
               const compiler::CompilePlan &plan, const compiler::CompileOptions &options,
-              const SearchBudget &budget, const std::string &buildId,
+              const SearchBudget &budget, const std::vector<std::string> &remoteGpus,
+              const std::string &buildId,
               const std::function<void(const std::string &)> &warn) {
-  FLOWC_ASSIGN_OR_RETURN(std::vector<Tunable> tunables, tunablesOf(cache, plan, options));
+  FLOWC_ASSIGN_OR_RETURN(std::vector<Tunable> tunables,
+                         tunablesOf(cache, plan, options, remoteGpus));
+  auto offersRemotely = [&](const std::string &device) {
+    return std::find(remoteGpus.begin(), remoteGpus.end(), device) != remoteGpus.end();
+  };
   std::vector<size_t> pending;
   size_t pendingCandidates = 0;
   for (size_t i = 0; i < tunables.size(); ++i) {
@@ -515,10 +528,12 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
       FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
     }
     // A GPU kernel is measured only where the records' GPU is: on this
-    // machine's (its local workers share it). Elsewhere sessions' trial
-    // runs, tuning imports and the remote tier bring its records.
+    // machine's (its local workers share it) or on a remote engine's worker
+    // offering it. Elsewhere sessions' trial runs, tuning imports and the
+    // remote tier bring its records.
     if (!tunables[i].record && budget.searches() &&
-        (!tunables[i].gpu || isLocalGpu(tunables[i].device))) {
+        (!tunables[i].gpu || isLocalGpu(tunables[i].device) ||
+         offersRemotely(tunables[i].device))) {
       pending.push_back(i);
       pendingCandidates += tunables[i].candidates.size();
     }
@@ -534,6 +549,11 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
     FLOWC_ASSIGN_OR_RETURN(
         Task task,
         makeMeasureTask(cache, measureJson(tunable, measure), kernel, options, buildId));
+    // A remote GPU may be busy or absent: the budget bounds the wait for it.
+    if (tunable.gpu && !isLocalGpu(tunable.device))
+      task.deadlineSeconds = budget.mode == SearchBudget::Mode::Seconds
+                                 ? std::min(budget.seconds, kMaxTaskDeadlineSeconds)
+                                 : kExhaustiveGpuWaitSeconds;
     tasks.push_back(std::move(task));
   }
   auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 #include "flowc/worker/Tasks.h"
 
 #include "flowc/compiler/PassObserver.h"
+#include "flowc/runtime/Tuning.h"
 #include "flowc/worker/Search.h"
 #include "flowc/support/MachineLock.h"
 #include "flowc/support/MappedFile.h"
@@ -293,8 +294,9 @@ Expected<Task> makeMeasureTask(cache::Cache &cache, json measure,
   Task made{"measure", name, {task}, {kMeasureFile}};
   // A GPU kernel is measured on a GPU of the records' device, nowhere else.
   if (isGpuMeasure(header["measure"]))
-    made.platform.emplace_back(kGpuPlatformProperty,
-                               header["measure"].value("device", std::string()));
+    made.platform.emplace_back(
+        kGpuPlatformProperty,
+        runtime::gpuNameOf(header["measure"].value("device", std::string())));
   if (kernel) {
     FLOWC_ASSIGN_OR_RETURN(Digest text, cache.put(kernel->text));
     made.inputs.push_back({kKernelFile, text});

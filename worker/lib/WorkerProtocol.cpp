@@ -302,6 +302,12 @@ flowc::v1::TaskRequest toProto(const Task &task, uint64_t id) {
   for (const std::string &output : task.outputs)
     request.add_outputs(output);
   request.set_cache_key(task.cacheKey);
+  for (const auto &[name, value] : task.platform) {
+    flowc::v1::Header *property = request.add_platform();
+    property->set_name(name);
+    property->set_value(value);
+  }
+  request.set_deadline_seconds(task.deadlineSeconds);
   return request;
 }
 
@@ -312,6 +318,18 @@ Expected<Task> taskFromProto(const flowc::v1::TaskRequest &request) {
     task.inputs.push_back({file.path(), digest});
   }
   task.outputs.assign(request.outputs().begin(), request.outputs().end());
+  for (const flowc::v1::Header &property : request.platform()) {
+    if (property.name().empty() || property.value().empty())
+      return invalidArgument("task '" + request.name() +
+                             "': a platform property with an empty name or value");
+    task.platform.emplace_back(property.name(), property.value());
+  }
+  double deadline = request.deadline_seconds();
+  if (!(deadline >= 0 && deadline <= kMaxTaskDeadlineSeconds))
+    return invalidArgument("task '" + request.name() + "': deadline " +
+                           std::to_string(deadline) + " s is not between 0 and " +
+                           std::to_string(static_cast<int>(kMaxTaskDeadlineSeconds)));
+  task.deadlineSeconds = deadline;
   return task;
 }
 

@@ -29,6 +29,8 @@ struct DaemonFlags {
   std::optional<std::string> remoteInstance;
   /// KEY=VALUE pairs joined by commas.
   std::optional<std::string> remotePlatform;
+  /// GPU names ("NVIDIA H200 sm_90") joined by commas.
+  std::optional<std::string> remoteGpus;
   std::optional<std::string> remoteFallback;
   std::optional<std::string> remoteJobs;
   std::optional<std::string> remoteCache;
@@ -72,6 +74,7 @@ inline constexpr const char *kConfigKeys[] = {"cache-dir",
                                               "remote-executor",
                                               "remote-instance",
                                               "remote-platform",
+                                              "remote-gpu",
                                               "remote-fallback",
                                               "remote-jobs",
                                               "remote-cache",

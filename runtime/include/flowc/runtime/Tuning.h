@@ -156,6 +156,15 @@ std::string gpuTuningDevice(const std::string &name, int64_t capability);
 bool isGpuTuningDeviceOf(std::string_view device, int64_t capability);
 /// Device 0's gpuTuningDevice; Unavailable without a GPU.
 Expected<std::string> localGpuTuningDevice();
+/// The GPU tuning device a remote engine's workers offer, from how an
+/// operator names it: "NVIDIA H200 sm_90" (the driver's name, then the
+/// compute capability) -> "gpu NVIDIA H200 sm_90". InvalidArgument quoting
+/// the text when it is not a name (printable, no comma, at most 128 bytes)
+/// followed by " sm_NN".
+Expected<std::string> parseGpuName(std::string_view text);
+/// What follows the prefix of a GPU tuning device ("NVIDIA H200 sm_90"):
+/// the value of the `gpu` platform property a task measuring on it needs.
+std::string_view gpuNameOf(std::string_view device);
 /// Times the GPU candidates of a conv2d or matmul kernel with `params` on
 /// device 0 as a session's first call does (up to `trials` of the
 /// library's candidates, each a warm-up and three timed runs), on random

@@ -112,6 +112,11 @@ public:
   /// recorded locally; it must outlive the executor's compiles.
   void setRemoteTier(RemoteTier *tier) { remote_ = tier; }
 
+  /// The GPUs (runtime::gpuTuningDevice form) that the remote engine behind
+  /// the task runner offers: CUDA compiles key by them and measure on them
+  /// (`flowcd --remote-gpu`). Set before the first compile.
+  void setRemoteGpus(std::vector<std::string> gpus) { remoteGpus_ = std::move(gpus); }
+
   /// Thread-safe; compiles run concurrently. Errors name the model and the
   /// node or op at fault; on error the cache keeps only complete blobs.
   /// `progress` hears of each phase, pass (when the passes run in this
@@ -276,6 +281,7 @@ private:
 
   cache::Cache &cache_;
   RemoteTier *remote_ = nullptr;
+  std::vector<std::string> remoteGpus_;
   std::string buildId_;
   Eviction eviction_;
   TaskRunner *runner_;

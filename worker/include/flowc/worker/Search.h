@@ -46,12 +46,15 @@ struct SearchSummary {
 const std::string &deviceDescriptor();
 
 /// The GPU whose tuning records decide the library kernels of a compile
-/// for CUDA `target`: this machine's device 0 when it has the target's
-/// compute capability, else the GPU of that capability measured last in
-/// `cache`'s records (runtime::gpuTuningDevice form); nullopt when there is
-/// neither: the artifact's sessions then choose by trial runs.
-Expected<std::optional<std::string>> gpuTuningDeviceFor(cache::Cache &cache,
-                                                        Target target);
+/// for CUDA `target` (runtime::gpuTuningDevice form): this machine's device
+/// 0 when it has the target's compute capability, else the first of
+/// `remoteGpus` (those the remote engine's workers offer, `flowcd
+/// --remote-gpu`) that has it, else the GPU of that capability measured
+/// last in `cache`'s records; nullopt when there is none of these: the
+/// artifact's sessions then choose by trial runs.
+Expected<std::optional<std::string>>
+gpuTuningDeviceFor(cache::Cache &cache, Target target,
+                   const std::vector<std::string> &remoteGpus = {});
 
 /// What search chose for a compile's kernels.
 struct SearchChoices {
@@ -65,12 +68,16 @@ struct SearchChoices {
 /// Decides every tunable kernel of `plan`: from `cache`'s records (or the
 /// `remote` tier's, imported, when there is one), and by measure tasks on
 /// `runner` within `budget` for those without one; new records are
-/// published to `remote`. A measure task that fails leaves its kernels at
-/// their default with a warning (`warn` is told why); the compile goes on.
+/// published to `remote`. A GPU kernel is measured only on its GPU: this
+/// machine's, or one of `remoteGpus` that `runner`'s remote engine offers
+/// (the task then waits at most the budget for it). A measure task that
+/// fails leaves its kernels at their default with a warning (`warn` is told
+/// why); the compile goes on.
 Expected<SearchChoices>
 searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
               const compiler::CompilePlan &plan, const compiler::CompileOptions &options,
-              const SearchBudget &budget, const std::string &buildId,
+              const SearchBudget &budget, const std::vector<std::string> &remoteGpus,
+              const std::string &buildId,
               const std::function<void(const std::string &)> &warn);
 
 /// Whether a task.json's "measure" object is a GPU kernel's (its "gpu" is

@@ -42,9 +42,17 @@ struct Task {
   std::string cacheKey = {};
   /// What the machine that runs it must have besides flowc-worker's OS and
   /// ISA, as REAPI platform properties: a GPU measure task's
-  /// {"gpu", "gpu NVIDIA H200 sm_90"}. Remote actions ask for them.
+  /// {"gpu", "NVIDIA H200 sm_90"}. Remote actions ask for them.
   std::vector<std::pair<std::string, std::string>> platform = {};
+  /// The most seconds a remote engine may take over it, queueing included
+  /// (0: no limit): a GPU measure task waits no longer than its search
+  /// budget for a worker that offers the GPU. Past it the runner abandons
+  /// it with ResourceExhausted.
+  double deadlineSeconds = 0;
 };
+
+/// The most a deadline may be (Task::deadlineSeconds): a day.
+inline constexpr double kMaxTaskDeadlineSeconds = 86400;
 
 /// The platform property naming the GPU a task needs (Task::platform).
 inline constexpr const char *kGpuPlatformProperty = "gpu";

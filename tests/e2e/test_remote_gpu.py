@@ -1,0 +1,90 @@
+"""GPU measure tasks of a compile on a machine without the GPU, sent to a
+REAPI engine's workers that offer it (flowcd --remote-gpu): BuildGrid 0.9.1
+with two bots, bot2 advertising `gpu=NVIDIA H200 sm_90`. Every measure task
+goes to bot2 and no other; bot2 has no GPU here, so each fails there saying
+so, and the compile goes on with trial runs left to sessions. A GPU no
+worker offers costs the compile its search budget, no more."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import make_models
+from conftest import BIN, ROOT, save
+from test_cuda import cuda_toolkit  # noqa: F401 (an autouse fixture)
+from test_tasks import daemon  # noqa: F401 (a fixture)
+
+sys.path.insert(0, str(ROOT / "tests" / "reapi"))
+from cluster import cluster_fixture  # noqa: E402
+
+H200 = "NVIDIA H200 sm_90"
+buildgrid = cluster_fixture(bots=2, scope="module", bot_platform={"bot2": {"gpu": H200}})
+
+
+@pytest.fixture
+def cnn(tmp_path, flowc):
+    if "cuDNN 9" not in flowc.run("--version").stdout:
+        pytest.skip("no cuDNN here: a compile cannot list the convolutions' candidates")
+    return save(make_models.make_cnn(np.random.default_rng(21)), tmp_path / "cnn.onnx")
+
+
+def gpu_daemon(daemon, cluster, *gpus, name="d"):
+    flags = ["--remote-executor", cluster.url, "--remote-instance", cluster.instance]
+    for gpu in gpus:
+        flags += ["--remote-gpu", gpu]
+    return daemon(*flags, name=name)
+
+
+def measure_tasks(d):
+    [job] = d.jobs()
+    return [t for t in job["tasks"] if t["kind"] == "measure"]
+
+
+def test_measure_tasks_go_to_the_worker_offering_the_gpu(daemon, buildgrid, cnn, tmp_path):
+    d = gpu_daemon(daemon, buildgrid, H200)
+    remote = d.workers()["remote"]
+    assert remote["gpus"] == [H200], remote
+    assert f"GPU {H200} (workers offering gpu={H200})" in d.flowc.run("workers").stdout
+    before = buildgrid.executions()
+    result = d.flowc.submit(cnn, tmp_path / "a.fca", "--target", "cuda:sm_90",
+                            "--search-budget", "120")
+    search = result["search"]
+    assert search["tunable_kernels"] >= 1 and search["measured_kernels"] == 0, search
+    measures = measure_tasks(d)
+    assert len(measures) == search["tunable_kernels"], measures
+    for task in measures:
+        assert task["state"] == "failed" and "remote bot2 failed" in task["error"], task
+        assert f"a measure task for the GPU 'gpu {H200}' reached a machine with no GPU" in \
+            task["error"], task
+    # The engine ran each one on bot2, the only bot offering the GPU.
+    ran = buildgrid.execution_records()[before:]
+    failed_on = [bot for _, bot, code in ran if code != 0]
+    assert failed_on == ["bot2"] * len(measures), (ran, buildgrid.logs())
+    # The daemon keys hits as its jobs do: the same submit is answered at once.
+    again = d.flowc.submit(cnn, tmp_path / "b.fca", "--target", "cuda:sm_90")
+    assert again["cache"] == "hit" and again["artifact_digest"] == result["artifact_digest"]
+
+
+def test_a_gpu_no_worker_offers_costs_the_search_budget(daemon, buildgrid, cnn, tmp_path):
+    b200 = "NVIDIA B200 sm_100"
+    d = gpu_daemon(daemon, buildgrid, b200)
+    result = d.flowc.submit(cnn, tmp_path / "a.fca", "--target", "cuda:sm_100",
+                            "--search-budget", "3")
+    assert result["search"]["measured_kernels"] == 0, result["search"]
+    measures = measure_tasks(d)
+    assert measures, d.jobs()
+    for task in measures:
+        assert task["state"] == "failed", task
+        assert (f"did not finish it in 3 s (its deadline; it needs a worker offering "
+                f"gpu={b200})") in task["error"], task
+
+
+def test_remote_gpus_need_an_engine_and_a_name_with_its_capability(tmp_path):
+    for flags, message in (
+            (["--remote-gpu", H200], "--remote-gpu and --remote-fallback need --remote-executor"),
+            (["--remote-executor", "grpc://127.0.0.1:1", "--remote-gpu", "NVIDIA H200"],
+             "GPU 'NVIDIA H200': no name followed by ' sm_NN'")):
+        run = subprocess.run([str(BIN / "flowcd"), "--cache-dir", str(tmp_path / "c"),
+                              *flags], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and message in run.stderr, (flags, run.stderr)
