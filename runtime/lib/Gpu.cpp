@@ -8,11 +8,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <dlfcn.h>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <unordered_set>
@@ -193,17 +195,75 @@ bool isUnavailableResult(CUresult result) {
   }
 }
 
+/// Whether `result` is a fault on the device that leaves every context of
+/// the process unusable: cuda.h says the process must be restarted.
+bool isProcessFatalResult(CUresult result) {
+  switch (result) {
+  case 700: // CUDA_ERROR_ILLEGAL_ADDRESS
+  case 702: // CUDA_ERROR_LAUNCH_TIMEOUT
+  case 710: // CUDA_ERROR_ASSERT
+  case 714: // CUDA_ERROR_HARDWARE_STACK_ERROR
+  case 715: // CUDA_ERROR_ILLEGAL_INSTRUCTION
+  case 716: // CUDA_ERROR_MISALIGNED_ADDRESS
+  case 717: // CUDA_ERROR_INVALID_ADDRESS_SPACE
+  case 718: // CUDA_ERROR_INVALID_PC
+  case 719: // CUDA_ERROR_LAUNCH_FAILED
+  case 721: // CUDA_ERROR_TENSOR_MEMORY_LEAK
+  case 810: // CUDA_ERROR_MPS_CLIENT_TERMINATED
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// The first device fault of the process (isProcessFatalResult), which
+/// every later use of the GPU reports: sessions share the primary context.
+class ProcessFault {
+public:
+  void record(const std::string &message) {
+    std::lock_guard lock(mutex_);
+    if (message_.empty())
+      message_ = message;
+    faulted_ = true;
+  }
+  std::optional<Status> status() const {
+    if (!faulted_)
+      return std::nullopt;
+    std::lock_guard lock(mutex_);
+    return Status(StatusCode::Unavailable,
+                  "the GPU is unusable in this process since a fault on the device (" +
+                      message_ + "); CUDA needs the process restarted");
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::atomic<bool> faulted_{false};
+  std::string message_;
+};
+
+ProcessFault &processFault() {
+  static ProcessFault fault;
+  return fault;
+}
+
 /// The Status of CUDA call `what` that answered `result`: ResourceExhausted
-/// for out of memory, Unavailable for a driver or device that cannot
-/// serve, Internal otherwise.
+/// for out of memory, Unavailable for a driver or device that cannot serve
+/// and for a device fault (every later use reports it too), Internal
+/// otherwise.
 Status cudaError(const Driver &driver, CUresult result, const std::string &what) {
   constexpr CUresult kOutOfMemory = 2;
+  std::string message = what + " failed: " + errorText(driver, result);
+  if (isProcessFatalResult(result)) {
+    processFault().record(message);
+    return Status(StatusCode::Unavailable,
+                  message + "; CUDA needs the process restarted before it runs again");
+  }
   StatusCode code = StatusCode::Internal;
   if (result == kOutOfMemory)
     code = StatusCode::ResourceExhausted;
   else if (isUnavailableResult(result))
     code = StatusCode::Unavailable;
-  return Status(code, what + " failed: " + errorText(driver, result));
+  return Status(code, message);
 }
 
 /// The loaded driver and device 0, as the process's first openGpu found
@@ -408,6 +468,8 @@ Expected<GpuDevice> openGpu() {
   const Expected<ProcessGpu> &gpu = processGpu();
   if (!gpu)
     return gpu.status();
+  if (std::optional<Status> fault = processFault().status())
+    return *fault;
   return gpu->device;
 }
 
@@ -897,8 +959,9 @@ void *GpuContext::allocateTemporary(uint64_t alignment, uint64_t bytes) {
 void GpuContext::freeTemporary(CUdeviceptr pointer) {
   if (!pointer)
     return;
-  temporaries_.erase(pointer);
-  record(driver_.memFree(pointer), "cuMemFree");
+  // Still tracked (freed at the session's end) if the driver refuses now.
+  if (record(driver_.memFree(pointer), "cuMemFree"))
+    temporaries_.erase(pointer);
 }
 
 void GpuContext::runEntry(void **args, const std::function<void(void **)> &callEntry) {
@@ -1216,6 +1279,8 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
     return unavailable("'" + path + "' is CUDA code for sm_" +
                        std::to_string(code.capability) +
                        " and needs an NVIDIA GPU: " + gpu.status().message());
+  if (std::optional<Status> fault = processFault().status())
+    return fault->withContext("'" + path + "'");
   const GpuDevice &device = gpu->device;
   // A cubin runs on devices of its own capability only.
   if (device.capability != code.capability)
@@ -1351,6 +1416,8 @@ measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int
   const Expected<ProcessGpu> &gpu = processGpu();
   if (!gpu)
     return unavailable(what + " needs an NVIDIA GPU: " + gpu.status().message());
+  if (std::optional<Status> fault = processFault().status())
+    return fault->withContext(what);
   GpuContext context(*gpu, what);
   FLOWC_RETURN_IF_ERROR(context.start());
   return context.measureLibraryKernel(kind, params, trials, floats);

@@ -43,6 +43,9 @@ constexpr const char *kCublasLtLibrary = "libcublasLt.so.13";
 /// The workspace every cuBLASLt product may use (the size NVIDIA suggests
 /// for Hopper); cuDNN plans get what they ask for.
 constexpr uint64_t kMatMulWorkspaceBytes = uint64_t{32} << 20;
+/// The most workspace a convolution's trial run may take, but for the
+/// heuristics' first choice, which runs whatever it needs.
+constexpr int64_t kMaxTrialWorkspaceBytes = int64_t{256} << 20;
 
 #define FLOWC_LIBRARY_FUNCTION(name) decltype(&::name) name = nullptr
 
@@ -211,6 +214,12 @@ int64_t alignmentOf(uintptr_t address) {
 
 int64_t alignmentOf(const void *pointer) {
   return alignmentOf(reinterpret_cast<uintptr_t>(pointer));
+}
+
+/// Whether the `bytes` at `a` and the `bytes` at `b` share any byte.
+bool overlap(const void *a, const void *b, uint64_t bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bytes && y < x + bytes;
 }
 
 /// The element type a kernel of `precision` hands the library: AMP rounds
@@ -528,8 +537,9 @@ bool LibraryKernels::check(cudnnStatus_t status, const std::string &call) {
   std::string message = call + " failed: " + libraries_.cudnnGetErrorString(status);
   if (detail[0])
     message += std::string(" (") + detail + ")";
-  device_.fail(status == CUDNN_STATUS_ALLOC_FAILED ? resourceExhausted(message)
-                                                   : internalError(message));
+  bool exhausted = status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                   status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+  device_.fail(exhausted ? resourceExhausted(message) : internalError(message));
   return false;
 }
 
@@ -635,7 +645,9 @@ bool LibraryKernels::hasExactNumerics(cudnnBackendDescriptor_t config, ElementTy
           engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
           CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes) != CUDNN_STATUS_SUCCESS)
     return true;
-  for (int64_t i = 0; i < count; ++i) {
+  // A newer library may have more notes than these headers: cuDNN writes
+  // at most the array's, and says how many it has.
+  for (int64_t i = 0; i < std::min<int64_t>(count, std::size(notes)); ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
       return false;
     // Tensor cores on fp32 data are TF32: 10-bit mantissas.
@@ -665,7 +677,7 @@ cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, void *const poin
   void *workspacePointer = nullptr;
   if (plan.workspaceBytes > 0 &&
       !(workspacePointer = workspace(static_cast<uint64_t>(plan.workspaceBytes))))
-    return CUDNN_STATUS_ALLOC_FAILED;
+    return CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
   int64_t ids[] = {kSourceId, kWeightsId, kResultId};
   void *data[] = {pointers[0], pointers[1], pointers[2]};
   cudnnBackendDescriptor_t pack = nullptr;
@@ -869,6 +881,15 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
     if (!plans.empty())
       break;
   }
+  // A trial's workspace stays for the session, and one the device cannot
+  // give fails it: beyond the first choice, engines needing more than this
+  // are not tried.
+  if (plans.size() > 1)
+    plans.erase(std::remove_if(plans.begin() + 1, plans.end(),
+                               [](const ConvPlan &plan) {
+                                 return plan.workspaceBytes > kMaxTrialWorkspaceBytes;
+                               }),
+                plans.end());
   if (plans.empty() && !inexact.empty()) {
     spdlog::warn("conv2d site {} of '{}': cuDNN has only engines with TF32 or "
                  "down-converted inputs for it; results may differ from fp32 by ~1e-3",
@@ -964,7 +985,12 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
       !(conv->weights =
             device_.allocate(bytes(conv->weightShape), "the weights of " + what)))
     return nullptr;
-  if ((amp || p.destinationLayout != conv->layout) &&
+  // cuDNN writes its result before the epilogue adds the residual, so a
+  // residual in the result's own buffer (the memory plan's add-to-output)
+  // needs the result elsewhere; so do trial runs, which write it too.
+  uint64_t resultBytes = static_cast<uint64_t>(elements(conv->destinationShape)) * 4;
+  bool residualInResult = p.hasResidual && overlap(buffers[3], buffers[4], resultBytes);
+  if ((amp || p.destinationLayout != conv->layout || residualInResult) &&
       !(conv->destination =
             device_.allocate(bytes(conv->destinationShape), "the result of " + what)))
     return nullptr;
@@ -1058,6 +1084,12 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
   float *destination = static_cast<float *>(buffers[3 + p->hasResidual]);
   const float *residual =
       p->hasResidual ? static_cast<const float *>(buffers[3]) : nullptr;
+  uint64_t resultBytes = static_cast<uint64_t>(elements(conv.destinationShape)) * 4;
+  if (residual && !conv.destination && overlap(residual, destination, resultBytes)) {
+    failSite(site, "conv2d",
+             "the residual moved into the result's buffer after the site was planned");
+    return;
+  }
   if (conv.source)
     gather(conv.source, buffers[0], conv.sourceShape,
            activationStrides(conv.sourceShape, conv.layout),
@@ -1289,10 +1321,18 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
     return matmul;
   }
   // Trial runs of the heuristics' candidates: the fastest on this device.
-  void *workspacePointer = workspace(kMatMulWorkspaceBytes);
+  // A residual in the result's own buffer (the memory plan's add-to-output)
+  // must survive them: they write a scratch result after the workspace.
+  uint64_t resultBytes = static_cast<uint64_t>(p.batch * p.m * p.n) * sizeof(float);
+  bool residualInResult = p.hasResidual && overlap(c, d, resultBytes);
+  void *workspacePointer =
+      workspace(kMatMulWorkspaceBytes + (residualInResult ? resultBytes : 0));
   if (!workspacePointer)
     return nullptr;
-  float alpha = 1.0f, beta = c != d ? 1.0f : 0.0f;
+  void *trialResult = residualInResult
+                          ? static_cast<char *>(workspacePointer) + kMatMulWorkspaceBytes
+                          : const_cast<void *>(d);
+  float alpha = 1.0f, beta = p.hasResidual ? 1.0f : 0.0f;
   double bestMs = std::numeric_limits<double>::infinity();
   if (results.size() > 1)
     choice.source = GpuKernelChoice::Source::Trials;
@@ -1300,9 +1340,9 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
     double ms = timeCalls([&] {
       return libraries_.cublasLtMatmul(
                  cublasLt_, matmul->operation, &alpha, b, matmul->weightsLayout, a,
-                 matmul->sourceLayout, &beta, c, matmul->resultLayout,
-                 const_cast<void *>(d), matmul->resultLayout, &result.algo,
-                 workspacePointer, kMatMulWorkspaceBytes,
+                 matmul->sourceLayout, &beta, c, matmul->resultLayout, trialResult,
+                 matmul->resultLayout, &result.algo, workspacePointer,
+                 kMatMulWorkspaceBytes,
                  static_cast<cudaStream_t>(device_.stream())) == CUBLAS_STATUS_SUCCESS;
     });
     choice.timings.emplace_back(texts[&result - results.data()], ms);
