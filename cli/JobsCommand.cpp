@@ -217,8 +217,14 @@ int runWorkers(GlobalOptions &global, bool json) {
               << humanBytes(r.remote_bytes_downloaded()) << " down, "
               << r.remote_fallbacks() << " run locally (fallback " << r.remote_fallback()
               << ")\n";
+  // The farm's GPUs: measured on by the engine's workers offering them, or
+  // (with a remote cache alone) only keyed by, their records shared.
   for (const std::string &gpu : r.remote_gpus())
-    std::cout << "  GPU " << gpu << " (workers offering gpu=" << gpu << ")\n";
+    std::cout << "  GPU " << gpu
+              << (r.remote_url().empty()
+                      ? " (its records from the remote cache; no engine to measure on)"
+                      : " (workers offering gpu=" + gpu + ")")
+              << "\n";
   for (const flowc::v1::RemoteWorker &worker : r.remote_workers())
     std::cout << "  " << worker.name() << "  " << worker.tasks_done() << " done, "
               << worker.tasks_failed() << " failed\n";

@@ -192,9 +192,9 @@ int main(int argc, char **argv) {
   std::vector<std::string> remoteGpus;
   CLI::Option *remoteGpusOption = app.add_option(
       "--remote-gpu", remoteGpus,
-      "A GPU the engine's workers offer as their gpu platform property, e.g. "
-      "\"NVIDIA H200 sm_90\": CUDA compiles measure their library kernels there "
-      "(repeatable)");
+      "A GPU of the farm, e.g. \"NVIDIA H200 sm_90\": CUDA compiles key by its "
+      "tuning records (the remote cache's too) and measure on the engine's workers "
+      "offering it as their gpu platform property (repeatable)");
   remoteFallback.option = app.add_option(
       "--remote-fallback", remoteFallback.value,
       "What a task does when the engine cannot be reached: local (run it here) or none "

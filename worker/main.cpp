@@ -164,7 +164,8 @@ Status runSubmit(const flowc::v1::WorkerTask &task) {
       spdlog::warn("remote cache not used: {}", opened.status().message());
   }
   executor.setRemoteTier(tier.get());
-  executor.setRemoteGpus({task.remote_gpus().begin(), task.remote_gpus().end()});
+  executor.setRemoteGpus({{task.remote_gpus().begin(), task.remote_gpus().end()},
+                          task.remote_gpus_measure()});
   auto progress = [](const worker::ProgressEvent &event) {
     flowc::v1::WorkerReply reply;
     worker::toProto(event, *reply.mutable_progress());

@@ -975,8 +975,9 @@ Expected<std::optional<TuningRecord>> Cache::bestTuning(std::string_view signatu
   return index_->bestTuning(signature, device, versions);
 }
 
-Expected<std::vector<TuningRecord>> Cache::listTuning(std::string_view device) {
-  return index_->listTuning(device);
+Expected<std::vector<TuningRecord>> Cache::listTuning(std::string_view device,
+                                                      std::string_view signature) {
+  return index_->listTuning(device, signature);
 }
 
 Expected<std::vector<std::string>> Cache::tuningDevices(std::string_view prefix) {
@@ -1064,8 +1065,10 @@ Expected<TuningRecord> tuningFromJson(const nlohmann::json &json) {
 
 } // namespace
 
-Expected<std::string> Cache::exportTuning(std::string_view device) {
-  FLOWC_ASSIGN_OR_RETURN(std::vector<TuningRecord> records, index_->listTuning(device));
+Expected<std::string> Cache::exportTuning(std::string_view device,
+                                          std::string_view signature) {
+  FLOWC_ASSIGN_OR_RETURN(std::vector<TuningRecord> records,
+                         index_->listTuning(device, signature));
   nlohmann::json json = {{"format", kTuningFormat}, {"records", nlohmann::json::array()}};
   for (const TuningRecord &record : records)
     json["records"].push_back(tuningJson(record));

@@ -627,14 +627,16 @@ Expected<std::optional<TuningRecord>> Index::bestTuning(std::string_view signatu
   }
 }
 
-Expected<std::vector<TuningRecord>> Index::listTuning(std::string_view device) {
+Expected<std::vector<TuningRecord>> Index::listTuning(std::string_view device,
+                                                      std::string_view signature) {
   std::lock_guard lock(mutex_);
   FLOWC_ASSIGN_OR_RETURN(
       Statement stmt,
-      db_->prepare(
-          "SELECT " FLOWC_TUNING_COLUMNS " FROM tuning_records WHERE ?1 = '' OR "
-          "device = ?1 ORDER BY signature, device, versions, time_ns, candidate"));
-  stmt.bind(1, device);
+      db_->prepare("SELECT " FLOWC_TUNING_COLUMNS
+                   " FROM tuning_records WHERE (?1 = '' OR "
+                   "device = ?1) AND (?2 = '' OR signature = ?2) ORDER BY signature, "
+                   "device, versions, time_ns, candidate"));
+  stmt.bind(1, device).bind(2, signature);
   std::vector<TuningRecord> records;
   while (true) {
     FLOWC_ASSIGN_OR_RETURN(bool row, stmt.step());

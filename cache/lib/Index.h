@@ -78,7 +78,8 @@ public:
                                                    std::string_view versions);
   /// Valid rows (of `device` when not empty) by signature, device, versions,
   /// time; rows that are not valid are skipped with a warning.
-  Expected<std::vector<TuningRecord>> listTuning(std::string_view device);
+  Expected<std::vector<TuningRecord>> listTuning(std::string_view device,
+                                                 std::string_view signature);
   /// The stored state digest of `device`, or that of no records.
   Expected<std::vector<std::string>> tuningDevices(std::string_view prefix);
   Expected<int64_t> latestTuning(std::string_view device);

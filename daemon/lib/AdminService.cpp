@@ -68,7 +68,7 @@ grpc::Status AdminService::Jobs(grpc::ServerContext *, const flowc::v1::JobsRequ
 grpc::Status AdminService::Workers(grpc::ServerContext *,
                                    const flowc::v1::WorkersRequest *,
                                    flowc::v1::WorkersResponse *response) {
-  context_.tasks->describe(*response);
+  context_.describeWorkers(*response);
   return grpc::Status::OK;
 }
 

@@ -55,6 +55,7 @@ flowc::v1::WorkerTask workerTask(const DaemonContext &context) {
   task.set_cache_read_only(context.options.cache.access == cache::CacheAccess::ReadOnly);
   for (const std::string &gpu : context.options.remote.gpus)
     task.add_remote_gpus(gpu);
+  task.set_remote_gpus_measure(!context.options.remote.url.empty());
   return task;
 }
 

@@ -62,6 +62,9 @@ struct DaemonContext {
   /// kKeptTraces of them.
   static constexpr size_t kKeptTraces = 200;
   std::string traceDir() const { return cache->root() + "/traces"; }
+
+  /// `flowc workers`: the executors' state and the farm's GPUs.
+  void describeWorkers(flowc::v1::WorkersResponse &out) const;
 };
 
 } // namespace flowc::daemon

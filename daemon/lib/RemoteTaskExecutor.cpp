@@ -88,8 +88,6 @@ public:
     out.set_remote_fallback(options_.fallbackLocal ? "local" : "none");
     for (const auto &[name, value] : platform_)
       out.add_remote_platform(name + "=" + value);
-    for (const std::string &gpu : options_.gpus)
-      out.add_remote_gpus(std::string(runtime::gpuNameOf(gpu)));
     std::lock_guard lock(mutex_);
     for (const auto &[name, counts] : workers_) {
       flowc::v1::RemoteWorker *worker = out.add_remote_workers();

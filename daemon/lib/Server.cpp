@@ -1,3 +1,4 @@
+#include "flowc/runtime/Tuning.h"
 #include "flowc/daemon/Server.h"
 
 #include "AdminService.h"
@@ -256,11 +257,13 @@ Status DaemonOptions::validate() {
     auto endpoint = remote::parseEndpoint(remote.url, remote.instance);
     if (!endpoint)
       return invalidArgument("--remote-executor: " + endpoint.status().message());
-  } else if (!remote.platform.empty() || !remote.gpus.empty() || remote.fallbackLocal) {
-    return invalidArgument("--remote-platform, --remote-gpu and --remote-fallback need "
+  } else if (!remote.platform.empty() || remote.fallbackLocal) {
+    return invalidArgument("--remote-platform and --remote-fallback need "
                            "--remote-executor");
   } else if (!remote.instance.empty() && remoteCache.url.empty()) {
     return invalidArgument("--remote-instance needs --remote-executor or --remote-cache");
+  } else if (!remote.gpus.empty() && remoteCache.url.empty()) {
+    return invalidArgument("--remote-gpu needs --remote-executor or --remote-cache");
   }
   bool remoteCacheSettings =
       !remoteCache.headers.empty() || remoteCache.readOnly ||
@@ -324,6 +327,12 @@ Status DaemonOptions::validateFrontDoor() const {
   return Status::ok();
 }
 
+void DaemonContext::describeWorkers(flowc::v1::WorkersResponse &out) const {
+  tasks->describe(out);
+  for (const std::string &gpu : options.remote.gpus)
+    out.add_remote_gpus(std::string(runtime::gpuNameOf(gpu)));
+}
+
 /// The local pool, or the remote engine in front of it.
 static Expected<std::unique_ptr<TaskExecutor>> makeTaskExecutor(DaemonContext &context) {
   const DaemonOptions &options = context.options;
@@ -375,7 +384,7 @@ Expected<std::unique_ptr<Server>> Server::start(DaemonOptions options) {
   context.executor =
       std::make_unique<worker::CompileExecutor>(*context.cache, FLOWC_BUILD_ID);
   // Hits answered here key CUDA compiles as the jobs' processes do.
-  context.executor->setRemoteGpus(options.remote.gpus);
+  context.executor->setRemoteGpus({options.remote.gpus, !options.remote.url.empty()});
   FLOWC_ASSIGN_OR_RETURN(context.tasks, makeTaskExecutor(context));
   context.jobs = std::make_unique<scheduler::JobQueue>(
       options.workers, lastTracedJobNumber(context.traceDir()) + 1);

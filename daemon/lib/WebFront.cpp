@@ -584,7 +584,7 @@ void WebFront::State::routes() {
   server->Get("/api/workers",
               [this](const httplib::Request &, httplib::Response &response) {
                 flowc::v1::WorkersResponse workers;
-                context.tasks->describe(workers);
+                context.describeWorkers(workers);
                 sendJson(response, workersJson(workers));
               });
   server->Get("/api/cache", [this](const httplib::Request &,

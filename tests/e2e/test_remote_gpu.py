@@ -1,9 +1,15 @@
-"""GPU measure tasks of a compile on a machine without the GPU, sent to a
-REAPI engine's workers that offer it (flowcd --remote-gpu): BuildGrid 0.9.1
-with two bots, bot2 advertising `gpu=NVIDIA H200 sm_90`. Every measure task
-goes to bot2 and no other; bot2 has no GPU here, so each fails there saying
-so, and the compile goes on with trial runs left to sessions. A GPU no
-worker offers costs the compile its search budget, no more."""
+"""The farm's GPUs (flowcd --remote-gpu) on BuildGrid 0.9.1 with two bots,
+bot2 advertising `gpu=NVIDIA H200 sm_90`, whose CAS and action cache also
+serve as the remote cache tier.
+
+A compile on a machine without the GPU sends each measure task to bot2 and
+no other; bot2 has no GPU here, so each fails there saying so, and the
+compile goes on with trial runs left to sessions. A GPU no worker offers
+costs the compile its search budget, no more. Records a machine's sessions
+made reach another machine's compiles through the remote tier."""
+import json
+import re
+import socket
 import subprocess
 import sys
 
@@ -82,9 +88,60 @@ def test_a_gpu_no_worker_offers_costs_the_search_budget(daemon, buildgrid, cnn, 
 
 def test_remote_gpus_need_an_engine_and_a_name_with_its_capability(tmp_path):
     for flags, message in (
-            (["--remote-gpu", H200], "--remote-gpu and --remote-fallback need --remote-executor"),
+            (["--remote-gpu", H200], "--remote-gpu needs --remote-executor or --remote-cache"),
             (["--remote-executor", "grpc://127.0.0.1:1", "--remote-gpu", "NVIDIA H200"],
              "GPU 'NVIDIA H200': no name followed by ' sm_NN'")):
         run = subprocess.run([str(BIN / "flowcd"), "--cache-dir", str(tmp_path / "c"),
                               *flags], capture_output=True, text=True, timeout=60)
         assert run.returncode == 2 and message in run.stderr, (flags, run.stderr)
+
+
+def tuning_versions(flowc):
+    """The versions part of this build's GPU records, as sessions key them."""
+    libraries = re.search(r"CUDA: (cuDNN [0-9.]+, cuBLASLt [0-9.]+)",
+                          flowc.run("--version").stdout).group(1)
+    abi = re.search(r"kKernelAbiVersion = (\d+);",
+                    (ROOT / "runtime/abi/include/flowc/runtime/KernelAbi.h").read_text())
+    return f"{libraries}; kernel abi {abi.group(1)}"
+
+
+def session_records(signatures, versions):
+    """Records as this machine's `flowc run` trial runs would leave them."""
+    candidates = {"library.conv2d": "cudnn:engine=3;knobs=",
+                  "library.matmul": "cublaslt:algo=21;tile=15;stages=22;splitk=1;"
+                                    "reduction=0;swizzle=0;custom=0;inner=0;cluster=0"}
+    return {"format": "flowc.tuning.v1", "records": [{
+        "signature": signature, "device": f"gpu {H200}", "versions": versions,
+        "candidate": candidates[signature.split(":")[0]], "time_ns": 1000 + i,
+        "spread_ns": 0, "samples": 3, "separated": False, "noise": 0.0,
+        "measured_ms": 1, "host": socket.gethostname()} for i, signature in enumerate(signatures)]}
+
+
+def test_records_of_a_machines_sessions_reach_another_machines_compiles(
+        daemon, buildgrid, cnn, tmp_path):
+    # The signatures of the model's GPU kernels, as its measure tasks name them.
+    probe = gpu_daemon(daemon, buildgrid, H200, name="probe")
+    probe.flowc.submit(cnn, tmp_path / "p.fca", "--target", "cuda:sm_90", "--search-budget", "60")
+    signatures = sorted(t["name"].removeprefix("measure ") for t in measure_tasks(probe))
+    assert signatures, probe.jobs()
+
+    # a: sessions here left records of the H200 in its cache; they decide
+    # its compile, which also shares them.
+    cache = ["--remote-cache", buildgrid.url, "--remote-instance", buildgrid.instance]
+    a = daemon("--remote-gpu", H200, *cache, name="a")
+    document = tmp_path / "records.json"
+    document.write_text(json.dumps(session_records(signatures, tuning_versions(a.flowc))))
+    a.flowc.run("tuning", "import", document)
+    compiled = a.flowc.submit(cnn, tmp_path / "a.fca", "--target", "cuda:sm_90")
+    assert compiled["cache"] == "miss"
+    assert compiled["search"]["tuned_kernels"] == len(signatures), compiled["search"]
+
+    # b: no GPU, no engine, its own empty cache, the same remote tier.
+    b = daemon("--remote-gpu", H200, *cache, name="b")
+    result = b.flowc.submit(cnn, tmp_path / "c.fca", "--target", "cuda:sm_90")
+    assert result["search"]["tuned_kernels"] == len(signatures), result["search"]
+    assert result["search"]["measured_kernels"] == 0
+    listed = json.loads(b.flowc.run("tuning", "ls", "--json").stdout)
+    assert sorted(r["signature"] for r in listed) == signatures
+    assert {r["host"] for r in listed} == {socket.gethostname()}
+    assert b.workers()["remote"] is None and "GPU " + H200 in b.flowc.run("workers").stdout

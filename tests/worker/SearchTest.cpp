@@ -227,9 +227,9 @@ TEST_F(GpuSearchTest, KernelsWithoutRecordsAreMeasuredOnTheRemoteGpu) {
   NoGpuWorkerRunner runner;
   std::vector<std::string> warnings;
   SearchBudget budget{SearchBudget::Mode::Seconds, 7.5};
-  auto choices =
-      searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {h200}, kBuild,
-                    [&](const std::string &warning) { warnings.push_back(warning); });
+  auto choices = searchKernels(
+      *cache_, nullptr, runner, plan_, options_, budget, {{h200}, true}, kBuild,
+      [&](const std::string &warning) { warnings.push_back(warning); });
   ASSERT_TRUE(choices) << choices.status().toString();
   EXPECT_EQ(choices->summary.gpuDevice, h200);
   EXPECT_EQ(choices->summary.tunableKernels, 2u);
@@ -246,22 +246,29 @@ TEST_F(GpuSearchTest, KernelsWithoutRecordsAreMeasuredOnTheRemoteGpu) {
   EXPECT_THAT(warnings[0], HasSubstr("measuring library.conv2d:1,2,3 failed, so it runs "
                                      "its default: no worker offers it"));
 
-  // `exhaustive` waits ten minutes at most; without the remote GPU, or
-  // without a budget, nothing is measured.
+  // `exhaustive` waits ten minutes at most; without an engine offering the
+  // GPU, or without a budget, nothing is measured.
   runner.seen.clear();
   budget = {SearchBudget::Mode::Exhaustive, 0};
-  ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {h200},
-                            kBuild, [](const std::string &) {}));
+  ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget,
+                            {{h200}, true}, kBuild, [](const std::string &) {}));
   ASSERT_EQ(runner.seen.size(), 2u);
   EXPECT_EQ(runner.seen[0].deadlineSeconds, 600);
+  // A farm GPU with no engine to measure on (a remote cache alone) keys
+  // the compile but gets no task.
   runner.seen.clear();
+  auto keyed = searchKernels(*cache_, nullptr, runner, plan_, options_, budget,
+                             {{h200}, false}, kBuild, [](const std::string &) {});
+  ASSERT_TRUE(keyed) << keyed.status().toString();
+  EXPECT_EQ(keyed->summary.gpuDevice, h200);
+  EXPECT_THAT(runner.seen, IsEmpty());
   record(kConvSignature, h200, kConvCandidate, 5000, 1000);
   ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {}, kBuild,
                             [](const std::string &) {}));
   EXPECT_THAT(runner.seen, IsEmpty());
   budget = {};
-  ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget, {h200},
-                            kBuild, [](const std::string &) {}));
+  ASSERT_TRUE(searchKernels(*cache_, nullptr, runner, plan_, options_, budget,
+                            {{h200}, true}, kBuild, [](const std::string &) {}));
   EXPECT_THAT(runner.seen, IsEmpty());
 }
 

@@ -93,7 +93,7 @@ CompileExecutor::tuningState(const compiler::CompileOptions &options) {
     return state;
   // The GPU's records decide the plan's library candidates.
   FLOWC_ASSIGN_OR_RETURN(std::optional<std::string> gpu,
-                         gpuTuningDeviceFor(cache_, options.target, remoteGpus_));
+                         gpuTuningDeviceFor(cache_, options.target, remoteGpus_.devices));
   if (!gpu)
     return state;
   FLOWC_ASSIGN_OR_RETURN(std::string gpuState, cache_.tuningState(*gpu));

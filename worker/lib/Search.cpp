@@ -192,40 +192,80 @@ cache::Digest remoteKey(const Tunable &tunable) {
       .digest();
 }
 
-/// The remote tier's records of `tunable`, imported into `cache`.
-void importRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable) {
+/// The remote tier's records of `tunable`, merged into `cache` (a record
+/// replaces one of the same candidate only if measured later); the digest
+/// of the tier's document, if it has one.
+std::optional<cache::Digest> importRemote(cache::Cache &cache, RemoteTier &remote,
+                                          const Tunable &tunable) {
   std::optional<cache::Digest> found =
       remote.fetch(cache::ActionKind::DerivedWeight, remoteKey(tunable));
   if (!found)
-    return;
+    return std::nullopt;
   auto blob = cache.get(*found);
   auto imported = blob ? cache.importTuning(blob->bytes())
                        : Expected<cache::TuningImport>(blob.status());
   if (!imported)
     spdlog::warn("the remote tier's tuning records of {} were not imported: {}",
                  tunable.signature, imported.status().message());
+  return found;
 }
 
-/// Publishes this cache's records of `tunable` (an export of them alone).
-void publishRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable) {
-  auto exported = cache.exportTuning(tunable.device);
-  if (!exported)
-    return;
-  json document = json::parse(*exported, nullptr, /*allow_exceptions=*/false);
+/// This cache's records of `tunable` as the remote tier keeps them: an
+/// export of them alone (the same bytes on every machine holding them).
+Expected<json> recordsDocument(cache::Cache &cache, const Tunable &tunable) {
+  FLOWC_ASSIGN_OR_RETURN(std::string exported,
+                         cache.exportTuning(tunable.device, tunable.signature));
+  json document = json::parse(exported, nullptr, /*allow_exceptions=*/false);
   if (!document.is_object() || !document.contains("records"))
-    return;
+    return dataLoss("the tuning export of " + tunable.signature + " is not a document");
   json mine = json::array();
   for (const json &record : document["records"])
-    if (record.value("signature", "") == tunable.signature &&
-        record.value("versions", "") == tunable.versions)
+    if (record.value("versions", "") == tunable.versions)
       mine.push_back(record);
   document["records"] = std::move(mine);
-  auto blob = cache.put(document.dump());
+  return document;
+}
+
+/// Whether a record of `document` was measured on this machine: a session
+/// here, which the farm has not seen unless it was published.
+bool measuredHere(const json &document) {
+  std::optional<std::string> host = hostName();
+  if (!host)
+    return false;
+  return std::any_of(
+      document["records"].begin(), document["records"].end(),
+      [&](const json &record) { return record.value("host", "") == *host; });
+}
+
+/// Publishes this cache's records of `tunable`, unless the tier's document
+/// (`theirs`) already holds exactly them.
+void publishRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable,
+                   const json &document,
+                   std::optional<cache::Digest> theirs = std::nullopt) {
+  std::string bytes = document.dump();
+  if (theirs && *theirs == cache::digestOf(bytes))
+    return;
+  auto blob = cache.put(bytes);
   if (!blob ||
       !cache.recordAction(cache::ActionKind::DerivedWeight, remoteKey(tunable), *blob))
     return;
   remote.publish(cache::ActionKind::DerivedWeight, remoteKey(tunable),
                  TierEntry::of(*blob));
+}
+
+/// Shares `tunable`'s records with the remote tier both ways: the tier's
+/// are merged in, and what this cache holds beyond them goes back. Only
+/// for GPU kernels with records measured here: sessions' trial runs become
+/// records without a search that would publish them.
+void syncRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable) {
+  auto mine = recordsDocument(cache, tunable);
+  if (!mine || !measuredHere(*mine))
+    return;
+  std::optional<cache::Digest> theirs = importRemote(cache, remote, tunable);
+  if (theirs)
+    mine = recordsDocument(cache, tunable);
+  if (mine)
+    publishRemote(cache, remote, tunable, *mine, theirs);
 }
 
 /// The best record of `tunable` on this device, if it names one of today's
@@ -511,20 +551,25 @@ const std::string &deviceDescriptor() {
 Expected<SearchChoices>
 searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
               const compiler::CompilePlan &plan, const compiler::CompileOptions &options,
-              const SearchBudget &budget, const std::vector<std::string> &remoteGpus,
+              const SearchBudget &budget, const RemoteGpus &remoteGpus,
               const std::string &buildId,
               const std::function<void(const std::string &)> &warn) {
   FLOWC_ASSIGN_OR_RETURN(std::vector<Tunable> tunables,
-                         tunablesOf(cache, plan, options, remoteGpus));
+                         tunablesOf(cache, plan, options, remoteGpus.devices));
   auto offersRemotely = [&](const std::string &device) {
-    return std::find(remoteGpus.begin(), remoteGpus.end(), device) != remoteGpus.end();
+    return remoteGpus.measure &&
+           std::find(remoteGpus.devices.begin(), remoteGpus.devices.end(), device) !=
+               remoteGpus.devices.end();
   };
   std::vector<size_t> pending;
   size_t pendingCandidates = 0;
   for (size_t i = 0; i < tunables.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
-    if (!tunables[i].record && remote) {
-      importRemote(cache, *remote, tunables[i]);
+    if (remote && (!tunables[i].record || tunables[i].gpu)) {
+      if (tunables[i].record)
+        syncRemote(cache, *remote, tunables[i]);
+      else
+        importRemote(cache, *remote, tunables[i]);
       FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
     }
     // A GPU kernel is measured only where the records' GPU is: on this
@@ -584,8 +629,10 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
              " was not recorded: " + kept.message());
     }
     FLOWC_ASSIGN_OR_RETURN(tunable.record, recordOf(cache, tunable));
-    if (remote)
-      publishRemote(cache, *remote, tunable);
+    if (!remote)
+      continue;
+    if (auto document = recordsDocument(cache, tunable))
+      publishRemote(cache, *remote, tunable, *document);
   }
   SearchChoices choices = choicesOf(tunables, plan);
   if (!tunables.empty() && tunables.front().gpu)

@@ -331,9 +331,11 @@ public:
   Expected<std::optional<TuningRecord>> bestTuning(std::string_view signature,
                                                    std::string_view device,
                                                    std::string_view versions);
-  /// Every valid record (of `device` when not empty), by signature, device,
-  /// versions, then time; rows that are not valid are skipped with a warning.
-  Expected<std::vector<TuningRecord>> listTuning(std::string_view device = {});
+  /// Every valid record (of `device` and `signature` when not empty), by
+  /// signature, device, versions, then time; rows that are not valid are
+  /// skipped with a warning.
+  Expected<std::vector<TuningRecord>> listTuning(std::string_view device = {},
+                                                 std::string_view signature = {});
   /// Every device with records whose name starts with `prefix` (all when
   /// empty), by name. Reads one row per device, never the records: every
   /// cache hit of a CUDA compile asks.
@@ -349,11 +351,12 @@ public:
   /// Removes every record (of `device` when not empty); how many went.
   /// Unavailable in a read-only cache.
   Expected<uint64_t> clearTuning(std::string_view device = {});
-  /// The valid records (of `device` when not empty) as a JSON document
-  /// ({"format": "flowc.tuning.v1", "records": [{signature, device,
-  /// versions, candidate, time_ns, spread_ns, samples, separated, noise,
-  /// measured_ms, host}, ...]}), for importTuning elsewhere.
-  Expected<std::string> exportTuning(std::string_view device = {});
+  /// The valid records (of `device` and `signature` when not empty) as a
+  /// JSON document ({"format": "flowc.tuning.v1", "records": [{signature,
+  /// device, versions, candidate, time_ns, spread_ns, samples, separated,
+  /// noise, measured_ms, host}, ...]}), for importTuning elsewhere.
+  Expected<std::string> exportTuning(std::string_view device = {},
+                                     std::string_view signature = {});
   /// Records from an exportTuning document, in one transaction: a record
   /// replaces the one of the same key only if it was measured later.
   /// InvalidArgument when the document is not JSON or not that format; a

@@ -19,9 +19,10 @@ struct RemoteOptions {
   std::string instance;
   /// Platform properties every action carries besides OSFamily and ISA.
   std::vector<std::pair<std::string, std::string>> platform;
-  /// The GPUs the engine's workers offer, as GPU tuning devices ("gpu NVIDIA
-  /// H200 sm_90"; --remote-gpu "NVIDIA H200 sm_90"): a CUDA compile's GPU
-  /// measure tasks go to them, asking for the `gpu` platform property.
+  /// The farm's GPUs, as GPU tuning devices ("gpu NVIDIA H200 sm_90";
+  /// --remote-gpu "NVIDIA H200 sm_90"): CUDA compiles key by their records
+  /// (the remote cache tier's too), and their GPU measure tasks go to the
+  /// engine's workers offering one (the `gpu` platform property).
   std::vector<std::string> gpus;
   /// A task the engine cannot take (unreachable, down) runs locally instead
   /// of failing its job.

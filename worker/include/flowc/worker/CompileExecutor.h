@@ -112,10 +112,10 @@ public:
   /// recorded locally; it must outlive the executor's compiles.
   void setRemoteTier(RemoteTier *tier) { remote_ = tier; }
 
-  /// The GPUs (runtime::gpuTuningDevice form) that the remote engine behind
-  /// the task runner offers: CUDA compiles key by them and measure on them
-  /// (`flowcd --remote-gpu`). Set before the first compile.
-  void setRemoteGpus(std::vector<std::string> gpus) { remoteGpus_ = std::move(gpus); }
+  /// The farm's GPUs (`flowcd --remote-gpu`): CUDA compiles key by them and,
+  /// where the task runner's engine offers them, measure on them. Set
+  /// before the first compile.
+  void setRemoteGpus(RemoteGpus gpus) { remoteGpus_ = std::move(gpus); }
 
   /// Thread-safe; compiles run concurrently. Errors name the model and the
   /// node or op at fault; on error the cache keeps only complete blobs.
@@ -281,7 +281,7 @@ private:
 
   cache::Cache &cache_;
   RemoteTier *remote_ = nullptr;
-  std::vector<std::string> remoteGpus_;
+  RemoteGpus remoteGpus_;
   std::string buildId_;
   Eviction eviction_;
   TaskRunner *runner_;

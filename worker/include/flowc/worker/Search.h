@@ -45,13 +45,22 @@ struct SearchSummary {
 /// host description) and the cores kernels run on.
 const std::string &deviceDescriptor();
 
+/// The farm's GPUs (`flowcd --remote-gpu`) beyond this machine's.
+struct RemoteGpus {
+  /// runtime::gpuTuningDevice form: "gpu NVIDIA H200 sm_90".
+  std::vector<std::string> devices;
+  /// The task runner's remote engine has workers offering them (each
+  /// `gpu=NVIDIA H200 sm_90`): measure tasks may ask for one.
+  bool measure = false;
+};
+
 /// The GPU whose tuning records decide the library kernels of a compile
 /// for CUDA `target` (runtime::gpuTuningDevice form): this machine's device
 /// 0 when it has the target's compute capability, else the first of
-/// `remoteGpus` (those the remote engine's workers offer, `flowcd
-/// --remote-gpu`) that has it, else the GPU of that capability measured
-/// last in `cache`'s records; nullopt when there is none of these: the
-/// artifact's sessions then choose by trial runs.
+/// `remoteGpus` (the farm's, `flowcd --remote-gpu`) that has it, else the
+/// GPU of that capability measured last in `cache`'s records; nullopt when
+/// there is none of these: the artifact's sessions then choose by trial
+/// runs.
 Expected<std::optional<std::string>>
 gpuTuningDeviceFor(cache::Cache &cache, Target target,
                    const std::vector<std::string> &remoteGpus = {});
@@ -65,18 +74,19 @@ struct SearchChoices {
   SearchSummary summary;
 };
 
-/// Decides every tunable kernel of `plan`: from `cache`'s records (or the
-/// `remote` tier's, imported, when there is one), and by measure tasks on
-/// `runner` within `budget` for those without one; new records are
-/// published to `remote`. A GPU kernel is measured only on its GPU: this
-/// machine's, or one of `remoteGpus` that `runner`'s remote engine offers
-/// (the task then waits at most the budget for it). A measure task that
-/// fails leaves its kernels at their default with a warning (`warn` is told
-/// why); the compile goes on.
+/// Decides every tunable kernel of `plan`: from `cache`'s records (merged
+/// with the `remote` tier's, when there is one), and by measure tasks on
+/// `runner` within `budget` for those without one. New records, and GPU
+/// records the tier lacks (sessions' trial runs), are published to
+/// `remote`. A GPU kernel is measured only on its GPU: this machine's, or
+/// one of `remoteGpus` that `runner`'s remote engine offers (the task then
+/// waits at most the budget for it). A measure task that fails leaves its
+/// kernels at their default with a warning (`warn` is told why); the
+/// compile goes on.
 Expected<SearchChoices>
 searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
               const compiler::CompilePlan &plan, const compiler::CompileOptions &options,
-              const SearchBudget &budget, const std::vector<std::string> &remoteGpus,
+              const SearchBudget &budget, const RemoteGpus &remoteGpus,
               const std::string &buildId,
               const std::function<void(const std::string &)> &warn);
 
