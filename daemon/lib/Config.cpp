@@ -98,6 +98,19 @@ std::vector<std::string> repeatedValues(const std::string &value) {
   return values;
 }
 
+/// The non-empty items of a comma-separated value, trimmed.
+std::vector<std::string> commaSeparated(const std::string &value) {
+  std::vector<std::string> items;
+  for (size_t begin = 0; begin <= value.size();) {
+    size_t end = std::min(value.find(',', begin), value.size());
+    std::string item = trim(std::string_view(value).substr(begin, end - begin));
+    begin = end + 1;
+    if (!item.empty())
+      items.push_back(std::move(item));
+  }
+  return items;
+}
+
 Status bad(const Setting &setting, const Status &why) {
   return invalidArgument(setting.origin + ": " + why.message());
 }
@@ -169,12 +182,7 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
       options.remote.instance = value;
     } else if (key == "remote-platform") {
       options.remote.platform.clear();
-      for (size_t begin = 0; begin <= value.size();) {
-        size_t end = std::min(value.find(',', begin), value.size());
-        std::string pair = trim(std::string_view(value).substr(begin, end - begin));
-        begin = end + 1;
-        if (pair.empty())
-          continue;
+      for (const std::string &pair : commaSeparated(value)) {
         size_t eq = pair.find('=');
         if (eq == std::string::npos || eq == 0)
           return invalidArgument(setting.origin + ": platform property '" + pair +
@@ -183,12 +191,7 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
       }
     } else if (key == "remote-gpu") {
       options.remote.gpus.clear();
-      for (size_t begin = 0; begin <= value.size();) {
-        size_t end = std::min(value.find(',', begin), value.size());
-        std::string name = trim(std::string_view(value).substr(begin, end - begin));
-        begin = end + 1;
-        if (name.empty())
-          continue;
+      for (const std::string &name : commaSeparated(value)) {
         auto device = runtime::parseGpuName(name);
         if (!device)
           return bad(setting, device.status());
