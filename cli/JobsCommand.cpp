@@ -172,6 +172,8 @@ int runWorkers(GlobalOptions &global, bool json) {
         {"device", r.local_device()},
         {"gpus", std::vector<std::string>(r.local_gpus().begin(), r.local_gpus().end())},
         {"gpus_absent", r.local_gpus_absent()},
+        {"remote_gpus",
+         std::vector<std::string>(r.remote_gpus().begin(), r.remote_gpus().end())},
         {"remote", nullptr}};
     nlohmann::json remoteWorkers = nlohmann::json::array();
     for (const flowc::v1::RemoteWorker &worker : r.remote_workers())
@@ -190,8 +192,6 @@ int runWorkers(GlobalOptions &global, bool json) {
                        {"fallback", r.remote_fallback()},
                        {"platform", std::vector<std::string>(r.remote_platform().begin(),
                                                              r.remote_platform().end())},
-                       {"gpus", std::vector<std::string>(r.remote_gpus().begin(),
-                                                         r.remote_gpus().end())},
                        {"workers", remoteWorkers}};
     printJson(out);
     return 0;
