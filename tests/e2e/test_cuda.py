@@ -10,6 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import make_models
 from conftest import assert_close, onnxruntime_outputs, save
@@ -40,13 +41,38 @@ def device_target():
     return "cuda:sm_" + lines[0].replace(".", ""), None
 
 
+def make_residual_block(rng):
+    """relu(conv2(r) + shortcut(r)), r = relu(conv1(x)), conv1 with SAME_UPPER
+    padding at stride 2 (uneven: 0 before, 1 after): the sum is a residual
+    the memory plan adds to conv2's output in place."""
+    def weight(name, shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+    inits = [weight("w1", (8, 8, 3, 3)), weight("b1", (8,)), weight("w2", (8, 8, 3, 3)),
+             weight("b2", (8,)), weight("w3", (8, 8, 1, 1))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 2], auto_pad="SAME_UPPER"),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("Conv", ["r", "w3"], ["shortcut"]),
+        helper.make_node("Conv", ["r", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "shortcut"], ["sum"]),
+        helper.make_node("Relu", ["sum"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "residual_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=make_models.IR_VERSION)
+
+
 @pytest.fixture
 def models(tmp_path):
     rng = np.random.default_rng(21)
     cnn = save(make_models.make_cnn(rng), tmp_path / "cnn.onnx")
     encoder = save(make_models.make_encoder(rng, layers=2), tmp_path / "encoder.onnx")
+    block = save(make_residual_block(rng), tmp_path / "block.onnx")
     return {"cnn": (cnn, {"image": rng.standard_normal((1, 3, 32, 32), np.float32)}),
-            "encoder": (encoder, {"hidden_states": rng.standard_normal((1, 16, 64), np.float32)})}
+            "encoder": (encoder, {"hidden_states": rng.standard_normal((1, 16, 64), np.float32)}),
+            "block": (block, {"x": rng.standard_normal((1, 8, 16, 16), np.float32)})}
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_80", "cuda", "cuda:sm_100"])
@@ -73,6 +99,18 @@ def test_a_transformer_encoder_compiles(flowc, models, tmp_path):
     path, _ = models["encoder"]
     result = flowc.submit(path, tmp_path / "encoder.fca", "--target", "cuda:sm_90")
     assert result["kernels_compiled"] > 0
+
+
+def test_a_residual_block_with_uneven_padding_compiles(flowc, models, tmp_path):
+    """Its three convolutions are library kernels (the GPU test below runs
+    them): uneven padding and a residual added in place compile for cuda."""
+    path, inputs = models["block"]
+    artifact = tmp_path / "block.fca"
+    flowc.submit(path, artifact, "--target", "cuda:sm_90")
+    cpu = flowc.submit(path, tmp_path / "cpu.fca")
+    assert cpu["cache"] == "miss"
+    ours = flowc.execute(tmp_path / "cpu.fca", inputs)
+    assert_close(ours["y"], onnxruntime_outputs(path, inputs)["y"], rtol=1e-4)
 
 
 def test_without_a_gpu_run_fails_in_one_line_with_exit_5(flowc, models, tmp_path):
@@ -128,7 +166,7 @@ def test_an_unknown_chip_is_a_usage_error(flowc, models, tmp_path):
 
 @pytest.mark.parametrize("options", [["-O0"], ["-O2"], ["--precision", "fp16"],
                                      ["--precision", "bf16"]])
-@pytest.mark.parametrize("model", ["cnn", "encoder"])
+@pytest.mark.parametrize("model", ["cnn", "encoder", "block"])
 def test_on_the_gpu_results_match_onnxruntime(flowc, models, tmp_path, model, options):
     """-O0: generated kernels only; -O2: cuDNN, cuBLASLt and the runtime's
     kernels for the heavy ops; AMP: their operands in 16 bits (1e-2)."""

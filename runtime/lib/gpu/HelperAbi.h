@@ -20,7 +20,8 @@ enum ElementType : int64_t { kF32 = 0, kF16 = 1, kBf16 = 2 };
 
 /// out[i] = in[i] over `shape`, each buffer with its own strides and
 /// element type: layout changes of activations, repacks of weights, and
-/// the conversions to and from 16 bits (rounding to nearest even).
+/// the conversions to and from 16 bits (rounding to nearest even). A null
+/// `in` writes zeros (a padded source's border).
 struct GatherArgs {
   void *out;
   const void *in;

@@ -130,7 +130,7 @@ template <bool Maximum> __device__ float blockReduce(float value, float *shared)
 extern "C" __global__ void flowc_gather(GatherArgs a) {
   forEachElement(a.shape, [&](const int64_t at[4]) {
     store(a.out, offset(at, a.outStrides), a.outType,
-          load(a.in, offset(at, a.inStrides), a.inType));
+          a.in ? load(a.in, offset(at, a.inStrides), a.inType) : 0.0f);
   });
 }
 

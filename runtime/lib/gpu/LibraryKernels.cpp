@@ -308,8 +308,13 @@ struct ConvSite {
   ActivationLayout layout = ActivationLayout::Nchw;
   ElementType type = kF32;
   Index4 sourceShape, weightShape, destinationShape;
+  /// The source cuDNN reads: sourceShape with the padding in it when the
+  /// padding is asymmetric (cuDNN's engines pad alike on both sides), the
+  /// graph's source at element `interior` of it.
+  Index4 paddedShape;
+  int64_t interior = 0;
   /// Null when the graph's buffer is already in the compute layout and
-  /// type.
+  /// type (and needs no padding).
   void *source = nullptr, *weights = nullptr, *destination = nullptr;
   /// Constant weights are repacked once per session.
   bool weightsPacked = false;
@@ -974,13 +979,28 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
     return static_cast<uint64_t>(elements(shape)) * elementBytes(conv->type);
   };
   ConvWeightLayout filterFormat = filterFormatOf(conv->layout);
+  // Asymmetric padding (ONNX's SAME_UPPER, TensorFlow's SAME with a
+  // stride) is written into a padded copy of the source; cuDNN then pads
+  // nothing.
+  bool padded = p.padTop != p.padBottom || p.padLeft != p.padRight;
+  conv->paddedShape = conv->sourceShape;
+  if (padded) {
+    conv->paddedShape.dims[2] += p.padTop + p.padBottom;
+    conv->paddedShape.dims[3] += p.padLeft + p.padRight;
+    Index4 strides = activationStrides(conv->paddedShape, conv->layout);
+    conv->interior = p.padTop * strides.dims[2] + p.padLeft * strides.dims[3];
+  }
   // AMP rounds all three into 16-bit buffers of their own.
   bool amp = conv->type != kF32;
   std::string what = "conv2d site " + std::to_string(site);
-  if ((amp || p.sourceLayout != conv->layout) &&
+  if ((amp || padded || p.sourceLayout != conv->layout) &&
       !(conv->source =
-            device_.allocate(bytes(conv->sourceShape), "the source of " + what)))
+            device_.allocate(bytes(conv->paddedShape), "the source of " + what)))
     return nullptr;
+  // The border stays zero: only the interior is written after this.
+  if (padded)
+    gather(conv->source, nullptr, conv->paddedShape,
+           activationStrides(conv->paddedShape, conv->layout), {}, conv->type);
   if ((amp || p.weightLayout != filterFormat) &&
       !(conv->weights =
             device_.allocate(bytes(conv->weightShape), "the weights of " + what)))
@@ -1000,8 +1020,8 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   const void *result = conv->destination ? conv->destination : buffers[3 + p.hasResidual];
   conv->alignment =
       std::min({alignmentOf(source), alignmentOf(weights), alignmentOf(result)});
-  Descriptor x = makeTensor(kSourceId, conv->sourceShape,
-                            activationStrides(conv->sourceShape, conv->layout),
+  Descriptor x = makeTensor(kSourceId, conv->paddedShape,
+                            activationStrides(conv->paddedShape, conv->layout),
                             conv->type, conv->alignment);
   Descriptor w = makeTensor(kWeightsId, conv->weightShape,
                             weightStrides(conv->weightShape, filterFormat), conv->type,
@@ -1019,8 +1039,8 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   int64_t spatialDims = 2;
   int64_t dilations[] = {p.dilationH, p.dilationW};
   int64_t strides[] = {p.strideH, p.strideW};
-  int64_t prePadding[] = {p.padTop, p.padLeft};
-  int64_t postPadding[] = {p.padBottom, p.padRight};
+  int64_t prePadding[] = {padded ? 0 : p.padTop, padded ? 0 : p.padLeft};
+  int64_t postPadding[] = {padded ? 0 : p.padBottom, padded ? 0 : p.padRight};
   if (!set(convolution, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
            &accumulate) ||
       !set(convolution, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1,
@@ -1091,8 +1111,8 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
     return;
   }
   if (conv.source)
-    gather(conv.source, buffers[0], conv.sourceShape,
-           activationStrides(conv.sourceShape, conv.layout),
+    gather(static_cast<char *>(conv.source) + conv.interior * elementBytes(conv.type),
+           buffers[0], conv.sourceShape, activationStrides(conv.paddedShape, conv.layout),
            activationStrides(conv.sourceShape, p->sourceLayout), conv.type);
   if (conv.weights && !(p->constantWeights && conv.weightsPacked)) {
     gather(conv.weights, buffers[1], conv.weightShape,
