@@ -18,7 +18,8 @@ torch eager's is the same architecture with its own random weights under
 inference_mode on the GPU, synchronized after each call, inputs already on
 the device; its AMP figure runs under torch.autocast with the same 16-bit
 type as flowc's --precision. Ratio = torch ms / flowc ms: above 1 means
-flowc is faster. Search gain = flowc ms with `--gpu-trials 1
+flowc is faster. torch AMP error: torch's own autocast output against its
+fp32 output on the same model, the peer's error for that precision. Search gain = flowc ms with `--gpu-trials 1
 --no-gpu-records` (cuDNN's and cuBLASLt's first choices) / flowc ms with the
 trial runs' choices. 1st run ms: the first `flowc run` on a fresh cache
 (trial runs included, their timings recorded), then a second one (the
@@ -65,11 +66,14 @@ def example_model(name, work):
     return out / f"{name}.onnx", {"input": out / f"{name}_input.npy"}
 
 
-def torch_eager_ms(model, batch, runs, precision):
+def torch_eager(model, batch, runs, precision):
+    """torch eager's median ms on the GPU, and, under AMP, its own max
+    relative error against its fp32 output (the peer's figure for the
+    error bound); (nan, nan) without CUDA."""
     import contextlib
     import torch
     if not torch.cuda.is_available():
-        return float("nan")
+        return float("nan"), float("nan")
     net, example = model_bench.torch_model(model, batch)
     net = net.cuda()
     example = tuple(t.cuda() for t in example)
@@ -80,8 +84,15 @@ def torch_eager_ms(model, batch, runs, precision):
         net(*example)
         torch.cuda.synchronize()
 
-    with torch.inference_mode(), amp:
-        return model_bench.median_p90(call, runs)[0]
+    error = float("nan")
+    with torch.inference_mode():
+        if precision != "fp32":
+            exact = net(*example).float()
+            with amp:
+                rounded = net(*example).float()
+            error = float((rounded - exact).abs().max() / exact.abs().max())
+        with amp:
+            return model_bench.median_p90(call, runs)[0], error
 
 
 def bench(model, batch, precision, target, args, root):
@@ -108,14 +119,18 @@ def bench(model, batch, precision, target, args, root):
         artifact, inputs, feeds_names, work, args.runs, threads=1, cache_dir=cache,
         extra=["--gpu-trials", "1", "--no-gpu-records"])
     error = model_bench.max_rel_error(output, reference)
-    torch_ms = (float("nan") if model in EXAMPLES
-                else torch_eager_ms(model, batch, args.runs, precision))
+    torch_ms = torch_error = float("nan")
+    if model not in EXAMPLES:
+        try:
+            torch_ms, torch_error = torch_eager(model, batch, args.runs, precision)
+        except Exception as error:  # the peer's failure leaves flowc's figures
+            print(f"{model} b{batch} {precision}: torch eager failed: {error!r}", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return {"model": model, "batch": batch, "precision": precision, "compile_s": compile_s,
             "flowc_ms": median, "heuristic_ms": heuristic, "first_run_ms": first,
             "first_run_recorded_ms": first_recorded,
-            "torch_ms": torch_ms, "error": error,
+            "torch_ms": torch_ms, "error": error, "torch_error": torch_error,
             "ok": error <= BOUNDS[precision]}
 
 
@@ -129,7 +144,10 @@ def main():
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--keep", help="work directory to keep (exports are reused)")
+    parser.add_argument("--step-timeout", type=float, default=300,
+                        help="seconds one compile or run may take before its row fails")
     args = parser.parse_args()
+    model_bench.STEP_TIMEOUT = args.step_timeout
     detected, gpu = gpu_target()
     if detected is None:
         print("gpu_bench: no NVIDIA GPU (nvidia-smi found none)", file=sys.stderr)
@@ -145,26 +163,33 @@ def main():
             for precision in args.precisions.split(","):
                 try:
                     row = bench(model, batch, precision, target, args, root)
-                except subprocess.CalledProcessError as failure:
-                    stderr = failure.stderr if isinstance(failure.stderr, str) else ""
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as failure:
+                    stderr = failure.stderr or ""
+                    if isinstance(stderr, bytes):
+                        stderr = stderr.decode(errors="replace")
+                    # The error, not a warning printed after it.
+                    lines = [line for line in stderr.strip().splitlines()
+                             if "warning:" not in line] or [str(failure)]
+                    failed = next((line for line in lines if "error" in line), lines[-1])
                     row = {"model": model, "batch": batch, "precision": precision,
-                           "ok": False,
-                           "failed": (stderr.strip().splitlines() or [str(failure)])[-1]}
+                           "ok": False, "failed": failed}
                 rows.append(row)
                 print_row(row)
     print("\n| model | batch | precision | compile s | flowc ms | search gain | "
-          "1st run ms: trials / records | torch eager ms | ratio | max rel error |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "1st run ms: trials / records | torch eager ms | ratio | max rel error | "
+          "torch AMP error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         head = f"| {row['model']} | {row['batch']} | {row['precision']} |"
         if "failed" in row:
-            print(f"{head} failed: {row['failed']} | | | | | | |")
+            print(f"{head} failed: {row['failed']} | | | | | | | |")
             continue
         ratio = row["torch_ms"] / row["flowc_ms"]
         gain = row["heuristic_ms"] / row["flowc_ms"]
         print(f"{head} {row['compile_s']:.1f} | {row['flowc_ms']:.3f} | {gain:.2f}x | "
               f"{row['first_run_ms']:.0f} / {row['first_run_recorded_ms']:.0f} | "
-              f"{row['torch_ms']:.3f} | {ratio:.2f}x | {row['error']:.1e} |")
+              f"{row['torch_ms']:.3f} | {ratio:.2f}x | {row['error']:.1e} | "
+              f"{row['torch_error']:.1e} |")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0 if all(row["ok"] for row in rows) else 1

@@ -64,7 +64,12 @@ BIN = ROOT / "build" / "bin"
 sys.path.insert(0, str(ROOT / "bench"))
 from hostinfo import cpu_line  # noqa: E402
 
-EXPORT_PYTHON = ROOT / ".venv-export" / "bin" / "python"
+# The exporters' interpreters: .venv-export (transformers over Debian's
+# torch) and Debian's python3 (torchvision); BENCH_EXPORT_PYTHON names one
+# interpreter with both, as on a GPU machine with its own torch
+# (scripts/gpu-check.sh).
+EXPORT_PYTHON = os.environ.get("BENCH_EXPORT_PYTHON", str(ROOT / ".venv-export" / "bin" / "python"))
+TORCHVISION_PYTHON = os.environ.get("BENCH_EXPORT_PYTHON", "/usr/bin/python3")
 # iree-import-onnx, iree-compile and iree-benchmark-module: the console
 # scripts of the IREE wheels, next to the interpreter (.venv-bench/bin).
 IREE_BIN = pathlib.Path(sys.executable).parent
@@ -94,7 +99,7 @@ def export(model, batch, out_dir):
             cmd = [EXPORT_PYTHON, ROOT / "examples" / "export_transformers.py", out_dir,
                    "--models", base, "--batch", str(batch), "--seq", str(SEQ)]
         else:
-            cmd = ["/usr/bin/python3", ROOT / "examples" / "export_torchvision.py", out_dir,
+            cmd = [TORCHVISION_PYTHON, ROOT / "examples" / "export_torchvision.py", out_dir,
                    "--models", base, "--batch", str(batch)]
             if model != base:
                 cmd.append("--keep-batchnorm")
@@ -138,6 +143,11 @@ def daemon_peak_rss_mib(flowc):
     return float("nan")
 
 
+# The most seconds one flowc command of a benchmark may take (None: no
+# limit); bench/gpu_bench.py sets it, so that a hung step costs one row.
+STEP_TIMEOUT = None
+
+
 def flowc_compile(onnx_path, work, precision, target="cpu"):
     """A cold submit for `target`: (seconds, daemon peak RSS MiB, derive line,
     artifact)."""
@@ -149,7 +159,8 @@ def flowc_compile(onnx_path, work, precision, target="cpu"):
         submitted = subprocess.run(flowc + ["submit", onnx_path, "-o", artifact, "-O", "3",
                                             "--precision", precision, "--target", target,
                                             "--progress"],
-                                   check=True, capture_output=True, text=True)
+                                   check=True, capture_output=True, text=True,
+                                   timeout=STEP_TIMEOUT)
         compile_s = time.perf_counter() - start
         # "[1.576s] derive: 106 derived weights (106 computed, 0 cached)"
         derive = next((line.split("] ", 1)[1] for line in submitted.stderr.splitlines()
@@ -169,7 +180,8 @@ def flowc_run(artifact, inputs, feeds_names, work, runs, threads, extra=(), cach
     cache = ["--cache-dir", str(cache_dir)] if cache_dir else []
     out = subprocess.run([str(BIN / "flowc"), *cache, "run", artifact, *args, "--output-dir",
                           work / "out", "--bench", str(runs), "--threads", str(threads),
-                          "--json"], check=True, capture_output=True, text=True).stdout
+                          "--json"], check=True, capture_output=True, text=True,
+                         timeout=STEP_TIMEOUT).stdout
     result = json.loads(out)
     output = np.load(result["outputs"][0]["file"])
     return (result["median_ms"], result["p90_ms"]), result["first_run_ms"], output
@@ -265,14 +277,16 @@ def iree_setup(onnx_path, ordered_inputs, output_count, work, threads):
 
 class FirstOutput(torch.nn.Module):
     """A transformer's last hidden state alone: what the ONNX export
-    returns, and a plain tensor, which tracing needs."""
+    returns, and a plain tensor, which tracing needs. The inputs go by name:
+    newer transformers' forward takes them in another order."""
 
-    def __init__(self, net):
+    def __init__(self, net, names):
         super().__init__()
         self.net = net
+        self.names = names
 
     def forward(self, *inputs):
-        return self.net(*inputs)[0]
+        return self.net(**dict(zip(self.names, inputs)))[0]
 
 
 def torch_model(model, batch):
@@ -286,11 +300,13 @@ def torch_model(model, batch):
                                          add_pooling_layer=False)
             example = (torch.randint(0, 30522, (batch, SEQ)),
                        torch.ones(batch, SEQ, dtype=torch.int64))
+            names = ("input_ids", "attention_mask")
         else:
             net = transformers.GPT2Model(transformers.GPT2Config(use_cache=False,
                                                                  torchscript=True))
             example = (torch.randint(0, 50257, (batch, SEQ)),)
-        net = FirstOutput(net)
+            names = ("input_ids",)
+        net = FirstOutput(net, names)
     else:
         import torchvision
         net = getattr(torchvision.models, model)(weights=None)

@@ -233,6 +233,7 @@ CommandRunner addCacheCommand(CLI::App &app, GlobalOptions &global) {
       ->required();
   exporting->add_option("-o,--output", bundle->bundle, "The bundle to write")->required();
   addCompileFlags(exporting, bundle->compile);
+  addRemoteGpuFlag(exporting, bundle->remoteGpus);
   exporting->add_flag("--json", bundle->json, "Print one JSON object");
   CLI::App *importing = cmd->add_subcommand(
       "import", "Read a bundle's entries into this cache: every blob verified, every "

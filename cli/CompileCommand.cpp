@@ -21,6 +21,12 @@ Expected<const CompilerModule *> compilerModule() {
   return loaded;
 }
 
+void addRemoteGpuFlag(CLI::App *cmd, std::vector<std::string> &remoteGpus) {
+  cmd->add_option("--remote-gpu", remoteGpus,
+                  "A GPU of the farm, e.g. \"NVIDIA H200 sm_90\", as the daemon's "
+                  "--remote-gpu: cuda compiles key by its tuning records (repeatable)");
+}
+
 CommandRunner addCompileCommand(CLI::App &app, GlobalOptions &global) {
   auto options = std::make_shared<CompileCommandOptions>();
   CLI::App *cmd = app.add_subcommand(
@@ -31,6 +37,7 @@ CommandRunner addCompileCommand(CLI::App &app, GlobalOptions &global) {
                   "Artifact path (default: MODEL_STEM.fca)");
   addCompileFlags(cmd, options->compile);
   addSearchBudgetFlag(cmd, options->compile);
+  addRemoteGpuFlag(cmd, options->remoteGpus);
   cmd->add_option("--threads", options->threads,
                   "Compile tasks at once (default 0: one per core)");
   cmd->add_flag("--json", options->json, "Print one JSON object");

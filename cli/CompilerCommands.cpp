@@ -5,10 +5,12 @@
 #include "PlaceArtifact.h"
 
 #include "flowc/cache/Cache.h"
+#include "flowc/runtime/Tuning.h"
 #include "flowc/worker/Bundle.h"
 #include "flowc/worker/CompileExecutor.h"
 #include "flowc/worker/Tasks.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -36,6 +38,21 @@ Expected<worker::CompileRequest> compileRequest(const std::string &model,
   return request;
 }
 
+/// `--remote-gpu` values as GPU tuning devices, as flowcd's (duplicates
+/// once); InvalidArgument naming a bad one.
+Expected<std::vector<std::string>>
+parseRemoteGpus(const std::vector<std::string> &names) {
+  std::vector<std::string> devices;
+  for (const std::string &name : names) {
+    auto device = runtime::parseGpuName(name);
+    if (!device)
+      return device.status().withContext("--remote-gpu");
+    if (std::find(devices.begin(), devices.end(), *device) == devices.end())
+      devices.push_back(*device);
+  }
+  return devices;
+}
+
 int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
   auto request = compileRequest(options.model, options.compile);
   if (!request)
@@ -52,9 +69,13 @@ int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
   unsigned threads = options.threads ? options.threads
                                      : std::max(1u, std::thread::hardware_concurrency());
   worker::InProcessTaskRunner tasks(**cache, FLOWC_BUILD_ID, threads);
+  auto remoteGpus = parseRemoteGpus(options.remoteGpus);
+  if (!remoteGpus)
+    return reportError(remoteGpus.status());
   // A daemon may share this cache: it evicts, knowing what its jobs pin.
   worker::CompileExecutor executor(**cache, FLOWC_BUILD_ID,
                                    worker::CompileExecutor::Eviction::Never, &tasks);
+  executor.setRemoteGpus({*remoteGpus, /*measure=*/false});
   auto progress = [&](const worker::ProgressEvent &event) {
     if (!options.progress)
       return;
@@ -131,8 +152,12 @@ int runExport(const BundleCommandOptions &options, GlobalOptions &global) {
   auto cache = cache::Cache::open(global.cacheDir, readOnly);
   if (!cache)
     return reportError(cache.status());
+  auto remoteGpus = parseRemoteGpus(options.remoteGpus);
+  if (!remoteGpus)
+    return reportError(remoteGpus.status());
   worker::CompileExecutor executor(**cache, FLOWC_BUILD_ID,
                                    worker::CompileExecutor::Eviction::Never);
+  executor.setRemoteGpus({*remoteGpus, /*measure=*/false});
   auto entries = executor.recordedEntries(*request);
   if (!entries)
     return reportError(entries.status());

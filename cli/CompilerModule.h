@@ -15,6 +15,8 @@ struct CompileCommandOptions {
   std::string model;
   std::string output;
   CompileFlags compile;
+  /// `--remote-gpu "NAME sm_NN"` values: the farm's GPUs, as flowcd's.
+  std::vector<std::string> remoteGpus;
   bool json = false;
   bool progress = false;
   /// Task threads; 0: one per core.
@@ -26,6 +28,8 @@ struct BundleCommandOptions {
   std::string model;
   std::string bundle;
   CompileFlags compile;
+  /// `--remote-gpu` values of export, as flowcd's.
+  std::vector<std::string> remoteGpus;
   bool json = false;
 };
 
@@ -35,6 +39,11 @@ struct CompilerModule {
   int (*exportBundle)(const BundleCommandOptions &options, GlobalOptions &global);
   int (*importBundle)(const BundleCommandOptions &options, GlobalOptions &global);
 };
+
+/// Registers --remote-gpu (compile, cache export): a cuda compile's key
+/// names the tuning records of the GPU it is tuned for, which is a farm's
+/// GPU where the daemon that compiled it was given one.
+void addRemoteGpuFlag(CLI::App *cmd, std::vector<std::string> &remoteGpus);
 
 inline constexpr const char *kCompilerModuleEntry = "flowcCliCompilerModule";
 

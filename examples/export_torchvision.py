@@ -20,6 +20,7 @@ file; --keep-batchnorm writes BatchNormalization nodes instead (as other
 exporters and training checkpoints do), which flowc folds itself.
 """
 import argparse
+import inspect
 import pathlib
 
 import numpy as np
@@ -37,6 +38,16 @@ def perturb_constant_parameters(model: torch.nn.Module, seed: int):
             flat = parameter.flatten()
             if flat.numel() > 1 and bool(torch.all(flat == flat[0])):
                 parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
+
+
+def export_onnx(model: torch.nn.Module, args, path: pathlib.Path, **options):
+    """torch.onnx.export with the TorchScript exporter on every torch: from
+    2.9 torch defaults to the dynamo exporter, which writes other ops at
+    another opset; the models here are the same on Debian's torch 1.13 and
+    on a GPU machine's newer one."""
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        options["dynamo"] = False
+    torch.onnx.export(model, args, str(path), **options)
 
 
 def build(name: str, seed: int) -> torch.nn.Module:
@@ -75,13 +86,13 @@ def main():
         generator = torch.Generator().manual_seed(args.seed + 2)
         x = torch.randn(args.batch, 3, 224, 224, generator=generator)
         path = args.out_dir / f"{name}.onnx"
-        torch.onnx.export(model, x, str(path), opset_version=args.opset,
-                          input_names=["input"], output_names=["logits"],
-                          do_constant_folding=True,
-                          # PRESERVE exports the eval-mode model as it is,
-                          # skipping the exporter's Conv+BatchNorm fusion.
-                          training=(torch.onnx.TrainingMode.PRESERVE if args.keep_batchnorm
-                                    else torch.onnx.TrainingMode.EVAL))
+        export_onnx(model, x, path, opset_version=args.opset,
+                    input_names=["input"], output_names=["logits"],
+                    do_constant_folding=True,
+                    # PRESERVE exports the eval-mode model as it is,
+                    # skipping the exporter's Conv+BatchNorm fusion.
+                    training=(torch.onnx.TrainingMode.PRESERVE if args.keep_batchnorm
+                              else torch.onnx.TrainingMode.EVAL))
         np.save(args.out_dir / f"{name}_input.npy", x.numpy())
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {args.opset})")
 

@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
@@ -35,9 +36,23 @@ std::string printed(mlir::Operation *op) {
   return text;
 }
 
+/// The constant global `value` reads, if it is one.
+mlir::memref::GlobalOp constantGlobalOf(mlir::Value value) {
+  auto read = value.getDefiningOp<mlir::memref::GetGlobalOp>();
+  if (!read)
+    return {};
+  auto global = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::memref::GlobalOp>(
+      read, read.getNameAttr());
+  return global && global.getConstant() && global.getInitialValue() ? global : nullptr;
+}
+
+/// Whether a kernel gets `value` by cloning its producer: a constant, or a
+/// read of a constant global (its module then gets the global: a kernel on
+/// a GPU cannot read the host's copy).
 bool isConstant(mlir::Value value) {
   mlir::Operation *producer = value.getDefiningOp();
-  return producer && producer->hasTrait<mlir::OpTrait::ConstantLike>();
+  return producer &&
+         (producer->hasTrait<mlir::OpTrait::ConstantLike>() || constantGlobalOf(value));
 }
 
 /// What a kernel made of `op` receives: buffers become arguments (in order
@@ -220,6 +235,13 @@ std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module) {
     kernel.symbol = function.getName().str();
     kernel.callSites = callSites[kernel.symbol];
     kernel.module = mlir::ModuleOp::create(function.getLoc());
+    // The constant globals it reads come along, data and all.
+    std::set<std::string> globals;
+    function.walk([&](mlir::memref::GetGlobalOp read) {
+      if (auto global = constantGlobalOf(read.getResult());
+          global && globals.insert(global.getSymName().str()).second)
+        kernel.module->push_back(global.clone());
+    });
     auto definition = function.clone();
     definition->removeAttr(kLoopKernelAttr);
     definition.setPublic();

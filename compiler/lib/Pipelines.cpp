@@ -203,6 +203,11 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
     pm.addPass(mlir::createCSEPass());
     pm.addPass(mlir::createCanonicalizerPass());
   }
+  // Constants a library kernel reads must be device memory: their copies
+  // are activations like any other, which the arena then holds (code that
+  // allocates while it runs is never captured in a CUDA graph).
+  if (isCudaTarget(options.target))
+    pm.addNestedPass<mlir::func::FuncOp>(createCopyConstantsToDevicePass());
   // Once every buffer is an allocation or an argument, and before stage 2's
   // deallocation: the allocations it plans are views then, never freed.
   if (enabled(options, OptionalPass::PlanActivationMemory))
@@ -276,8 +281,12 @@ void buildLowerKernelToCudaPipeline(mlir::OpPassManager &pm,
   mlir::OpPassManager &device = pm.nest<mlir::gpu::GPUModuleOp>();
   device.addPass(mlir::createSCFToControlFlowPass());
   device.addPass(mlir::memref::createExpandStridedMetadataPass());
+  // Memrefs cross the launch as bare pointers on both sides: the host
+  // passes one pointer per buffer (its shapes are static), and a kernel
+  // expecting descriptors would read past the launch's parameters.
   mlir::ConvertGpuOpsToNVVMOpsOptions toNvvm;
   toNvvm.indexBitwidth = 64;
+  toNvvm.useBarePtrCallConv = true;
   device.addPass(mlir::createConvertGpuOpsToNVVMOps(toNvvm));
   device.addPass(mlir::createReconcileUnrealizedCastsPass());
   mlir::GpuModuleToBinaryPassOptions toBinary;
@@ -289,6 +298,7 @@ void buildLowerKernelToCudaPipeline(mlir::OpPassManager &pm,
   addHostLowering(pm, /*deviceAllocations=*/true);
   mlir::GpuToLLVMConversionPassOptions toLlvm;
   toLlvm.hostBarePtrCallConv = true;
+  toLlvm.kernelBarePtrCallConv = true;
   pm.addPass(mlir::createGpuToLLVMConversionPass(toLlvm));
   pm.addPass(mlir::createConvertIndexToLLVMPass());
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());

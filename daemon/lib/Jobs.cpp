@@ -338,7 +338,8 @@ void TaskDispatch::add(flowc::v1::TaskRequest &&request, TaskAnswer answer) {
   std::lock_guard lock(mutex_);
   if (ended_)
     return;
-  queue_.emplace_back(std::move(request), std::move(answer));
+  queue_.push_back(
+      {std::move(request), std::move(answer), std::chrono::steady_clock::now()});
   // A thread per task in flight, up to the executor's concurrency.
   if (queue_.size() > idle_ && threads_.size() < std::max(1u, executor_.concurrency()))
     threads_.emplace_back([this] { loop(); });
@@ -346,15 +347,15 @@ void TaskDispatch::add(flowc::v1::TaskRequest &&request, TaskAnswer answer) {
 }
 
 void TaskDispatch::finish() {
-  std::deque<std::pair<flowc::v1::TaskRequest, TaskAnswer>> dropped;
+  std::deque<Queued> dropped;
   {
     std::lock_guard lock(mutex_);
     ended_ = true;
     dropped.swap(queue_);
     queued_.notify_all();
   }
-  for (auto &[request, answer] : dropped)
-    answer(cancelledResult(request, jobId_));
+  for (Queued &queued : dropped)
+    queued.answer(cancelledResult(queued.request, jobId_));
   for (std::thread &thread : threads_)
     if (thread.joinable())
       thread.join();
@@ -362,7 +363,7 @@ void TaskDispatch::finish() {
 
 void TaskDispatch::loop() {
   while (true) {
-    std::pair<flowc::v1::TaskRequest, TaskAnswer> next;
+    Queued next;
     {
       std::unique_lock lock(mutex_);
       ++idle_;
@@ -374,14 +375,16 @@ void TaskDispatch::loop() {
       queue_.pop_front();
     }
     if (stop_() != JobStop::None) {
-      next.second(cancelledResult(next.first, jobId_));
+      next.answer(cancelledResult(next.request, jobId_));
       continue;
     }
-    runOne(next.first, next.second);
+    runOne(next);
   }
 }
 
-void TaskDispatch::runOne(flowc::v1::TaskRequest &request, const TaskAnswer &answer) {
+void TaskDispatch::runOne(Queued &queued) {
+  flowc::v1::TaskRequest &request = queued.request;
+  const TaskAnswer &answer = queued.answer;
   flowc::v1::TaskResult result;
   result.set_id(request.id());
   auto task = worker::taskFromProto(request);
@@ -407,7 +410,9 @@ void TaskDispatch::runOne(flowc::v1::TaskRequest &request, const TaskAnswer &ans
     return ended_;
   };
   std::string where;
-  TaskRun run{*task, priority_, stopped,
+  TaskRun run{*task,
+              priority_,
+              stopped,
               [&](const std::string &executor) {
                 started = std::chrono::steady_clock::now();
                 begun = true;
@@ -430,7 +435,8 @@ void TaskDispatch::runOne(flowc::v1::TaskRequest &request, const TaskAnswer &ans
                   event.set_executor(where);
                 }
                 onProgress_(std::move(event));
-              }};
+              },
+              queued.received};
   auto outcome = executor_.run(run);
   if (outcome)
     recordKernel(request, *outcome);

@@ -174,8 +174,16 @@ public:
   void finish();
 
 private:
+  /// A request waiting for a thread, and when it came: a task's deadline
+  /// counts from then (TaskRun::received).
+  struct Queued {
+    flowc::v1::TaskRequest request;
+    TaskAnswer answer;
+    std::chrono::steady_clock::time_point received;
+  };
+
   void loop();
-  void runOne(flowc::v1::TaskRequest &request, const TaskAnswer &answer);
+  void runOne(Queued &queued);
   /// Records a kernel task's object under its kernel-cache key.
   void recordKernel(const flowc::v1::TaskRequest &request,
                     const worker::TaskOutcome &outcome);
@@ -189,7 +197,7 @@ private:
   std::function<void(flowc::v1::Progress &&)> onProgress_;
   std::mutex mutex_;
   std::condition_variable queued_;
-  std::deque<std::pair<flowc::v1::TaskRequest, TaskAnswer>> queue_;
+  std::deque<Queued> queue_;
   std::vector<std::thread> threads_;
   unsigned idle_ = 0;
   bool ended_ = false;

@@ -135,10 +135,12 @@ private:
     std::sort(action.platform.begin(), action.platform.end());
     if (run.onStart)
       run.onStart("remote " + options_.url);
-    // A deadline abandons the action as a cancellation does.
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(task.deadlineSeconds));
+    // A deadline abandons the action as a cancellation does. It counts from
+    // the task's arrival: tasks queued behind --remote-jobs others wait
+    // within it.
+    auto deadline =
+        run.received + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(task.deadlineSeconds));
     auto pastDeadline = [&] {
       return task.deadlineSeconds > 0 && std::chrono::steady_clock::now() >= deadline;
     };

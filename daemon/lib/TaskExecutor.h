@@ -11,6 +11,7 @@
 #include "WorkerProcess.h"
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +30,10 @@ struct TaskRun {
   /// Called with each progress event the task process sends (a compiler
   /// pass that ended), on the thread that called run().
   std::function<void(flowc::v1::Progress &&)> onProgress = nullptr;
+  /// When the daemon received the task: its deadline
+  /// (worker::Task::deadlineSeconds) counts from then, the wait for a
+  /// dispatch thread included.
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 
 class TaskExecutor {

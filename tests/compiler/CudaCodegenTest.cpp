@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <fstream>
+#include <memory>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -69,6 +70,175 @@ Expected<std::string> compileConvPoolSoftmax(const CompileOptions &options,
   return compileToSharedObject(graph.irBytecode, options, dir.path(), &report);
 }
 
+/// How many parameters the kernel `name` of `cubin` takes: its
+/// EIATTR_KPARAM_INFO entries in section .nv.info.<name> (each entry a
+/// format byte, an attribute byte and either two bytes of value or, for
+/// format 4, a two-byte size and that many bytes); -1 without the section.
+int cubinKernelParams(const std::string &cubin, const std::string &name) {
+  constexpr uint8_t kSizedFormat = 4, kParamInfo = 0x17;
+  Elf64_Ehdr header;
+  if (cubin.size() < sizeof header)
+    return -1;
+  std::memcpy(&header, cubin.data(), sizeof header);
+  auto section = [&](size_t index) {
+    Elf64_Shdr shdr{};
+    size_t at = header.e_shoff + index * header.e_shentsize;
+    if (at + sizeof shdr <= cubin.size())
+      std::memcpy(&shdr, cubin.data() + at, sizeof shdr);
+    return shdr;
+  };
+  Elf64_Shdr names = section(header.e_shstrndx);
+  for (size_t i = 0; i < header.e_shnum; ++i) {
+    Elf64_Shdr shdr = section(i);
+    if (names.sh_offset + shdr.sh_name >= cubin.size() ||
+        std::string(cubin.c_str() + names.sh_offset + shdr.sh_name) != ".nv.info." + name)
+      continue;
+    int params = 0;
+    for (size_t at = shdr.sh_offset; at + 4 <= shdr.sh_offset + shdr.sh_size;) {
+      uint8_t format = static_cast<uint8_t>(cubin[at]);
+      uint8_t attribute = static_cast<uint8_t>(cubin[at + 1]);
+      uint16_t size = 0;
+      std::memcpy(&size, cubin.data() + at + 2, sizeof size);
+      params += attribute == kParamInfo;
+      at += 4 + (format == kSizedFormat ? size : 0);
+    }
+    return params;
+  }
+  return -1;
+}
+
+/// A GPU table that records what CUDA code asks of it, for a machine
+/// without a GPU: modules are the cubins' bytes, functions the parameter
+/// counts of their kernels, device memory made-up addresses never read.
+namespace recorder {
+std::vector<std::unique_ptr<std::string>> modules;
+std::vector<std::unique_ptr<int>> functions;
+/// (parameters the kernel takes, parameters the launch passes).
+std::vector<std::pair<int, uint64_t>> launches;
+/// Parameters that are addresses in a loaded object (the code's constants,
+/// say): host memory, which a kernel cannot read.
+std::vector<std::string> hostAddresses;
+uintptr_t nextAddress = 0x10000000;
+
+void *load(void *data, uint64_t bytes) {
+  return modules
+      .emplace_back(std::make_unique<std::string>(static_cast<char *>(data), bytes))
+      .get();
+}
+void unload(void *) {}
+void *function(void *module, const char *name) {
+  return functions
+      .emplace_back(std::make_unique<int>(
+          cubinKernelParams(*static_cast<std::string *>(module), name)))
+      .get();
+}
+void launch(void *function, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int32_t,
+            void *, void **params, void **, uint64_t paramCount) {
+  launches.emplace_back(*static_cast<int *>(function), paramCount);
+  for (uint64_t i = 0; i < paramCount; ++i) {
+    void *value = nullptr;
+    std::memcpy(&value, params[i], sizeof value);
+    Dl_info info;
+    if (value && dladdr(value, &info))
+      hostAddresses.push_back(
+          std::string(info.dli_sname ? info.dli_sname : info.dli_fname) + " (launch " +
+          std::to_string(launches.size()) + ", parameter " + std::to_string(i) + ")");
+  }
+}
+void *stream() { return &nextAddress; }
+void streamNothing(void *) {}
+void *alloc(uint64_t bytes) {
+  void *address = reinterpret_cast<void *>(nextAddress);
+  nextAddress += (bytes + 255) / 256 * 256 + 256;
+  return address;
+}
+/// Allocations the code made while it ran (each one keeps a run out of
+/// CUDA graphs).
+int codeAllocations = 0;
+void *codeAlloc(uint64_t bytes) {
+  ++codeAllocations;
+  return alloc(bytes);
+}
+void *alignedAlloc(uint64_t, uint64_t bytes) { return codeAlloc(bytes); }
+void release(void *) {}
+
+/// Buffers handed to library kernels that are host addresses.
+std::vector<std::string> libraryHostAddresses;
+int libraryCalls = 0;
+
+void checkBuffers(const char *kind, void **buffers, int count) {
+  ++libraryCalls;
+  for (int i = 0; i < count; ++i) {
+    Dl_info info;
+    if (buffers[i] && dladdr(buffers[i], &info))
+      libraryHostAddresses.push_back(std::string(kind) + " buffer " + std::to_string(i));
+  }
+}
+void conv2d(void *, int64_t, const int64_t *params, void **buffers) {
+  const auto *p = reinterpret_cast<const runtime::Conv2dParams *>(params);
+  checkBuffers("conv2d", buffers, 4 + static_cast<int>(p->hasResidual));
+}
+void sourceAndDestination(void *, int64_t, const int64_t *, void **buffers) {
+  checkBuffers("pool2d or softmax", buffers, 2);
+}
+
+void fillKernels(void **table) {
+  using runtime::KernelKind;
+  table[static_cast<int64_t>(KernelKind::Conv2d)] = reinterpret_cast<void *>(&conv2d);
+  table[static_cast<int64_t>(KernelKind::Pool2d)] =
+      reinterpret_cast<void *>(&sourceAndDestination);
+  table[static_cast<int64_t>(KernelKind::Softmax)] =
+      reinterpret_cast<void *>(&sourceAndDestination);
+}
+
+void fill(void **table) {
+  using runtime::GpuFunction;
+  auto set = [&](GpuFunction slot, auto function) {
+    table[static_cast<int64_t>(slot)] = reinterpret_cast<void *>(function);
+  };
+  set(GpuFunction::ModuleLoad, &load);
+  set(GpuFunction::ModuleUnload, &unload);
+  set(GpuFunction::ModuleGetFunction, &function);
+  set(GpuFunction::LaunchKernel, &launch);
+  set(GpuFunction::StreamCreate, &stream);
+  set(GpuFunction::StreamDestroy, &streamNothing);
+  set(GpuFunction::StreamSynchronize, &streamNothing);
+  set(GpuFunction::MemAlloc, &codeAlloc);
+  set(GpuFunction::AlignedMemAlloc, &alignedAlloc);
+  set(GpuFunction::MemFree, &release);
+}
+
+void reset() {
+  modules.clear();
+  functions.clear();
+  launches.clear();
+  hostAddresses.clear();
+  libraryHostAddresses.clear();
+  libraryCalls = 0;
+  codeAllocations = 0;
+}
+
+/// Runs the CUDA code `library` once with the recording GPU table (and
+/// kernel table, for code with library kernels) on made-up device buffers:
+/// what it asks for is left in the recorder.
+void run(void *library) {
+  reset();
+  fill(static_cast<void **>(dlsym(library, runtime::kGpuTableSymbol)));
+  if (auto *kernels = static_cast<void **>(dlsym(library, runtime::kKernelTableSymbol)))
+    fillKernels(kernels);
+  auto load = reinterpret_cast<void (*)()>(dlsym(library, runtime::kGpuLoadSymbol));
+  auto unload = reinterpret_cast<void (*)()>(dlsym(library, runtime::kGpuUnloadSymbol));
+  auto entry = reinterpret_cast<void (*)(void **)>(dlsym(library, kEntrySymbol));
+  ASSERT_TRUE(load && unload && entry);
+  load();
+  std::vector<void *> args(16);
+  for (void *&arg : args)
+    arg = alloc(1 << 20);
+  entry(args.data());
+  unload();
+}
+} // namespace recorder
+
 class CudaCodegenTest : public ::testing::TestWithParam<Target> {};
 
 TEST_P(CudaCodegenTest, EachKernelIsACubinForTheChipAndLoadingRunsNothing) {
@@ -110,6 +280,20 @@ TEST_P(CudaCodegenTest, EachKernelIsACubinForTheChipAndLoadingRunsNothing) {
   EXPECT_NE(dlsym(library, runtime::kGpuLoadSymbol), nullptr);
   EXPECT_NE(dlsym(library, runtime::kGpuUnloadSymbol), nullptr);
   EXPECT_NE(dlsym(library, kEntrySymbol), nullptr);
+
+  // Each launch passes its kernel as many parameters as the cubin's kernel
+  // takes (a kernel reading more reads past them: cuLaunchKernel refuses).
+  // The host code only forwards device addresses, so a run here with a
+  // recording table launches every kernel without a GPU.
+  recorder::run(library);
+  EXPECT_EQ(recorder::modules.size(), static_cast<size_t>(report.loopKernels));
+  EXPECT_EQ(recorder::launches.size(), static_cast<size_t>(report.loopKernels));
+  for (const auto &[takes, passed] : recorder::launches) {
+    EXPECT_GT(takes, 0);
+    EXPECT_EQ(static_cast<uint64_t>(takes), passed);
+  }
+  EXPECT_THAT(recorder::hostAddresses, ::testing::IsEmpty());
+  recorder::reset();
   dlclose(library);
 }
 
@@ -165,6 +349,18 @@ TEST(CudaCodegenLibraryTest, HeavyOpsAreLibraryKernels) {
   for (int64_t kind = 0; kind < runtime::kKernelKindCount; ++kind)
     EXPECT_EQ(table[kind], nullptr) << kind;
   EXPECT_NE(dlsym(library, runtime::kGpuTableSymbol), nullptr);
+
+  // Run with recording tables: every buffer a library kernel gets is
+  // device memory, the convolution's zero bias (the model has none) too,
+  // and so is every kernel parameter.
+  recorder::run(library);
+  EXPECT_EQ(recorder::libraryCalls, 3);
+  EXPECT_THAT(recorder::libraryHostAddresses, ::testing::IsEmpty());
+  // The bias's device copy is in the arena: the code allocates nothing
+  // while it runs, so its runs can be captured in a CUDA graph.
+  EXPECT_EQ(recorder::codeAllocations, 0);
+  EXPECT_THAT(recorder::hostAddresses, ::testing::IsEmpty());
+  recorder::reset();
   dlclose(library);
 }
 

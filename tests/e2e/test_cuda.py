@@ -211,12 +211,40 @@ def test_a_gpus_tuning_records_are_part_of_its_targets_keys(flowc, models, tmp_p
     assert flowc.submit(path, tmp_path / "d.fca", "--target", "cuda:sm_90")["cache"] == "miss"
     assert flowc.submit(path, tmp_path / "e.fca", "--target", "cuda:sm_80")["cache"] == "hit"
     # With that GPU known, the convolutions are tunable for sm_90; a search
-    # budget measures none of them here, where that GPU is not.
+    # budget measures none of them where that GPU is not (on an sm_90 GPU
+    # they are measured on it).
     searched = flowc.submit(path, tmp_path / "f.fca", "--target", "cuda:sm_90",
                             "--search-budget", "5")["search"]
-    assert searched["measured_kernels"] == 0 and searched["tuned_kernels"] == 0
-    if "cuDNN 9" in flowc.run("--version").stdout and device_target()[0] is None:
-        assert searched["tunable_kernels"] >= 1
+    if device_target()[0] is None:
+        assert searched["measured_kernels"] == 0 and searched["tuned_kernels"] == 0
+        if "cuDNN 9" in flowc.run("--version").stdout:
+            assert searched["tunable_kernels"] >= 1
+
+
+def test_compile_and_export_key_by_the_farm_gpu_as_the_daemon_does(flowc, models, tmp_path):
+    """`flowc compile` and `flowc cache export` take flowcd's --remote-gpu:
+    with an sm_80 GPU's records here, a cuda:sm_80 compile keys by them, and
+    naming another sm_80 GPU of the farm keys by that one's (none here), as
+    a daemon given it would; a name that is not one is refused."""
+    path, _ = models["cnn"]
+    document = tmp_path / "records.json"
+    document.write_text(json.dumps(gpu_records("gpu NVIDIA A100 sm_80")))
+    flowc.run("tuning", "import", document)
+
+    def compile_(out, *options):
+        return json.loads(flowc.run("compile", path, "-o", tmp_path / out, "--target",
+                                    "cuda:sm_80", "--json", *options).stdout)
+
+    assert compile_("a.fca")["cache"] == "miss"
+    assert compile_("b.fca", "--remote-gpu", "NVIDIA A100 sm_80")["cache"] == "hit"
+    assert compile_("c.fca", "--remote-gpu", "NVIDIA A30 sm_80")["cache"] == "miss"
+    exported = json.loads(flowc.run("cache", "export", path, "-o", tmp_path / "a30.bundle",
+                                    "--target", "cuda:sm_80", "--remote-gpu",
+                                    "NVIDIA A30 sm_80", "--json").stdout)
+    assert exported["entries"] >= 1
+    bad = flowc.run("compile", path, "-o", tmp_path / "d.fca", "--target", "cuda:sm_80",
+                    "--remote-gpu", "A30", check=False)
+    assert bad.returncode != 0 and "--remote-gpu" in bad.stderr and "A30" in bad.stderr
 
 
 @pytest.mark.parametrize("model", ["cnn", "encoder"])

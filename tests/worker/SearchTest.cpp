@@ -155,20 +155,31 @@ TEST_F(GpuSearchTest, ARecordOfAnotherLibrarysCandidateIsSetAside) {
 }
 
 // A GPU measure task asks for its GPU (the remote action's platform
-// property) and runs nowhere else: on a machine without that GPU it fails
-// saying which it needed, and a malformed one is refused.
+// property) and runs nowhere else: on a machine without that GPU, or with
+// other library versions than the records', it fails saying which it
+// needed, and a malformed one is refused.
 TEST_F(GpuSearchTest, AGpuMeasureTaskNeedsItsGpu) {
+  Expected<std::string> versions = runtime::gpuTuningVersions();
   std::string h200 = runtime::gpuTuningDevice("NVIDIA H200", 90);
   nlohmann::json measure = {{"device", h200},
                             {"gpu", true},
                             {"signature", kConvSignature},
                             {"trials", 16},
+                            {"versions", "cuDNN 8.0.0, cuBLASLt 11.0.0; kernel abi 1"},
                             {"library", {{"kind", 0}, {"params", {1, 2, 3}}}}};
   auto task = makeMeasureTask(*cache_, measure, std::nullopt, options_, kBuild);
   ASSERT_TRUE(task) << task.status().toString();
   EXPECT_EQ(task->platform, (std::vector<std::pair<std::string, std::string>>{
                                 {kGpuPlatformProperty, "NVIDIA H200 sm_90"}}));
   TempDir out;
+  EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
+              StatusIs(StatusCode::FailedPrecondition,
+                       "a measure task for the libraries 'cuDNN 8.0.0, cuBLASLt 11.0.0; "
+                       "kernel abi 1' reached a machine with " +
+                           (versions ? "'" + *versions + "'" : std::string("none"))));
+  if (!versions)
+    return; // Without cuDNN and cuBLASLt the libraries are what it lacks.
+  measure["versions"] = *versions;
   EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
               StatusIs(StatusCode::FailedPrecondition,
                        "a measure task for the GPU 'gpu NVIDIA H200 sm_90' reached a "

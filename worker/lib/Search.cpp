@@ -194,19 +194,22 @@ cache::Digest remoteKey(const Tunable &tunable) {
 
 /// The remote tier's records of `tunable`, merged into `cache` (a record
 /// replaces one of the same candidate only if measured later); the digest
-/// of the tier's document, if it has one.
-std::optional<cache::Digest> importRemote(cache::Cache &cache, RemoteTier &remote,
-                                          const Tunable &tunable) {
+/// of the tier's document, if it has one. An error when the tier has a
+/// document that could not be read or merged: publishing this cache's
+/// records then would replace others' records with them.
+Expected<std::optional<cache::Digest>>
+importRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable) {
   std::optional<cache::Digest> found =
       remote.fetch(cache::ActionKind::DerivedWeight, remoteKey(tunable));
   if (!found)
-    return std::nullopt;
+    return std::optional<cache::Digest>();
   auto blob = cache.get(*found);
   auto imported = blob ? cache.importTuning(blob->bytes())
                        : Expected<cache::TuningImport>(blob.status());
   if (!imported)
-    spdlog::warn("the remote tier's tuning records of {} were not imported: {}",
-                 tunable.signature, imported.status().message());
+    return Status(imported.status().code(),
+                  "the remote tier's tuning records of " + tunable.signature +
+                      " were not imported: " + imported.status().message());
   return found;
 }
 
@@ -261,11 +264,16 @@ void syncRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable)
   auto mine = recordsDocument(cache, tunable);
   if (!mine || !measuredHere(*mine))
     return;
-  std::optional<cache::Digest> theirs = importRemote(cache, remote, tunable);
-  if (theirs)
+  auto theirs = importRemote(cache, remote, tunable);
+  if (!theirs) {
+    spdlog::warn("{}; this cache's records of it are not published",
+                 theirs.status().message());
+    return;
+  }
+  if (*theirs)
     mine = recordsDocument(cache, tunable);
   if (mine)
-    publishRemote(cache, remote, tunable, *mine, theirs);
+    publishRemote(cache, remote, tunable, *mine, *theirs);
 }
 
 /// The best record of `tunable` on this device, if it names one of today's
@@ -303,6 +311,7 @@ json measureJson(const Tunable &tunable, const MeasureOptions &options) {
             {"gpu", true},
             {"signature", tunable.signature},
             {"trials", kGpuMeasureTrials},
+            {"versions", tunable.versions},
             {"library", {{"kind", tunable.kind}, {"params", tunable.params}}}};
   json measure = {{"device", deviceDescriptor()},
                   {"signature", tunable.signature},
@@ -458,14 +467,17 @@ Status writeMeasurement(const std::string &device, const Measurement &measured,
 }
 
 /// A GPU measure task (measure["gpu"]): the kernel's trial runs on this
-/// machine's GPU, which must be the records' device.
+/// machine's GPU and libraries, which must be the records' device and
+/// versions: the compiling machine files the timings under them.
 Status runGpuMeasureTask(const json &measure, const std::string &path) {
   std::string device;
+  std::string versions;
   runtime::KernelKind kind{};
   std::vector<int64_t> params;
   int trials = 0;
   try {
     device = measure.at("device").get<std::string>();
+    versions = measure.at("versions").get<std::string>();
     kind =
         static_cast<runtime::KernelKind>(measure.at("library").at("kind").get<int64_t>());
     params = measure.at("library").at("params").get<std::vector<int64_t>>();
@@ -476,6 +488,13 @@ Status runGpuMeasureTask(const json &measure, const std::string &path) {
   if (trials < 2 || trials > 64)
     return invalidArgument("a GPU measure task times 2 to 64 candidates, not " +
                            std::to_string(trials));
+  Expected<std::string> libraries = runtime::gpuTuningVersions();
+  if (!libraries || *libraries != versions)
+    return failedPrecondition(
+        "a measure task for the libraries '" + versions + "' reached a machine with " +
+        (libraries ? "'" + *libraries + "'"
+                   : "none (" + libraries.status().message() + ")") +
+        ": a measurement is only taken with the libraries it describes");
   Expected<std::string> local = runtime::localGpuTuningDevice();
   if (!local || *local != device)
     return failedPrecondition("a measure task for the GPU '" + device +
@@ -568,8 +587,8 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
     if (remote && (!tunables[i].record || tunables[i].gpu)) {
       if (tunables[i].record)
         syncRemote(cache, *remote, tunables[i]);
-      else
-        importRemote(cache, *remote, tunables[i]);
+      else if (auto imported = importRemote(cache, *remote, tunables[i]); !imported)
+        spdlog::warn("{}", imported.status().message());
       FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
     }
     // A GPU kernel is measured only where the records' GPU is: on this

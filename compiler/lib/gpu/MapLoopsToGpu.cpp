@@ -123,6 +123,36 @@ struct MapLoopsToGpuPass : impl::MapLoopsToGpuPassBase<MapLoopsToGpuPass> {
         threads = std::clamp<int64_t>((*upper - *lower + *step - 1) / *step, 1, threads);
       mlir::scf::tileParallelLoop(loop, {threads}, /*noMinMaxBounds=*/true);
     }
+    sinkConstantGlobals(function);
+  }
+
+  /// Reads of constant globals move into the loops that use them: inside,
+  /// they are the GPU module's copy of the global (outlining brings the
+  /// symbol along); outside, the kernel would get the host's address.
+  static void sinkConstantGlobals(mlir::func::FuncOp function) {
+    mlir::Block &body = function.getBody().front();
+    for (auto read :
+         llvm::make_early_inc_range(body.getOps<mlir::memref::GetGlobalOp>())) {
+      auto global = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::memref::GlobalOp>(
+          read, read.getNameAttr());
+      if (!global || !global.getConstant())
+        continue;
+      llvm::SmallVector<mlir::scf::ParallelOp> users;
+      for (mlir::Operation *user : read->getUsers())
+        if (auto loop = llvm::dyn_cast_or_null<mlir::scf::ParallelOp>(
+                body.findAncestorOpInBlock(*user));
+            loop && !llvm::is_contained(users, loop))
+          users.push_back(loop);
+      for (mlir::scf::ParallelOp loop : users) {
+        auto builder = mlir::OpBuilder::atBlockBegin(loop.getBody());
+        mlir::Operation *inside = builder.clone(*read);
+        read.getResult().replaceUsesWithIf(
+            inside->getResult(0),
+            [&](mlir::OpOperand &use) { return loop->isProperAncestor(use.getOwner()); });
+      }
+      if (read->use_empty())
+        read->erase();
+    }
   }
 };
 

@@ -435,7 +435,8 @@ private:
   /// Queues `plan` on the convolution's buffers (source, weights, result).
   cudnnStatus_t executePlan(const ConvPlan &plan, void *const pointers[3]);
   /// Whether engine configuration `config` computes as `type` promises:
-  /// no inputs converted down, and no TF32 tensor cores for fp32.
+  /// no inputs converted down, no reduction in reduced precision (AMP
+  /// accumulates in fp32), and no TF32 tensor cores for fp32.
   bool hasExactNumerics(cudnnBackendDescriptor_t config, ElementType type);
   /// Milliseconds per call of `run` on the device (a warm-up call, then
   /// kGpuTrialRuns timed ones); infinity when it fails.
@@ -654,6 +655,10 @@ bool LibraryKernels::hasExactNumerics(cudnnBackendDescriptor_t config, ElementTy
   // at most the array's, and says how many it has.
   for (int64_t i = 0; i < std::min<int64_t>(count, std::size(notes)); ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+      return false;
+    // AMP promises fp32 accumulation: 16-bit sums lose it over a
+    // convolution's thousands of terms.
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
       return false;
     // Tensor cores on fp32 data are TF32: 10-bit mantissas.
     if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && type == kF32)

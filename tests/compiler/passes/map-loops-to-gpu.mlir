@@ -84,3 +84,28 @@ func.func @scalar_copy(%a: memref<i64>, %b: memref<i64>) {
   linalg.copy ins(%a : memref<i64>) outs(%b : memref<i64>)
   return
 }
+
+// -----
+
+// A constant global a nest reads is read inside the kernel, from the GPU
+// module's copy of it: the host's address would be no use to the device.
+// CHECK-LABEL: func.func @scaled
+// CHECK-NOT: memref.get_global
+// CHECK: gpu.launch_func @scaled_kernel::@scaled_kernel
+// CHECK: gpu.module @scaled_kernel
+// CHECK: gpu.func @scaled_kernel
+// CHECK: memref.get_global @scale
+// CHECK: memref.global "private" constant @scale
+memref.global "private" constant @scale : memref<1xf32> = dense<2.0>
+#vector = affine_map<(d0) -> (d0)>
+#first = affine_map<(d0) -> (0)>
+func.func @scaled(%a: memref<64xf32>, %b: memref<64xf32>) {
+  %s = memref.get_global @scale : memref<1xf32>
+  linalg.generic {indexing_maps = [#vector, #first, #vector], iterator_types = ["parallel"]}
+      ins(%a, %s : memref<64xf32>, memref<1xf32>) outs(%b : memref<64xf32>) {
+  ^bb0(%x: f32, %k: f32, %y: f32):
+    %m = arith.mulf %x, %k : f32
+    linalg.yield %m : f32
+  }
+  return
+}

@@ -314,6 +314,31 @@ def ParallelizeLoopsPass : Pass<"flowc-parallelize-loops", "::mlir::ModuleOp"> {
 
 #endif // FLOWC_COMPILER_PASSES
 
+def CopyConstantsToDevicePass : Pass<"flowc-copy-constants-to-device",
+                                      "::mlir::func::FuncOp"> {
+  let summary = "Give the device a copy of each constant buffer host code "
+                "hands to a library kernel";
+  let description = [{
+    For the cuda targets, on buffers, before the activation arena is planned
+    (which then holds the copies) and before deallocation:
+    a constant global (`memref.get_global` of a `constant` global: a zero
+    bias, a folded scale) is host memory, which a library kernel (cuDNN,
+    cuBLASLt, the runtime's) cannot read. Each such read used by anything
+    but a loop nest becomes a fresh buffer, filled by a loop nest (a
+    `linalg.fill` for a splat, otherwise a copy of the global, which the
+    kernel reads from its GPU module's copy), which the other users get
+    instead. Loop nests keep reading the global: their kernels get its
+    device copy (flowc-partition-kernels, flowc-map-loops-to-gpu).
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect"];
+  let statistics = [
+    Statistic<"constantsCopied", "constants-copied",
+              "Constant buffers given a device copy">
+  ];
+}
+
 def MapLoopsToGpuPass : Pass<"flowc-map-loops-to-gpu", "::mlir::func::FuncOp"> {
   let summary = "Map each loop nest of a kernel onto GPU blocks and threads";
   let description = [{
