@@ -19,9 +19,9 @@ inference_mode on the GPU, synchronized after each call, inputs already on
 the device; its AMP figure runs under torch.autocast with the same 16-bit
 type as flowc's --precision. Ratio = torch ms / flowc ms: above 1 means
 flowc is faster. torch AMP error: torch's own autocast output against its
-fp32 output on the same model, the peer's error for that precision. Search gain = flowc ms with `--gpu-trials 1
---no-gpu-records` (cuDNN's and cuBLASLt's first choices) / flowc ms with the
-trial runs' choices. 1st run ms: the first `flowc run` on a fresh cache
+fp32 output on the same model, the peer's error for that precision. Search
+gain = flowc ms with `--gpu-trials 1 --no-gpu-records` (cuDNN's and
+cuBLASLt's first choices) / flowc ms with the trial runs' choices. 1st run ms: the first `flowc run` on a fresh cache
 (trial runs included, their timings recorded), then a second one (the
 records decide: no trials).
 """
@@ -123,8 +123,8 @@ def bench(model, batch, precision, target, args, root):
     if model not in EXAMPLES:
         try:
             torch_ms, torch_error = torch_eager(model, batch, args.runs, precision)
-        except Exception as error:  # the peer's failure leaves flowc's figures
-            print(f"{model} b{batch} {precision}: torch eager failed: {error!r}", flush=True)
+        except Exception as failure:  # the peer's failure leaves flowc's figures
+            print(f"{model} b{batch} {precision}: torch eager failed: {failure!r}", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return {"model": model, "batch": batch, "precision": precision, "compile_s": compile_s,

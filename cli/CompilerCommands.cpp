@@ -10,7 +10,6 @@
 #include "flowc/worker/CompileExecutor.h"
 #include "flowc/worker/Tasks.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -38,21 +37,6 @@ Expected<worker::CompileRequest> compileRequest(const std::string &model,
   return request;
 }
 
-/// `--remote-gpu` values as GPU tuning devices, as flowcd's (duplicates
-/// once); InvalidArgument naming a bad one.
-Expected<std::vector<std::string>>
-parseRemoteGpus(const std::vector<std::string> &names) {
-  std::vector<std::string> devices;
-  for (const std::string &name : names) {
-    auto device = runtime::parseGpuName(name);
-    if (!device)
-      return device.status().withContext("--remote-gpu");
-    if (std::find(devices.begin(), devices.end(), *device) == devices.end())
-      devices.push_back(*device);
-  }
-  return devices;
-}
-
 int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
   auto request = compileRequest(options.model, options.compile);
   if (!request)
@@ -69,9 +53,9 @@ int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
   unsigned threads = options.threads ? options.threads
                                      : std::max(1u, std::thread::hardware_concurrency());
   worker::InProcessTaskRunner tasks(**cache, FLOWC_BUILD_ID, threads);
-  auto remoteGpus = parseRemoteGpus(options.remoteGpus);
+  auto remoteGpus = runtime::parseGpuNames(options.remoteGpus);
   if (!remoteGpus)
-    return reportError(remoteGpus.status());
+    return reportError(remoteGpus.status().withContext("--remote-gpu"));
   // A daemon may share this cache: it evicts, knowing what its jobs pin.
   worker::CompileExecutor executor(**cache, FLOWC_BUILD_ID,
                                    worker::CompileExecutor::Eviction::Never, &tasks);
@@ -152,9 +136,9 @@ int runExport(const BundleCommandOptions &options, GlobalOptions &global) {
   auto cache = cache::Cache::open(global.cacheDir, readOnly);
   if (!cache)
     return reportError(cache.status());
-  auto remoteGpus = parseRemoteGpus(options.remoteGpus);
+  auto remoteGpus = runtime::parseGpuNames(options.remoteGpus);
   if (!remoteGpus)
-    return reportError(remoteGpus.status());
+    return reportError(remoteGpus.status().withContext("--remote-gpu"));
   worker::CompileExecutor executor(**cache, FLOWC_BUILD_ID,
                                    worker::CompileExecutor::Eviction::Never);
   executor.setRemoteGpus({*remoteGpus, /*measure=*/false});

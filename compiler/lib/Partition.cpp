@@ -36,23 +36,16 @@ std::string printed(mlir::Operation *op) {
   return text;
 }
 
-/// The constant global `value` reads, if it is one.
-mlir::memref::GlobalOp constantGlobalOf(mlir::Value value) {
-  auto read = value.getDefiningOp<mlir::memref::GetGlobalOp>();
-  if (!read)
-    return {};
-  auto global = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::memref::GlobalOp>(
-      read, read.getNameAttr());
-  return global && global.getConstant() && global.getInitialValue() ? global : nullptr;
-}
-
 /// Whether a kernel gets `value` by cloning its producer: a constant, or a
 /// read of a constant global (its module then gets the global: a kernel on
 /// a GPU cannot read the host's copy).
 bool isConstant(mlir::Value value) {
   mlir::Operation *producer = value.getDefiningOp();
-  return producer &&
-         (producer->hasTrait<mlir::OpTrait::ConstantLike>() || constantGlobalOf(value));
+  if (!producer)
+    return false;
+  if (auto read = mlir::dyn_cast<mlir::memref::GetGlobalOp>(producer))
+    return static_cast<bool>(constantGlobalOf(read));
+  return producer->hasTrait<mlir::OpTrait::ConstantLike>();
 }
 
 /// What a kernel made of `op` receives: buffers become arguments (in order
@@ -224,6 +217,12 @@ addProfileMarks(mlir::ModuleOp module, const std::set<std::string> &kernels,
   return profiled;
 }
 
+mlir::memref::GlobalOp constantGlobalOf(mlir::memref::GetGlobalOp read) {
+  auto global = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::memref::GlobalOp>(
+      read, read.getNameAttr());
+  return global && global.getConstant() && global.getInitialValue() ? global : nullptr;
+}
+
 std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module) {
   std::map<std::string, int> callSites;
   module.walk([&](mlir::func::CallOp call) { ++callSites[call.getCallee().str()]; });
@@ -238,7 +237,7 @@ std::vector<KernelModule> splitKernelModules(mlir::ModuleOp module) {
     // The constant globals it reads come along, data and all.
     std::set<std::string> globals;
     function.walk([&](mlir::memref::GetGlobalOp read) {
-      if (auto global = constantGlobalOf(read.getResult());
+      if (auto global = constantGlobalOf(read);
           global && globals.insert(global.getSymName().str()).second)
         kernel.module->push_back(global.clone());
     });

@@ -13,6 +13,7 @@
 //     separately and the linker joins the objects.
 #pragma once
 
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
@@ -28,6 +29,11 @@ namespace flowc::compiler {
 inline constexpr const char *kLoopKernelAttr = "flowc.loop_kernel";
 /// Prefix of loop kernel symbols; a hash of the kernel's IR follows.
 inline constexpr const char *kLoopKernelPrefix = "flowc_loops_";
+
+/// The global `read` reads if it is a constant with its value: what a
+/// kernel clones (and its module carries) instead of taking the host's
+/// address, and what CUDA code gives the device a copy of.
+mlir::memref::GlobalOp constantGlobalOf(mlir::memref::GetGlobalOp read);
 
 /// One partitioned kernel in a module of its own.
 struct KernelModule {

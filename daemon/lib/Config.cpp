@@ -190,15 +190,10 @@ Status applySettings(const Settings &settings, DaemonOptions &options) {
         options.remote.platform.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
       }
     } else if (key == "remote-gpu") {
-      options.remote.gpus.clear();
-      for (const std::string &name : commaSeparated(value)) {
-        auto device = runtime::parseGpuName(name);
-        if (!device)
-          return bad(setting, device.status());
-        if (std::find(options.remote.gpus.begin(), options.remote.gpus.end(), *device) ==
-            options.remote.gpus.end())
-          options.remote.gpus.push_back(*device);
-      }
+      auto devices = runtime::parseGpuNames(commaSeparated(value));
+      if (!devices)
+        return bad(setting, devices.status());
+      options.remote.gpus = std::move(*devices);
     } else if (key == "remote-jobs") {
       unsigned jobs = 0;
       auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), jobs);

@@ -6,6 +6,7 @@
 #include "Gpu.h"
 #include "gpu/LibraryKernels.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace flowc::runtime {
@@ -201,6 +202,16 @@ Expected<std::string> parseGpuName(std::string_view text) {
   if (!decimal || ec != std::errc() || end != digits.data() + digits.size())
     return bad("'" + std::string(digits) + "' is not a compute capability such as 90");
   return gpuTuningDevice(std::string(text.substr(0, sm)), capability);
+}
+
+Expected<std::vector<std::string>> parseGpuNames(const std::vector<std::string> &names) {
+  std::vector<std::string> devices;
+  for (const std::string &name : names) {
+    FLOWC_ASSIGN_OR_RETURN(std::string device, parseGpuName(name));
+    if (std::find(devices.begin(), devices.end(), device) == devices.end())
+      devices.push_back(std::move(device));
+  }
+  return devices;
 }
 
 std::string_view gpuNameOf(std::string_view device) {

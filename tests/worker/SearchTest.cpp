@@ -184,6 +184,10 @@ TEST_F(GpuSearchTest, AGpuMeasureTaskNeedsItsGpu) {
               StatusIs(StatusCode::FailedPrecondition,
                        "a measure task for the GPU 'gpu NVIDIA H200 sm_90' reached a "
                        "machine with no GPU"));
+  measure.erase("versions");
+  EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
+              StatusIs(StatusCode::InvalidArgument, "a GPU measure task"));
+  measure["versions"] = *versions;
   measure["trials"] = 1;
   EXPECT_THAT(runMeasureTask(measure, options_, out.path(), out.path(), "", "m.json"),
               StatusIs(StatusCode::InvalidArgument, "times 2 to 64 candidates"));

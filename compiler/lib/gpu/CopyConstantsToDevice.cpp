@@ -1,4 +1,5 @@
 // flowc-copy-constants-to-device: see Passes.td.
+#include "Partition.h"
 #include "transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -6,7 +7,6 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinAttributes.h"
-#include "mlir/IR/SymbolTable.h"
 
 namespace flowc::compiler {
 
@@ -43,11 +43,9 @@ struct CopyConstantsToDevicePass
   }
 
   void copyIfHandedOver(mlir::memref::GetGlobalOp read) {
-    auto global = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::memref::GlobalOp>(
-        read, read.getNameAttr());
-    if (!global || !global.getConstant() ||
-        llvm::none_of(read->getUses(),
-                      [](mlir::OpOperand &use) { return isHandedOver(use); }))
+    mlir::memref::GlobalOp global = constantGlobalOf(read);
+    if (!global || llvm::none_of(read->getUses(),
+                                 [](mlir::OpOperand &use) { return isHandedOver(use); }))
       return;
     mlir::OpBuilder builder(read->getContext());
     builder.setInsertionPointAfter(read);

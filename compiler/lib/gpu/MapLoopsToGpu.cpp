@@ -1,4 +1,5 @@
 // flowc-map-loops-to-gpu: see Passes.td.
+#include "Partition.h"
 #include "transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -133,9 +134,7 @@ struct MapLoopsToGpuPass : impl::MapLoopsToGpuPassBase<MapLoopsToGpuPass> {
     mlir::Block &body = function.getBody().front();
     for (auto read :
          llvm::make_early_inc_range(body.getOps<mlir::memref::GetGlobalOp>())) {
-      auto global = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::memref::GlobalOp>(
-          read, read.getNameAttr());
-      if (!global || !global.getConstant())
+      if (!constantGlobalOf(read))
         continue;
       llvm::SmallVector<mlir::scf::ParallelOp> users;
       for (mlir::Operation *user : read->getUsers())

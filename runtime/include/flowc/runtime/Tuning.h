@@ -162,6 +162,9 @@ Expected<std::string> localGpuTuningDevice();
 /// the text when it is not a name (printable, no comma, at most 128 bytes)
 /// followed by " sm_NN".
 Expected<std::string> parseGpuName(std::string_view text);
+/// parseGpuName of each of `names`, each device once, in order; the first
+/// bad name's InvalidArgument.
+Expected<std::vector<std::string>> parseGpuNames(const std::vector<std::string> &names);
 /// What follows the prefix of a GPU tuning device ("NVIDIA H200 sm_90"):
 /// the value of the `gpu` platform property a task measuring on it needs.
 std::string_view gpuNameOf(std::string_view device);
