@@ -3,7 +3,8 @@
 the GPU, its output checked against onnxruntime on the CPU, and its latency
 set against torch eager on the same GPU, in fp32 and with AMP. Prints a
 table; exits 1 when an error exceeds its bound (fp32: 1e-3 relative, AMP:
-1e-2), 5 when there is no GPU.
+1e-2; an AMP row also passes within 1.25x of torch autocast's own error on
+the same weights when that is above the bound), 5 when there is no GPU.
 
     .venv-bench/bin/python bench/gpu_bench.py [--target cuda:sm_90]
         [--models cnn,mlp,resnet50,bert,gpt2] [--batches 1,8]
@@ -18,8 +19,9 @@ torch eager's is the same architecture with its own random weights under
 inference_mode on the GPU, synchronized after each call, inputs already on
 the device; its AMP figure runs under torch.autocast with the same 16-bit
 type as flowc's --precision. Ratio = torch ms / flowc ms: above 1 means
-flowc is faster. torch AMP error: torch's own autocast output against its
-fp32 output on the same model, the peer's error for that precision. Search
+flowc is faster. torch AMP error: torch autocast's output against torch's
+fp32 output on the weights and inputs flowc compiled (the export scripts'),
+the peer's error for that precision. Search
 gain = flowc ms with `--gpu-trials 1 --no-gpu-records` (cuDNN's and
 cuBLASLt's first choices) / flowc ms with the trial runs' choices. 1st run ms: the first `flowc run` on a fresh cache
 (trial runs included, their timings recorded), then a second one (the
@@ -43,6 +45,18 @@ import model_bench  # noqa: E402
 
 EXAMPLES = {"cnn", "mlp"}
 BOUNDS = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 1e-2}
+# An AMP error above its bound passes when torch autocast's own error on the
+# same weights is above the bound too and flowc's is within this factor of
+# it: some weights lose more than the bound to any 16-bit rounding
+# (docs/cuda.md, AMP).
+PEER_FACTOR = 1.25
+
+
+def within_bound(error, torch_error, precision):
+    if error <= BOUNDS[precision]:
+        return True
+    return (precision != "fp32" and torch_error > BOUNDS[precision]
+            and error <= PEER_FACTOR * torch_error)
 
 
 def gpu_target():
@@ -67,32 +81,43 @@ def example_model(name, work):
 
 
 def torch_eager(model, batch, runs, precision):
-    """torch eager's median ms on the GPU, and, under AMP, its own max
-    relative error against its fp32 output (the peer's figure for the
-    error bound); (nan, nan) without CUDA."""
+    """torch eager's median ms on the GPU; nan without CUDA."""
     import contextlib
     import torch
     if not torch.cuda.is_available():
-        return float("nan"), float("nan")
+        return float("nan")
     net, example = model_bench.torch_model(model, batch)
     net = net.cuda()
     example = tuple(t.cuda() for t in example)
-    amp = (torch.autocast("cuda", dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
-           if precision != "fp32" else contextlib.nullcontext())
 
     def call():
         net(*example)
         torch.cuda.synchronize()
 
-    error = float("nan")
+    with torch.inference_mode(), (autocast("cuda", precision) if precision != "fp32"
+                                  else contextlib.nullcontext()):
+        return model_bench.median_p90(call, runs)[0]
+
+
+def autocast(device, precision):
+    import torch
+    return torch.autocast(device, dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
+
+
+def torch_amp_error(model, inputs, precision):
+    """torch autocast's max relative error against its own fp32 output, on
+    the weights and inputs flowc compiled (model_bench.exported_torch_model),
+    on the GPU when there is one: the peer's figure for the AMP bound."""
+    import torch
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    net, example = model_bench.exported_torch_model(model, inputs)
+    net = net.to(device)
+    example = tuple(t.to(device) for t in example)
     with torch.inference_mode():
-        if precision != "fp32":
-            exact = net(*example).float()
-            with amp:
-                rounded = net(*example).float()
-            error = float((rounded - exact).abs().max() / exact.abs().max())
-        with amp:
-            return model_bench.median_p90(call, runs)[0], error
+        exact = net(*example).float()
+        with autocast(device, precision):
+            rounded = net(*example).float()
+    return float((rounded - exact).abs().max() / exact.abs().max())
 
 
 def bench(model, batch, precision, target, args, root):
@@ -122,16 +147,18 @@ def bench(model, batch, precision, target, args, root):
     torch_ms = torch_error = float("nan")
     if model not in EXAMPLES:
         try:
-            torch_ms, torch_error = torch_eager(model, batch, args.runs, precision)
+            torch_ms = torch_eager(model, batch, args.runs, precision)
+            if precision != "fp32":
+                torch_error = torch_amp_error(model, inputs, precision)
         except Exception as failure:  # the peer's failure leaves flowc's figures
-            print(f"{model} b{batch} {precision}: torch eager failed: {failure!r}", flush=True)
+            print(f"{model} b{batch} {precision}: torch failed: {failure!r}", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return {"model": model, "batch": batch, "precision": precision, "compile_s": compile_s,
             "flowc_ms": median, "heuristic_ms": heuristic, "first_run_ms": first,
             "first_run_recorded_ms": first_recorded,
             "torch_ms": torch_ms, "error": error, "torch_error": torch_error,
-            "ok": error <= BOUNDS[precision]}
+            "ok": within_bound(error, torch_error, precision)}
 
 
 def main():
@@ -146,8 +173,13 @@ def main():
     parser.add_argument("--keep", help="work directory to keep (exports are reused)")
     parser.add_argument("--step-timeout", type=float, default=300,
                         help="seconds one compile or run may take before its row fails")
+    parser.add_argument("--peer-errors", action="store_true",
+                        help="only torch autocast's errors on the weights flowc compiles, "
+                             "on the GPU or else the CPU (no flowc, no GPU needed)")
     args = parser.parse_args()
     model_bench.STEP_TIMEOUT = args.step_timeout
+    if args.peer_errors:
+        return peer_errors(args)
     detected, gpu = gpu_target()
     if detected is None:
         print("gpu_bench: no NVIDIA GPU (nvidia-smi found none)", file=sys.stderr)
@@ -195,6 +227,28 @@ def main():
     return 0 if all(row["ok"] for row in rows) else 1
 
 
+def peer_errors(args):
+    """What 16-bit rounding alone costs each model's weights: torch
+    autocast's error (the AMP bound's context, docs/cuda.md)."""
+    import torch
+    torch.set_num_threads(min(torch.get_num_threads(), 4))
+    root = pathlib.Path(args.keep or tempfile.mkdtemp(prefix="gpu-bench-"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"torch {torch.__version__} autocast on {device}; max relative error against "
+          "its fp32 output, on the weights and inputs flowc compiles")
+    for model in (m for m in args.models.split(",") if m not in EXAMPLES):
+        for batch in map(int, args.batches.split(",")):
+            _, inputs = model_bench.export(model, batch, root / "models" / f"b{batch}")
+            for precision in (p for p in args.precisions.split(",") if p != "fp32"):
+                error = torch_amp_error(model, inputs, precision)
+                print(f"{model} b{batch} {precision}: {error:.2e}"
+                      f"{' (above ' + format(BOUNDS[precision], '.0e') + ')' if error > BOUNDS[precision] else ''}",
+                      flush=True)
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
 def print_row(row):
     name = f"{row['model']} b{row['batch']} {row['precision']}"
     if "failed" in row:
@@ -202,9 +256,18 @@ def print_row(row):
         return
     print(f"{name}: compile {row['compile_s']:.1f} s, flowc "
           f"{row['flowc_ms']:.3f} ms (first run {row['first_run_ms']:.1f} ms), torch eager "
-          f"{row['torch_ms']:.3f} ms, max rel error {row['error']:.1e}"
-          f"{'' if row['ok'] else ' (ABOVE ' + str(BOUNDS[row['precision']]) + ')'}",
+          f"{row['torch_ms']:.3f} ms, max rel error {row['error']:.1e}{bound_note(row)}",
           flush=True)
+
+
+def bound_note(row):
+    bound = BOUNDS[row["precision"]]
+    if row["error"] <= bound:
+        return ""
+    peer = f"torch autocast on the same weights: {row['torch_error']:.1e}"
+    if row["ok"]:
+        return f" (above {bound:.0e}, within {PEER_FACTOR}x of {peer})"
+    return f" (ABOVE {bound:.0e}; {peer})"
 
 
 if __name__ == "__main__":

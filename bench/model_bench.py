@@ -314,6 +314,26 @@ def torch_model(model, batch):
     return net.eval(), example
 
 
+def exported_torch_model(model, inputs):
+    """The net flowc compiles, in this interpreter's torch: the export
+    script's seeded weights (examples/), with the exported inputs in its
+    .npy files (`inputs`: name -> path). Its figures are the peer's on the
+    same weights, which matters for numerics: a 16-bit type's error depends
+    on them as much as on the implementation."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    base = architecture(model)
+    names = list(inputs)
+    tensors = tuple(torch.from_numpy(np.load(inputs[name])) for name in names)
+    if base in TRANSFORMERS:
+        import export_transformers
+        net = export_transformers.LastHiddenState(export_transformers.build(base, 0), names,
+                                                  causal=base == "gpt2")
+    else:
+        import export_torchvision
+        net = export_torchvision.build(base, 0)
+    return net.eval(), tensors
+
+
 def torch_timers(model, batch, runs):
     """Timers of eager (under inference_mode) and frozen TorchScript."""
     net, example = torch_model(model, batch)

@@ -340,8 +340,16 @@ int runServeCommand(int argc, char **argv) {
       reply.mutable_task_done();
     else
       reply = worker::errorReply(status);
+    // A fault on the device poisons every later GPU task of this process:
+    // it answers this one and ends, and the pool starts a fresh one.
+    std::optional<Status> fault = runtime::gpuProcessFault();
+    reply.set_retire(fault.has_value());
     if (!send(reply))
       return 1;
+    if (fault) {
+      std::cerr << "flowc-worker: ending: " << fault->message() << "\n";
+      return 0;
+    }
   }
 }
 

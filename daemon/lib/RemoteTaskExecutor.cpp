@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <spdlog/spdlog.h>
 #include <sys/utsname.h>
 
@@ -62,6 +63,13 @@ public:
     if (outcome || !options_.fallbackLocal ||
         outcome.status().code() != StatusCode::Unavailable)
       return outcome;
+    // The local pool runs what needs no GPU, or this machine's own (above).
+    if (std::optional<std::string> gpu = neededGpu(run.task))
+      return Status(
+          StatusCode::Unavailable,
+          outcome.status().message() +
+              "; not run locally (--remote-fallback=local): it needs the GPU '" + *gpu +
+              "', which this machine lacks");
     ++fallbacks_;
     spdlog::warn("{}; running it locally (--remote-fallback=local)",
                  outcome.status().message());
@@ -98,15 +106,20 @@ public:
   }
 
 private:
+  /// The GPU the task must run on (its gpu platform property), if any.
+  static std::optional<std::string> neededGpu(const worker::Task &task) {
+    for (const auto &[name, value] : task.platform)
+      if (name == worker::kGpuPlatformProperty)
+        return value;
+    return std::nullopt;
+  }
+
   static bool needsLocalGpu(const worker::Task &task) {
-    auto gpu =
-        std::find_if(task.platform.begin(), task.platform.end(), [](const auto &p) {
-          return p.first == worker::kGpuPlatformProperty;
-        });
-    if (gpu == task.platform.end())
+    std::optional<std::string> gpu = neededGpu(task);
+    if (!gpu)
       return false;
     Expected<std::string> local = runtime::localGpuTuningDevice();
-    return local && runtime::gpuNameOf(*local) == gpu->second;
+    return local && runtime::gpuNameOf(*local) == *gpu;
   }
 
   void setState(std::string state) {

@@ -65,6 +65,10 @@ LocalExecutor::Attempt LocalExecutor::attempt(const TaskRun &run) {
     running_.erase(pid);
   }
   giveBack(std::move(*process));
+  if (outcome.retired)
+    spdlog::warn("local pid {} ended after {}: {}; a fresh process takes the next task",
+                 pid, what,
+                 outcome.status.isOk() ? "its GPU faulted" : outcome.status.message());
   if (outcome.cancelled)
     return {Status(StatusCode::Cancelled, what + ": cancelled")};
   if (outcome.died)

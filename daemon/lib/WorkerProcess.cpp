@@ -281,15 +281,19 @@ ServeProcess::start(const std::string &executable, const std::vector<std::string
                                                         std::move(logPipe.read)));
 }
 
-ServeProcess::~ServeProcess() {
+ServeProcess::~ServeProcess() { release(); }
+
+void ServeProcess::release() {
   if (!alive())
     return;
   // It exits at the end of its stdin; one that does not is killed.
   task_ = UniqueFd();
   for (int i = 0; i < 20; ++i) {
     int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_)
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
       return;
+    }
     ::usleep(50 * 1000);
   }
   ::kill(-pid_, SIGKILL);
@@ -304,7 +308,7 @@ int ServeProcess::reap() {
   return status;
 }
 
-std::optional<Status>
+std::optional<ServeAnswer>
 takeServeAnswer(std::vector<flowc::v1::WorkerReply> &frames,
                 const std::function<void(flowc::v1::Progress &&)> &onProgress) {
   for (flowc::v1::WorkerReply &reply : frames) {
@@ -314,9 +318,9 @@ takeServeAnswer(std::vector<flowc::v1::WorkerReply> &frames,
       continue;
     }
     if (reply.has_error())
-      return worker::statusOf(reply.error());
+      return ServeAnswer{worker::statusOf(reply.error()), reply.retire()};
     if (reply.has_task_done())
-      return Status::ok();
+      return ServeAnswer{Status::ok(), reply.retire()};
   }
   return std::nullopt;
 }
@@ -356,8 +360,12 @@ ServeProcess::run(const std::string &input, const std::string &output,
       ::kill(-pid_, SIGKILL);
       break;
     }
-    if (std::optional<Status> answer = takeServeAnswer(*frames, onProgress)) {
-      outcome.status = std::move(*answer);
+    if (std::optional<ServeAnswer> answer = takeServeAnswer(*frames, onProgress)) {
+      outcome.status = std::move(answer->status);
+      if (answer->retire) {
+        outcome.retired = true;
+        release();
+      }
       return outcome;
     }
   }

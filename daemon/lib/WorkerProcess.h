@@ -54,6 +54,8 @@ public:
   struct Outcome {
     Status status;     ///< The task's own result, when the process answered.
     bool died = false; ///< It ended without answering (waitStatus says how).
+    /// It answered and ended, asking for a fresh process (its GPU faulted).
+    bool retired = false;
     bool cancelled = false;
     int waitStatus = 0;
     std::string lastLine; ///< What it wrote last, for a death's message.
@@ -75,6 +77,9 @@ private:
         log_(std::move(log)) {}
   /// Reaps the process after it ended or was killed.
   int reap();
+  /// Lets the process go: closes its stdin and reaps it, killing it if it
+  /// lingers.
+  void release();
 
   pid_t pid_;
   UniqueFd task_, reply_, log_;
@@ -82,10 +87,17 @@ private:
   unsigned tasksRun_ = 0;
 };
 
+/// A task process's answer: the task's result, and whether the process
+/// ends after it (WorkerReply.retire).
+struct ServeAnswer {
+  Status status;
+  bool retire = false;
+};
+
 /// What a task process's frames say, in order: progress events go to
 /// `onProgress` (may be null); the first task_done or error is the task's
 /// answer (the frames after it are ignored). None when no answer came yet.
-std::optional<Status>
+std::optional<ServeAnswer>
 takeServeAnswer(std::vector<flowc::v1::WorkerReply> &frames,
                 const std::function<void(flowc::v1::Progress &&)> &onProgress);
 

@@ -1,4 +1,5 @@
 #include "Gpu.h"
+#include "flowc/runtime/BuildInfo.h"
 #include "Kernels.h"
 #include "flowc/runtime/GpuAbi.h"
 #include "flowc/runtime/Tuning.h"
@@ -463,6 +464,8 @@ std::string GpuDevice::description() const {
          std::to_string(driverVersion / 1000) + "." +
          std::to_string(driverVersion % 1000 / 10) + ")";
 }
+
+std::optional<Status> gpuProcessFault() { return processFault().status(); }
 
 Expected<GpuDevice> openGpu() {
   const Expected<ProcessGpu> &gpu = processGpu();

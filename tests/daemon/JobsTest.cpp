@@ -4,6 +4,7 @@
 #include "Trace.h"
 #include "WorkerProcess.h"
 
+#include "flowc/worker/Tasks.h"
 #include "flowc/worker/WorkerProtocol.h"
 
 #include "../common/TestUtil.h"
@@ -251,7 +252,8 @@ TEST(ServeAnswerTest, ProgressBeforeTheAnswerIsRelayedInOrder) {
   auto answer = takeServeAnswer(
       frames, [&](flowc::v1::Progress &&event) { relayed.push_back(event.pass()); });
   ASSERT_TRUE(answer.has_value());
-  EXPECT_TRUE(answer->isOk());
+  EXPECT_TRUE(answer->status.isOk());
+  EXPECT_FALSE(answer->retire);
   EXPECT_EQ(relayed, (std::vector<std::string>{"canonicalize", "cse"}));
 }
 
@@ -264,7 +266,12 @@ TEST(ServeAnswerTest, AnErrorIsTheAnswerAndNoAnswerIsNone) {
       worker::errorReply(invalidArgument("kernel k: bad IR")).error();
   auto answer = takeServeAnswer(failed, nullptr);
   ASSERT_TRUE(answer.has_value());
-  EXPECT_THAT(*answer, StatusIs(StatusCode::InvalidArgument, "kernel k: bad IR"));
+  EXPECT_THAT(answer->status, StatusIs(StatusCode::InvalidArgument, "kernel k: bad IR"));
+  EXPECT_FALSE(answer->retire);
+  failed[0].set_retire(true);
+  answer = takeServeAnswer(failed, nullptr);
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_TRUE(answer->retire);
 }
 
 TEST(JobRegistryTest, TraceHasTheJobsEventsAndTasksButNoIrText) {
@@ -336,6 +343,58 @@ TEST(TaskDispatchTest, AStoppingJobAnswersNewTasksCancelledAtOnce) {
     EXPECT_THAT(worker::statusOf(answer->error()),
                 StatusIs(StatusCode::Cancelled, "codegen conv_0: job job-1 is stopping"));
   }
+}
+
+/// Runs two noop tasks on `executor`, each expected to end with `expected`,
+/// and says where each ran ("local pid N").
+std::vector<std::string> runTwoNoopTasks(cache::Cache &cache, LocalExecutor &executor,
+                                         const Status &expected) {
+  std::vector<std::string> where;
+  for (int i = 0; i < 2; ++i) {
+    auto task = worker::makeNoopTask(cache, "noop" + std::to_string(i), "build");
+    EXPECT_TRUE(task) << task.status().toString();
+    if (!task)
+      return where;
+    TaskRun run{*task, scheduler::Priority::Interactive, nullptr,
+                [&](const std::string &at) { where.push_back(at); }};
+    Expected<worker::TaskOutcome> outcome = executor.run(run);
+    if (expected.isOk())
+      EXPECT_TRUE(outcome) << outcome.status().toString();
+    else
+      EXPECT_THAT(outcome, StatusIs(expected.code(), expected.message()));
+  }
+  return where;
+}
+
+// A pooled process runs one task after another; one that answers with
+// retire (a worker whose GPU faulted: CUDA needs the process restarted)
+// gets no other task. The next starts a fresh process, and neither counts
+// as a crash or a retry.
+TEST(LocalPoolTest, AProcessWhoseGpuFaultedIsReplacedNotReused) {
+  TempDir dir;
+  auto cache = cache::Cache::open(dir.path());
+  ASSERT_TRUE(cache) << cache.status().toString();
+  {
+    ::unsetenv("FLOWC_STAND_IN_FAULT");
+    LocalExecutor executor(**cache, {FLOWC_STAND_IN_WORKER, 1, 0});
+    std::vector<std::string> where = runTwoNoopTasks(**cache, executor, Status::ok());
+    ASSERT_EQ(where.size(), 2u);
+    EXPECT_EQ(where[0], where[1]);
+  }
+  ::setenv("FLOWC_STAND_IN_FAULT", "1", 1);
+  LocalExecutor executor(**cache, {FLOWC_STAND_IN_WORKER, 1, 0});
+  std::vector<std::string> where =
+      runTwoNoopTasks(**cache, executor,
+                      Status(StatusCode::Unavailable,
+                             "cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS"));
+  ::unsetenv("FLOWC_STAND_IN_FAULT");
+  ASSERT_EQ(where.size(), 2u);
+  EXPECT_NE(where[0], where[1]);
+  flowc::v1::WorkersResponse described;
+  executor.describe(described);
+  EXPECT_EQ(described.tasks_run(), 2u);
+  EXPECT_EQ(described.tasks_retried(), 0u);
+  EXPECT_EQ(described.tasks_failed(), 0u);
 }
 
 TEST(JobRegistryTest, KeepsAThousandFinishedJobsAndTheNewestInDetail) {

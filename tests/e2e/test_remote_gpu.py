@@ -35,8 +35,8 @@ def cnn(tmp_path, flowc):
     return save(make_models.make_cnn(np.random.default_rng(21)), tmp_path / "cnn.onnx")
 
 
-def gpu_daemon(daemon, cluster, *gpus, name="d"):
-    flags = ["--remote-executor", cluster.url, "--remote-instance", cluster.instance]
+def gpu_daemon(daemon, cluster, *gpus, name="d", flags=()):
+    flags = ["--remote-executor", cluster.url, "--remote-instance", cluster.instance, *flags]
     for gpu in gpus:
         flags += ["--remote-gpu", gpu]
     return daemon(*flags, name=name)
@@ -47,19 +47,26 @@ def measure_tasks(d):
     return [t for t in job["tasks"] if t["kind"] == "measure"]
 
 
+def submit_unmeasured(d, cnn, artifact):
+    """Submits the CNN for the H200: the result and its measure tasks, each
+    failed (the compile goes on without their records)."""
+    result = d.flowc.submit(cnn, artifact, "--target", "cuda:sm_90", "--search-budget", "120")
+    search = result["search"]
+    assert search["tunable_kernels"] >= 1 and search["measured_kernels"] == 0, search
+    measures = measure_tasks(d)
+    assert len(measures) == search["tunable_kernels"], measures
+    assert all(task["state"] == "failed" for task in measures), measures
+    return result, measures
+
+
 def test_measure_tasks_go_to_the_worker_offering_the_gpu(daemon, buildgrid, cnn, tmp_path):
     d = gpu_daemon(daemon, buildgrid, H200)
     assert d.workers()["remote_gpus"] == [H200]
     assert f"GPU {H200} (workers offering gpu={H200})" in d.flowc.run("workers").stdout
     before = buildgrid.executions()
-    result = d.flowc.submit(cnn, tmp_path / "a.fca", "--target", "cuda:sm_90",
-                            "--search-budget", "120")
-    search = result["search"]
-    assert search["tunable_kernels"] >= 1 and search["measured_kernels"] == 0, search
-    measures = measure_tasks(d)
-    assert len(measures) == search["tunable_kernels"], measures
+    result, measures = submit_unmeasured(d, cnn, tmp_path / "a.fca")
     for task in measures:
-        assert task["state"] == "failed" and "remote bot2 failed" in task["error"], task
+        assert "remote bot2 failed" in task["error"], task
         assert f"a measure task for the GPU 'gpu {H200}' reached a machine with no GPU" in \
             task["error"], task
     # The engine ran each one on bot2, the only bot offering the GPU.
@@ -83,6 +90,27 @@ def test_a_gpu_no_worker_offers_costs_the_search_budget(daemon, buildgrid, cnn, 
         assert task["state"] == "failed", task
         assert (f"did not finish it in 3 s (its deadline; it needs a worker offering "
                 f"gpu={b200})") in task["error"], task
+
+
+def test_the_local_fallback_takes_no_task_for_the_farms_gpu(daemon, buildgrid, cnn, tmp_path):
+    """With the engine down, --remote-fallback local runs the compile's
+    tasks here, but not the measure tasks for a GPU this machine lacks:
+    they fail saying so, and the compile goes on without their records."""
+    d = gpu_daemon(daemon, buildgrid, H200, name="fallback",
+                   flags=["--remote-fallback", "local"])
+    buildgrid.stop_server()
+    try:
+        _, measures = submit_unmeasured(d, cnn, tmp_path / "a.fca")
+        for task in measures:
+            assert (f"not run locally (--remote-fallback=local): it needs the GPU '{H200}', "
+                    "which this machine lacks") in task["error"], task
+        [job] = d.jobs()
+        assert any(t["executor"].startswith("local pid") for t in job["tasks"]
+                   if t["kind"] != "measure"), job
+        remote = d.workers()["remote"]
+        assert remote["fallbacks"] >= 1, remote
+    finally:
+        buildgrid.start_server()
 
 
 def test_remote_gpus_need_an_engine_and_a_name_with_its_capability(tmp_path):

@@ -6,6 +6,7 @@
 // saying why, on a machine without one.
 #include "Gpu.h"
 #include "flowc/runtime/Artifact.h"
+#include "flowc/runtime/BuildInfo.h"
 #include "flowc/runtime/KernelAbi.h"
 #include "gpu/LibraryKernels.h"
 #include "flowc/runtime/GpuAbi.h"
@@ -18,6 +19,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
@@ -93,6 +95,8 @@ struct CudaCode {
   bool withoutLoad = false;
   /// Launches a grid of 0 blocks, which CUDA cannot.
   bool badLaunch = false;
+  /// Hands the kernel address 16 for x: its reads fault on the device.
+  bool faultingRead = false;
   /// Allocates (and frees) a temporary around the launch, as -O0 code does.
   bool scratch = true;
   /// Elements of x, w and y.
@@ -150,6 +154,7 @@ std::string cudaSource(const CudaCode &code) {
             "}\n"
             "void flowc_entry(void **args) {\n"
             "  void *x = args[0], *w = args[1], *y = args[2];\n"
+         << (code.faultingRead ? "  x = (void *)16;\n" : "")
          << "  uint64_t n = " << code.elements << ";\n"
          << "  void *params[] = {&x, &w, &y, &n};\n"
             "  void *stream = ((StreamCreate)flowc_gpu_table[4])();\n"
@@ -447,6 +452,35 @@ TEST_F(GpuSessionOnDeviceTest, AFailedLaunchIsTheRunsError) {
   for (int run = 0; run < 2; ++run)
     EXPECT_THAT((*session)->run({{"x", Tensor::fromFloats({4}, {1, 2, 3, 4})}}),
                 StatusIs(StatusCode::Internal, "which CUDA cannot launch"));
+}
+
+// A fault on the device (the kernel reads address 16) fails the run with
+// Unavailable, and from then on the process's GPU is unusable:
+// gpuProcessFault says so, and a pooled worker retires on it. In a child
+// process of its own (the fault is sticky), started afresh rather than
+// forked (CUDA is not fork-safe).
+TEST_F(GpuSessionOnDeviceTest, AFaultOnTheDeviceMarksTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto session = createSession({.faultingRead = true});
+        if (!session)
+          _exit(2);
+        auto outputs = (*session)->run({{"x", Tensor::fromFloats({4}, {1, 2, 3, 4})}});
+        std::optional<Status> fault = gpuProcessFault();
+        if (outputs || outputs.status().code() != StatusCode::Unavailable || !fault ||
+            fault->message().find("CUDA needs the process restarted") ==
+                std::string::npos) {
+          std::fprintf(stderr, "run: %s; fault: %s\n",
+                       outputs ? "ok" : outputs.status().toString().c_str(),
+                       fault ? fault->toString().c_str() : "none");
+          _exit(1);
+        }
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  // The fault was the child's: this process's GPU is still usable.
+  EXPECT_FALSE(gpuProcessFault().has_value());
 }
 
 // Tensors larger than a staging buffer (16 MiB) cross it in chunks, the

@@ -4,6 +4,7 @@
 
 #include "flowc/support/Status.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,12 @@ std::string versionText(const std::string &program);
 /// driver sees; Unavailable saying why there is none (no driver, no
 /// device). Needs no CUDA toolkit.
 Expected<std::vector<std::string>> gpuDescriptions();
+
+/// Unavailable, naming the first fault on the device in this process
+/// (an illegal address, a launch failure, ...), once there was one: every
+/// later use of the GPU in this process fails with it, and CUDA needs the
+/// process restarted. None while the GPU is usable or was never used.
+std::optional<Status> gpuProcessFault();
 
 /// The instruction set oneDNN dispatches to on this CPU ("avx2",
 /// "avx512_core_amx", ...).
