@@ -65,10 +65,10 @@ class Daemon:
         while not self.socket.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def submit(self, model, out):
+    def submit(self, model, out, *flags):
         start = time.perf_counter()
         result = json.loads(flowc(self.cache, self.socket, "submit", model, "-o", out,
-                                  "--json").stdout)
+                                  "--json", *flags).stdout)
         return time.perf_counter() - start, result
 
     def jobs(self):

@@ -88,6 +88,43 @@ def test_a_second_daemon_gets_a_remote_hit_with_no_kernel_compiled(daemon, remot
     assert status(second)["hits"] == counters["hits"]
 
 
+def conv_stack(path: pathlib.Path, seed: int) -> pathlib.Path:
+    """Four convolutions of four shapes: four tunable kernels of their own
+    signatures. The seed sets the weights alone."""
+    rng = np.random.default_rng(seed)
+    channels = [3, 8, 12, 16, 20]
+    nodes, weights = [], []
+    for i in range(4):
+        weights.append(numpy_helper.from_array(
+            (rng.standard_normal((channels[i + 1], channels[i], 3, 3)) * 0.2).astype(np.float32),
+            f"w{i}"))
+        nodes.append(helper.make_node("Conv", ["x" if i == 0 else f"c{i - 1}", f"w{i}"],
+                                      ["y" if i == 3 else f"c{i}"], name=f"conv{i}",
+                                      pads=[1, 1, 1, 1]))
+    graph = helper.make_graph(
+        nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 24, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 24, 24])], weights)
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_search_records_reach_another_machines_compile(daemon, remote, tmp_path):
+    """A search's records go to the tier; another machine's compile of the
+    same kernels (other weights: an artifact miss) takes them from there,
+    looked up several at a time, and measures nothing."""
+    a = daemon(*remote_flags(remote), name="searcher")
+    searched = a.flowc.submit(conv_stack(tmp_path / "a.onnx", 1), tmp_path / "a.fca",
+                              "--search-budget", "20")["search"]
+    assert searched["measured_kernels"] >= 3, searched
+    b = daemon(*remote_flags(remote), name="reader")
+    result = b.flowc.submit(conv_stack(tmp_path / "b.onnx", 2), tmp_path / "b.fca")
+    assert result["cache"] == "miss", result
+    assert result["search"]["measured_kernels"] == 0, result["search"]
+    assert result["search"]["tuned_kernels"] == searched["measured_kernels"], result["search"]
+    mine = {r["signature"] for r in json.loads(a.flowc.run("tuning", "ls", "--json").stdout)}
+    theirs = {r["signature"] for r in json.loads(b.flowc.run("tuning", "ls", "--json").stdout)}
+    assert theirs == mine and len(mine) >= 3, (mine, theirs)
+
+
 def test_a_tampered_blob_is_refused_and_the_model_compiles(daemon, remote, tmp_path):
     model = elementwise_chain(tmp_path / "chain.onnx", blocks=4)
     first = daemon(*remote_flags(remote), name="first")

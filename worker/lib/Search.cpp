@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -274,6 +275,45 @@ void syncRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable)
     mine = recordsDocument(cache, tunable);
   if (mine)
     publishRemote(cache, remote, tunable, *mine, *theirs);
+}
+
+/// Requests to the remote tier in flight at once while a compile looks up
+/// its kernels' records: each costs a round trip or two, and a model has
+/// dozens of kernels.
+constexpr size_t kRemoteLookupsInFlight = 8;
+
+/// The tunables the remote tier has a part in: each without a record here
+/// (the tier's are imported), and each GPU one with records (shared both
+/// ways: syncRemote).
+std::vector<Tunable *> sharedWithRemote(std::vector<Tunable> &tunables) {
+  std::vector<Tunable *> shared;
+  for (Tunable &tunable : tunables)
+    if (!tunable.record || tunable.gpu)
+      shared.push_back(&tunable);
+  return shared;
+}
+
+/// The remote tier's part for each of `shared`, several at a time: each
+/// has keys of its own (one tunable per signature), and the tier and the
+/// cache take calls from any thread.
+void shareWithRemote(cache::Cache &cache, RemoteTier &remote,
+                     const std::vector<Tunable *> &shared) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < shared.size(); i = next++) {
+      const Tunable &tunable = *shared[i];
+      if (tunable.record)
+        syncRemote(cache, remote, tunable);
+      else if (auto imported = importRemote(cache, remote, tunable); !imported)
+        spdlog::warn("{}", imported.status().message());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(shared.size(), kRemoteLookupsInFlight); ++t)
+    threads.emplace_back(work);
+  work();
+  for (std::thread &thread : threads)
+    thread.join();
 }
 
 /// The best record of `tunable` on this device, if it names one of today's
@@ -580,17 +620,19 @@ searchKernels(cache::Cache &cache, RemoteTier *remote, TaskRunner &runner,
            std::find(remoteGpus.devices.begin(), remoteGpus.devices.end(), device) !=
                remoteGpus.devices.end();
   };
+  for (Tunable &tunable : tunables) {
+    FLOWC_ASSIGN_OR_RETURN(tunable.record, recordOf(cache, tunable));
+  }
+  if (remote) {
+    std::vector<Tunable *> shared = sharedWithRemote(tunables);
+    shareWithRemote(cache, *remote, shared);
+    for (Tunable *tunable : shared) {
+      FLOWC_ASSIGN_OR_RETURN(tunable->record, recordOf(cache, *tunable));
+    }
+  }
   std::vector<size_t> pending;
   size_t pendingCandidates = 0;
   for (size_t i = 0; i < tunables.size(); ++i) {
-    FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
-    if (remote && (!tunables[i].record || tunables[i].gpu)) {
-      if (tunables[i].record)
-        syncRemote(cache, *remote, tunables[i]);
-      else if (auto imported = importRemote(cache, *remote, tunables[i]); !imported)
-        spdlog::warn("{}", imported.status().message());
-      FLOWC_ASSIGN_OR_RETURN(tunables[i].record, recordOf(cache, tunables[i]));
-    }
     // A GPU kernel is measured only where the records' GPU is: on this
     // machine's (its local workers share it) or on a remote engine's worker
     // offering it. Elsewhere sessions' trial runs, tuning imports and the
