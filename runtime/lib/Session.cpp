@@ -33,6 +33,44 @@ constexpr uint16_t kHostMachine = EM_AARCH64;
 #error "the ELF machine of code objects for this host is not known"
 #endif
 
+/// A name of `fd`'s file, /proc/self/fd/N, that no loaded library was
+/// loaded under. dlopen finds a loaded library by that name before it looks
+/// at the file: another session's code, loaded from a descriptor since
+/// closed whose number `fd` now has, would be this session's too (its code
+/// and its globals). While this session holds `fd`, no other loads from
+/// number N; a library that stays loaded after its dlclose keeps the name,
+/// so such a number is skipped with dup().
+Expected<std::string> unloadedName(int &fd, const std::string &artifactPath) {
+  constexpr int kTries = 64;
+  std::vector<int> taken;
+  auto release = [&] {
+    for (int number : taken)
+      close(number);
+  };
+  for (int i = 0; i < kTries; ++i) {
+    std::string name = "/proc/self/fd/" + std::to_string(fd);
+    void *loaded = dlopen(name.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!loaded) {
+      release();
+      return name;
+    }
+    dlclose(loaded);
+    taken.push_back(fd);
+    fd = dup(fd);
+    if (fd < 0) {
+      Status failed = errnoStatus(errno, "dup for the code of '" + artifactPath + "'");
+      fd = taken.back();
+      taken.pop_back();
+      release();
+      return failed;
+    }
+  }
+  release();
+  return unavailable("cannot load the code of '" + artifactPath +
+                     "': " + std::to_string(kTries) +
+                     " descriptor names in a row are taken by loaded libraries");
+}
+
 /// dlopen needs a file: the code section goes to an anonymous memfd, so
 /// nothing is left on disk and concurrent sessions never collide. The memfd
 /// is sealed before it is checked, and checked before dlopen: the bytes
@@ -79,9 +117,11 @@ Expected<void *> loadCode(const Artifact &artifact) {
                            sha256Hex(artifact.sectionDigest(SectionKind::Code)) +
                            "); the file changed after it was opened"));
   }
-  std::string procPath = "/proc/self/fd/" + std::to_string(fd);
-  void *library = dlopen(procPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+  Expected<std::string> name = unloadedName(fd, artifactPath);
+  void *library = name ? dlopen(name->c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
   close(fd);
+  if (!name)
+    return name.status();
   if (!library)
     return unavailable("cannot load the code of '" + artifactPath + "': " + dlerror());
   return library;

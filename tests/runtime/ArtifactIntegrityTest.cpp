@@ -288,6 +288,48 @@ TEST_F(ArtifactIntegrityTest, CodeChangedAfterOpenIsNotLoaded) {
               StatusIs(StatusCode::DataLoss, "changed after it was opened"));
 }
 
+// Sessions alive at once each run their own code, with globals of their
+// own: two artifacts' sessions, whatever descriptor number each memfd had
+// (dlopen finds a loaded library by the name it was loaded under, and a
+// closed descriptor's number comes back at once), and two sessions of one
+// artifact (generated code keeps its kernel table in a global).
+TEST_F(ArtifactIntegrityTest, SessionsAliveAtOnceRunTheirOwnCode) {
+  // y[i] = the number of runs this copy of the code has seen.
+  const char *kCountSource = "static float runs;\n"
+                             "void flowc_entry(void **args) {\n"
+                             "  float *y = args[2];\n"
+                             "  runs += 1;\n"
+                             "  for (int i = 0; i < 4; ++i) y[i] = runs;\n"
+                             "}\n";
+  TempDir other;
+  auto countCode = testing::compileCode(other.path(), kCountSource);
+  ASSERT_TRUE(countCode) << countCode.status().toString();
+  std::string countPath = other.file("count.fca");
+  ASSERT_TRUE(testing::writeArtifact(countPath, *countCode, addPlan()));
+  auto add = open(Verification::Digests);
+  auto count = Artifact::open(countPath);
+  ASSERT_TRUE(add && count);
+  auto run = [](Session &session) {
+    auto outputs = session.run({{"x", Tensor::fromFloats({4}, {1, 2, 3, 4})}});
+    return outputs ? outputs->at(0).floats() : std::vector<float>{};
+  };
+  auto runs = [](float n) { return std::vector<float>(4, n); };
+  auto adding = Session::create(*add);
+  auto counting = Session::create(*count);
+  auto countingToo = Session::create(*count);
+  ASSERT_TRUE(adding && counting && countingToo);
+  EXPECT_EQ(run(**counting), runs(1));
+  EXPECT_EQ(run(**counting), runs(2));
+  EXPECT_EQ(run(**countingToo), runs(1));
+  EXPECT_EQ(run(**adding), kExpected);
+  // A number freed by a closed session's code, and a new session.
+  adding->reset();
+  auto countingThird = Session::create(*count);
+  ASSERT_TRUE(countingThird);
+  EXPECT_EQ(run(**countingThird), runs(1));
+  EXPECT_EQ(run(**counting), runs(3));
+}
+
 // A thin artifact's external weight is hashed at open against its plan digest.
 TEST_F(ArtifactIntegrityTest, ADamagedExternalWeightIsRefused) {
   Plan plan = addPlan();
