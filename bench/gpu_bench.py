@@ -18,8 +18,10 @@ synchronized: inputs copied to the device, the graph, outputs copied back);
 torch eager's is the same architecture with its own random weights under
 inference_mode on the GPU, synchronized after each call, inputs already on
 the device; its AMP figure runs under torch.autocast with the same 16-bit
-type as flowc's --precision. Ratio = torch ms / flowc ms: above 1 means
-flowc is faster. torch AMP error: torch autocast's output against torch's
+type as flowc's --precision. In fp32, torch's cuDNN convolutions use
+TF32 tensor cores by default and flowc's fp32 is exact: "torch ms, TF32
+off" is torch with TF32 off (cuDNN and matmul), the like-for-like peer.
+Ratio = torch ms / flowc ms: above 1 means flowc is faster. torch AMP error: torch autocast's output against torch's
 fp32 output on the weights and inputs flowc compiled (the export scripts'),
 the peer's error for that precision. Search
 gain = flowc ms with `--gpu-trials 1 --no-gpu-records` (cuDNN's and
@@ -28,6 +30,7 @@ cuBLASLt's first choices) / flowc ms with the trial runs' choices. 1st run ms: t
 records decide: no trials).
 """
 import argparse
+import contextlib
 import json
 import pathlib
 import shutil
@@ -80,12 +83,16 @@ def example_model(name, work):
     return out / f"{name}.onnx", {"input": out / f"{name}_input.npy"}
 
 
-def torch_eager(model, batch, runs, precision):
-    """torch eager's median ms on the GPU; nan without CUDA."""
-    import contextlib
+def torch_eager(model, batch, runs, precision, tf32=True):
+    """torch eager's median ms on the GPU; nan without CUDA. tf32=False:
+    with TF32 off, as flowc's fp32 is (torch's cuDNN convolutions use TF32
+    tensor cores by default)."""
     import torch
     if not torch.cuda.is_available():
         return float("nan")
+    if not tf32:
+        with tf32_off():
+            return torch_eager(model, batch, runs, precision)
     net, example = model_bench.torch_model(model, batch)
     net = net.cuda()
     example = tuple(t.cuda() for t in example)
@@ -97,6 +104,17 @@ def torch_eager(model, batch, runs, precision):
     with torch.inference_mode(), (autocast("cuda", precision) if precision != "fp32"
                                   else contextlib.nullcontext()):
         return model_bench.median_p90(call, runs)[0]
+
+
+@contextlib.contextmanager
+def tf32_off():
+    import torch
+    kept = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = kept
 
 
 def autocast(device, precision):
@@ -144,11 +162,13 @@ def bench(model, batch, precision, target, args, root):
         artifact, inputs, feeds_names, work, args.runs, threads=1, cache_dir=cache,
         extra=["--gpu-trials", "1", "--no-gpu-records"])
     error = model_bench.max_rel_error(output, reference)
-    torch_ms = torch_error = float("nan")
+    torch_ms = torch_exact_ms = torch_error = float("nan")
     if model not in EXAMPLES:
         try:
             torch_ms = torch_eager(model, batch, args.runs, precision)
-            if precision != "fp32":
+            if precision == "fp32":
+                torch_exact_ms = torch_eager(model, batch, args.runs, precision, tf32=False)
+            else:
                 torch_error = torch_amp_error(model, inputs, precision)
         except Exception as failure:  # the peer's failure leaves flowc's figures
             print(f"{model} b{batch} {precision}: torch failed: {failure!r}", flush=True)
@@ -157,7 +177,8 @@ def bench(model, batch, precision, target, args, root):
     return {"model": model, "batch": batch, "precision": precision, "compile_s": compile_s,
             "flowc_ms": median, "heuristic_ms": heuristic, "first_run_ms": first,
             "first_run_recorded_ms": first_recorded,
-            "torch_ms": torch_ms, "error": error, "torch_error": torch_error,
+            "torch_ms": torch_ms, "torch_exact_ms": torch_exact_ms, "error": error,
+            "torch_error": torch_error,
             "ok": within_bound(error, torch_error, precision)}
 
 
@@ -208,20 +229,21 @@ def main():
                 rows.append(row)
                 print_row(row)
     print("\n| model | batch | precision | compile s | flowc ms | search gain | "
-          "1st run ms: trials / records | torch eager ms | ratio | max rel error | "
-          "torch AMP error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "1st run ms: trials / records | torch eager ms | ratio | torch ms, TF32 off | "
+          "ratio | max rel error | torch AMP error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         head = f"| {row['model']} | {row['batch']} | {row['precision']} |"
         if "failed" in row:
-            print(f"{head} failed: {row['failed']} | | | | | | | |")
+            print(f"{head} failed: {row['failed']} | | | | | | | | | |")
             continue
         ratio = row["torch_ms"] / row["flowc_ms"]
+        exact_ratio = row["torch_exact_ms"] / row["flowc_ms"]
         gain = row["heuristic_ms"] / row["flowc_ms"]
         print(f"{head} {row['compile_s']:.1f} | {row['flowc_ms']:.3f} | {gain:.2f}x | "
               f"{row['first_run_ms']:.0f} / {row['first_run_recorded_ms']:.0f} | "
-              f"{row['torch_ms']:.3f} | {ratio:.2f}x | {row['error']:.1e} | "
-              f"{row['torch_error']:.1e} |")
+              f"{row['torch_ms']:.3f} | {ratio:.2f}x | {row['torch_exact_ms']:.3f} | "
+              f"{exact_ratio:.2f}x | {row['error']:.1e} | {row['torch_error']:.1e} |")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0 if all(row["ok"] for row in rows) else 1
