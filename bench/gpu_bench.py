@@ -18,16 +18,16 @@ synchronized: inputs copied to the device, the graph, outputs copied back);
 torch eager's is the same architecture with its own random weights under
 inference_mode on the GPU, synchronized after each call, inputs already on
 the device; its AMP figure runs under torch.autocast with the same 16-bit
-type as flowc's --precision. In fp32, torch's cuDNN convolutions use
-TF32 tensor cores by default and flowc's fp32 is exact: "torch ms, TF32
-off" is torch with TF32 off (cuDNN and matmul), the like-for-like peer.
-Ratio = torch ms / flowc ms: above 1 means flowc is faster. torch AMP error: torch autocast's output against torch's
-fp32 output on the weights and inputs flowc compiled (the export scripts'),
-the peer's error for that precision. Search
-gain = flowc ms with `--gpu-trials 1 --no-gpu-records` (cuDNN's and
-cuBLASLt's first choices) / flowc ms with the trial runs' choices. 1st run ms: the first `flowc run` on a fresh cache
-(trial runs included, their timings recorded), then a second one (the
-records decide: no trials).
+type as flowc's --precision. In fp32, torch's cuDNN convolutions use TF32
+tensor cores by default and flowc's fp32 is exact: "torch ms, TF32 off" is
+torch with TF32 off (cuDNN and matmul), the like-for-like peer. Ratio =
+torch ms / flowc ms: above 1 means flowc is faster. torch AMP error: torch
+autocast's output against torch's fp32 output on the weights and inputs
+flowc compiled (the export scripts'), the peer's error for that precision.
+Search gain = flowc ms with `--gpu-trials 1 --no-gpu-records` (cuDNN's and
+cuBLASLt's first choices) / flowc ms with the trial runs' choices. 1st run
+ms: the first `flowc run` on a fresh cache (trial runs included, their
+timings recorded), then a second one (the records decide: no trials).
 """
 import argparse
 import contextlib
@@ -263,9 +263,9 @@ def peer_errors(args):
             _, inputs = model_bench.export(model, batch, root / "models" / f"b{batch}")
             for precision in (p for p in args.precisions.split(",") if p != "fp32"):
                 error = torch_amp_error(model, inputs, precision)
+                above = error > BOUNDS[precision]
                 print(f"{model} b{batch} {precision}: {error:.2e}"
-                      f"{' (above ' + format(BOUNDS[precision], '.0e') + ')' if error > BOUNDS[precision] else ''}",
-                      flush=True)
+                      + (f" (above {BOUNDS[precision]:.0e})" if above else ""), flush=True)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0
