@@ -1,24 +1,26 @@
 #!/usr/bin/env python3
-"""Tuning records from the remote tier on a compile miss, over a slow link:
-the records one machine's search published reach another machine's
-compile, one remote lookup per kernel signature, several in flight at once.
-Prints figures; asserts only that the records arrived.
+"""Another machine's compile miss over a slow link: the tuning records one
+machine's search published reach another machine's compile through the
+remote tier, and that compile's link asks the tier for its packed weights,
+several lookups in flight at once. Prints figures; asserts only that the
+records arrived.
 
     .venv/bin/python bench/remote_records_bench.py [--models resnet50]
         [--rtt-ms 0,20,50] [--budget 60] [--workdir DIR]
 
 Per model: nginx as a Bazel HTTP cache (tests/remotecache/servers.py) on
 loopback. Daemon A (empty cache) compiles with `--search-budget BUDGET` and
-publishes each kernel's records. For each --rtt-ms, daemon B (an empty
-cache of its own, another machine of the farm, read-only so that each
-finds the tier as A left it) reaches nginx through a
-proxy here that holds each chunk for half the round trip in each
-direction, and compiles the same architecture with other weights (seed 1:
-the artifact misses, the kernels and their signatures are the same)
-without a budget: it measures nothing, and its records come from the tier.
-Printed: B's compile wall time, its remote lookups (hits + misses), and
-what those lookups would cost one after another (lookups x RTT, a floor:
-each is a round trip or more), beside the compile at RTT 0.
+publishes each kernel's records. For each --rtt-ms, daemon B (an empty cache
+of its own, another machine of the farm, read-only so that each finds the
+tier as A left it) reaches nginx through a proxy here that holds each chunk
+for half the round trip in each direction, and compiles the same
+architecture with other weights (seed 1: the artifact misses, the kernels
+and their signatures are the same) without a budget: it measures nothing,
+and its records come from the tier. Printed: B's compile wall time, its
+remote lookups (hits + misses: the records hit; its own weights' packed
+forms miss), and what those lookups would cost one after another (lookups x
+RTT, a floor: each is a round trip or more), beside the compile at the first
+RTT.
 """
 import argparse
 import asyncio

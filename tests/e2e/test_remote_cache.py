@@ -125,6 +125,25 @@ def test_search_records_reach_another_machines_compile(daemon, remote, tmp_path)
     assert theirs == mine and len(mine) >= 3, (mine, theirs)
 
 
+def test_another_machines_link_takes_the_packed_weights_from_the_tier(daemon, remote,
+                                                                      tmp_path):
+    """The convolutions' weights packed at one machine's link reach another
+    machine's link of other options (an artifact miss), looked up several
+    at a time: none is packed again."""
+    model = conv_stack(tmp_path / "m.onnx", 1)
+
+    def pack_line(d, out, *options):
+        result = d.flowc.run("submit", model, "-o", out, "--progress", *options)
+        [line] = [line for line in result.stderr.splitlines() if "pack:" in line]
+        return line
+
+    a = daemon(*remote_flags(remote), name="packer")
+    assert "(4 packed, 0 cached)" in pack_line(a, tmp_path / "a.fca", "-O", "2")
+    b = daemon(*remote_flags(remote), name="linker")
+    assert "(0 packed, 4 cached)" in pack_line(b, tmp_path / "b.fca", "-O", "3")
+    assert status(b)["hits"] >= 8, status(b)  # each weight's layout and bytes
+
+
 def test_a_tampered_blob_is_refused_and_the_model_compiles(daemon, remote, tmp_path):
     model = elementwise_chain(tmp_path / "chain.onnx", blocks=4)
     first = daemon(*remote_flags(remote), name="first")

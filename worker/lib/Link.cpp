@@ -9,6 +9,7 @@
 #include "flowc/compiler/Profile.h"
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/PackedWeights.h"
+#include "flowc/support/Concurrently.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/worker/Tasks.h"
 
@@ -70,9 +71,12 @@ json profileNodesJson(const IngestedModel &ingested) {
 } // namespace
 
 Expected<std::optional<cache::BlobHandle>>
-CompileExecutor::cachedDerivation(const Digest &key, cache::PinGuard &pins) {
+CompileExecutor::cachedDerivation(const Digest &key, cache::PinGuard &pins,
+                                  bool remoteAsked) {
   FLOWC_ASSIGN_OR_RETURN(auto cached,
-                         lookupTiered(cache::ActionKind::DerivedWeight, key));
+                         remoteAsked
+                             ? cache_.lookupAction(cache::ActionKind::DerivedWeight, key)
+                             : lookupTiered(cache::ActionKind::DerivedWeight, key));
   if (!cached)
     return std::optional<cache::BlobHandle>();
   // A blob that cannot be read is a miss: the caller derives it again.
@@ -143,23 +147,70 @@ std::string candidateOf(const std::vector<runtime::TunedKernelSpec> &tuned,
 
 } // namespace
 
-Expected<std::optional<CompileExecutor::PackedBlob>> CompileExecutor::packedWeight(
-    const compiler::KernelWeight &weight, const std::string &candidate,
-    const cache::BlobHandle &source, cache::PinGuard &pins, int &computed) {
+void CompileExecutor::prefetchRemote(cache::ActionKind kind,
+                                     const std::vector<Digest> &keys) {
+  if (!remote_)
+    return;
+  std::vector<Digest> missing;
+  for (const Digest &key : keys) {
+    auto cached = cache_.lookupAction(kind, key, cache::Cache::CountLookup::No);
+    if (cached && !*cached)
+      missing.push_back(key);
+  }
+  forEachConcurrently(missing.size(), kRemoteLookupsInFlight,
+                      [&](size_t i) { remote_->fetch(kind, missing[i]); });
+}
+
+bool CompileExecutor::prefetchPacked(const CompiledCode &code,
+                                     const std::vector<Digest> &sources) {
+  if (!remote_)
+    return false;
+  std::vector<PackedKeys> keys;
+  std::vector<Digest> layouts;
+  for (size_t i = 0; i < code.weights.kernelWeights.size(); ++i) {
+    const compiler::KernelWeight &weight = code.weights.kernelWeights[i];
+    keys.push_back(packedKeys(weight, candidateOf(code.tuned, weight.site), sources[i]));
+    layouts.push_back(keys.back().layout);
+  }
+  prefetchRemote(cache::ActionKind::DerivedWeight, layouts);
+  // The bytes of those with a layout (an empty one: the kernel reads the
+  // weight as it is), as packedWeight would ask for them.
+  std::vector<Digest> bytes;
+  for (const PackedKeys &key : keys) {
+    auto layout = cache_.lookupAction(cache::ActionKind::DerivedWeight, key.layout,
+                                      cache::Cache::CountLookup::No);
+    if (layout && *layout && (*layout)->size > 0)
+      bytes.push_back(key.bytes);
+  }
+  prefetchRemote(cache::ActionKind::DerivedWeight, bytes);
+  return true;
+}
+
+CompileExecutor::PackedKeys
+CompileExecutor::packedKeys(const compiler::KernelWeight &weight,
+                            const std::string &candidate, const Digest &source) const {
   // The layout depends on the kernel, the candidate it runs, the CPU and
   // the library build; the bytes on the source's contents too.
   ActionKey key("flowc.packed.v2", buildId_);
   key.add(compiler::hostTargetDescription())
       .add(json({weight.kind, weight.buffer, weight.params}).dump())
       .add(candidate)
-      .add(source.digest().toString());
-  Digest bytesKey = key.digest(), layoutKey = key.digestOf("layout");
-  FLOWC_ASSIGN_OR_RETURN(auto layout, cachedDerivation(layoutKey, pins));
+      .add(source.toString());
+  return {key.digestOf("layout"), key.digest()};
+}
+
+Expected<std::optional<CompileExecutor::PackedBlob>>
+CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
+                              const std::string &candidate,
+                              const cache::BlobHandle &source, cache::PinGuard &pins,
+                              int &computed, bool remoteAsked) {
+  auto [layoutKey, bytesKey] = packedKeys(weight, candidate, source.digest());
+  FLOWC_ASSIGN_OR_RETURN(auto layout, cachedDerivation(layoutKey, pins, remoteAsked));
   if (layout) {
     // An empty layout records that the kernel reads the weight as it is.
     if (layout->bytes().empty())
       return std::optional<PackedBlob>();
-    FLOWC_ASSIGN_OR_RETURN(auto bytes, cachedDerivation(bytesKey, pins));
+    FLOWC_ASSIGN_OR_RETURN(auto bytes, cachedDerivation(bytesKey, pins, remoteAsked));
     if (bytes)
       return std::optional<PackedBlob>(
           PackedBlob{std::string(layout->bytes()), std::move(*bytes)});
@@ -237,8 +288,9 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
   }
   // The library kernels' constant weights in the layouts their kernels
   // read on this CPU, after the bound weights: sessions map them in place.
-  std::vector<runtime::PackedWeightSpec> packedSpecs;
-  int packedComputed = 0;
+  // Each one's source: the index of its bound weight's blob.
+  std::vector<size_t> packedSources;
+  std::vector<Digest> sourceDigests;
   for (const compiler::KernelWeight &weight : code.weights.kernelWeights) {
     auto bound =
         std::find(code.weights.keys.begin(), code.weights.keys.end(), weight.key);
@@ -246,10 +298,18 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
       return internalError("kernel site " + std::to_string(weight.site) +
                            " reads weight '" + weight.key +
                            "', which the code does not bind");
+    packedSources.push_back(static_cast<size_t>(bound - code.weights.keys.begin()));
+    sourceDigests.push_back(blobs[packedSources.back()].digest());
+  }
+  bool remoteAsked = prefetchPacked(code, sourceDigests);
+  std::vector<runtime::PackedWeightSpec> packedSpecs;
+  int packedComputed = 0;
+  for (size_t i = 0; i < code.weights.kernelWeights.size(); ++i) {
+    const compiler::KernelWeight &weight = code.weights.kernelWeights[i];
     FLOWC_ASSIGN_OR_RETURN(std::optional<PackedBlob> packed,
                            packedWeight(weight, candidateOf(code.tuned, weight.site),
-                                        blobs[bound - code.weights.keys.begin()], pins,
-                                        packedComputed));
+                                        blobs[packedSources[i]], pins, packedComputed,
+                                        remoteAsked));
     if (!packed)
       continue;
     packedSpecs.push_back({weight.site, weight.buffer, std::move(packed->layout),

@@ -3,6 +3,7 @@
 #include "ActionKeys.h"
 
 #include "flowc/runtime/Tuning.h"
+#include "flowc/support/Concurrently.h"
 #include "flowc/support/Environment.h"
 #include "flowc/support/MachineLock.h"
 #include "flowc/support/MappedFile.h"
@@ -10,7 +11,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -277,11 +277,6 @@ void syncRemote(cache::Cache &cache, RemoteTier &remote, const Tunable &tunable)
     publishRemote(cache, remote, tunable, *mine, *theirs);
 }
 
-/// Requests to the remote tier in flight at once while a compile looks up
-/// its kernels' records: each costs a round trip or two, and a model has
-/// dozens of kernels.
-constexpr size_t kRemoteLookupsInFlight = 8;
-
 /// The tunables the remote tier has a part in: each without a record here
 /// (the tier's are imported), and each GPU one with records (shared both
 /// ways: syncRemote).
@@ -298,22 +293,13 @@ std::vector<Tunable *> sharedWithRemote(std::vector<Tunable> &tunables) {
 /// cache take calls from any thread.
 void shareWithRemote(cache::Cache &cache, RemoteTier &remote,
                      const std::vector<Tunable *> &shared) {
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < shared.size(); i = next++) {
-      const Tunable &tunable = *shared[i];
-      if (tunable.record)
-        syncRemote(cache, remote, tunable);
-      else if (auto imported = importRemote(cache, remote, tunable); !imported)
-        spdlog::warn("{}", imported.status().message());
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < std::min(shared.size(), kRemoteLookupsInFlight); ++t)
-    threads.emplace_back(work);
-  work();
-  for (std::thread &thread : threads)
-    thread.join();
+  forEachConcurrently(shared.size(), kRemoteLookupsInFlight, [&](size_t i) {
+    const Tunable &tunable = *shared[i];
+    if (tunable.record)
+      syncRemote(cache, remote, tunable);
+    else if (auto imported = importRemote(cache, remote, tunable); !imported)
+      spdlog::warn("{}", imported.status().message());
+  });
 }
 
 /// The best record of `tunable` on this device, if it names one of today's

@@ -209,9 +209,14 @@ private:
                                  const std::string &tuningState, JobProgress &progress,
                                  bool &hit);
   /// What the action cache derived under `key` (a `derived` entry), pinned
-  /// by `pins`; nullopt on a miss, also when its blob cannot be read.
+  /// by `pins`; nullopt on a miss, also when its blob cannot be read. With
+  /// `remoteAsked` (prefetchRemote asked it already) the local cache alone.
   Expected<std::optional<cache::BlobHandle>> cachedDerivation(const cache::Digest &key,
-                                                              cache::PinGuard &pins);
+                                                              cache::PinGuard &pins,
+                                                              bool remoteAsked = false);
+  /// Asks the remote tier, kRemoteLookupsInFlight at a time, for the `kind`
+  /// entries of `keys` the local cache lacks; hits are recorded locally.
+  void prefetchRemote(cache::ActionKind kind, const std::vector<cache::Digest> &keys);
   /// Stores `bytes` as what `key` derives; the blob, pinned by `pins`.
   Expected<cache::BlobHandle> storeDerivation(const cache::Digest &key,
                                               std::string_view bytes,
@@ -229,10 +234,24 @@ private:
     std::string layout;
     cache::BlobHandle blob;
   };
+  /// Where a packed weight's layout and bytes are cached.
+  struct PackedKeys {
+    cache::Digest layout, bytes;
+  };
+  PackedKeys packedKeys(const compiler::KernelWeight &weight,
+                        const std::string &candidate, const cache::Digest &source) const;
+  /// Asks the remote tier for the packed weights of `code` (sources: their
+  /// source blobs' digests, in kernelWeights order) before they are
+  /// linked one by one: each layout, then the bytes of each it found. False
+  /// without a tier (nothing was asked).
+  bool prefetchPacked(const CompiledCode &code,
+                      const std::vector<cache::Digest> &sources);
+  /// `remoteAsked`: prefetchPacked asked the tier for both keys already.
   Expected<std::optional<PackedBlob>> packedWeight(const compiler::KernelWeight &weight,
                                                    const std::string &candidate,
                                                    const cache::BlobHandle &source,
-                                                   cache::PinGuard &pins, int &computed);
+                                                   cache::PinGuard &pins, int &computed,
+                                                   bool remoteAsked = false);
 
 public:
   /// The artifact's digest, and the external weights a thin one refers to

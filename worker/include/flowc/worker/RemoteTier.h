@@ -26,6 +26,11 @@
 
 namespace flowc::worker {
 
+/// Lookups a compile keeps in flight at once when it has many to make (its
+/// kernels' tuning records, its packed weights): each waits on a round trip
+/// or two, and a model has dozens.
+inline constexpr size_t kRemoteLookupsInFlight = 8;
+
 /// Whether model weights (and values derived from them) go to the remote.
 enum class UploadWeights { Missing, Never };
 
