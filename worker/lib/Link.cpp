@@ -161,17 +161,12 @@ void CompileExecutor::prefetchRemote(cache::ActionKind kind,
                       [&](size_t i) { remote_->fetch(kind, missing[i]); });
 }
 
-bool CompileExecutor::prefetchPacked(const CompiledCode &code,
-                                     const std::vector<Digest> &sources) {
+void CompileExecutor::prefetchPacked(const std::vector<PackedKeys> &keys) {
   if (!remote_)
-    return false;
-  std::vector<PackedKeys> keys;
+    return;
   std::vector<Digest> layouts;
-  for (size_t i = 0; i < code.weights.kernelWeights.size(); ++i) {
-    const compiler::KernelWeight &weight = code.weights.kernelWeights[i];
-    keys.push_back(packedKeys(weight, candidateOf(code.tuned, weight.site), sources[i]));
-    layouts.push_back(keys.back().layout);
-  }
+  for (const PackedKeys &key : keys)
+    layouts.push_back(key.layout);
   prefetchRemote(cache::ActionKind::DerivedWeight, layouts);
   // The bytes of those with a layout (an empty one: the kernel reads the
   // weight as it is), as packedWeight would ask for them.
@@ -183,7 +178,6 @@ bool CompileExecutor::prefetchPacked(const CompiledCode &code,
       bytes.push_back(key.bytes);
   }
   prefetchRemote(cache::ActionKind::DerivedWeight, bytes);
-  return true;
 }
 
 CompileExecutor::PackedKeys
@@ -201,16 +195,18 @@ CompileExecutor::packedKeys(const compiler::KernelWeight &weight,
 
 Expected<std::optional<CompileExecutor::PackedBlob>>
 CompileExecutor::packedWeight(const compiler::KernelWeight &weight,
-                              const std::string &candidate,
+                              const std::string &candidate, const PackedKeys &keys,
                               const cache::BlobHandle &source, cache::PinGuard &pins,
-                              int &computed, bool remoteAsked) {
-  auto [layoutKey, bytesKey] = packedKeys(weight, candidate, source.digest());
-  FLOWC_ASSIGN_OR_RETURN(auto layout, cachedDerivation(layoutKey, pins, remoteAsked));
+                              int &computed) {
+  const auto &[layoutKey, bytesKey] = keys;
+  FLOWC_ASSIGN_OR_RETURN(auto layout,
+                         cachedDerivation(layoutKey, pins, /*remoteAsked=*/true));
   if (layout) {
     // An empty layout records that the kernel reads the weight as it is.
     if (layout->bytes().empty())
       return std::optional<PackedBlob>();
-    FLOWC_ASSIGN_OR_RETURN(auto bytes, cachedDerivation(bytesKey, pins, remoteAsked));
+    FLOWC_ASSIGN_OR_RETURN(auto bytes,
+                           cachedDerivation(bytesKey, pins, /*remoteAsked=*/true));
     if (bytes)
       return std::optional<PackedBlob>(
           PackedBlob{std::string(layout->bytes()), std::move(*bytes)});
@@ -288,9 +284,11 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
   }
   // The library kernels' constant weights in the layouts their kernels
   // read on this CPU, after the bound weights: sessions map them in place.
-  // Each one's source: the index of its bound weight's blob.
+  // Each one's source (the index of its bound weight's blob), candidate
+  // and cache keys; the keys are asked of the remote tier all at once.
   std::vector<size_t> packedSources;
-  std::vector<Digest> sourceDigests;
+  std::vector<std::string> candidates;
+  std::vector<PackedKeys> keys;
   for (const compiler::KernelWeight &weight : code.weights.kernelWeights) {
     auto bound =
         std::find(code.weights.keys.begin(), code.weights.keys.end(), weight.key);
@@ -299,17 +297,18 @@ CompileExecutor::linkArtifact(const IngestedModel &ingested,
                            " reads weight '" + weight.key +
                            "', which the code does not bind");
     packedSources.push_back(static_cast<size_t>(bound - code.weights.keys.begin()));
-    sourceDigests.push_back(blobs[packedSources.back()].digest());
+    candidates.push_back(candidateOf(code.tuned, weight.site));
+    keys.push_back(
+        packedKeys(weight, candidates.back(), blobs[packedSources.back()].digest()));
   }
-  bool remoteAsked = prefetchPacked(code, sourceDigests);
+  prefetchPacked(keys);
   std::vector<runtime::PackedWeightSpec> packedSpecs;
   int packedComputed = 0;
   for (size_t i = 0; i < code.weights.kernelWeights.size(); ++i) {
     const compiler::KernelWeight &weight = code.weights.kernelWeights[i];
     FLOWC_ASSIGN_OR_RETURN(std::optional<PackedBlob> packed,
-                           packedWeight(weight, candidateOf(code.tuned, weight.site),
-                                        blobs[packedSources[i]], pins, packedComputed,
-                                        remoteAsked));
+                           packedWeight(weight, candidates[i], keys[i],
+                                        blobs[packedSources[i]], pins, packedComputed));
     if (!packed)
       continue;
     packedSpecs.push_back({weight.site, weight.buffer, std::move(packed->layout),

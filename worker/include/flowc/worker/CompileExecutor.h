@@ -226,32 +226,30 @@ private:
   Expected<cache::BlobHandle> derivedWeight(const IngestedModel &ingested,
                                             const compiler::DerivedWeight &weight,
                                             cache::PinGuard &pins, int &computed);
-  /// A library kernel's constant weight packed into the layout its kernel
-  /// reads on this CPU: cached by (build, target, kernel, source digest),
-  /// packed from `source` on a miss; nullopt when the kernel reads the
-  /// weight as it is. Pinned by `pins`.
   struct PackedBlob {
     std::string layout;
     cache::BlobHandle blob;
   };
-  /// Where a packed weight's layout and bytes are cached.
+  /// Where a packed weight's layout and bytes are cached: by (build,
+  /// target, kernel, candidate, source digest).
   struct PackedKeys {
     cache::Digest layout, bytes;
   };
   PackedKeys packedKeys(const compiler::KernelWeight &weight,
                         const std::string &candidate, const cache::Digest &source) const;
-  /// Asks the remote tier for the packed weights of `code` (sources: their
-  /// source blobs' digests, in kernelWeights order) before they are
-  /// linked one by one: each layout, then the bytes of each it found. False
-  /// without a tier (nothing was asked).
-  bool prefetchPacked(const CompiledCode &code,
-                      const std::vector<cache::Digest> &sources);
-  /// `remoteAsked`: prefetchPacked asked the tier for both keys already.
+  /// Asks the remote tier for a link's packed weights before they are
+  /// linked one by one: each layout, then the bytes of each it found.
+  void prefetchPacked(const std::vector<PackedKeys> &keys);
+  /// A library kernel's constant weight packed into the layout its kernel
+  /// reads on this CPU: found under `keys` in the local cache
+  /// (prefetchPacked asked the tier already), packed from `source` on a
+  /// miss; nullopt when the kernel reads the weight as it is. Pinned by
+  /// `pins`.
   Expected<std::optional<PackedBlob>> packedWeight(const compiler::KernelWeight &weight,
                                                    const std::string &candidate,
+                                                   const PackedKeys &keys,
                                                    const cache::BlobHandle &source,
-                                                   cache::PinGuard &pins, int &computed,
-                                                   bool remoteAsked = false);
+                                                   cache::PinGuard &pins, int &computed);
 
 public:
   /// The artifact's digest, and the external weights a thin one refers to
