@@ -1,9 +1,9 @@
 #include "flowc/support/Sha256.h"
 
+#include "flowc/support/Concurrently.h"
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
-#include <atomic>
 #include <thread>
 #include <openssl/evp.h>
 
@@ -102,26 +102,15 @@ std::vector<Sha256> sha256Many(const std::vector<std::string_view> &buffers,
   threads = std::min<unsigned>(threads, static_cast<unsigned>(buffers.size()));
   size_t windowBytes = std::clamp<size_t>(kResidentBudget / std::max(1u, threads),
                                           kMinWindowBytes, kDefaultWindowBytes);
-  if (threads <= 1) {
-    for (size_t i = 0; i < buffers.size(); ++i)
-      hashes[i] = hashInWindows(buffers[i], windowBytes, pages);
-    return hashes;
-  }
   // Largest first, handed out one at a time, keeps the cores evenly busy.
   std::vector<size_t> order(buffers.size());
   for (size_t i = 0; i < order.size(); ++i)
     order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return buffers[a].size() > buffers[b].size(); });
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> workers;
-  for (unsigned t = 0; t < threads; ++t)
-    workers.emplace_back([&] {
-      for (size_t k = next++; k < order.size(); k = next++)
-        hashes[order[k]] = hashInWindows(buffers[order[k]], windowBytes, pages);
-    });
-  for (std::thread &worker : workers)
-    worker.join();
+  forEachConcurrently(order.size(), threads, [&](size_t k) {
+    hashes[order[k]] = hashInWindows(buffers[order[k]], windowBytes, pages);
+  });
   return hashes;
 }
 

@@ -4,9 +4,9 @@
 #include "flowc/runtime/Tuning.h"
 #include "flowc/worker/Search.h"
 #include "flowc/support/MachineLock.h"
+#include "flowc/support/Concurrently.h"
 #include "flowc/support/MappedFile.h"
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -421,27 +420,18 @@ Expected<TaskOutcome> InProcessTaskRunner::runOne(const Task &task,
 std::vector<Expected<TaskOutcome>>
 InProcessTaskRunner::run(const std::vector<Task> &tasks, const TaskListener &listener) {
   std::vector<Expected<TaskOutcome>> results(tasks.size(), TaskOutcome{});
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < tasks.size();) {
-      ProgressFn progress;
-      if (listener.progress)
-        progress = [&, i](const ProgressEvent &event) { listener.progress(i, event); };
-      auto start = std::chrono::steady_clock::now();
-      results[i] = runOne(tasks[i], progress);
-      if (listener.done)
-        listener.done(
-            i, results[i],
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                .count());
-    }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < std::min<size_t>(threads_, tasks.size()); ++t)
-    threads.emplace_back(work);
-  work();
-  for (std::thread &thread : threads)
-    thread.join();
+  forEachConcurrently(tasks.size(), threads_, [&](size_t i) {
+    ProgressFn progress;
+    if (listener.progress)
+      progress = [&, i](const ProgressEvent &event) { listener.progress(i, event); };
+    auto start = std::chrono::steady_clock::now();
+    results[i] = runOne(tasks[i], progress);
+    if (listener.done)
+      listener.done(
+          i, results[i],
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+              .count());
+  });
   return results;
 }
 
