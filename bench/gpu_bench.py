@@ -153,8 +153,13 @@ def bench(model, batch, precision, target, args, root):
     # The compile's cache, fresh: the first session runs the trials and
     # records them, the second finds the records.
     cache = work / "cache"
+    report = {}
     (median, _), first, output = model_bench.flowc_run(artifact, inputs, feeds_names, work,
-                                                       args.runs, threads=1, cache_dir=cache)
+                                                       args.runs, threads=1, cache_dir=cache,
+                                                       report=report)
+    # How many convolutions' trials chose cuDNN's graph with the epilogue.
+    kernels = report.get("gpu_kernels", {})
+    fused = f"{kernels.get('fused_epilogues', 0)}/{kernels.get('conv2d', 0)}"
     _, first_recorded, _ = model_bench.flowc_run(artifact, inputs, feeds_names, work, 1,
                                                  threads=1, cache_dir=cache)
     # The search gain: the libraries' first choices against the trial runs'.
@@ -162,6 +167,9 @@ def bench(model, batch, precision, target, args, root):
         artifact, inputs, feeds_names, work, args.runs, threads=1, cache_dir=cache,
         extra=["--gpu-trials", "1", "--no-gpu-records"])
     error = model_bench.max_rel_error(output, reference)
+    if args.profile_top:
+        print_profile(artifact, inputs, feeds_names, cache, args.profile_top,
+                      f"{model} b{batch} {precision}")
     torch_ms = torch_exact_ms = torch_error = float("nan")
     if model not in EXAMPLES:
         try:
@@ -176,10 +184,21 @@ def bench(model, batch, precision, target, args, root):
         shutil.rmtree(work, ignore_errors=True)
     return {"model": model, "batch": batch, "precision": precision, "compile_s": compile_s,
             "flowc_ms": median, "heuristic_ms": heuristic, "first_run_ms": first,
-            "first_run_recorded_ms": first_recorded,
+            "first_run_recorded_ms": first_recorded, "fused": fused,
             "torch_ms": torch_ms, "torch_exact_ms": torch_exact_ms, "error": error,
             "torch_error": torch_error,
             "ok": within_bound(error, torch_error, precision)}
+
+
+def print_profile(artifact, inputs, feeds_names, cache, top, name):
+    """Where a run's time goes: `flowc run --profile`'s heaviest ops, each
+    launch synchronized (so the total exceeds a replayed graph's time)."""
+    feeds = [f for key, path in inputs.items() for f in ("--input", f"{feeds_names[key]}={path}")]
+    ran = subprocess.run([str(model_bench.BIN / "flowc"), "--cache-dir", str(cache), "run",
+                          artifact, *feeds, "--profile", "--profile-top", str(top)],
+                         capture_output=True, text=True, timeout=model_bench.STEP_TIMEOUT)
+    print(f"-- {name}: flowc run --profile --profile-top {top}", flush=True)
+    print(ran.stdout if ran.returncode == 0 else f"failed: {ran.stderr.strip()}", flush=True)
 
 
 def main():
@@ -194,6 +213,8 @@ def main():
     parser.add_argument("--keep", help="work directory to keep (exports are reused)")
     parser.add_argument("--step-timeout", type=float, default=300,
                         help="seconds one compile or run may take before its row fails")
+    parser.add_argument("--profile-top", type=int, default=0,
+                        help="also print each row's K heaviest ops (flowc run --profile)")
     parser.add_argument("--peer-errors", action="store_true",
                         help="only torch autocast's errors on the weights flowc compiles, "
                              "on the GPU or else the CPU (no flowc, no GPU needed)")
@@ -229,19 +250,19 @@ def main():
                 rows.append(row)
                 print_row(row)
     print("\n| model | batch | precision | compile s | flowc ms | search gain | "
-          "1st run ms: trials / records | torch eager ms | ratio | torch ms, TF32 off | "
-          "ratio | max rel error | torch AMP error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "convs fused | 1st run ms: trials / records | torch eager ms | ratio | "
+          "torch ms, TF32 off | ratio | max rel error | torch AMP error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         head = f"| {row['model']} | {row['batch']} | {row['precision']} |"
         if "failed" in row:
-            print(f"{head} failed: {row['failed']} | | | | | | | | | |")
+            print(f"{head} failed: {row['failed']} | | | | | | | | | | |")
             continue
         ratio = row["torch_ms"] / row["flowc_ms"]
         exact_ratio = row["torch_exact_ms"] / row["flowc_ms"]
         gain = row["heuristic_ms"] / row["flowc_ms"]
         print(f"{head} {row['compile_s']:.1f} | {row['flowc_ms']:.3f} | {gain:.2f}x | "
-              f"{row['first_run_ms']:.0f} / {row['first_run_recorded_ms']:.0f} | "
+              f"{row['fused']} | {row['first_run_ms']:.0f} / {row['first_run_recorded_ms']:.0f} | "
               f"{row['torch_ms']:.3f} | {ratio:.2f}x | {row['torch_exact_ms']:.3f} | "
               f"{exact_ratio:.2f}x | {row['error']:.1e} | {row['torch_error']:.1e} |")
     if args.json:

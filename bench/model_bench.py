@@ -171,9 +171,11 @@ def flowc_compile(onnx_path, work, precision, target="cpu"):
     return compile_s, rss, derive, artifact
 
 
-def flowc_run(artifact, inputs, feeds_names, work, runs, threads, extra=(), cache_dir=None):
+def flowc_run(artifact, inputs, feeds_names, work, runs, threads, extra=(), cache_dir=None,
+              report=None):
     """One `flowc run --bench` (with `extra` options, on the cache `cache_dir`
-    when given): ((median, p90), first run ms, first output)."""
+    when given): ((median, p90), first run ms, first output). `report`, a
+    dict, gets the run's whole --json answer."""
     args = list(extra)
     for name, path in inputs.items():
         args += ["--input", f"{feeds_names[name]}={path}"]
@@ -183,6 +185,8 @@ def flowc_run(artifact, inputs, feeds_names, work, runs, threads, extra=(), cach
                           "--json"], check=True, capture_output=True, text=True,
                          timeout=STEP_TIMEOUT).stdout
     result = json.loads(out)
+    if report is not None:
+        report.update(result)
     output = np.load(result["outputs"][0]["file"])
     return (result["median_ms"], result["p90_ms"]), result["first_run_ms"], output
 

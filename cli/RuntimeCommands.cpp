@@ -237,6 +237,12 @@ nlohmann::json gpuChoicesJson(const std::vector<runtime::GpuKernelChoice> &choic
     json[runtime::gpuChoiceSourceName(source)] = std::count_if(
         choices.begin(), choices.end(),
         [&](const runtime::GpuKernelChoice &c) { return c.source == source; });
+  json["conv2d"] =
+      std::count_if(choices.begin(), choices.end(),
+                    [](const runtime::GpuKernelChoice &c) { return c.kind == "conv2d"; });
+  json["fused_epilogues"] =
+      std::count_if(choices.begin(), choices.end(),
+                    [](const runtime::GpuKernelChoice &c) { return c.fusedEpilogue; });
   return json;
 }
 
@@ -308,7 +314,9 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
                 << " timings recorded), " << json["gpu_kernels"]["record"]
                 << " from tuning records, " << json["gpu_kernels"]["plan"]
                 << " from the plan, " << json["gpu_kernels"]["library"]
-                << " the library's first" << std::endl;
+                << " the library's first; " << json["gpu_kernels"]["fused_epilogues"]
+                << " of " << json["gpu_kernels"]["conv2d"]
+                << " convolutions with the epilogue in cuDNN's graph" << std::endl;
   }
   for (size_t i = 0; i < outputs->size(); ++i) {
     const runtime::Tensor &tensor = (*outputs)[i];

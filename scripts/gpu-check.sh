@@ -13,7 +13,9 @@
 #      (1e-3, AMP 1e-2), timed against torch eager on the GPU (fp32, and
 #      under torch.autocast), with the trial-run search's gain over the
 #      libraries' first choices and the first run's time with trials and
-#      with their records; one table.
+#      with their records, and how many convolutions run their epilogue
+#      inside cuDNN's graph; each row's ten heaviest ops (flowc run
+#      --profile); one table.
 # Exit 5 without a GPU, 1 when a test fails or an error exceeds its bound
 # (every stage runs all the same).
 #   bash scripts/gpu-check.sh [--models cnn,mlp,resnet50,bert,gpt2] [--batches 1,8]
@@ -50,7 +52,7 @@ timeout 120 build/bin/runtime_gpu_test || failed+=("runtime_gpu_test ($?)")
 echo "== GPU end-to-end tests"
 timeout 180 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_cuda.py || failed+=("test_cuda.py ($?)")
 echo "== models on the GPU"
-"$PYTHON" bench/gpu_bench.py "$@" || failed+=("gpu_bench.py ($?)")
+"$PYTHON" bench/gpu_bench.py --profile-top 10 "$@" || failed+=("gpu_bench.py ($?)")
 if ((${#failed[@]})); then
   echo "gpu-check: FAILED: ${failed[*]}" >&2
   exit 1

@@ -17,6 +17,7 @@ constexpr size_t kMaxCandidateBytes = 1024;
 constexpr size_t kMaxKnobs = 64;
 constexpr std::string_view kCudnnPrefix = "cudnn:";
 constexpr std::string_view kCublasLtPrefix = "cublaslt:";
+constexpr std::string_view kFusedEpilogue = "epilogue=fused";
 
 /// A non-negative decimal integer below 2^31 (every id and attribute the
 /// libraries have is an int32 or an enum), all of `text`.
@@ -69,10 +70,13 @@ Expected<GpuCandidate> parseCudnn(std::string_view body, const std::string &what
   GpuCandidate candidate;
   candidate.library = GpuCandidate::Library::Cudnn;
   std::optional<int64_t> engine =
-      parts.size() == 2 ? field(parts[0], "engine") : std::nullopt;
-  if (!engine || parts[1].substr(0, 6) != "knobs=")
-    return invalidArgument(what + ": expected 'cudnn:engine=N;knobs=TYPE:VALUE,...'");
+      parts.size() == 2 || parts.size() == 3 ? field(parts[0], "engine") : std::nullopt;
+  if (!engine || parts[1].substr(0, 6) != "knobs=" ||
+      (parts.size() == 3 && parts[2] != kFusedEpilogue))
+    return invalidArgument(
+        what + ": expected 'cudnn:engine=N;knobs=TYPE:VALUE,...[;epilogue=fused]'");
   candidate.id = *engine;
+  candidate.fusedEpilogue = parts.size() == 3;
   for (std::string_view knob : split(parts[1].substr(6), ',')) {
     size_t colon = knob.find(':');
     std::optional<int64_t> type = colon == std::string_view::npos
@@ -129,6 +133,8 @@ std::string formatGpuCandidate(const GpuCandidate &candidate) {
     for (size_t i = 0; i < candidate.knobs.size(); ++i)
       text += (i ? "," : "") + std::to_string(candidate.knobs[i].first) + ":" +
               std::to_string(candidate.knobs[i].second);
+    if (candidate.fusedEpilogue)
+      text += ";" + std::string(kFusedEpilogue);
     return text;
   }
   std::string text = "cublaslt:algo=" + std::to_string(candidate.id);
@@ -223,7 +229,8 @@ std::string_view gpuNameOf(std::string_view device) {
 
 Expected<std::string> gpuTuningVersions() {
   FLOWC_ASSIGN_OR_RETURN(std::string libraries, gpu::libraryVersions());
-  return libraries + "; kernel abi " + std::to_string(kKernelAbiVersion);
+  return libraries + "; kernel abi " + std::to_string(kKernelAbiVersion) + "; trials " +
+         std::to_string(kGpuTrialsVersion);
 }
 
 } // namespace flowc::runtime

@@ -129,7 +129,9 @@ def tuning_versions(flowc):
                           flowc.run("--version").stdout).group(1)
     abi = re.search(r"kKernelAbiVersion = (\d+);",
                     (ROOT / "runtime/abi/include/flowc/runtime/KernelAbi.h").read_text())
-    return f"{libraries}; kernel abi {abi.group(1)}"
+    trials = re.search(r"kGpuTrialsVersion = (\d+);",
+                       (ROOT / "runtime/include/flowc/runtime/Tuning.h").read_text())
+    return f"{libraries}; kernel abi {abi.group(1)}; trials {trials.group(1)}"
 
 
 def session_records(signatures, versions):

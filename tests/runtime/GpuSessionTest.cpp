@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 namespace flowc::runtime {
@@ -359,6 +360,93 @@ TEST(GpuLibraryTest, CudnnAndCublasLtOpenWithoutAGpu) {
   ASSERT_TRUE(versions) << versions.status().toString();
   EXPECT_THAT(*versions, ::testing::MatchesRegex("cuDNN 9\\.[0-9]+\\.[0-9]+, cuBLASLt "
                                                  "1[0-9]\\.[0-9]+\\.[0-9]+"));
+}
+
+/// A 3x3 convolution of a batch of 8 [64, 56, 56] activations, as
+/// ResNet's: bias and ReLU.
+Conv2dParams resnetConv(ActivationLayout layout, Precision precision) {
+  Conv2dParams p{};
+  p.batch = 8;
+  p.inChannels = p.outChannels = 64;
+  p.inHeight = p.inWidth = p.outHeight = p.outWidth = 56;
+  p.kernelHeight = p.kernelWidth = 3;
+  p.strideH = p.strideW = p.dilationH = p.dilationW = 1;
+  p.padTop = p.padLeft = p.padBottom = p.padRight = 1;
+  p.groups = 1;
+  p.sourceLayout = p.destinationLayout = layout;
+  p.weightLayout =
+      layout == ActivationLayout::Nhwc ? ConvWeightLayout::Ohwi : ConvWeightLayout::Oihw;
+  p.constantWeights = 1;
+  p.activation = Activation::Clip;
+  p.alpha = floatParam(0.0f);
+  p.beta = floatParam(std::numeric_limits<float>::infinity());
+  p.precision = precision;
+  return p;
+}
+
+// The convolution's cuDNN graphs, alone and with the epilogue fused, are
+// built as a session builds them; cuDNN checks every descriptor and the
+// graph without a GPU (only engines need one), so a wrong attribute, type
+// or tensor here fails on the build machines. The fused graph is made
+// only for the epilogues the runtime fuses.
+TEST(GpuLibraryTest, ConvolutionGraphsBuildWithoutAGpu) {
+  auto check = [](const Conv2dParams &p) {
+    Expected<gpu::ConvGraphCheck> graphs = gpu::checkConvGraphs(p);
+    EXPECT_TRUE(graphs) << graphs.status().toString();
+    return graphs ? *graphs : gpu::ConvGraphCheck{};
+  };
+  if (Expected<std::string> versions = gpu::libraryVersions();
+      !versions && versions.status().code() != StatusCode::Unavailable)
+    GTEST_SKIP() << versions.status().message();
+  for (ActivationLayout layout : {ActivationLayout::Nhwc, ActivationLayout::Nchw})
+    for (Precision precision : {Precision::Fp32, Precision::Fp16, Precision::Bf16}) {
+      SCOPED_TRACE("layout " + std::to_string(static_cast<int>(layout)) + ", precision " +
+                   std::to_string(static_cast<int>(precision)));
+      Conv2dParams p = resnetConv(layout, precision);
+      for (int64_t residual : {0, 1})
+        for (Activation activation : {Activation::Clip, Activation::None}) {
+          p.hasResidual = residual;
+          p.activation = activation;
+          gpu::ConvGraphCheck graphs = check(p);
+          EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
+          ASSERT_TRUE(graphs.fused.has_value());
+          EXPECT_TRUE(graphs.fused->isOk()) << graphs.fused->toString();
+        }
+    }
+
+  // Uneven padding: the padded copy is the source, cuDNN pads nothing.
+  Conv2dParams padded = resnetConv(ActivationLayout::Nhwc, Precision::Fp16);
+  padded.padTop = padded.padLeft = 0;
+  padded.padBottom = padded.padRight = 2;
+  gpu::ConvGraphCheck graphs = check(padded);
+  EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
+  ASSERT_TRUE(graphs.fused.has_value());
+  EXPECT_TRUE(graphs.fused->isOk()) << graphs.fused->toString();
+
+  // Epilogues that stay the runtime's kernel: another activation, ReLU6,
+  // a result in another layout (a depthwise convolution computes in NCHW).
+  Conv2dParams sigmoid = resnetConv(ActivationLayout::Nhwc, Precision::Fp16);
+  sigmoid.activation = Activation::Sigmoid;
+  Conv2dParams relu6 = sigmoid;
+  relu6.activation = Activation::Clip;
+  relu6.beta = floatParam(6.0f);
+  Conv2dParams depthwise = resnetConv(ActivationLayout::Nhwc, Precision::Fp16);
+  depthwise.groups = 64;
+  depthwise.weightLayout = ConvWeightLayout::Hwcm;
+  for (const Conv2dParams &p : {sigmoid, relu6, depthwise}) {
+    graphs = check(p);
+    EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
+    EXPECT_FALSE(graphs.fused.has_value());
+  }
+
+  // cuDNN refuses what is not a convolution: a result of another size than
+  // the geometry gives.
+  Conv2dParams wrong = resnetConv(ActivationLayout::Nhwc, Precision::Fp16);
+  wrong.outHeight = 55;
+  graphs = check(wrong);
+  EXPECT_THAT(graphs.alone, StatusIs(StatusCode::Internal, "cudnnBackendFinalize"));
+  ASSERT_TRUE(graphs.fused.has_value());
+  EXPECT_THAT(*graphs.fused, StatusIs(StatusCode::Internal, "cudnnBackendFinalize"));
 }
 
 // CUDA code lacking part of the contract is damaged, not run half-bound.

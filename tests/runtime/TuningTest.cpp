@@ -764,23 +764,29 @@ TEST(GpuCandidateTest, FormattedCandidatesParseBack) {
   conv.knobs = {{1, 3}, {7, -1}, {12, 128}};
   GpuCandidate bare = conv;
   bare.knobs.clear();
+  GpuCandidate fused = conv;
+  fused.fusedEpilogue = true;
   GpuCandidate matmul;
   matmul.library = GpuCandidate::Library::CublasLt;
   matmul.id = 21;
   matmul.config = {15, 22, 1, 0, 1, 0, 0, 0};
   EXPECT_EQ(formatGpuCandidate(conv), "cudnn:engine=42;knobs=1:3,7:-1,12:128");
   EXPECT_EQ(formatGpuCandidate(bare), "cudnn:engine=42;knobs=");
+  EXPECT_EQ(formatGpuCandidate(fused),
+            "cudnn:engine=42;knobs=1:3,7:-1,12:128;epilogue=fused");
   EXPECT_EQ(formatGpuCandidate(matmul),
             "cublaslt:algo=21;tile=15;stages=22;splitk=1;"
             "reduction=0;swizzle=1;custom=0;inner=0;cluster=0");
-  for (const GpuCandidate &candidate : {conv, bare, matmul}) {
+  for (const GpuCandidate &candidate : {conv, bare, fused, matmul}) {
     std::string text = formatGpuCandidate(candidate);
     Expected<GpuCandidate> parsed = parseGpuCandidate(text);
     ASSERT_TRUE(parsed) << parsed.status().toString();
     EXPECT_EQ(formatGpuCandidate(*parsed), text);
     EXPECT_EQ(parsed->id, candidate.id);
     EXPECT_EQ(parsed->knobs, candidate.knobs);
+    EXPECT_EQ(parsed->fusedEpilogue, candidate.fusedEpilogue);
   }
+  EXPECT_TRUE(isGpuCandidateOf(KernelKind::Conv2d, formatGpuCandidate(fused)));
   EXPECT_TRUE(isGpuCandidateOf(KernelKind::Conv2d, formatGpuCandidate(conv)));
   EXPECT_FALSE(isGpuCandidateOf(KernelKind::MatMul, formatGpuCandidate(conv)));
   EXPECT_TRUE(isGpuCandidateOf(KernelKind::MatMul, formatGpuCandidate(matmul)));
@@ -817,6 +823,11 @@ TEST(GpuCandidateTest, MalformedCandidatesAreRefused) {
            "cudnn:engine=2147483648;knobs=",
            "cudnn:engine=99999999999999999999;knobs=",
            "cudnn:engine=1;knobs=;extra=1",
+           "cudnn:engine=1;knobs=;epilogue=",
+           "cudnn:engine=1;knobs=;epilogue=helper",
+           "cudnn:engine=1;knobs=;epilogue=fused;",
+           "cudnn:engine=1;knobs=;epilogue=fused;epilogue=fused",
+           "cudnn:engine=1;epilogue=fused;knobs=",
            "CUDNN:engine=1;knobs=",
            "cublaslt:algo=1",
            "cublaslt:algo=1" + cublas + ";x=1",
@@ -875,7 +886,10 @@ TEST(GpuCandidateTest, TuningVersionsNameTheLibrariesAndTheKernelAbi) {
   if (!versions)
     GTEST_SKIP() << "no cuDNN/cuBLASLt here: " << versions.status().message();
   EXPECT_THAT(*versions, HasSubstr("cuDNN 9."));
-  EXPECT_THAT(*versions, HasSubstr("; kernel abi " + std::to_string(kKernelAbiVersion)));
+  // Records whose times cover another span (before fused epilogues, cuDNN's
+  // call alone) are not compared with these.
+  EXPECT_THAT(*versions, HasSubstr("; kernel abi " + std::to_string(kKernelAbiVersion) +
+                                   "; trials " + std::to_string(kGpuTrialsVersion)));
 }
 
 // A GPU measure task's work: only convolutions and products have GPU

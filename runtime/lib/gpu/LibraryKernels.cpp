@@ -222,6 +222,12 @@ bool overlap(const void *a, const void *b, uint64_t bytes) {
   return x < y + bytes && y < x + bytes;
 }
 
+/// Whether a convolution pads unevenly (ONNX's SAME_UPPER, TensorFlow's
+/// SAME with a stride): cuDNN's engines pad alike on both sides.
+bool isPadded(const Conv2dParams &p) {
+  return p.padTop != p.padBottom || p.padLeft != p.padRight;
+}
+
 /// The element type a kernel of `precision` hands the library: AMP rounds
 /// activations and weights to 16 bits, and accumulates in fp32.
 ElementType elementType(Precision precision) {
@@ -297,6 +303,9 @@ struct ConvPlan {
   Descriptor plan;
   int64_t workspaceBytes = 0;
   Descriptor config;
+  /// The plan of the graph with the epilogue in it (convGraph): it reads
+  /// the bias and residual and writes the graph's fp32 result itself.
+  bool fused = false;
 };
 
 /// A convolution site: its cuDNN execution plan in the compute layout, and
@@ -319,8 +328,55 @@ struct ConvSite {
   /// Constant weights are repacked once per session.
   bool weightsPacked = false;
   ConvPlan plan;
-  int64_t alignment = 0;
+  /// The smallest alignment of the buffers each graph's tensors were told
+  /// of: the convolution's (source, weights, result) and the fused one's
+  /// (source, weights, the graph's result, bias, residual).
+  int64_t alignment = 0, fusedAlignment = 0;
 };
+
+/// The buffers of one call of a convolution site.
+struct ConvCall {
+  void *source = nullptr, *weights = nullptr;
+  /// Where cuDNN writes the convolution alone (the epilogue kernel reads
+  /// it): a buffer of the site's, or `out`.
+  void *result = nullptr;
+  const void *bias = nullptr, *residual = nullptr;
+  /// The graph's fp32 result.
+  float *out = nullptr;
+};
+
+/// Whether cuDNN can run a convolution's epilogue inside its graph: bias,
+/// residual and no activation or ReLU, the result written in the layout
+/// cuDNN computes in. Other activations (their cuDNN forms differ from the
+/// runtime's at the edges) and layout changes stay with the epilogue
+/// kernel.
+bool epilogueFuses(const Conv2dParams &p, ActivationLayout computeLayout) {
+  bool relu = p.activation == Activation::Clip && paramFloat(p.alpha) == 0.0f &&
+              paramFloat(p.beta) == std::numeric_limits<float>::infinity();
+  return (p.activation == Activation::None || relu) &&
+         p.destinationLayout == computeLayout;
+}
+
+/// The epilogue kernel's work after a convolution alone: bias[channel],
+/// the residual and the activation on cuDNN's result, into the graph's
+/// layout and fp32.
+EpilogueArgs convEpilogue(const ConvSite &conv, const ConvCall &call) {
+  const Conv2dParams &p = conv.params;
+  EpilogueArgs args{};
+  args.out = call.out;
+  args.in = call.result;
+  args.inType = conv.type;
+  args.bias = static_cast<const float *>(call.bias);
+  args.residual = static_cast<const float *>(call.residual);
+  args.shape = conv.destinationShape;
+  args.outStrides = activationStrides(conv.destinationShape, p.destinationLayout);
+  args.inStrides = activationStrides(conv.destinationShape, conv.layout);
+  args.channelAxis = 1;
+  args.activation = static_cast<int64_t>(p.activation);
+  args.alpha = paramFloat(p.alpha);
+  args.beta = paramFloat(p.beta);
+  return args;
+}
 
 /// A matrix product site: its cuBLASLt descriptors and algorithm.
 struct MatMulSite {
@@ -361,8 +417,265 @@ struct MatMulSite {
 constexpr auto kGraphHandleAttribute = static_cast<cudnnBackendAttributeName_t>(800);
 constexpr auto kPlanHandleAttribute = static_cast<cudnnBackendAttributeName_t>(400);
 
-/// cuDNN's unique ids of a convolution's tensors.
-enum TensorId : int64_t { kSourceId = 1, kWeightsId = 2, kResultId = 3 };
+/// cuDNN's unique ids of a convolution's tensors: those of the variant
+/// pack, then the fused graph's virtual ones between its operations.
+enum TensorId : int64_t {
+  kSourceId = 1,
+  kWeightsId = 2,
+  kResultId = 3,
+  kBiasId = 4,
+  kResidualId = 5,
+  kConvolvedId = 6,
+  kBiasedId = 7,
+  kSummedId = 8,
+};
+
+/// Builds cuDNN backend descriptors and keeps the first failure instead of
+/// failing the run: a fused graph is optional (cuDNN may not fuse it), and
+/// the tests build graphs with no device.
+class GraphBuilder {
+public:
+  GraphBuilder(const Libraries &libraries, cudnnHandle_t handle)
+      : libraries_(libraries), handle_(handle) {}
+
+  bool ok() const { return status_.isOk(); }
+  const Status &status() const { return status_; }
+
+  Descriptor make(cudnnBackendDescriptorType_t type, const char *what) {
+    cudnnBackendDescriptor_t descriptor = nullptr;
+    if (!check(libraries_.cudnnBackendCreateDescriptor(type, &descriptor),
+               std::string("cudnnBackendCreateDescriptor of ") + what))
+      return {};
+    return Descriptor(libraries_, descriptor);
+  }
+  bool set(const Descriptor &descriptor, cudnnBackendAttributeName_t name,
+           cudnnBackendAttributeType_t type, int64_t count, const void *values) {
+    return descriptor.get() && check(libraries_.cudnnBackendSetAttribute(
+                                         descriptor.get(), name, type, count, values),
+                                     "cudnnBackendSetAttribute " + std::to_string(name));
+  }
+  bool setDescriptor(const Descriptor &descriptor, cudnnBackendAttributeName_t name,
+                     const Descriptor &value) {
+    cudnnBackendDescriptor_t handle = value.get();
+    return handle && set(descriptor, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &handle);
+  }
+  bool finalize(const Descriptor &descriptor, const char *what) {
+    return descriptor.get() && check(libraries_.cudnnBackendFinalize(descriptor.get()),
+                                     std::string("cudnnBackendFinalize of ") + what);
+  }
+
+  /// A tensor of `type` (fp32 when virtual: cuDNN keeps what flows between
+  /// a fused graph's operations in registers, never in memory).
+  Descriptor tensor(int64_t id, const Index4 &shape, const Index4 &strides,
+                    ElementType elementType, int64_t alignment, bool isVirtual = false) {
+    Descriptor tensor = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor");
+    cudnnDataType_t type = cudnnType(elementType);
+    bool made =
+        set(tensor, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type) &&
+        set(tensor, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, shape.dims) &&
+        set(tensor, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.dims) &&
+        set(tensor, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id) &&
+        set(tensor, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment) &&
+        set(tensor, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &isVirtual) &&
+        finalize(tensor, "a tensor");
+    return made ? std::move(tensor) : Descriptor();
+  }
+
+  /// y = mode(x[, b]), computed in fp32.
+  Descriptor pointwise(cudnnPointwiseMode_t mode, const Descriptor &x,
+                       const Descriptor *b, const Descriptor &y) {
+    Descriptor function =
+        make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "a pointwise function");
+    cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    if (!set(function, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode) ||
+        !set(function, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1,
+             &precision) ||
+        !finalize(function, "a pointwise function"))
+      return {};
+    Descriptor operation =
+        make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "a pointwise operation");
+    if (!setDescriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+                       function) ||
+        !setDescriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x) ||
+        (b && !setDescriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b)) ||
+        !setDescriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y) ||
+        !finalize(operation, "a pointwise operation"))
+      return {};
+    return operation;
+  }
+
+  /// The operation graph of `operations`, in order.
+  Descriptor graph(const std::vector<const Descriptor *> &operations) {
+    std::vector<cudnnBackendDescriptor_t> handles;
+    for (const Descriptor *operation : operations) {
+      if (!operation->get())
+        return {};
+      handles.push_back(operation->get());
+    }
+    Descriptor graph =
+        make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "an operation graph");
+    if (!set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+             static_cast<int64_t>(handles.size()), handles.data()))
+      return {};
+    // Deprecated in cuDNN 9 (cudnnBackendExecute names the handle), still
+    // read by versions that choose engines for the handle's device; a
+    // version that dropped it may refuse it, which changes nothing. Tests
+    // build graphs with no handle.
+    if (handle_)
+      libraries_.cudnnBackendSetAttribute(graph.get(), kGraphHandleAttribute,
+                                          CUDNN_TYPE_HANDLE, 1, &handle_);
+    return finalize(graph, "an operation graph") ? std::move(graph) : Descriptor();
+  }
+
+private:
+  bool check(cudnnStatus_t status, const std::string &call) {
+    if (status == CUDNN_STATUS_SUCCESS)
+      return true;
+    if (!status_.isOk())
+      return false;
+    char detail[512] = {};
+    libraries_.cudnnGetLastErrorString(detail, sizeof(detail));
+    std::string message = call + " failed: " + libraries_.cudnnGetErrorString(status);
+    if (detail[0])
+      message += std::string(" (") + detail + ")";
+    bool exhausted = status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                     status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+    status_ = exhausted ? resourceExhausted(message) : internalError(message);
+    return false;
+  }
+
+  const Libraries &libraries_;
+  cudnnHandle_t handle_ = nullptr;
+  Status status_;
+};
+
+/// A convolution site's shapes and layouts, before any buffer: what its
+/// graphs are made of.
+ConvSite describeConv(const Conv2dParams &p) {
+  ConvSite conv;
+  conv.params = p;
+  // Grouped convolutions (depthwise ones) in NCHW, where cuDNN has engines
+  // for every group count; dense ones in the source's layout.
+  conv.layout = p.groups > 1 ? ActivationLayout::Nchw : p.sourceLayout;
+  conv.type = elementType(p.precision);
+  conv.sourceShape = {{p.batch, p.inChannels, p.inHeight, p.inWidth}};
+  conv.weightShape = {
+      {p.outChannels, p.inChannels / p.groups, p.kernelHeight, p.kernelWidth}};
+  conv.destinationShape = {{p.batch, p.outChannels, p.outHeight, p.outWidth}};
+  // Asymmetric padding (ONNX's SAME_UPPER, TensorFlow's SAME with a
+  // stride) is written into a padded copy of the source; cuDNN then pads
+  // nothing.
+  conv.paddedShape = conv.sourceShape;
+  if (isPadded(p)) {
+    conv.paddedShape.dims[2] += p.padTop + p.padBottom;
+    conv.paddedShape.dims[3] += p.padLeft + p.padRight;
+    Index4 strides = activationStrides(conv.paddedShape, conv.layout);
+    conv.interior = p.padTop * strides.dims[2] + p.padLeft * strides.dims[3];
+  }
+  return conv;
+}
+
+/// `conv`'s cuDNN operation graph: the forward convolution alone, its
+/// result in `conv.type` in the compute layout; or, `fused`, the
+/// convolution then pointwise operations in fp32 (+ bias[channel],
+/// + residual, ReLU) writing the fp32 result. Null, with `builder`'s
+/// failure, when cuDNN refuses a piece.
+Descriptor convGraph(GraphBuilder &builder, const ConvSite &conv, bool fused) {
+  const Conv2dParams &p = conv.params;
+  int64_t alignment = fused ? conv.fusedAlignment : conv.alignment;
+  Index4 resultStrides = activationStrides(conv.destinationShape, conv.layout);
+  Descriptor x = builder.tensor(kSourceId, conv.paddedShape,
+                                activationStrides(conv.paddedShape, conv.layout),
+                                conv.type, alignment);
+  Descriptor w = builder.tensor(
+      kWeightsId, conv.weightShape,
+      weightStrides(conv.weightShape, filterFormatOf(conv.layout)), conv.type, alignment);
+  Descriptor y = fused ? builder.tensor(kConvolvedId, conv.destinationShape,
+                                        resultStrides, kF32, alignment, true)
+                       : builder.tensor(kResultId, conv.destinationShape, resultStrides,
+                                        conv.type, alignment);
+
+  Descriptor convolution =
+      builder.make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "a convolution");
+  cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  bool padded = isPadded(p);
+  int64_t spatialDims = 2;
+  int64_t dilations[] = {p.dilationH, p.dilationW};
+  int64_t strides[] = {p.strideH, p.strideW};
+  int64_t prePadding[] = {padded ? 0 : p.padTop, padded ? 0 : p.padLeft};
+  int64_t postPadding[] = {padded ? 0 : p.padBottom, padded ? 0 : p.padRight};
+  if (!builder.set(convolution, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
+                   &accumulate) ||
+      !builder.set(convolution, CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+                   CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
+      !builder.set(convolution, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1,
+                   &spatialDims) ||
+      !builder.set(convolution, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2,
+                   dilations) ||
+      !builder.set(convolution, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64,
+                   2, strides) ||
+      !builder.set(convolution, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2,
+                   prePadding) ||
+      !builder.set(convolution, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2,
+                   postPadding) ||
+      !builder.finalize(convolution, "a convolution"))
+    return {};
+
+  Descriptor operation = builder.make(
+      CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "a forward convolution");
+  float alpha = 1.0f, beta = 0.0f;
+  if (!builder.setDescriptor(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x) ||
+      !builder.setDescriptor(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w) ||
+      !builder.setDescriptor(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y) ||
+      !builder.setDescriptor(
+          operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, convolution) ||
+      !builder.set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                   CUDNN_TYPE_FLOAT, 1, &alpha) ||
+      !builder.set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                   CUDNN_TYPE_FLOAT, 1, &beta) ||
+      !builder.finalize(operation, "a forward convolution"))
+    return {};
+  if (!fused)
+    return builder.graph({&operation});
+
+  // The epilogue as the runtime's kernel computes it, in fp32: the last
+  // operation writes the graph's buffer (kResultId), the others virtual
+  // tensors.
+  // epilogueFuses: no activation, or ReLU.
+  bool relu = p.activation != Activation::None;
+  auto step = [&](int64_t id, bool last) {
+    return last ? builder.tensor(kResultId, conv.destinationShape, resultStrides, kF32,
+                                 alignment)
+                : builder.tensor(id, conv.destinationShape, resultStrides, kF32,
+                                 alignment, true);
+  };
+  Index4 biasShape = {{1, p.outChannels, 1, 1}};
+  Descriptor bias =
+      builder.tensor(kBiasId, biasShape, {{p.outChannels, 1, 1, 1}}, kF32, alignment);
+  Descriptor biased = step(kBiasedId, !p.hasResidual && !relu);
+  Descriptor addBias = builder.pointwise(CUDNN_POINTWISE_ADD, y, &bias, biased);
+  std::vector<const Descriptor *> operations = {&operation, &addBias};
+  const Descriptor *last = &biased;
+  Descriptor residual, summed, addResidual;
+  if (p.hasResidual) {
+    residual = builder.tensor(kResidualId, conv.destinationShape, resultStrides, kF32,
+                              alignment);
+    summed = step(kSummedId, !relu);
+    addResidual = builder.pointwise(CUDNN_POINTWISE_ADD, biased, &residual, summed);
+    operations.push_back(&addResidual);
+    last = &summed;
+  }
+  Descriptor result, activation;
+  if (relu) {
+    result = step(kResultId, true);
+    activation = builder.pointwise(CUDNN_POINTWISE_RELU_FWD, *last, nullptr, result);
+    operations.push_back(&activation);
+  }
+  if (!builder.ok())
+    return {};
+  return builder.graph(operations);
+}
 
 } // namespace
 
@@ -408,15 +721,18 @@ private:
   bool check(cublasStatus_t status, const std::string &call);
 
   Descriptor makeDescriptor(cudnnBackendDescriptorType_t type, const std::string &what);
-  bool set(const Descriptor &descriptor, cudnnBackendAttributeName_t name,
-           cudnnBackendAttributeType_t type, int64_t count, const void *values);
-  bool finalize(const Descriptor &descriptor, const std::string &what);
-  Descriptor makeTensor(int64_t id, const Index4 &shape, const Index4 &strides,
-                        ElementType type, int64_t alignment);
+  ConvCall convCall(const ConvSite &conv, void **buffers) const;
   std::unique_ptr<ConvSite> createConv(int64_t site, const Conv2dParams &p,
                                        void **buffers);
+  /// Chooses the site's plan among those of `graph` (the convolution
+  /// alone) and `fusedGraph` (with its epilogue; null when it has none).
   bool planConv(int64_t site, ConvSite &conv, const Descriptor &graph,
-                void *const pointers[3]);
+                const Descriptor &fusedGraph, const ConvCall &call);
+  /// Appends `graph`'s plans whose configurations finalize, in the
+  /// heuristics' order (mode A, else the fallback engines), to `exact` (the
+  /// kernel's numerics) or `inexact`, until `exact` has `limit`.
+  void listConvPlans(const Descriptor &graph, ElementType type, bool fused, size_t limit,
+                     std::vector<ConvPlan> &exact, std::vector<ConvPlan> &inexact);
   /// Heuristic `mode`'s engine configurations for `graph`, in its order
   /// (none when the mode cannot serve it).
   std::vector<Descriptor> engineConfigs(const Descriptor &graph,
@@ -424,16 +740,21 @@ private:
   /// `config`'s execution plan, if it finalizes.
   std::optional<ConvPlan> makeConvPlan(Descriptor config);
   /// The configuration that `candidate` describes among those the
-  /// heuristics list for `graph`, as a plan.
-  /// Only a configuration with the kernel's numerics (hasExactNumerics)
-  /// qualifies: a record or plan never moves fp32 onto TF32.
+  /// heuristics list for `graph`, or for `fusedGraph` when it names a fused
+  /// epilogue, as a plan. Only a configuration with the kernel's numerics
+  /// (hasExactNumerics) qualifies: a record or plan never moves fp32 onto
+  /// TF32.
   std::optional<ConvPlan> listedConvPlan(const Descriptor &graph,
+                                         const Descriptor &fusedGraph,
                                          const std::string &candidate, ElementType type);
   /// `config` as a GPU candidate (Tuning.h); empty when cuDNN cannot say.
-  std::string configText(cudnnBackendDescriptor_t config);
+  std::string configText(cudnnBackendDescriptor_t config, bool fused);
   std::string algoText(const cublasLtMatmulAlgo_t &algo);
-  /// Queues `plan` on the convolution's buffers (source, weights, result).
-  cudnnStatus_t executePlan(const ConvPlan &plan, void *const pointers[3]);
+  /// Queues `plan` on the call's buffers.
+  cudnnStatus_t executePlan(const ConvPlan &plan, const ConvCall &call);
+  /// Queues `plan` and, unless it fused the epilogue, the epilogue kernel
+  /// after it; false once the run has failed.
+  bool runConv(const ConvSite &conv, const ConvPlan &plan, const ConvCall &call);
   /// Whether engine configuration `config` computes as `type` promises:
   /// no inputs converted down, no reduction in reduced precision (AMP
   /// accumulates in fp32), and no TF32 tensor cores for fp32.
@@ -567,34 +888,6 @@ Descriptor LibraryKernels::makeDescriptor(cudnnBackendDescriptorType_t type,
   return Descriptor(libraries_, descriptor);
 }
 
-bool LibraryKernels::set(const Descriptor &descriptor, cudnnBackendAttributeName_t name,
-                         cudnnBackendAttributeType_t type, int64_t count,
-                         const void *values) {
-  return descriptor.get() && check(libraries_.cudnnBackendSetAttribute(
-                                       descriptor.get(), name, type, count, values),
-                                   "cudnnBackendSetAttribute " + std::to_string(name));
-}
-
-bool LibraryKernels::finalize(const Descriptor &descriptor, const std::string &what) {
-  return descriptor.get() && check(libraries_.cudnnBackendFinalize(descriptor.get()),
-                                   "cudnnBackendFinalize of " + what);
-}
-
-Descriptor LibraryKernels::makeTensor(int64_t id, const Index4 &shape,
-                                      const Index4 &strides, ElementType elementType,
-                                      int64_t alignment) {
-  Descriptor tensor = makeDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor");
-  cudnnDataType_t type = cudnnType(elementType);
-  bool made =
-      set(tensor, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type) &&
-      set(tensor, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, shape.dims) &&
-      set(tensor, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.dims) &&
-      set(tensor, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id) &&
-      set(tensor, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment) &&
-      finalize(tensor, "a tensor");
-  return made ? std::move(tensor) : Descriptor();
-}
-
 void *LibraryKernels::workspace(uint64_t bytes) {
   if (bytes <= workspaceBytes_)
     return workspaces_.empty() ? nullptr : workspaces_.back();
@@ -683,30 +976,50 @@ double LibraryKernels::timeCalls(const std::function<bool()> &run) {
          kGpuTrialRuns;
 }
 
-cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, void *const pointers[3]) {
+cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, const ConvCall &call) {
   void *workspacePointer = nullptr;
   if (plan.workspaceBytes > 0 &&
       !(workspacePointer = workspace(static_cast<uint64_t>(plan.workspaceBytes))))
     return CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
-  int64_t ids[] = {kSourceId, kWeightsId, kResultId};
-  void *data[] = {pointers[0], pointers[1], pointers[2]};
+  std::vector<int64_t> ids = {kSourceId, kWeightsId, kResultId};
+  std::vector<void *> data = {call.source, call.weights, call.result};
+  if (plan.fused) {
+    data[2] = call.out;
+    ids.push_back(kBiasId);
+    data.push_back(const_cast<void *>(call.bias));
+    if (call.residual) {
+      ids.push_back(kResidualId);
+      data.push_back(const_cast<void *>(call.residual));
+    }
+  }
+  auto count = static_cast<int64_t>(ids.size());
   cudnnBackendDescriptor_t pack = nullptr;
   cudnnStatus_t status = libraries_.cudnnBackendCreateDescriptor(
       CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
   if (status != CUDNN_STATUS_SUCCESS)
     return status;
   Descriptor owned(libraries_, pack);
-  for (auto [name, type, count, values] :
+  for (auto [name, type, n, values] :
        {std::tuple<cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t,
-                   void *>{CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids},
-        {CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, data},
+                   void *>{CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count,
+                           ids.data()},
+        {CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, data.data()},
         {CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspacePointer}})
-    if ((status = libraries_.cudnnBackendSetAttribute(pack, name, type, count, values)) !=
+    if ((status = libraries_.cudnnBackendSetAttribute(pack, name, type, n, values)) !=
         CUDNN_STATUS_SUCCESS)
       return status;
   if ((status = libraries_.cudnnBackendFinalize(pack)) != CUDNN_STATUS_SUCCESS)
     return status;
   return libraries_.cudnnBackendExecute(cudnn_, plan.plan.get(), pack);
+}
+
+bool LibraryKernels::runConv(const ConvSite &conv, const ConvPlan &plan,
+                             const ConvCall &call) {
+  if (executePlan(plan, call) != CUDNN_STATUS_SUCCESS)
+    return false;
+  if (!plan.fused)
+    epilogue(convEpilogue(conv, call));
+  return !device_.failed();
 }
 
 std::vector<Descriptor> LibraryKernels::engineConfigs(const Descriptor &graph,
@@ -768,7 +1081,7 @@ std::optional<ConvPlan> LibraryKernels::makeConvPlan(Descriptor config) {
   return ConvPlan{std::move(plan), workspace, std::move(config)};
 }
 
-std::string LibraryKernels::configText(cudnnBackendDescriptor_t config) {
+std::string LibraryKernels::configText(cudnnBackendDescriptor_t config, bool fused) {
   auto ok = [](cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; };
   const Libraries &cudnn = libraries_;
   cudnnBackendDescriptor_t engine = nullptr;
@@ -777,6 +1090,7 @@ std::string LibraryKernels::configText(cudnnBackendDescriptor_t config) {
   Descriptor ownedEngine(libraries_, engine);
   GpuCandidate candidate;
   candidate.library = GpuCandidate::Library::Cudnn;
+  candidate.fusedEpilogue = fused;
   int64_t got = 0;
   if (!ok(cudnn.cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
@@ -819,13 +1133,24 @@ std::string LibraryKernels::configText(cudnnBackendDescriptor_t config) {
 }
 
 std::optional<ConvPlan> LibraryKernels::listedConvPlan(const Descriptor &graph,
+                                                       const Descriptor &fusedGraph,
                                                        const std::string &candidate,
                                                        ElementType type) {
+  Expected<GpuCandidate> parsed = parseGpuCandidate(candidate);
+  bool fused = parsed && parsed->fusedEpilogue;
+  const Descriptor &listing = fused ? fusedGraph : graph;
+  if (!parsed || !listing.get())
+    return std::nullopt;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
-    for (Descriptor &config : engineConfigs(graph, mode))
-      if (configText(config.get()) == candidate)
-        return hasExactNumerics(config.get(), type) ? makeConvPlan(std::move(config))
-                                                    : std::nullopt;
+    for (Descriptor &config : engineConfigs(listing, mode))
+      if (configText(config.get(), fused) == candidate) {
+        if (!hasExactNumerics(config.get(), type))
+          return std::nullopt;
+        std::optional<ConvPlan> plan = makeConvPlan(std::move(config));
+        if (plan)
+          plan->fused = fused;
+        return plan;
+      }
   return std::nullopt;
 }
 
@@ -850,8 +1175,30 @@ void LibraryKernels::setAside(int64_t site, const char *kind, const Decided &dec
                decided.candidate, device_.label());
 }
 
+void LibraryKernels::listConvPlans(const Descriptor &graph, ElementType type, bool fused,
+                                   size_t limit, std::vector<ConvPlan> &exact,
+                                   std::vector<ConvPlan> &inexact) {
+  size_t before = exact.size();
+  // Heuristic mode A first (its engines are the fast ones), then the
+  // fallback engines, which cover every convolution the library has. A
+  // mode or a configuration that cannot serve this shape is skipped.
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (Descriptor &config : engineConfigs(graph, mode)) {
+      if (exact.size() - before >= limit)
+        break;
+      bool numericsKept = hasExactNumerics(config.get(), type);
+      if (std::optional<ConvPlan> plan = makeConvPlan(std::move(config))) {
+        plan->fused = fused;
+        (numericsKept ? exact : inexact).push_back(std::move(*plan));
+      }
+    }
+    if (device_.failed() || exact.size() > before)
+      return;
+  }
+}
+
 bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &graph,
-                              void *const pointers[3]) {
+                              const Descriptor &fusedGraph, const ConvCall &call) {
   GpuKernelChoice choice;
   choice.site = site;
   choice.kind = "conv2d";
@@ -859,8 +1206,9 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
   // A record's or the plan's candidate, when the heuristics list it.
   if (std::optional<Decided> known = decided(site, choice.signature)) {
     if (std::optional<ConvPlan> plan =
-            listedConvPlan(graph, known->candidate, conv.type)) {
+            listedConvPlan(graph, fusedGraph, known->candidate, conv.type)) {
       conv.plan = std::move(*plan);
+      choice.fusedEpilogue = conv.plan.fused;
       choice.candidate = known->candidate;
       choice.source = known->source;
       choices_[site] = std::move(choice);
@@ -870,27 +1218,23 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
       return false;
     setAside(site, "conv2d", *known);
   }
-  // Heuristic mode A first (its engines are the fast ones), then the
-  // fallback engines, which cover every convolution the library has. A
-  // mode or a configuration that cannot serve this shape is skipped: only
-  // finding none is a failure. Engines whose numerics are not the kernel's
-  // (TF32 tensor cores for fp32, inputs converted down) come last.
-  std::vector<ConvPlan> plans, inexact;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    // The configurations whose plans finalize, in the heuristics' order of
-    // expected speed (some cannot run this shape), up to trials_.
-    for (Descriptor &config : engineConfigs(graph, mode)) {
-      if (static_cast<int>(plans.size()) >= trials_)
-        break;
-      bool exact = hasExactNumerics(config.get(), conv.type);
-      if (std::optional<ConvPlan> plan = makeConvPlan(std::move(config)))
-        (exact ? plans : inexact).push_back(std::move(*plan));
-    }
-    if (device_.failed())
-      return false;
-    if (!plans.empty())
-      break;
-  }
+  // Candidates: the fused graph's plans (one pass less over the result),
+  // up to half the trials, then the convolution's alone, followed by the
+  // epilogue kernel, to fill them; each in the heuristics' order of
+  // expected speed, so one trial takes the fused graph's first. Engines
+  // whose numerics are not the kernel's (TF32 tensor cores for fp32,
+  // inputs converted down) are never fused, and run the convolution alone
+  // only when nothing else can.
+  std::vector<ConvPlan> plans, inexact, inexactFused;
+  auto trials = static_cast<size_t>(trials_);
+  if (fusedGraph.get())
+    listConvPlans(fusedGraph, conv.type, true, std::max<size_t>(trials / 2, 1), plans,
+                  inexactFused);
+  listConvPlans(graph, conv.type, false, std::max<size_t>(trials - plans.size(), 1),
+                plans, inexact);
+  plans.resize(std::min(plans.size(), std::max<size_t>(trials, 1)));
+  if (device_.failed())
+    return false;
   // A trial's workspace stays for the session, and one the device cannot
   // give fails it: beyond the first choice, engines needing more than this
   // are not tried.
@@ -906,18 +1250,29 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
                  site, path_);
     plans.push_back(std::move(inexact[0]));
   }
+  // A trial times the whole site: the convolution and, unless fused, the
+  // epilogue kernel. When the residual is the result's own buffer, the
+  // trials' epilogues write the workspace instead: running them into the
+  // result would add the residual again on each run. (The workspace is
+  // free between cuDNN's calls: both queue on the one stream.)
+  ConvCall trialCall = call;
+  uint64_t resultBytes = static_cast<uint64_t>(elements(conv.destinationShape)) * 4;
+  if (call.residual && overlap(call.residual, call.out, resultBytes) &&
+      !(trialCall.out = static_cast<float *>(workspace(resultBytes))))
+    return false;
+  auto timed = [&](const ConvPlan &plan) {
+    return timeCalls([&] { return runConv(conv, plan, trialCall); });
+  };
   if (plans.size() == 1) {
-    choice.candidate = configText(plans[0].config.get());
+    choice.candidate = configText(plans[0].config.get(), plans[0].fused);
     // Timed too (when trials are asked for): a record of the only
     // candidate spares the next session and compile the search.
     if (trials_ > 1)
-      choice.timings.emplace_back(choice.candidate, timeCalls([&] {
-                                    return executePlan(plans[0], pointers) ==
-                                           CUDNN_STATUS_SUCCESS;
-                                  }));
+      choice.timings.emplace_back(choice.candidate, timed(plans[0]));
     if (device_.failed())
       return false;
     conv.plan = std::move(plans[0]);
+    choice.fusedEpilogue = conv.plan.fused;
     choices_[site] = std::move(choice);
     return true;
   }
@@ -927,9 +1282,8 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
     double bestMs = std::numeric_limits<double>::infinity();
     choice.source = GpuKernelChoice::Source::Trials;
     for (size_t i = 0; i < plans.size(); ++i) {
-      double ms = timeCalls(
-          [&] { return executePlan(plans[i], pointers) == CUDNN_STATUS_SUCCESS; });
-      choice.timings.emplace_back(configText(plans[i].config.get()), ms);
+      double ms = timed(plans[i]);
+      choice.timings.emplace_back(configText(plans[i].config.get(), plans[i].fused), ms);
       if (ms < bestMs) {
         best = i;
         bestMs = ms;
@@ -938,10 +1292,12 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
     if (device_.failed())
       return false;
     if (std::isfinite(bestMs)) {
-      spdlog::debug("conv2d site {} of '{}': engine configuration {} of {} ({:.3f} ms)",
-                    site, path_, best, plans.size(), bestMs);
+      spdlog::debug("conv2d site {} of '{}': engine configuration {} of {} ({:.3f} ms{})",
+                    site, path_, best, plans.size(), bestMs,
+                    plans[best].fused ? ", epilogue fused" : "");
       choice.candidate = choice.timings[best].first;
       conv.plan = std::move(plans[best]);
+      choice.fusedEpilogue = conv.plan.fused;
       choices_[site] = std::move(choice);
       return true;
     }
@@ -970,31 +1326,11 @@ void LibraryKernels::setHandle(const Descriptor &descriptor,
 
 std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dParams &p,
                                                      void **buffers) {
-  auto conv = std::make_unique<ConvSite>();
-  conv->params = p;
-  // Grouped convolutions (depthwise ones) in NCHW, where cuDNN has engines
-  // for every group count; dense ones in the source's layout.
-  conv->layout = p.groups > 1 ? ActivationLayout::Nchw : p.sourceLayout;
-  conv->type = elementType(p.precision);
-  conv->sourceShape = {{p.batch, p.inChannels, p.inHeight, p.inWidth}};
-  conv->weightShape = {
-      {p.outChannels, p.inChannels / p.groups, p.kernelHeight, p.kernelWidth}};
-  conv->destinationShape = {{p.batch, p.outChannels, p.outHeight, p.outWidth}};
+  auto conv = std::make_unique<ConvSite>(describeConv(p));
   auto bytes = [&](const Index4 &shape) {
     return static_cast<uint64_t>(elements(shape)) * elementBytes(conv->type);
   };
-  ConvWeightLayout filterFormat = filterFormatOf(conv->layout);
-  // Asymmetric padding (ONNX's SAME_UPPER, TensorFlow's SAME with a
-  // stride) is written into a padded copy of the source; cuDNN then pads
-  // nothing.
-  bool padded = p.padTop != p.padBottom || p.padLeft != p.padRight;
-  conv->paddedShape = conv->sourceShape;
-  if (padded) {
-    conv->paddedShape.dims[2] += p.padTop + p.padBottom;
-    conv->paddedShape.dims[3] += p.padLeft + p.padRight;
-    Index4 strides = activationStrides(conv->paddedShape, conv->layout);
-    conv->interior = p.padTop * strides.dims[2] + p.padLeft * strides.dims[3];
-  }
+  bool padded = isPadded(p);
   // AMP rounds all three into 16-bit buffers of their own.
   bool amp = conv->type != kF32;
   std::string what = "conv2d site " + std::to_string(site);
@@ -1006,13 +1342,14 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   if (padded)
     gather(conv->source, nullptr, conv->paddedShape,
            activationStrides(conv->paddedShape, conv->layout), {}, conv->type);
-  if ((amp || p.weightLayout != filterFormat) &&
+  if ((amp || p.weightLayout != filterFormatOf(conv->layout)) &&
       !(conv->weights =
             device_.allocate(bytes(conv->weightShape), "the weights of " + what)))
     return nullptr;
   // cuDNN writes its result before the epilogue adds the residual, so a
   // residual in the result's own buffer (the memory plan's add-to-output)
-  // needs the result elsewhere; so do trial runs, which write it too.
+  // needs the result elsewhere; so do trial runs, which write it too. Such
+  // a site is not fused: cuDNN would read the residual where it writes.
   uint64_t resultBytes = static_cast<uint64_t>(elements(conv->destinationShape)) * 4;
   bool residualInResult = p.hasResidual && overlap(buffers[3], buffers[4], resultBytes);
   if ((amp || p.destinationLayout != conv->layout || residualInResult) &&
@@ -1020,82 +1357,43 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
             device_.allocate(bytes(conv->destinationShape), "the result of " + what)))
     return nullptr;
 
-  const void *source = conv->source ? conv->source : buffers[0];
-  const void *weights = conv->weights ? conv->weights : buffers[1];
-  const void *result = conv->destination ? conv->destination : buffers[3 + p.hasResidual];
-  conv->alignment =
-      std::min({alignmentOf(source), alignmentOf(weights), alignmentOf(result)});
-  Descriptor x = makeTensor(kSourceId, conv->paddedShape,
-                            activationStrides(conv->paddedShape, conv->layout),
-                            conv->type, conv->alignment);
-  Descriptor w = makeTensor(kWeightsId, conv->weightShape,
-                            weightStrides(conv->weightShape, filterFormat), conv->type,
-                            conv->alignment);
-  Descriptor y = makeTensor(kResultId, conv->destinationShape,
-                            activationStrides(conv->destinationShape, conv->layout),
-                            conv->type, conv->alignment);
-  if (!x.get() || !w.get() || !y.get())
+  ConvCall call = convCall(*conv, buffers);
+  conv->alignment = std::min(
+      {alignmentOf(call.source), alignmentOf(call.weights), alignmentOf(call.result)});
+  conv->fusedAlignment = std::min({alignmentOf(call.source), alignmentOf(call.weights),
+                                   alignmentOf(call.out), alignmentOf(call.bias),
+                                   call.residual ? alignmentOf(call.residual) : 256});
+  GraphBuilder builder(libraries_, cudnn_);
+  Descriptor graph = convGraph(builder, *conv, false);
+  if (!graph.get()) {
+    device_.fail(builder.status());
     return nullptr;
-
-  Descriptor convolution =
-      makeDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "a convolution");
-  cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
-  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  int64_t spatialDims = 2;
-  int64_t dilations[] = {p.dilationH, p.dilationW};
-  int64_t strides[] = {p.strideH, p.strideW};
-  int64_t prePadding[] = {padded ? 0 : p.padTop, padded ? 0 : p.padLeft};
-  int64_t postPadding[] = {padded ? 0 : p.padBottom, padded ? 0 : p.padRight};
-  if (!set(convolution, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
-           &accumulate) ||
-      !set(convolution, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1,
-           &mode) ||
-      !set(convolution, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1,
-           &spatialDims) ||
-      !set(convolution, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2,
-           dilations) ||
-      !set(convolution, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2,
-           strides) ||
-      !set(convolution, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2,
-           prePadding) ||
-      !set(convolution, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2,
-           postPadding) ||
-      !finalize(convolution, "a convolution"))
-    return nullptr;
-
-  Descriptor operation = makeDescriptor(
-      CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "a forward convolution");
-  float alpha = 1.0f, beta = 0.0f;
-  cudnnBackendDescriptor_t xd = x.get(), wd = w.get(), yd = y.get(),
-                           cd = convolution.get();
-  if (!set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd) ||
-      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd) ||
-      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd) ||
-      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd) ||
-      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1,
-           &alpha) ||
-      !set(operation, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1,
-           &beta) ||
-      !finalize(operation, "a forward convolution"))
-    return nullptr;
-
-  Descriptor graph =
-      makeDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "an operation graph");
-  cudnnBackendDescriptor_t od = operation.get();
-  if (!set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &od))
-    return nullptr;
-  setHandle(graph, kGraphHandleAttribute);
-  if (!finalize(graph, "an operation graph"))
-    return nullptr;
-  void *pointers[] = {const_cast<void *>(source), const_cast<void *>(weights),
-                      const_cast<void *>(result)};
-  if (!planConv(site, *conv, graph, pointers))
+  }
+  // The fused graph is optional: a cuDNN that refuses it (or lists no
+  // engine for it) leaves the epilogue kernel.
+  Descriptor fusedGraph;
+  if (epilogueFuses(p, conv->layout) && !residualInResult) {
+    GraphBuilder fusedBuilder(libraries_, cudnn_);
+    fusedGraph = convGraph(fusedBuilder, *conv, true);
+    if (!fusedGraph.get())
+      spdlog::debug("{} of '{}': its epilogue stays a kernel of its own: {}", what, path_,
+                    fusedBuilder.status().message());
+  }
+  if (!planConv(site, *conv, graph, fusedGraph, call))
     return nullptr;
   return conv;
+}
+
+ConvCall LibraryKernels::convCall(const ConvSite &conv, void **buffers) const {
+  bool residual = conv.params.hasResidual;
+  ConvCall call;
+  call.source = conv.source ? conv.source : buffers[0];
+  call.weights = conv.weights ? conv.weights : buffers[1];
+  call.bias = buffers[2];
+  call.residual = residual ? buffers[3] : nullptr;
+  call.out = static_cast<float *>(buffers[3 + residual]);
+  call.result = conv.destination ? conv.destination : call.out;
+  return call;
 }
 
 void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
@@ -1106,11 +1404,10 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
   if (!slot && !(slot = createConv(site, *p, buffers)))
     return;
   ConvSite &conv = *slot;
-  float *destination = static_cast<float *>(buffers[3 + p->hasResidual]);
-  const float *residual =
-      p->hasResidual ? static_cast<const float *>(buffers[3]) : nullptr;
+  ConvCall call = convCall(conv, buffers);
   uint64_t resultBytes = static_cast<uint64_t>(elements(conv.destinationShape)) * 4;
-  if (residual && !conv.destination && overlap(residual, destination, resultBytes)) {
+  if (call.residual && (conv.plan.fused || !conv.destination) &&
+      overlap(call.residual, call.out, resultBytes)) {
     failSite(site, "conv2d",
              "the residual moved into the result's buffer after the site was planned");
     return;
@@ -1125,32 +1422,23 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
            weightStrides(conv.weightShape, p->weightLayout), conv.type);
     conv.weightsPacked = true;
   }
-  void *pointers[] = {conv.source ? conv.source : buffers[0],
-                      conv.weights ? conv.weights : buffers[1],
-                      conv.destination ? conv.destination : destination};
-  for (void *pointer : pointers)
-    if (alignmentOf(pointer) < conv.alignment) {
+  // The buffers cuDNN sees must stay as aligned as its tensors were told.
+  std::vector<const void *> seen = {call.source, call.weights};
+  if (conv.plan.fused)
+    seen.insert(seen.end(), {call.out, call.bias, call.residual});
+  else
+    seen.push_back(call.result);
+  int64_t told = conv.plan.fused ? conv.fusedAlignment : conv.alignment;
+  for (const void *pointer : seen)
+    if (pointer && alignmentOf(pointer) < told) {
       failSite(site, "conv2d", "a buffer moved to a less aligned address between runs");
       return;
     }
-  if (!check(executePlan(conv.plan, pointers),
+  if (!check(executePlan(conv.plan, call),
              "cudnnBackendExecute of conv2d site " + std::to_string(site)))
     return;
-  // bias[channel], the residual, the activation; into the graph's layout.
-  EpilogueArgs args{};
-  args.out = destination;
-  args.in = conv.destination ? conv.destination : destination;
-  args.inType = conv.type;
-  args.bias = static_cast<const float *>(buffers[2]);
-  args.residual = residual;
-  args.shape = conv.destinationShape;
-  args.outStrides = activationStrides(conv.destinationShape, p->destinationLayout);
-  args.inStrides = activationStrides(conv.destinationShape, conv.layout);
-  args.channelAxis = 1;
-  args.activation = static_cast<int64_t>(p->activation);
-  args.alpha = paramFloat(p->alpha);
-  args.beta = paramFloat(p->beta);
-  epilogue(args);
+  if (!conv.plan.fused)
+    epilogue(convEpilogue(conv, call));
 }
 
 // Matrix products: cuBLASLt. Its matrices are column-major, the graph's
@@ -1592,6 +1880,24 @@ void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
   *context = &kernels;
 }
 
+Expected<ConvGraphCheck> checkConvGraphs(const Conv2dParams &params) {
+  const Expected<Libraries> &libraries = processLibraries();
+  if (!libraries)
+    return libraries.status();
+  ConvSite conv = describeConv(params);
+  conv.alignment = conv.fusedAlignment = static_cast<int64_t>(kArenaAlignment);
+  ConvGraphCheck check;
+  GraphBuilder alone(*libraries, nullptr);
+  convGraph(alone, conv, false);
+  check.alone = alone.status();
+  if (epilogueFuses(params, conv.layout)) {
+    GraphBuilder fused(*libraries, nullptr);
+    convGraph(fused, conv, true);
+    check.fused = fused.status();
+  }
+  return check;
+}
+
 Expected<std::string> libraryVersions() {
   const Expected<Libraries> &libraries = processLibraries();
   if (!libraries)
@@ -1623,6 +1929,10 @@ Expected<LibraryKernelsPtr> openLibraryKernels(DeviceServices &, int64_t, int64_
 std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &) { return {}; }
 
 void fillKernelTable(LibraryKernels &, void **, void **) {}
+
+Expected<ConvGraphCheck> checkConvGraphs(const Conv2dParams &) {
+  return unimplemented(kNotBuilt);
+}
 
 Expected<std::string> libraryVersions() { return unimplemented(kNotBuilt); }
 

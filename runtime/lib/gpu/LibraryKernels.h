@@ -7,6 +7,7 @@
 // runs CPU code on machines without them.
 #pragma once
 
+#include "flowc/runtime/KernelAbi.h"
 #include "flowc/runtime/Session.h"
 #include "flowc/support/Status.h"
 
@@ -81,6 +82,17 @@ std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &kernels);
 /// Fills the code's `flowc_kernel_table` (kKernelKindCount slots) and its
 /// `flowc_kernel_context` with `kernels`' functions and state.
 void fillKernelTable(LibraryKernels &kernels, void **table, void **context);
+
+/// What cuDNN makes of a convolution's operation graphs, built as a
+/// session builds them but with no device (cuDNN checks a graph's pieces
+/// without one; only its engines need the GPU): the convolution alone, and
+/// with its epilogue (bias, residual, ReLU) fused when that epilogue is one
+/// the runtime fuses (nullopt otherwise). Each is ok or cuDNN's refusal.
+struct ConvGraphCheck {
+  Status alone;
+  std::optional<Status> fused;
+};
+Expected<ConvGraphCheck> checkConvGraphs(const Conv2dParams &params);
 
 /// "cuDNN 9.19.0, cuBLASLt 13.1.0" as the libraries on this machine report
 /// themselves, opening them if needed; Unavailable naming what is missing.

@@ -68,6 +68,9 @@ struct GpuKernelChoice {
   /// configuration (it then is never recorded).
   std::string candidate;
   Source source = Source::Library;
+  /// A convolution whose plan runs its epilogue (bias, residual, ReLU)
+  /// inside cuDNN's graph, with no epilogue kernel after it.
+  bool fusedEpilogue = false;
   /// Each candidate the first call timed, and its milliseconds per call
   /// (infinity: it failed): the trial runs, or the only candidate timed
   /// alone; empty with --gpu-trials 1 and for a record's or the plan's.

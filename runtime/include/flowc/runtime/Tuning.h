@@ -125,6 +125,10 @@ struct GpuCandidate {
   int64_t id = 0;
   /// cuDNN: (knob type, value), by type, each type once.
   std::vector<std::pair<int64_t, int64_t>> knobs;
+  /// cuDNN: the engine runs the convolution's graph with its epilogue (bias,
+  /// residual, ReLU) fused in, writing the fp32 result itself; otherwise the
+  /// convolution alone, and the runtime's epilogue kernel after it.
+  bool fusedEpilogue = false;
   /// cuBLASLt: tile, stages, splitk, reduction, swizzle, custom, inner,
   /// cluster.
   std::vector<int64_t> config;
@@ -178,8 +182,13 @@ std::string_view gpuNameOf(std::string_view device);
 Expected<GpuKernelChoice>
 measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int trials);
 
+/// What a GPU record's time covers, part of its key: 2 since a
+/// convolution's trial times its epilogue too (fused into cuDNN's graph,
+/// or the runtime's kernel after it); 1 timed cuDNN's call alone.
+inline constexpr int64_t kGpuTrialsVersion = 2;
+
 /// The versions part of GPU tuning records: "cuDNN 9.19.0, cuBLASLt
-/// 13.1.0; kernel abi 2", as the libraries on this machine report
+/// 13.1.0; kernel abi 2; trials 2", as the libraries on this machine report
 /// themselves; Unavailable without them (needs no GPU).
 Expected<std::string> gpuTuningVersions();
 
