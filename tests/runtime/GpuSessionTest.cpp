@@ -8,6 +8,7 @@
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/runtime/KernelAbi.h"
+#include "gpu/Coalesce.h"
 #include "gpu/LibraryKernels.h"
 #include "flowc/runtime/GpuAbi.h"
 #include "flowc/runtime/Session.h"
@@ -19,6 +20,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -360,6 +362,96 @@ TEST(GpuLibraryTest, CudnnAndCublasLtOpenWithoutAGpu) {
   ASSERT_TRUE(versions) << versions.status().toString();
   EXPECT_THAT(*versions, ::testing::MatchesRegex("cuDNN 9\\.[0-9]+\\.[0-9]+, cuBLASLt "
                                                  "1[0-9]\\.[0-9]+\\.[0-9]+"));
+}
+
+/// What a helper kernel's threads do, in thread order, as Helpers.cu's
+/// forEachElement walks `shape`: each element's output offset, and the
+/// offsets of `strides`' buffers and its coordinate along `axis` with it.
+std::vector<std::array<int64_t, 4>> walk(const gpu::Index4 &shape,
+                                         const gpu::Index4 &outStrides,
+                                         const gpu::Index4 &inStrides,
+                                         const gpu::Index4 &maskStrides, int64_t axis) {
+  std::vector<std::array<int64_t, 4>> steps;
+  const auto &d = shape.dims;
+  for (int64_t linear = 0; linear < d[0] * d[1] * d[2] * d[3]; ++linear) {
+    int64_t at[4], rest = linear;
+    for (int k = 3; k >= 0; --k) {
+      at[k] = rest % d[k];
+      rest /= d[k];
+    }
+    auto offset = [&](const gpu::Index4 &strides) {
+      return at[0] * strides.dims[0] + at[1] * strides.dims[1] + at[2] * strides.dims[2] +
+             at[3] * strides.dims[3];
+    };
+    steps.push_back(
+        {offset(outStrides), offset(inStrides), offset(maskStrides), at[axis]});
+  }
+  return steps;
+}
+
+// The helper kernels walk the written buffer in memory order, so a warp's
+// stores are contiguous: an NHWC result of an [N, C, H, W] shape, walked
+// as the shape, would store a row of channels apart from thread to thread.
+// The host's reordering keeps every element's pairing (input, bias
+// channel, mask) and makes consecutive threads store consecutive elements.
+TEST(GpuHelperTest, HelpersWalkTheWrittenBufferInMemoryOrder) {
+  gpu::Index4 shape = {{2, 5, 3, 4}};
+  auto [n, c, h, w] = shape.dims;
+  gpu::Index4 nchw = {{c * h * w, h * w, w, 1}}, nhwc = {{h * w * c, 1, w * c, c}};
+  gpu::Index4 channelMask = {{0, 1, 0, 0}};
+  for (const auto &[out, in] : {std::pair{nhwc, nhwc}, std::pair{nhwc, nchw},
+                                std::pair{nchw, nhwc}, std::pair{nchw, nchw}}) {
+    gpu::EpilogueArgs args{};
+    args.shape = shape;
+    args.outStrides = out;
+    args.inStrides = in;
+    args.maskStrides = channelMask;
+    args.channelAxis = 1;
+    gpu::EpilogueArgs ordered = gpu::inOutputOrder(args);
+    auto before = walk(args.shape, args.outStrides, args.inStrides, args.maskStrides,
+                       args.channelAxis);
+    auto after = walk(ordered.shape, ordered.outStrides, ordered.inStrides,
+                      ordered.maskStrides, ordered.channelAxis);
+    for (size_t i = 0; i < after.size(); ++i)
+      ASSERT_EQ(after[i][0], static_cast<int64_t>(i))
+          << "thread " << i << " stores apart";
+    std::sort(before.begin(), before.end());
+    std::sort(after.begin(), after.end());
+    EXPECT_EQ(before, after);
+
+    gpu::GatherArgs gather{nullptr, nullptr, shape, out, in, gpu::kF16, gpu::kF32};
+    gpu::GatherArgs orderedGather = gpu::inOutputOrder(gather);
+    auto gathered = walk(orderedGather.shape, orderedGather.outStrides,
+                         orderedGather.inStrides, {}, 0);
+    for (size_t i = 0; i < gathered.size(); ++i)
+      ASSERT_EQ(gathered[i][0], static_cast<int64_t>(i));
+  }
+  // Pooling walks its destination the same way: step d of a thread is
+  // coordinate order[d] (Helpers.cu's flowc_pool2d).
+  std::array<int, 4> order = gpu::memoryOrder(shape, nhwc);
+  gpu::Index4 walked = gpu::permuted(shape, order);
+  auto steps = walk(walked, {}, {}, {}, 0);
+  for (int64_t linear = 0; linear < static_cast<int64_t>(steps.size()); ++linear) {
+    int64_t step[4], at[4], rest = linear;
+    for (int k = 3; k >= 0; --k) {
+      step[k] = rest % walked.dims[k];
+      rest /= walked.dims[k];
+    }
+    for (int k = 0; k < 4; ++k)
+      at[order[k]] = step[k];
+    ASSERT_EQ(at[0] * nhwc.dims[0] + at[1] * nhwc.dims[1] + at[2] * nhwc.dims[2] +
+                  at[3] * nhwc.dims[3],
+              linear);
+  }
+  // NHWC results go channel-fastest; NCHW ones stay as they are.
+  EXPECT_EQ(gpu::memoryOrder(shape, nhwc), (std::array<int, 4>{0, 2, 3, 1}));
+  EXPECT_EQ(gpu::memoryOrder(shape, nchw), (std::array<int, 4>{0, 1, 2, 3}));
+  // Dimensions of extent 1 never move (any stride), and a flat row stays
+  // flat: the 16-bit copies of products' operands.
+  EXPECT_EQ(gpu::memoryOrder({{1, 1, 1, 6}}, {{0, 0, 0, 1}}),
+            (std::array<int, 4>{0, 1, 2, 3}));
+  EXPECT_EQ(gpu::memoryOrder({{1, 8, 1, 4}}, {{32, 1, 32, 8}}),
+            (std::array<int, 4>{0, 2, 3, 1}));
 }
 
 /// A 3x3 convolution of a batch of 8 [64, 56, 56] activations, as

@@ -56,7 +56,9 @@ struct EpilogueArgs {
 
 /// TOSA's 2-D pooling of an [N, C, H, W] source (any strides) into an
 /// [N, C, OH, OW] destination (any strides): padding never enters a
-/// window's maximum or average. `average` 0: maximum.
+/// window's maximum or average. `average` 0: maximum. Threads take the
+/// destination's elements in the order of dimensions `order` (outermost
+/// first; Coalesce.h's memoryOrder of the destination).
 struct PoolArgs {
   float *out;
   const float *in;
@@ -66,6 +68,7 @@ struct PoolArgs {
   Index4 inStrides;
   int64_t kernelH, kernelW, strideH, strideW, padTop, padLeft;
   int64_t average;
+  Index4 order;
 };
 
 /// Row-wise softmax or layer normalization of a dense [rows, channels]

@@ -74,11 +74,15 @@ __device__ void store(void *buffer, int64_t at, int64_t type, float value) {
   }
 }
 
-/// The coordinates of element `linear` of `shape`, row-major.
-__device__ void coordinates(int64_t linear, const Index4 &shape, int64_t at[4]) {
+/// The coordinates of element `linear` of `shape`, row-major. `Index` is
+/// 32 bits when the shape has fewer than 2^32 elements: 64-bit division
+/// is a long software routine on the GPU, and this runs once per element.
+template <typename Index>
+__device__ void coordinates(Index linear, const Index4 &shape, int64_t at[4]) {
   for (int d = 3; d >= 0; --d) {
-    at[d] = linear % shape.dims[d];
-    linear /= shape.dims[d];
+    auto extent = static_cast<Index>(shape.dims[d]);
+    at[d] = static_cast<int64_t>(linear % extent);
+    linear /= extent;
   }
 }
 
@@ -92,13 +96,19 @@ __device__ int64_t elements(const Index4 &shape) {
 }
 
 /// Calls `body` with the coordinates of every element of `shape`, each
-/// once, spread over the grid's threads.
+/// once, spread over the grid's threads: consecutive threads take
+/// consecutive elements of the shape's row-major order (the host puts the
+/// written buffer's dimensions in memory order, Coalesce.h).
 template <typename Body> __device__ void forEachElement(const Index4 &shape, Body body) {
   int64_t total = elements(shape);
+  bool narrow = total <= int64_t{UINT32_MAX};
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t at[4];
-    coordinates(i, shape, at);
+    if (narrow)
+      coordinates(static_cast<uint32_t>(i), shape, at);
+    else
+      coordinates(i, shape, at);
     body(at);
   }
 }
@@ -154,7 +164,13 @@ extern "C" __global__ void flowc_epilogue(EpilogueArgs a) {
 }
 
 extern "C" __global__ void flowc_pool2d(PoolArgs a) {
-  forEachElement(a.outShape, [&](const int64_t at[4]) {
+  Index4 walked;
+  for (int d = 0; d < 4; ++d)
+    walked.dims[d] = a.outShape.dims[a.order.dims[d]];
+  forEachElement(walked, [&](const int64_t step[4]) {
+    int64_t at[4];
+    for (int d = 0; d < 4; ++d)
+      at[a.order.dims[d]] = step[d];
     int64_t top = at[2] * a.strideH - a.padTop;
     int64_t left = at[3] * a.strideW - a.padLeft;
     int64_t h0 = max(top, int64_t(0)), h1 = min(top + a.kernelH, a.inShape.dims[2]);

@@ -8,6 +8,7 @@
 
 #ifdef FLOWC_HAVE_CUDA_LIBRARIES
 
+#include "Coalesce.h"
 #include "HelperAbi.h"
 
 #include <cublasLt.h>
@@ -914,12 +915,11 @@ void LibraryKernels::gather(void *out, const void *in, const Index4 &shape,
                             const Index4 &outStrides, const Index4 &inStrides,
                             ElementType outType, ElementType inType) {
   GatherArgs args{out, in, shape, outStrides, inStrides, outType, inType};
-  launch(kGatherKernel, blocksFor(elements(shape)), args);
+  launch(kGatherKernel, blocksFor(elements(shape)), inOutputOrder(args));
 }
 
 void LibraryKernels::epilogue(EpilogueArgs args) {
-  const auto &d = args.shape.dims;
-  launch(kEpilogueKernel, blocksFor(d[0] * d[1] * d[2] * d[3]), args);
+  launch(kEpilogueKernel, blocksFor(elements(args.shape)), inOutputOrder(args));
 }
 
 // Convolutions: cuDNN's graph API, one forward-convolution operation in
@@ -1807,8 +1807,9 @@ void LibraryKernels::pool(int64_t site, const int64_t *words, void **buffers) {
   args.padTop = p->padTop;
   args.padLeft = p->padLeft;
   args.average = p->algorithm == PoolAlgorithm::AverageExcludingPadding;
-  launch(kPoolKernel, blocksFor(p->batch * p->channels * p->outHeight * p->outWidth),
-         args);
+  std::array<int, 4> order = memoryOrder(args.outShape, args.outStrides);
+  args.order = {{order[0], order[1], order[2], order[3]}};
+  launch(kPoolKernel, blocksFor(elements(args.outShape)), args);
 }
 
 void LibraryKernels::softmax(int64_t site, const int64_t *words, void **buffers) {
