@@ -1,6 +1,6 @@
 // flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
 //           [--profile [--profile-top K]] [--threads T] [--gpu-trials N]
-//           [--no-gpu-records] [--json] [--no-verify]: options
+//           [--gpu-device N] [--no-gpu-records] [--json] [--no-verify]: options
 //           here, the work in the runtime module (RuntimeCommands.cpp).
 #include "Commands.h"
 #include "RuntimeModule.h"
@@ -9,7 +9,8 @@ namespace flowc::cli {
 
 CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
   auto options = std::make_shared<RunOptions>();
-  CLI::App *cmd = app.add_subcommand("run", "Run an artifact on the CPU");
+  CLI::App *cmd = app.add_subcommand(
+      "run", "Run an artifact (CPU code, or CUDA code on an NVIDIA GPU)");
   cmd->add_option("artifact", options->artifact, "Artifact (.fca)")->required();
   cmd->add_option("-i,--input", options->inputs,
                   "NAME=FILE.npy (float32, int64, int32 or bool), once per input");
@@ -38,6 +39,10 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
          "matrix product times on its first run, keeping the fastest (default 8; "
          "1: the libraries' first choice)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--gpu-device", options->gpuDevice,
+                  "CUDA artifacts: the GPU to run on, by the driver's ordinal as `flowc "
+                  "workers` lists them (default 0); its tuning records are the ones used")
+      ->check(CLI::Range(0, 1023));
   cmd->add_flag("--no-gpu-records", options->noGpuRecords,
                 "CUDA artifacts: neither use the cache's tuning records for the "
                 "convolutions' and products' candidates nor record what trial runs find");

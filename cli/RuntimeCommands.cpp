@@ -142,14 +142,15 @@ runtime::ExternalWeightSource casWeights(GlobalOptions &global) {
   };
 }
 
-/// The cache's tuning records of GPU library kernels on this GPU
+/// The cache's tuning records of GPU library kernels on the session's GPU
 /// (docs/cuda.md): a CUDA session asks them for each convolution's and
 /// product's candidate, and `flowc run` records what its trial runs timed.
 /// Opened on the first question, so CPU code never touches the cache; a
 /// cache that cannot be opened or written costs a warning, never the run.
 class GpuRecords {
 public:
-  explicit GpuRecords(std::string cacheDir) : cacheDir_(std::move(cacheDir)) {}
+  GpuRecords(std::string cacheDir, int ordinal)
+      : cacheDir_(std::move(cacheDir)), ordinal_(ordinal) {}
 
   std::optional<std::string> candidate(const std::string &signature) {
     if (!open())
@@ -203,7 +204,7 @@ private:
     if (tried_)
       return cache_ != nullptr;
     tried_ = true;
-    auto device = runtime::localGpuTuningDevice();
+    auto device = runtime::localGpuTuningDevice(ordinal_);
     auto versions = runtime::gpuTuningVersions();
     auto cache = cache::Cache::open(cacheDir_, {});
     Status why = !device     ? device.status()
@@ -220,6 +221,7 @@ private:
   }
 
   std::string cacheDir_;
+  int ordinal_ = 0;
   bool tried_ = false;
   std::unique_ptr<cache::Cache> cache_;
   std::string device_, versions_;
@@ -279,7 +281,8 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
   sessionOptions.threads = options.threads;
   sessionOptions.profile = options.profile;
   sessionOptions.gpuTrials = options.gpuTrials;
-  auto records = std::make_shared<GpuRecords>(global.cacheDir);
+  sessionOptions.gpuDevice = options.gpuDevice;
+  auto records = std::make_shared<GpuRecords>(global.cacheDir, options.gpuDevice);
   if (!options.noGpuRecords)
     sessionOptions.gpuRecord = [records](const std::string &signature) {
       return records->candidate(signature);

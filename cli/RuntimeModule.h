@@ -35,6 +35,8 @@ struct RunOptions {
   size_t profileTop = 25;
   /// --gpu-trials: CUDA library kernels' candidates timed per site.
   int gpuTrials = 8;
+  /// --gpu-device: the driver's ordinal of the GPU CUDA artifacts run on.
+  int gpuDevice = 0;
   /// --no-gpu-records: CUDA library kernels neither use nor keep tuning
   /// records in the cache.
   bool noGpuRecords = false;

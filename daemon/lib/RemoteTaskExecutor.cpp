@@ -118,8 +118,10 @@ private:
     std::optional<std::string> gpu = neededGpu(task);
     if (!gpu)
       return false;
-    Expected<std::string> local = runtime::localGpuTuningDevice();
-    return local && runtime::gpuNameOf(*local) == *gpu;
+    Expected<std::vector<std::string>> local = runtime::localGpuTuningDevices();
+    return local && std::any_of(local->begin(), local->end(), [&](const std::string &d) {
+             return runtime::gpuNameOf(d) == *gpu;
+           });
   }
 
   void setState(std::string state) {

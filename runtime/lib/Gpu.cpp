@@ -267,12 +267,11 @@ Status cudaError(const Driver &driver, CUresult result, const std::string &what)
   return Status(code, message);
 }
 
-/// The loaded driver and device 0, as the process's first openGpu found
-/// them, and every device the driver sees (device 0 first).
+/// The loaded driver and every device it sees, by ordinal, as the
+/// process's first openGpu found them.
 struct ProcessGpu {
   Driver driver;
-  CUdevice handle = 0;
-  GpuDevice device;
+  std::vector<CUdevice> handles;
   std::vector<GpuDevice> all;
 };
 
@@ -333,10 +332,7 @@ Expected<ProcessGpu> loadProcessGpu() {
           cudaError(driver, result, "cuDeviceGet of device " + std::to_string(ordinal))
               .message());
     FLOWC_ASSIGN_OR_RETURN(GpuDevice device, describeDevice(driver, handle, ordinal));
-    if (ordinal == 0) {
-      gpu.handle = handle;
-      gpu.device = device;
-    }
+    gpu.handles.push_back(handle);
     gpu.all.push_back(std::move(device));
   }
   return gpu;
@@ -467,13 +463,30 @@ std::string GpuDevice::description() const {
 
 std::optional<Status> gpuProcessFault() { return processFault().status(); }
 
-Expected<GpuDevice> openGpu() {
+namespace {
+
+/// NotFound naming the devices there are when `ordinal` is not one.
+Status checkOrdinal(const ProcessGpu &gpu, int ordinal) {
+  if (ordinal >= 0 && static_cast<size_t>(ordinal) < gpu.all.size())
+    return Status::ok();
+  std::string devices;
+  for (const GpuDevice &device : gpu.all)
+    devices += (devices.empty() ? "" : ", ") + device.label();
+  return notFound("there is no GPU device " + std::to_string(ordinal) +
+                  ": the driver sees " + std::to_string(gpu.all.size()) + " (" + devices +
+                  ")");
+}
+
+} // namespace
+
+Expected<GpuDevice> openGpu(int ordinal) {
   const Expected<ProcessGpu> &gpu = processGpu();
   if (!gpu)
     return gpu.status();
   if (std::optional<Status> fault = processFault().status())
     return *fault;
-  return gpu->device;
+  FLOWC_RETURN_IF_ERROR(checkOrdinal(*gpu, ordinal));
+  return gpu->all[static_cast<size_t>(ordinal)];
 }
 
 Expected<std::vector<GpuDevice>> listGpus() {
@@ -493,8 +506,10 @@ class SessionServices;
 /// context runs inside an ActiveGpu scope.
 class GpuContext {
 public:
-  GpuContext(const ProcessGpu &gpu, std::string artifactPath)
-      : gpu_(gpu), driver_(gpu.driver), path_(std::move(artifactPath)) {}
+  /// On device `ordinal` of `gpu` (checkOrdinal first).
+  GpuContext(const ProcessGpu &gpu, int ordinal, std::string artifactPath)
+      : driver_(gpu.driver), handle_(gpu.handles[static_cast<size_t>(ordinal)]),
+        device_(gpu.all[static_cast<size_t>(ordinal)]), path_(std::move(artifactPath)) {}
   GpuContext(const GpuContext &) = delete;
   GpuContext &operator=(const GpuContext &) = delete;
   ~GpuContext();
@@ -536,7 +551,7 @@ public:
   /// Keeps the first failure of the run: it caused the rest.
   void fail(Status status);
   bool failed() const { return !failure_.isOk(); }
-  const GpuDevice &device() const { return gpu_.device; }
+  const GpuDevice &device() const { return device_; }
   void unloadModule(CUmodule module);
   void *moduleFunction(CUmodule module, const char *name);
   void launch(const KernelLaunch &launch);
@@ -574,8 +589,9 @@ private:
   /// Logs a failed clean-up call: destruction has no caller to tell.
   void warnIfFailed(CUresult result, const char *call) const;
 
-  const ProcessGpu &gpu_;
   const Driver &driver_;
+  CUdevice handle_;
+  GpuDevice device_;
   std::string path_;
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
@@ -723,7 +739,7 @@ GpuContext::~GpuContext() {
     if (stream_)
       warnIfFailed(driver_.streamDestroy(stream_), "cuStreamDestroy");
   }
-  warnIfFailed(driver_.primaryCtxRelease(gpu_.handle), "cuDevicePrimaryCtxRelease");
+  warnIfFailed(driver_.primaryCtxRelease(handle_), "cuDevicePrimaryCtxRelease");
 }
 
 void GpuContext::warnIfFailed(CUresult result, const char *call) const {
@@ -747,18 +763,17 @@ bool GpuContext::record(CUresult result, const std::string &call) {
 Status GpuContext::takeFailure() { return std::exchange(failure_, Status::ok()); }
 
 Status GpuContext::start() {
-  if (CUresult result = driver_.primaryCtxRetain(&context_, gpu_.handle);
+  if (CUresult result = driver_.primaryCtxRetain(&context_, handle_);
       result != kCudaSuccess) {
     context_ = nullptr;
-    return cudaError(driver_, result,
-                     "cuDevicePrimaryCtxRetain of " + gpu_.device.label());
+    return cudaError(driver_, result, "cuDevicePrimaryCtxRetain of " + device_.label());
   }
   ActiveGpu active(*this);
   FLOWC_RETURN_IF_ERROR(takeFailure());
   if (CUresult result = driver_.streamCreate(&stream_, kStreamNonBlocking);
       result != kCudaSuccess) {
     stream_ = nullptr;
-    return cudaError(driver_, result, "cuStreamCreate on " + gpu_.device.label());
+    return cudaError(driver_, result, "cuStreamCreate on " + device_.label());
   }
   return Status::ok();
 }
@@ -859,7 +874,7 @@ Status GpuContext::load(const GpuCode &code, gpu::LibraryTuning tuning) {
   loaded_ = true;
   code.load();
   return takeFailure().withContext("loading the kernels of '" + path_ + "' on " +
-                                   gpu_.device.label());
+                                   device_.label());
 }
 
 void *GpuContext::loadModule(void *data, uint64_t bytes) {
@@ -953,7 +968,7 @@ void *GpuContext::allocateTemporary(uint64_t alignment, uint64_t bytes) {
   CUdeviceptr pointer = 0;
   if (!record(driver_.memAlloc(&pointer, bytes),
               "cuMemAlloc of " + std::to_string(bytes) + " bytes for a temporary on " +
-                  gpu_.device.label()))
+                  device_.label()))
     return nullptr;
   temporaries_.insert(pointer);
   return hostView(pointer);
@@ -1065,7 +1080,7 @@ GpuContext::allocateBlock(const std::vector<uint64_t> &sizes, const std::string 
   if (CUresult result = driver_.memAlloc(&base, total); result != kCudaSuccess)
     return cudaError(driver_, result,
                      "cuMemAlloc of " + std::to_string(total) + " bytes for " + what +
-                         " of '" + path_ + "' on " + gpu_.device.label());
+                         " of '" + path_ + "' on " + device_.label());
   blocks_.push_back(base);
   // Empty buffers stay null: the code never reads them.
   for (size_t i = 0; i < sizes.size(); ++i)
@@ -1241,7 +1256,7 @@ Status GpuContext::run(const std::vector<const void *> &inputs,
                        const std::vector<void *> &outputs,
                        const std::function<void(void **)> &callEntry) {
   return runSteps(inputs, outputs, callEntry)
-      .withContext("running '" + path_ + "' on " + gpu_.device.label());
+      .withContext("running '" + path_ + "' on " + device_.label());
 }
 
 Status GpuContext::runSteps(const std::vector<const void *> &inputs,
@@ -1284,14 +1299,16 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
                        " and needs an NVIDIA GPU: " + gpu.status().message());
   if (std::optional<Status> fault = processFault().status())
     return fault->withContext("'" + path + "'");
-  const GpuDevice &device = gpu->device;
+  if (Status status = checkOrdinal(*gpu, options.gpuDevice); !status)
+    return status.withContext("'" + path + "'");
+  const GpuDevice &device = gpu->all[static_cast<size_t>(options.gpuDevice)];
   // A cubin runs on devices of its own capability only.
   if (device.capability != code.capability)
     return failedPrecondition(
         "'" + path + "' was compiled for sm_" + std::to_string(code.capability) + ", " +
         device.label() + " is sm_" + std::to_string(device.capability) +
         ": compile with --target cuda:sm_" + std::to_string(device.capability));
-  GpuContextPtr context(new GpuContext(*gpu, path));
+  GpuContextPtr context(new GpuContext(*gpu, options.gpuDevice, path));
   FLOWC_RETURN_IF_ERROR(context->start());
   FLOWC_RETURN_IF_ERROR(context->load(code, std::move(tuning)));
   FLOWC_RETURN_IF_ERROR(context->allocateBuffers(artifact, code.arenaBytes));
@@ -1407,8 +1424,9 @@ Status checkLibraryParams(KernelKind kind, const std::vector<int64_t> &words,
 
 } // namespace
 
-Expected<GpuKernelChoice>
-measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int trials) {
+Expected<GpuKernelChoice> measureGpuLibraryKernel(KernelKind kind,
+                                                  const std::vector<int64_t> &params,
+                                                  int trials, int ordinal) {
   std::string what =
       std::string("a measurement of a ") + kernelKindName(kind) + " kernel";
   if (kind != KernelKind::Conv2d && kind != KernelKind::MatMul)
@@ -1421,7 +1439,8 @@ measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int
     return unavailable(what + " needs an NVIDIA GPU: " + gpu.status().message());
   if (std::optional<Status> fault = processFault().status())
     return fault->withContext(what);
-  GpuContext context(*gpu, what);
+  FLOWC_RETURN_IF_ERROR(checkOrdinal(*gpu, ordinal).withContext(what));
+  GpuContext context(*gpu, ordinal, what);
   FLOWC_RETURN_IF_ERROR(context.start());
   return context.measureLibraryKernel(kind, params, trials, floats);
 }

@@ -19,7 +19,7 @@ namespace flowc::runtime {
 
 /// The GPU sessions run on: what messages name and what keys may hold.
 struct GpuDevice {
-  /// The driver's device ordinal (sessions use device 0).
+  /// The driver's device ordinal (SessionOptions::gpuDevice).
   int ordinal = 0;
   /// "NVIDIA H200".
   std::string name;
@@ -35,12 +35,13 @@ struct GpuDevice {
   std::string description() const;
 };
 
-/// Device 0, after loading the driver and cuInit on the first call. The
-/// driver stays loaded for the life of the process, and the answer (the
-/// device or why there is none) is the same for every later call.
-/// Thread-safe. Unavailable when libcuda.so.1 cannot be loaded, lacks a
-/// function this runtime calls, cuInit fails, or there is no device.
-Expected<GpuDevice> openGpu();
+/// Device `ordinal`, after loading the driver and cuInit on the first
+/// call. The driver stays loaded for the life of the process, and the
+/// answer (the devices or why there are none) is the same for every later
+/// call. Thread-safe. Unavailable when libcuda.so.1 cannot be loaded, lacks
+/// a function this runtime calls, cuInit fails, or there is no device;
+/// NotFound, naming the devices, when there is no device `ordinal`.
+Expected<GpuDevice> openGpu(int ordinal = 0);
 
 /// Every device the driver sees, device 0 first (as openGpu: Unavailable
 /// with the reason when there is none).
@@ -55,7 +56,8 @@ bool isGpuCode(void *library);
 /// time, like the session that owns it.
 using GpuContextPtr = std::unique_ptr<GpuContext, GpuContextDeleter>;
 
-/// Prepares CUDA code `library` of `artifact` to run on device 0: checks
+/// Prepares CUDA code `library` of `artifact` to run on device
+/// `options.gpuDevice` (NotFound when there is none such): checks
 /// its GPU ABI and capability, fills its function table and loads its
 /// kernels, opens its library kernels (cuDNN, cuBLASLt: gpu/LibraryKernels.h,
 /// choosing their candidates as `options` say) if it calls any, uploads the

@@ -179,9 +179,27 @@ bool isGpuTuningDeviceOf(std::string_view device, int64_t capability) {
          device.substr(device.size() - suffix.size()) == suffix;
 }
 
-Expected<std::string> localGpuTuningDevice() {
-  FLOWC_ASSIGN_OR_RETURN(GpuDevice device, openGpu());
+Expected<std::string> localGpuTuningDevice(int ordinal) {
+  FLOWC_ASSIGN_OR_RETURN(GpuDevice device, openGpu(ordinal));
   return gpuTuningDevice(device.name, device.capability);
+}
+
+Expected<std::vector<std::string>> localGpuTuningDevices() {
+  FLOWC_ASSIGN_OR_RETURN(std::vector<GpuDevice> gpus, listGpus());
+  std::vector<std::string> devices;
+  for (const GpuDevice &gpu : gpus)
+    devices.push_back(gpuTuningDevice(gpu.name, gpu.capability));
+  return devices;
+}
+
+std::optional<int> localGpuOrdinal(std::string_view device) {
+  Expected<std::vector<std::string>> devices = localGpuTuningDevices();
+  if (!devices)
+    return std::nullopt;
+  auto found = std::find(devices->begin(), devices->end(), device);
+  if (found == devices->end())
+    return std::nullopt;
+  return static_cast<int>(found - devices->begin());
 }
 
 Expected<std::string> parseGpuName(std::string_view text) {

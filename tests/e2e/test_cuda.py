@@ -132,6 +132,31 @@ def test_without_a_gpu_run_fails_in_one_line_with_exit_5(flowc, models, tmp_path
     ran = flowc.run("run", artifact, "--input", f"image={x}", "--json", check=False)
     assert ran.returncode == EXIT_UNAVAILABLE
     assert json.loads(ran.stdout)["error"]["exit_code"] == EXIT_UNAVAILABLE
+    # Any device: no GPU is the one line; an ordinal that is none is refused
+    # before anything opens.
+    ran = flowc.run("run", artifact, "--input", f"image={x}", "--gpu-device", "3",
+                    check=False)
+    assert ran.returncode == EXIT_UNAVAILABLE, ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    for bad in ("-1", "x", "1024"):
+        ran = flowc.run("run", artifact, "--input", f"image={x}", "--gpu-device", bad,
+                        check=False)
+        assert ran.returncode == 2 and "--gpu-device" in ran.stderr, (bad, ran.stderr)
+
+
+def test_on_the_gpu_a_device_that_is_not_there_is_refused(flowc, models, tmp_path):
+    target, why_not = device_target()
+    if target is None:
+        pytest.skip(why_not)
+    path, inputs = models["cnn"]
+    artifact = tmp_path / "cnn.fca"
+    flowc.submit(path, artifact, "--target", target)
+    x = tmp_path / "x.npy"
+    np.save(x, inputs["image"])
+    ran = flowc.run("run", artifact, "--input", f"image={x}", "--gpu-device", "1023",
+                    check=False)
+    assert ran.returncode == 2, ran.stderr
+    assert "there is no GPU device 1023: the driver sees" in ran.stderr
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])

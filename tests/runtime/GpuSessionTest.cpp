@@ -13,6 +13,7 @@
 #include "flowc/runtime/GpuAbi.h"
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tensor.h"
+#include "flowc/runtime/Tuning.h"
 
 #include "../common/TestUtil.h"
 #include "SmallArtifact.h"
@@ -255,6 +256,39 @@ TEST(GpuTest, OpenGpuAnswersTheSameEachTime) {
     EXPECT_EQ(first->description(), second->description());
   else
     EXPECT_EQ(first.status().toString(), second.status().toString());
+}
+
+// Devices are chosen by the driver's ordinal: one the driver does not see
+// is NotFound, naming those it does; without a GPU, every ordinal is the
+// same Unavailable.
+TEST(GpuTest, ADeviceTheDriverDoesNotSeeIsNotFound) {
+  Expected<std::vector<GpuDevice>> devices = listGpus();
+  if (!devices) {
+    for (int ordinal : {0, 1, 7})
+      EXPECT_THAT(openGpu(ordinal),
+                  StatusIs(StatusCode::Unavailable, devices.status().message()));
+    EXPECT_FALSE(localGpuOrdinal("gpu NVIDIA H200 sm_90").has_value());
+    return;
+  }
+  auto count = static_cast<int>(devices->size());
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    Expected<GpuDevice> device = openGpu(ordinal);
+    ASSERT_TRUE(device) << device.status().toString();
+    EXPECT_EQ(device->ordinal, ordinal);
+    Expected<std::string> tuning = localGpuTuningDevice(ordinal);
+    ASSERT_TRUE(tuning) << tuning.status().toString();
+    // The first device of that name and capability.
+    std::optional<int> first = localGpuOrdinal(*tuning);
+    ASSERT_TRUE(first.has_value());
+    EXPECT_LE(*first, ordinal);
+  }
+  for (int ordinal : {count, -1})
+    EXPECT_THAT(openGpu(ordinal),
+                StatusIs(StatusCode::NotFound,
+                         "there is no GPU device " + std::to_string(ordinal) +
+                             ": the driver sees " + std::to_string(count) +
+                             " (device 0 ("));
+  EXPECT_FALSE(localGpuOrdinal("gpu No Such GPU sm_90").has_value());
 }
 
 // With a GPU, the device is described as messages and keys will name it.
@@ -584,6 +618,22 @@ TEST_F(GpuSessionOnDeviceTest, CudaCodeForAnotherCapabilityIsRefused) {
                            std::to_string(device.capability) +
                            ": compile with --target cuda:sm_" +
                            std::to_string(device.capability)));
+}
+
+// A session runs on the device it is given; one the driver does not see is
+// refused before anything is uploaded.
+TEST_F(GpuSessionOnDeviceTest, RunsOnTheDeviceItIsGiven) {
+  Expected<std::vector<GpuDevice>> devices = listGpus();
+  ASSERT_TRUE(devices) << devices.status().toString();
+  auto last = static_cast<int>(devices->size()) - 1;
+  if ((*devices)[static_cast<size_t>(last)].capability == device.capability) {
+    auto session = createSession({}, {.gpuDevice = last});
+    ASSERT_TRUE(session) << session.status().toString();
+    expectAdds(**session, 4, 1);
+  }
+  EXPECT_THAT(createSession({}, {.gpuDevice = last + 1}),
+              StatusIs(StatusCode::NotFound,
+                       "there is no GPU device " + std::to_string(last + 1)));
 }
 
 // The add model runs on the device: weights uploaded at creation, inputs

@@ -169,10 +169,9 @@ Expected<std::vector<Tunable>> tunablesOf(cache::Cache &cache,
   return tunables;
 }
 
-/// Whether `device` (a GPU tuning device) is this machine's GPU.
+/// Whether `device` (a GPU tuning device) is one of this machine's GPUs.
 bool isLocalGpu(const std::string &device) {
-  Expected<std::string> local = runtime::localGpuTuningDevice();
-  return local && *local == device;
+  return runtime::localGpuOrdinal(device).has_value();
 }
 
 bool isCandidate(const Tunable &tunable, const std::string &candidate) {
@@ -521,18 +520,24 @@ Status runGpuMeasureTask(const json &measure, const std::string &path) {
         (libraries ? "'" + *libraries + "'"
                    : "none (" + libraries.status().message() + ")") +
         ": a measurement is only taken with the libraries it describes");
-  Expected<std::string> local = runtime::localGpuTuningDevice();
-  if (!local || *local != device)
-    return failedPrecondition("a measure task for the GPU '" + device +
-                              "' reached a machine with " +
-                              (local ? "the GPU '" + *local + "'"
-                                     : "no GPU (" + local.status().message() + ")") +
-                              ": a measurement is only taken on the device it describes");
+  // The first of this machine's devices that is the task's GPU.
+  std::optional<int> ordinal = runtime::localGpuOrdinal(device);
+  if (!ordinal) {
+    Expected<std::vector<std::string>> local = runtime::localGpuTuningDevices();
+    std::string gpus;
+    for (const std::string &gpu : local ? *local : std::vector<std::string>())
+      gpus += (gpus.empty() ? "'" : ", '") + gpu + "'";
+    return failedPrecondition(
+        "a measure task for the GPU '" + device + "' reached a machine with " +
+        (local ? "the GPUs " + gpus : "no GPU (" + local.status().message() + ")") +
+        ": a measurement is only taken on the device it describes");
+  }
   // Nothing else times on the machine meanwhile (sessions do not ask).
   ExclusiveMachineLock lock(machineLockPath());
   auto start = std::chrono::steady_clock::now();
-  FLOWC_ASSIGN_OR_RETURN(runtime::GpuKernelChoice choice,
-                         runtime::measureGpuLibraryKernel(kind, params, trials));
+  FLOWC_ASSIGN_OR_RETURN(
+      runtime::GpuKernelChoice choice,
+      runtime::measureGpuLibraryKernel(kind, params, trials, *ordinal));
   Measurement measured;
   measured.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -559,9 +564,11 @@ Expected<std::optional<std::string>>
 gpuTuningDeviceFor(cache::Cache &cache, Target target,
                    const std::vector<std::string> &remoteGpus) {
   int64_t capability = cudaComputeCapability(target);
-  if (Expected<std::string> local = runtime::localGpuTuningDevice();
-      local && runtime::isGpuTuningDeviceOf(*local, capability))
-    return std::optional<std::string>(*local);
+  // This machine's first device of the capability.
+  if (Expected<std::vector<std::string>> local = runtime::localGpuTuningDevices())
+    for (const std::string &device : *local)
+      if (runtime::isGpuTuningDeviceOf(device, capability))
+        return std::optional<std::string>(device);
   for (const std::string &remote : remoteGpus)
     if (runtime::isGpuTuningDeviceOf(remote, capability))
       return std::optional<std::string>(remote);

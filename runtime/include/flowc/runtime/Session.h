@@ -38,6 +38,8 @@ struct SessionOptions {
   /// candidates on the GPU and keeps the fastest; 1 keeps the libraries'
   /// first choice.
   int gpuTrials = 8;
+  /// CUDA code: the driver's ordinal of the device it runs on.
+  int gpuDevice = 0;
   /// CUDA code: the tuning record's candidate (Tuning.h's GPU candidates)
   /// for a library kernel signature on this GPU, asked on each
   /// convolution's and product's first call. A candidate found there, or

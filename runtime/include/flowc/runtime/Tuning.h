@@ -158,8 +158,15 @@ std::string gpuTuningDevice(const std::string &name, int64_t capability);
 /// Whether `device` is a GPU tuning device of compute capability
 /// `capability`.
 bool isGpuTuningDeviceOf(std::string_view device, int64_t capability);
-/// Device 0's gpuTuningDevice; Unavailable without a GPU.
-Expected<std::string> localGpuTuningDevice();
+/// Device `ordinal`'s gpuTuningDevice; Unavailable without a GPU,
+/// NotFound without that device.
+Expected<std::string> localGpuTuningDevice(int ordinal = 0);
+/// The gpuTuningDevice of every device of this machine, by ordinal;
+/// Unavailable without a GPU.
+Expected<std::vector<std::string>> localGpuTuningDevices();
+/// The ordinal of this machine's first device that is `device` (a GPU
+/// tuning device); nullopt when none is (or there is no GPU).
+std::optional<int> localGpuOrdinal(std::string_view device);
 /// The GPU tuning device a remote engine's workers offer, from how an
 /// operator names it: "NVIDIA H200 sm_90" (the driver's name, then the
 /// compute capability) -> "gpu NVIDIA H200 sm_90". InvalidArgument quoting
@@ -173,14 +180,16 @@ Expected<std::vector<std::string>> parseGpuNames(const std::vector<std::string> 
 /// the value of the `gpu` platform property a task measuring on it needs.
 std::string_view gpuNameOf(std::string_view device);
 /// Times the GPU candidates of a conv2d or matmul kernel with `params` on
-/// device 0 as a session's first call does (up to `trials` of the
+/// device `ordinal` as a session's first call does (up to `trials` of the
 /// library's candidates, each a warm-up and three timed runs), on random
 /// data of its shapes (a fixed seed; never a model's weights): a measure
 /// task's work. The choice has every candidate's timing. InvalidArgument
 /// for another kind or params that are not the kind's, Unavailable without
-/// a GPU or the libraries, the kernel's failure otherwise.
-Expected<GpuKernelChoice>
-measureGpuLibraryKernel(KernelKind kind, const std::vector<int64_t> &params, int trials);
+/// a GPU or the libraries, NotFound without device `ordinal`, the kernel's
+/// failure otherwise.
+Expected<GpuKernelChoice> measureGpuLibraryKernel(KernelKind kind,
+                                                  const std::vector<int64_t> &params,
+                                                  int trials, int ordinal = 0);
 
 /// What a GPU record's time covers, part of its key: 2 since a
 /// convolution's trial times its epilogue too (fused into cuDNN's graph,
