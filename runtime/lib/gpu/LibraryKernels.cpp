@@ -651,9 +651,11 @@ Descriptor convGraph(GraphBuilder &builder, const ConvSite &conv, bool fused) {
                 : builder.tensor(id, conv.destinationShape, resultStrides, kF32,
                                  alignment, true);
   };
+  // The bias as a [1, C, 1, 1] tensor in the result's layout, as cuDNN's
+  // own convolution-bias-activation graphs lay it out.
   Index4 biasShape = {{1, p.outChannels, 1, 1}};
-  Descriptor bias =
-      builder.tensor(kBiasId, biasShape, {{p.outChannels, 1, 1, 1}}, kF32, alignment);
+  Descriptor bias = builder.tensor(
+      kBiasId, biasShape, activationStrides(biasShape, conv.layout), kF32, alignment);
   Descriptor biased = step(kBiasedId, !p.hasResidual && !relu);
   Descriptor addBias = builder.pointwise(CUDNN_POINTWISE_ADD, y, &bias, biased);
   std::vector<const Descriptor *> operations = {&operation, &addBias};
