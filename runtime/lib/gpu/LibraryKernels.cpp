@@ -431,6 +431,20 @@ enum TensorId : int64_t {
   kSummedId = 8,
 };
 
+/// `call`'s failure with `status`, with cuDNN's own detail when it has one:
+/// ResourceExhausted when memory ran out, else Internal.
+Status cudnnFailure(const Libraries &libraries, cudnnStatus_t status,
+                    const std::string &call) {
+  char detail[512] = {};
+  libraries.cudnnGetLastErrorString(detail, sizeof(detail));
+  std::string message = call + " failed: " + libraries.cudnnGetErrorString(status);
+  if (detail[0])
+    message += std::string(" (") + detail + ")";
+  bool exhausted = status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                   status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+  return exhausted ? resourceExhausted(message) : internalError(message);
+}
+
 /// Builds cuDNN backend descriptors and keeps the first failure instead of
 /// failing the run: a fused graph is optional (cuDNN may not fuse it), and
 /// the tests build graphs with no device.
@@ -532,16 +546,8 @@ private:
   bool check(cudnnStatus_t status, const std::string &call) {
     if (status == CUDNN_STATUS_SUCCESS)
       return true;
-    if (!status_.isOk())
-      return false;
-    char detail[512] = {};
-    libraries_.cudnnGetLastErrorString(detail, sizeof(detail));
-    std::string message = call + " failed: " + libraries_.cudnnGetErrorString(status);
-    if (detail[0])
-      message += std::string(" (") + detail + ")";
-    bool exhausted = status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-                     status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
-    status_ = exhausted ? resourceExhausted(message) : internalError(message);
+    if (status_.isOk())
+      status_ = cudnnFailure(libraries_, status, call);
     return false;
   }
 
@@ -862,14 +868,7 @@ void LibraryKernels::failSite(int64_t site, const char *kind, const std::string 
 bool LibraryKernels::check(cudnnStatus_t status, const std::string &call) {
   if (status == CUDNN_STATUS_SUCCESS)
     return true;
-  char detail[512] = {};
-  libraries_.cudnnGetLastErrorString(detail, sizeof(detail));
-  std::string message = call + " failed: " + libraries_.cudnnGetErrorString(status);
-  if (detail[0])
-    message += std::string(" (") + detail + ")";
-  bool exhausted = status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-                   status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
-  device_.fail(exhausted ? resourceExhausted(message) : internalError(message));
+  device_.fail(cudnnFailure(libraries_, status, call));
   return false;
 }
 
