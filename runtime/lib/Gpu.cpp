@@ -1303,11 +1303,19 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
     return status.withContext("'" + path + "'");
   const GpuDevice &device = gpu->all[static_cast<size_t>(options.gpuDevice)];
   // A cubin runs on devices of its own capability only.
-  if (device.capability != code.capability)
+  if (device.capability != code.capability) {
+    std::string other;
+    for (const GpuDevice &candidate : gpu->all)
+      if (candidate.capability == code.capability) {
+        other = ", or run it on " + candidate.label() + " (--gpu-device " +
+                std::to_string(candidate.ordinal) + ")";
+        break;
+      }
     return failedPrecondition(
         "'" + path + "' was compiled for sm_" + std::to_string(code.capability) + ", " +
         device.label() + " is sm_" + std::to_string(device.capability) +
-        ": compile with --target cuda:sm_" + std::to_string(device.capability));
+        ": compile with --target cuda:sm_" + std::to_string(device.capability) + other);
+  }
   GpuContextPtr context(new GpuContext(*gpu, options.gpuDevice, path));
   FLOWC_RETURN_IF_ERROR(context->start());
   FLOWC_RETURN_IF_ERROR(context->load(code, std::move(tuning)));
