@@ -170,6 +170,10 @@ def bench(model, batch, precision, target, args, root):
     if args.profile_top:
         print_profile(artifact, inputs, feeds_names, cache, args.profile_top,
                       f"{model} b{batch} {precision}")
+    memcheck = "not run"
+    if model in args.memcheck.split(",") and batch == 1:
+        memcheck = run_memcheck(artifact, inputs, feeds_names, cache,
+                                f"{model} b{batch} {precision}")
     torch_ms = torch_exact_ms = torch_error = float("nan")
     if model not in EXAMPLES:
         try:
@@ -186,8 +190,8 @@ def bench(model, batch, precision, target, args, root):
             "flowc_ms": median, "heuristic_ms": heuristic, "first_run_ms": first,
             "first_run_recorded_ms": first_recorded, "fused": fused,
             "torch_ms": torch_ms, "torch_exact_ms": torch_exact_ms, "error": error,
-            "torch_error": torch_error,
-            "ok": within_bound(error, torch_error, precision)}
+            "torch_error": torch_error, "memcheck": memcheck,
+            "ok": within_bound(error, torch_error, precision) and memcheck != "errors"}
 
 
 def print_profile(artifact, inputs, feeds_names, cache, top, name):
@@ -199,6 +203,30 @@ def print_profile(artifact, inputs, feeds_names, cache, top, name):
                          capture_output=True, text=True, timeout=model_bench.STEP_TIMEOUT)
     print(f"-- {name}: flowc run --profile --profile-top {top}", flush=True)
     print(ran.stdout if ran.returncode == 0 else f"failed: {ran.stderr.strip()}", flush=True)
+
+
+def run_memcheck(artifact, inputs, feeds_names, cache, name):
+    """One run under compute-sanitizer's memcheck (out-of-bounds and
+    misaligned device accesses, with the trial runs' records already in
+    `cache`): "clean", "errors", or why it did not run."""
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not pathlib.Path(sanitizer).exists():
+        print(f"-- {name}: memcheck skipped: no compute-sanitizer", flush=True)
+        return "no compute-sanitizer"
+    feeds = [f for key, path in inputs.items() for f in ("--input", f"{feeds_names[key]}={path}")]
+    try:
+        ran = subprocess.run([sanitizer, "--tool", "memcheck", "--error-exitcode", "9",
+                              str(model_bench.BIN / "flowc"), "--cache-dir", str(cache), "run",
+                              artifact, *feeds], capture_output=True, text=True,
+                             timeout=model_bench.STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        print(f"-- {name}: memcheck timed out", flush=True)
+        return "timed out"
+    verdict = "clean" if ran.returncode == 0 else "errors"
+    print(f"-- {name}: compute-sanitizer --tool memcheck: {verdict}", flush=True)
+    if ran.returncode != 0:
+        print((ran.stdout + ran.stderr)[-4000:], flush=True)
+    return verdict
 
 
 def main():
@@ -215,6 +243,9 @@ def main():
                         help="seconds one compile or run may take before its row fails")
     parser.add_argument("--profile-top", type=int, default=0,
                         help="also print each row's K heaviest ops (flowc run --profile)")
+    parser.add_argument("--memcheck", default="",
+                        help="models (comma-separated) whose batch-1 rows also run once "
+                             "under compute-sanitizer's memcheck; errors fail the row")
     parser.add_argument("--peer-errors", action="store_true",
                         help="only torch autocast's errors on the weights flowc compiles, "
                              "on the GPU or else the CPU (no flowc, no GPU needed)")
@@ -299,7 +330,8 @@ def print_row(row):
         return
     print(f"{name}: compile {row['compile_s']:.1f} s, flowc "
           f"{row['flowc_ms']:.3f} ms (first run {row['first_run_ms']:.1f} ms), torch eager "
-          f"{row['torch_ms']:.3f} ms, max rel error {row['error']:.1e}{bound_note(row)}",
+          f"{row['torch_ms']:.3f} ms, max rel error {row['error']:.1e}{bound_note(row)}"
+          + (f", memcheck {row['memcheck']}" if row["memcheck"] != "not run" else ""),
           flush=True)
 
 
