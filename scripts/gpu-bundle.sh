@@ -99,10 +99,13 @@ touch "$out/.gpu-bundle"
 
 # First fit, largest files first; a file larger than a part gets one of
 # its own.
-limit=$((part_mib << 20))
+# A file costs its size plus tar's header and padding (1 KiB at most);
+# 20 KiB stay for the archive's end blocks and its record padding.
+limit=$(((part_mib << 20) - 20480))
 sizes=()
 (cd "$stage" && find . -type f -name '*.xz' -printf '%s %P\n' | sort -rn) >"$stage.list"
 while read -r bytes file; do
+  bytes=$((bytes + 1024))
   chosen=${#sizes[@]}
   for i in "${!sizes[@]}"; do
     if ((sizes[i] + bytes <= limit)); then
