@@ -1117,6 +1117,7 @@ GpuContext::measureLibraryKernel(KernelKind kind, const std::vector<int64_t> &pa
   services_ = std::make_unique<SessionServices>(*this);
   gpu::LibraryTuning tuning;
   tuning.trials = trials;
+  tuning.compiledFusion = true;
   FLOWC_ASSIGN_OR_RETURN(libraryKernels_,
                          gpu::openLibraryKernels(*services_,
                                                  int64_t{1} << static_cast<int64_t>(kind),

@@ -768,6 +768,15 @@ private:
   /// no inputs converted down, no reduction in reduced precision (AMP
   /// accumulates in fp32), and no TF32 tensor cores for fp32.
   bool hasExactNumerics(cudnnBackendDescriptor_t config, ElementType type);
+  /// Whether `config`'s engine compiles its kernel when its plan is made
+  /// (cuDNN's runtime fusion engines: NVRTC, up to seconds a plan).
+  bool compilesAtRuntime(cudnnBackendDescriptor_t config);
+  /// The notes of `config`'s engine under `attribute` (numerical or
+  /// behavior notes, of `type`); none when cuDNN cannot say.
+  template <typename Note>
+  std::vector<Note> engineNotes(cudnnBackendDescriptor_t config,
+                                cudnnBackendAttributeName_t attribute,
+                                cudnnBackendAttributeType_t type);
   /// Milliseconds per call of `run` on the device (a warm-up call, then
   /// kGpuTrialRuns timed ones); infinity when it fails.
   double timeCalls(const std::function<bool()> &run);
@@ -928,37 +937,53 @@ void LibraryKernels::epilogue(EpilogueArgs args) {
 // epilogue (bias, residual, activation), which also writes the graph's
 // layout when it differs.
 
-bool LibraryKernels::hasExactNumerics(cudnnBackendDescriptor_t config, ElementType type) {
+template <typename Note>
+std::vector<Note> LibraryKernels::engineNotes(cudnnBackendDescriptor_t config,
+                                              cudnnBackendAttributeName_t attribute,
+                                              cudnnBackendAttributeType_t type) {
   cudnnBackendDescriptor_t engine = nullptr;
   if (libraries_.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) !=
       CUDNN_STATUS_SUCCESS)
-    return true;
+    return {};
   Descriptor owned(libraries_, engine);
   int64_t got = 0;
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  // A newer library may have more notes than these headers: cuDNN writes
+  // at most the room it is given, and says how many it has.
+  std::vector<Note> notes(64);
   int64_t count = 0;
-  // A version that cannot say has no notes to respect.
   if (libraries_.cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
                                           &engine) != CUDNN_STATUS_SUCCESS ||
-      libraries_.cudnnBackendGetAttribute(
-          engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-          CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes) != CUDNN_STATUS_SUCCESS)
-    return true;
-  // A newer library may have more notes than these headers: cuDNN writes
-  // at most the array's, and says how many it has.
-  for (int64_t i = 0; i < std::min<int64_t>(count, std::size(notes)); ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+      libraries_.cudnnBackendGetAttribute(engine, attribute, type,
+                                          static_cast<int64_t>(notes.size()), &count,
+                                          notes.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  notes.resize(static_cast<size_t>(std::clamp<int64_t>(count, 0, notes.size())));
+  return notes;
+}
+
+bool LibraryKernels::hasExactNumerics(cudnnBackendDescriptor_t config, ElementType type) {
+  // A version that cannot say has no notes to respect.
+  for (cudnnBackendNumericalNote_t note : engineNotes<cudnnBackendNumericalNote_t>(
+           config, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE)) {
+    if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
       return false;
     // AMP promises fp32 accumulation: 16-bit sums lose it over a
     // convolution's thousands of terms.
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+    if (note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
       return false;
     // Tensor cores on fp32 data are TF32: 10-bit mantissas.
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && type == kF32)
+    if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && type == kF32)
       return false;
   }
   return true;
+}
+
+bool LibraryKernels::compilesAtRuntime(cudnnBackendDescriptor_t config) {
+  std::vector<cudnnBackendBehaviorNote_t> notes = engineNotes<cudnnBackendBehaviorNote_t>(
+      config, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE);
+  return std::find(notes.begin(), notes.end(), CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) !=
+         notes.end();
 }
 
 double LibraryKernels::timeCalls(const std::function<bool()> &run) {
@@ -1187,6 +1212,10 @@ void LibraryKernels::listConvPlans(const Descriptor &graph, ElementType type, bo
     for (Descriptor &config : engineConfigs(graph, mode)) {
       if (exact.size() - before >= limit)
         break;
+      // Making such a plan compiles its kernel: seconds of a session's
+      // first call, for every fused shape.
+      if (fused && !tuning_.compiledFusion && compilesAtRuntime(config.get()))
+        continue;
       bool numericsKept = hasExactNumerics(config.get(), type);
       if (std::optional<ConvPlan> plan = makeConvPlan(std::move(config))) {
         plan->fused = fused;

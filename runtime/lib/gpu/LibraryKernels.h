@@ -65,6 +65,11 @@ struct LibraryTuning {
   std::vector<std::string> planned;
   /// SessionOptions::gpuRecord.
   std::function<std::optional<std::string>(const std::string &signature)> record;
+  /// Whether trial runs of a fused convolution graph may try engines that
+  /// compile their kernel when the plan is made (NVRTC, up to seconds
+  /// each): a measure task's search may spend that; a session's first call
+  /// does not, though it runs one that a record or the plan names.
+  bool compiledFusion = false;
 };
 
 /// The library kernels of CUDA code `path`, which calls `sites` kernels of
