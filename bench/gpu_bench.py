@@ -194,10 +194,16 @@ def bench(model, batch, precision, target, args, root):
             "ok": within_bound(error, torch_error, precision) and memcheck != "errors"}
 
 
+def input_args(inputs, feeds_names):
+    """`flowc run`'s --input arguments of a row's inputs."""
+    return [arg for key, path in inputs.items()
+            for arg in ("--input", f"{feeds_names[key]}={path}")]
+
+
 def print_profile(artifact, inputs, feeds_names, cache, top, name):
     """Where a run's time goes: `flowc run --profile`'s heaviest ops, each
     launch synchronized (so the total exceeds a replayed graph's time)."""
-    feeds = [f for key, path in inputs.items() for f in ("--input", f"{feeds_names[key]}={path}")]
+    feeds = input_args(inputs, feeds_names)
     ran = subprocess.run([str(model_bench.BIN / "flowc"), "--cache-dir", str(cache), "run",
                           artifact, *feeds, "--profile", "--profile-top", str(top)],
                          capture_output=True, text=True, timeout=model_bench.STEP_TIMEOUT)
@@ -213,7 +219,7 @@ def run_memcheck(artifact, inputs, feeds_names, cache, name):
     if not pathlib.Path(sanitizer).exists():
         print(f"-- {name}: memcheck skipped: no compute-sanitizer", flush=True)
         return "no compute-sanitizer"
-    feeds = [f for key, path in inputs.items() for f in ("--input", f"{feeds_names[key]}={path}")]
+    feeds = input_args(inputs, feeds_names)
     try:
         ran = subprocess.run([sanitizer, "--tool", "memcheck", "--error-exitcode", "9",
                               str(model_bench.BIN / "flowc"), "--cache-dir", str(cache), "run",
