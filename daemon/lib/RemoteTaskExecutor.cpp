@@ -118,10 +118,8 @@ private:
     std::optional<std::string> gpu = neededGpu(task);
     if (!gpu)
       return false;
-    Expected<std::vector<std::string>> local = runtime::localGpuTuningDevices();
-    return local && std::any_of(local->begin(), local->end(), [&](const std::string &d) {
-             return runtime::gpuNameOf(d) == *gpu;
-           });
+    Expected<std::string> device = runtime::parseGpuName(*gpu);
+    return device && runtime::localGpuOrdinal(*device).has_value();
   }
 
   void setState(std::string state) {
