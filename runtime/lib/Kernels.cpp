@@ -125,7 +125,7 @@ dnnl::post_ops postOps(bool residual, Activation activation, int64_t alphaBits,
   case Activation::None:
     break;
   case Activation::Clip:
-    if (alpha == 0.0f && std::isinf(beta) && beta > 0)
+    if (isRelu(activation, alphaBits, betaBits))
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     else
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip,

@@ -352,9 +352,7 @@ struct ConvCall {
 /// runtime's at the edges) and layout changes stay with the epilogue
 /// kernel.
 bool epilogueFuses(const Conv2dParams &p, ActivationLayout computeLayout) {
-  bool relu = p.activation == Activation::Clip && paramFloat(p.alpha) == 0.0f &&
-              paramFloat(p.beta) == std::numeric_limits<float>::infinity();
-  return (p.activation == Activation::None || relu) &&
+  return (p.activation == Activation::None || isRelu(p.activation, p.alpha, p.beta)) &&
          p.destinationLayout == computeLayout;
 }
 
@@ -430,6 +428,44 @@ enum TensorId : int64_t {
   kBiasedId = 7,
   kSummedId = 8,
 };
+
+/// The tensors of a convolution plan's variant pack: their ids and the
+/// call's buffers (at most five: source, weights, result, bias, residual).
+struct VariantPack {
+  std::array<int64_t, 5> ids{};
+  std::array<void *, 5> data{};
+  int64_t count = 0;
+
+  void add(int64_t id, const void *pointer) {
+    ids[static_cast<size_t>(count)] = id;
+    data[static_cast<size_t>(count++)] = const_cast<void *>(pointer);
+  }
+  /// The smallest alignment of its buffers: what its tensors are told.
+  int64_t alignment() const {
+    int64_t smallest = alignmentOf(data[0]);
+    for (int64_t i = 1; i < count; ++i)
+      smallest = std::min(smallest, alignmentOf(data[static_cast<size_t>(i)]));
+    return smallest;
+  }
+};
+
+/// What cuDNN reads and writes in `call`: the convolution alone writes its
+/// own result; the fused graph also reads the bias and residual and writes
+/// the graph's buffer.
+VariantPack variantPack(bool fused, const ConvCall &call) {
+  VariantPack pack;
+  pack.add(kSourceId, call.source);
+  pack.add(kWeightsId, call.weights);
+  if (!fused) {
+    pack.add(kResultId, call.result);
+    return pack;
+  }
+  pack.add(kResultId, call.out);
+  pack.add(kBiasId, call.bias);
+  if (call.residual)
+    pack.add(kResidualId, call.residual);
+  return pack;
+}
 
 /// `call`'s failure with `status`, with cuDNN's own detail when it has one:
 /// ResourceExhausted when memory ran out, else Internal.
@@ -739,9 +775,10 @@ private:
                 const Descriptor &fusedGraph, const ConvCall &call);
   /// Appends `graph`'s plans whose configurations finalize, in the
   /// heuristics' order (mode A, else the fallback engines), to `exact` (the
-  /// kernel's numerics) or `inexact`, until `exact` has `limit`.
+  /// kernel's numerics) until it has `limit` more; the first plan with other
+  /// numerics goes to `inexact` when there is one to fill (null: none wanted).
   void listConvPlans(const Descriptor &graph, ElementType type, bool fused, size_t limit,
-                     std::vector<ConvPlan> &exact, std::vector<ConvPlan> &inexact);
+                     std::vector<ConvPlan> &exact, std::optional<ConvPlan> *inexact);
   /// Heuristic `mode`'s engine configurations for `graph`, in its order
   /// (none when the mode cannot serve it).
   std::vector<Descriptor> engineConfigs(const Descriptor &graph,
@@ -1007,18 +1044,7 @@ cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, const ConvCall &
   if (plan.workspaceBytes > 0 &&
       !(workspacePointer = workspace(static_cast<uint64_t>(plan.workspaceBytes))))
     return CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
-  std::vector<int64_t> ids = {kSourceId, kWeightsId, kResultId};
-  std::vector<void *> data = {call.source, call.weights, call.result};
-  if (plan.fused) {
-    data[2] = call.out;
-    ids.push_back(kBiasId);
-    data.push_back(const_cast<void *>(call.bias));
-    if (call.residual) {
-      ids.push_back(kResidualId);
-      data.push_back(const_cast<void *>(call.residual));
-    }
-  }
-  auto count = static_cast<int64_t>(ids.size());
+  VariantPack buffers = variantPack(plan.fused, call);
   cudnnBackendDescriptor_t pack = nullptr;
   cudnnStatus_t status = libraries_.cudnnBackendCreateDescriptor(
       CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
@@ -1027,9 +1053,10 @@ cudnnStatus_t LibraryKernels::executePlan(const ConvPlan &plan, const ConvCall &
   Descriptor owned(libraries_, pack);
   for (auto [name, type, n, values] :
        {std::tuple<cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t,
-                   void *>{CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count,
-                           ids.data()},
-        {CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, data.data()},
+                   void *>{CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                           buffers.count, buffers.ids.data()},
+        {CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, buffers.count,
+         buffers.data.data()},
         {CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspacePointer}})
     if ((status = libraries_.cudnnBackendSetAttribute(pack, name, type, n, values)) !=
         CUDNN_STATUS_SUCCESS)
@@ -1203,7 +1230,7 @@ void LibraryKernels::setAside(int64_t site, const char *kind, const Decided &dec
 
 void LibraryKernels::listConvPlans(const Descriptor &graph, ElementType type, bool fused,
                                    size_t limit, std::vector<ConvPlan> &exact,
-                                   std::vector<ConvPlan> &inexact) {
+                                   std::optional<ConvPlan> *inexact) {
   size_t before = exact.size();
   // Heuristic mode A first (its engines are the fast ones), then the
   // fallback engines, which cover every convolution the library has. A
@@ -1216,10 +1243,17 @@ void LibraryKernels::listConvPlans(const Descriptor &graph, ElementType type, bo
       // first call, for every fused shape.
       if (fused && !tuning_.compiledFusion && compilesAtRuntime(config.get()))
         continue;
+      // Of the others only the first can ever run (when no engine keeps
+      // the numerics): no plan is made for the rest.
       bool numericsKept = hasExactNumerics(config.get(), type);
+      if (!numericsKept && (!inexact || inexact->has_value()))
+        continue;
       if (std::optional<ConvPlan> plan = makeConvPlan(std::move(config))) {
         plan->fused = fused;
-        (numericsKept ? exact : inexact).push_back(std::move(*plan));
+        if (numericsKept)
+          exact.push_back(std::move(*plan));
+        else
+          *inexact = std::move(plan);
       }
     }
     if (device_.failed() || exact.size() > before)
@@ -1255,14 +1289,17 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
   // whose numerics are not the kernel's (TF32 tensor cores for fp32,
   // inputs converted down) are never fused, and run the convolution alone
   // only when nothing else can.
-  std::vector<ConvPlan> plans, inexact, inexactFused;
+  std::vector<ConvPlan> plans;
+  std::optional<ConvPlan> inexact;
   auto trials = static_cast<size_t>(trials_);
   if (fusedGraph.get())
     listConvPlans(fusedGraph, conv.type, true, std::max<size_t>(trials / 2, 1), plans,
-                  inexactFused);
-  listConvPlans(graph, conv.type, false, std::max<size_t>(trials - plans.size(), 1),
-                plans, inexact);
-  plans.resize(std::min(plans.size(), std::max<size_t>(trials, 1)));
+                  nullptr);
+  // The convolution alone fills the trials left, and is listed when
+  // nothing fused is, for an engine with other numerics as the last resort.
+  if (plans.size() < trials || plans.empty())
+    listConvPlans(graph, conv.type, false, std::max<size_t>(trials - plans.size(), 1),
+                  plans, &inexact);
   if (device_.failed())
     return false;
   // A trial's workspace stays for the session, and one the device cannot
@@ -1274,11 +1311,11 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
                                  return plan.workspaceBytes > kMaxTrialWorkspaceBytes;
                                }),
                 plans.end());
-  if (plans.empty() && !inexact.empty()) {
+  if (plans.empty() && inexact) {
     spdlog::warn("conv2d site {} of '{}': cuDNN has only engines with TF32 or "
                  "down-converted inputs for it; results may differ from fp32 by ~1e-3",
                  site, path_);
-    plans.push_back(std::move(inexact[0]));
+    plans.push_back(std::move(*inexact));
   }
   // A trial times the whole site: the convolution and, unless fused, the
   // epilogue kernel. When the residual is the result's own buffer, the
@@ -1388,11 +1425,8 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
     return nullptr;
 
   ConvCall call = convCall(*conv, buffers);
-  conv->alignment = std::min(
-      {alignmentOf(call.source), alignmentOf(call.weights), alignmentOf(call.result)});
-  conv->fusedAlignment = std::min({alignmentOf(call.source), alignmentOf(call.weights),
-                                   alignmentOf(call.out), alignmentOf(call.bias),
-                                   call.residual ? alignmentOf(call.residual) : 256});
+  conv->alignment = variantPack(false, call).alignment();
+  conv->fusedAlignment = variantPack(true, call).alignment();
   GraphBuilder builder(libraries_, cudnn_);
   Descriptor graph = convGraph(builder, *conv, false);
   if (!graph.get()) {
@@ -1453,17 +1487,11 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
     conv.weightsPacked = true;
   }
   // The buffers cuDNN sees must stay as aligned as its tensors were told.
-  std::vector<const void *> seen = {call.source, call.weights};
-  if (conv.plan.fused)
-    seen.insert(seen.end(), {call.out, call.bias, call.residual});
-  else
-    seen.push_back(call.result);
-  int64_t told = conv.plan.fused ? conv.fusedAlignment : conv.alignment;
-  for (const void *pointer : seen)
-    if (pointer && alignmentOf(pointer) < told) {
-      failSite(site, "conv2d", "a buffer moved to a less aligned address between runs");
-      return;
-    }
+  if (variantPack(conv.plan.fused, call).alignment() <
+      (conv.plan.fused ? conv.fusedAlignment : conv.alignment)) {
+    failSite(site, "conv2d", "a buffer moved to a less aligned address between runs");
+    return;
+  }
   if (!check(executePlan(conv.plan, call),
              "cudnnBackendExecute of conv2d site " + std::to_string(site)))
     return;
@@ -1547,8 +1575,7 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
   cublasOperation_t transposeA = p.transposedB ? CUBLAS_OP_T : CUBLAS_OP_N;
   // ReLU (a clip to [0, +inf)) is cuBLASLt's; the other activations, the
   // scale and the mask are the helper epilogue's, after the product.
-  bool relu = p.activation == Activation::Clip && paramFloat(p.alpha) == 0.0f &&
-              std::isinf(paramFloat(p.beta)) && paramFloat(p.beta) > 0;
+  bool relu = isRelu(p.activation, p.alpha, p.beta);
   bool postProcessed = p.scale != 0 || p.hasMask;
   matmul->fusedActivation = relu && !postProcessed;
   matmul->helperEpilogue =

@@ -16,6 +16,7 @@
 #include "flowc/support/Target.h"
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -121,6 +122,15 @@ enum class Activation : int64_t {
 inline int64_t floatParam(float value) { return std::bit_cast<uint32_t>(value); }
 inline float paramFloat(int64_t bits) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits));
+}
+
+/// Whether `activation` with bounds `alpha` and `beta` (floatParam bits) is
+/// ReLU: a clip to [0, +inf), which the libraries have as an activation of
+/// its own.
+inline bool isRelu(Activation activation, int64_t alpha, int64_t beta) {
+  float upper = paramFloat(beta);
+  return activation == Activation::Clip && paramFloat(alpha) == 0.0f &&
+         std::isinf(upper) && upper > 0;
 }
 
 /// Memory order of 4-D activations and of convolution weights.
