@@ -1,7 +1,8 @@
 // flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
 //           [--profile [--profile-top K]] [--threads T] [--gpu-trials N]
-//           [--gpu-device N] [--no-gpu-records] [--json] [--no-verify]: options
-//           here, the work in the runtime module (RuntimeCommands.cpp).
+//           [--gpu-device N | --gpu-devices N,M,...] [--no-gpu-records] [--json]
+//           [--no-verify]: options here, the work in the runtime module
+//           (RuntimeCommands.cpp).
 #include "Commands.h"
 #include "RuntimeModule.h"
 
@@ -26,9 +27,10 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_option("--threads", options->threads,
                   "Threads for convolutions and matrix products (default: all cores)")
       ->check(CLI::Range(1, 4096));
-  cmd->add_flag("--profile", options->profile,
-                "After 3 warm-up runs, time each kernel call over the --bench runs (10 "
-                "without --bench): share, calls, GFLOP/s, GB/s, implementation, nodes");
+  CLI::Option *profile = cmd->add_flag(
+      "--profile", options->profile,
+      "After 3 warm-up runs, time each kernel call over the --bench runs (10 "
+      "without --bench): share, calls, GFLOP/s, GB/s, implementation, nodes");
   cmd->add_option("--profile-top", options->profileTop,
                   "Kernel calls listed by --profile, slowest first (default 25; "
                   "--json lists all)")
@@ -39,10 +41,22 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
          "matrix product times on its first run, keeping the fastest (default 8; "
          "1: the libraries' first choice)")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--gpu-device", options->gpuDevice,
-                  "CUDA artifacts: the GPU to run on, by the driver's ordinal as `flowc "
-                  "workers` lists them (default 0); its tuning records are the ones used")
-      ->check(CLI::Range(0, 1023));
+  CLI::Option *device =
+      cmd->add_option("--gpu-device", options->gpuDevice,
+                      "CUDA artifacts: the GPU to run on, by the driver's ordinal as "
+                      "`flowc workers` lists them (default 0); its tuning records are "
+                      "the ones used")
+          ->check(CLI::Range(0, 1023));
+  cmd->add_option(
+         "--gpu-devices", options->gpuDevices,
+         "CUDA artifacts: run on each of these GPUs (ordinals, comma-separated), "
+         "the weights read once and broadcast from the first through NCCL; the "
+         "first's outputs are printed and the others' compared with them, and "
+         "--bench runs all at once")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1023))
+      ->excludes(device)
+      ->excludes(profile);
   cmd->add_flag("--no-gpu-records", options->noGpuRecords,
                 "CUDA artifacts: neither use the cache's tuning records for the "
                 "convolutions' and products' candidates nor record what trial runs find");

@@ -20,8 +20,11 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
+#include <mutex>
 #include <spdlog/spdlog.h>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 namespace flowc::cli {
@@ -256,6 +259,197 @@ openArtifact(const std::string &path, GlobalOptions &global,
   return runtime::Artifact::open(path, {verification, casWeights(global)});
 }
 
+/// Writes the outputs to --output-dir and lists them: into json["outputs"]
+/// with --json, else on stdout.
+Status emitOutputs(const RunOptions &options, const runtime::Plan &plan,
+                   const std::vector<runtime::Tensor> &outputs, nlohmann::json &json) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const runtime::Tensor &tensor = outputs[i];
+    const std::string &name = plan.outputs[i].name;
+    std::string path;
+    if (!options.outputDir.empty()) {
+      path = options.outputDir + "/" + fileNameFor(name) + ".npy";
+      FLOWC_RETURN_IF_ERROR(runtime::writeNpy(path, tensor));
+    }
+    if (options.json) {
+      nlohmann::json output = {{"name", name}, {"shape", tensor.shape}};
+      if (path.empty()) {
+        output["values"] = nlohmann::json::array();
+        for (size_t k = 0;
+             k < std::min<size_t>(options.printCount, tensor.elementCount()); ++k)
+          output["values"].push_back(tensor.element(k));
+      } else {
+        output["file"] = path;
+      }
+      json["outputs"].push_back(std::move(output));
+      continue;
+    }
+    std::cout << name << " " << shapeString(tensor.shape)
+              << (path.empty() ? "" : " -> " + path) << "\n  "
+              << leadingValues(tensor, options.printCount) << std::endl;
+  }
+  return Status::ok();
+}
+
+/// The largest difference between two runs' outputs, element by element
+/// (infinity where one is NaN and the other not).
+double maxDifference(const std::vector<runtime::Tensor> &a,
+                     const std::vector<runtime::Tensor> &b) {
+  double largest = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    size_t count =
+        static_cast<size_t>(std::min(a[i].elementCount(), b[i].elementCount()));
+    for (size_t k = 0; k < count; ++k) {
+      double x = a[i].element(k);
+      double y = b[i].element(k);
+      if (std::isnan(x) || std::isnan(y)) {
+        if (std::isnan(x) != std::isnan(y))
+          return std::numeric_limits<double>::infinity();
+        continue;
+      }
+      largest = std::max(largest, std::fabs(x - y));
+    }
+  }
+  return largest;
+}
+
+/// Calls `work(i)` for each i below `count` on threads of their own, and
+/// returns their statuses in order.
+std::vector<Status> onEachThread(size_t count,
+                                 const std::function<Status(size_t)> &work) {
+  std::vector<Status> statuses(count, Status::ok());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < count; ++i)
+    threads.emplace_back([&, i] { statuses[i] = work(i); });
+  for (std::thread &thread : threads)
+    thread.join();
+  return statuses;
+}
+
+/// `flowc run --gpu-devices`: the artifact on each device (Session::createReplicas),
+/// the inputs run on all of them, the first device's outputs printed and the
+/// others' compared with them; --bench runs them all at once.
+int runReplicas(const RunOptions &options, GlobalOptions &global,
+                std::shared_ptr<runtime::Artifact> artifact,
+                std::chrono::steady_clock::time_point start, double openMs) {
+  runtime::SessionOptions sessionOptions;
+  sessionOptions.threads = options.threads;
+  sessionOptions.gpuTrials = options.gpuTrials;
+  auto records = std::make_shared<GpuRecords>(global.cacheDir, options.gpuDevices[0]);
+  // Every replica runs the first one's choices: the trial runs happen once,
+  // and each device runs the same kernels (its outputs are compared below).
+  auto chosen = std::make_shared<std::map<std::string, std::string>>();
+  auto recordsLock = std::make_shared<std::mutex>();
+  bool useRecords = !options.noGpuRecords;
+  sessionOptions.gpuRecord =
+      [=](const std::string &signature) -> std::optional<std::string> {
+    if (auto found = chosen->find(signature); found != chosen->end())
+      return found->second;
+    if (!useRecords)
+      return std::nullopt;
+    std::lock_guard<std::mutex> hold(*recordsLock);
+    return records->candidate(signature);
+  };
+  auto replicas =
+      runtime::Session::createReplicas(artifact, sessionOptions, options.gpuDevices);
+  if (!replicas)
+    return reportError(replicas.status());
+  std::vector<std::unique_ptr<runtime::Session>> &sessions = replicas->sessions;
+  const runtime::Plan &plan = sessions[0]->plan();
+  auto inputs = readInputs(options, plan);
+  if (!inputs)
+    return reportError(inputs.status());
+  std::vector<std::vector<runtime::Tensor>> outputs(sessions.size());
+  auto runOn = [&](size_t replica) -> Status {
+    auto ran = sessions[replica]->run(*inputs);
+    if (!ran)
+      return ran.status().withContext("run '" + options.artifact + "' on GPU device " +
+                                      std::to_string(options.gpuDevices[replica]));
+    outputs[replica] = std::move(*ran);
+    return Status::ok();
+  };
+  if (Status status = runOn(0); !status)
+    return reportError(status);
+  std::vector<runtime::GpuKernelChoice> choices = sessions[0]->gpuKernelChoices();
+  for (const runtime::GpuKernelChoice &choice : choices)
+    if (!choice.candidate.empty())
+      (*chosen)[choice.signature] = choice.candidate;
+  for (const Status &status :
+       onEachThread(sessions.size() - 1, [&](size_t i) { return runOn(i + 1); }))
+    if (!status)
+      return reportError(status);
+  double firstRunMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+          .count();
+
+  const runtime::ReplicaWeights &weights = replicas->weights;
+  nlohmann::json json = {{"artifact", options.artifact},
+                         {"outputs", nlohmann::json::array()},
+                         {"first_run_ms", firstRunMs},
+                         {"open_ms", openMs},
+                         {"replicas", nlohmann::json::array()},
+                         {"weights",
+                          {{"method", weights.method},
+                           {"bytes", weights.bytes},
+                           {"ms", weights.seconds * 1e3}}}};
+  unsigned recorded = options.noGpuRecords ? 0 : records->record(choices);
+  if (!choices.empty())
+    json["gpu_kernels"] = gpuChoicesJson(choices, recorded);
+  for (size_t i = 0; i < sessions.size(); ++i)
+    json["replicas"].push_back(
+        {{"device", options.gpuDevices[i]},
+         {"max_abs_difference", maxDifference(outputs[0], outputs[i])}});
+  if (Status status = emitOutputs(options, plan, outputs[0], json); !status)
+    return reportError(status);
+  if (!options.json) {
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(1) << "replicas on " << sessions.size()
+         << " GPUs; weights " << static_cast<double>(weights.bytes) / (1 << 20)
+         << " MiB each";
+    if (!weights.method.empty())
+      line << ", to the others by " << weights.method << " in " << weights.seconds * 1e3
+           << " ms";
+    std::cout << line.str() << std::endl;
+    for (size_t i = 1; i < sessions.size(); ++i)
+      std::cout << "  device " << options.gpuDevices[i] << ": outputs differ from device "
+                << options.gpuDevices[0] << "'s by at most "
+                << json["replicas"][i]["max_abs_difference"].get<double>() << std::endl;
+  }
+  if (options.bench) {
+    std::vector<Latency> latencies(sessions.size());
+    auto benchStart = std::chrono::steady_clock::now();
+    for (const Status &status : onEachThread(sessions.size(), [&](size_t i) -> Status {
+           FLOWC_ASSIGN_OR_RETURN(latencies[i],
+                                  measure(*sessions[i], *inputs, options.bench));
+           return Status::ok();
+         }))
+      if (!status)
+        return reportError(status.withContext("bench '" + options.artifact + "'"));
+    double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - benchStart)
+            .count();
+    // Warm-up runs included: they ran alongside the others' timed ones.
+    double runs = static_cast<double>(sessions.size()) * (options.bench + 3);
+    json["iterations"] = options.bench;
+    json["runs_per_second"] = runs / wall;
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      json["replicas"][i]["median_ms"] = latencies[i].medianMs;
+      json["replicas"][i]["p90_ms"] = latencies[i].p90Ms;
+      if (!options.json)
+        std::cout << "device " << options.gpuDevices[i] << ": latency over "
+                  << options.bench << " runs: median " << std::fixed
+                  << std::setprecision(3) << latencies[i].medianMs << " ms, p90 "
+                  << latencies[i].p90Ms << " ms" << std::endl;
+    }
+    if (!options.json)
+      std::cout << "all devices together: " << std::fixed << std::setprecision(1)
+                << runs / wall << " runs/s" << std::endl;
+  }
+  if (options.json)
+    printJson(json);
+  return 0;
+}
+
 int runRun(const RunOptions &options, GlobalOptions &global) {
   // What a user waits for before the first answer: open, session, run.
   auto start = std::chrono::steady_clock::now();
@@ -277,6 +471,8 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
   double openMs = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - openStart)
                       .count();
+  if (!options.gpuDevices.empty())
+    return runReplicas(options, global, *artifact, start, openMs);
   runtime::SessionOptions sessionOptions;
   sessionOptions.threads = options.threads;
   sessionOptions.profile = options.profile;
@@ -321,32 +517,8 @@ int runRun(const RunOptions &options, GlobalOptions &global) {
                 << " of " << json["gpu_kernels"]["conv2d"]
                 << " convolutions with the epilogue in cuDNN's graph" << std::endl;
   }
-  for (size_t i = 0; i < outputs->size(); ++i) {
-    const runtime::Tensor &tensor = (*outputs)[i];
-    const std::string &name = plan.outputs[i].name;
-    std::string path;
-    if (!options.outputDir.empty()) {
-      path = options.outputDir + "/" + fileNameFor(name) + ".npy";
-      if (Status status = runtime::writeNpy(path, tensor); !status)
-        return reportError(status);
-    }
-    if (options.json) {
-      nlohmann::json output = {{"name", name}, {"shape", tensor.shape}};
-      if (path.empty()) {
-        output["values"] = nlohmann::json::array();
-        for (size_t k = 0;
-             k < std::min<size_t>(options.printCount, tensor.elementCount()); ++k)
-          output["values"].push_back(tensor.element(k));
-      } else {
-        output["file"] = path;
-      }
-      json["outputs"].push_back(std::move(output));
-      continue;
-    }
-    std::cout << name << " " << shapeString(tensor.shape)
-              << (path.empty() ? "" : " -> " + path) << "\n  "
-              << leadingValues(tensor, options.printCount) << std::endl;
-  }
+  if (Status status = emitOutputs(options, plan, *outputs, json); !status)
+    return reportError(status);
   if (options.bench) {
     auto latency = measure(**session, *inputs, options.bench);
     if (!latency)

@@ -4,12 +4,14 @@
 #include "flowc/runtime/GpuAbi.h"
 #include "flowc/runtime/Tuning.h"
 #include "gpu/LibraryKernels.h"
+#include "gpu/Nccl.h"
 #include "flowc/runtime/KernelAbi.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -529,9 +531,20 @@ public:
                                                  const std::vector<int64_t> &params,
                                                  int trials,
                                                  const std::vector<size_t> &floats);
-  /// Allocates the weights, arena, inputs and outputs on the device and
-  /// uploads the weights.
-  Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes);
+  /// Allocates the weights, arena, inputs and outputs on the device and,
+  /// when `upload`, uploads the weights.
+  Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes, bool upload);
+  /// Uploads the weights from `artifact` (the one the buffers were
+  /// allocated for).
+  Status upload(const Artifact &artifact);
+  /// The weights' block (every weight at its offset) as a broadcast's rank.
+  gpu::BroadcastRank weightsRank() const {
+    return {device_.ordinal, weightsBlock_, stream_};
+  }
+  uint64_t weightsBlockBytes() const { return weightsBlockBytes_; }
+  /// Waits for everything queued on the stream.
+  Status finishQueued();
+  const std::string &path() const { return path_; }
   Status run(const std::vector<const void *> &inputs, const std::vector<void *> &outputs,
              const std::function<void(void **)> &callEntry);
   uint64_t arenaBytes() const { return arenaBytes_; }
@@ -578,8 +591,11 @@ private:
   void runEntry(void **args, const std::function<void(void **)> &callEntry);
   void captureAndLaunch(void **args, const std::function<void(void **)> &callEntry);
   void dropGraph();
+  /// The buffers of `sizes` in one allocation (nothing when all are empty);
+  /// `blockBytes`, when given, receives the allocation's size.
   Expected<std::vector<CUdeviceptr>> allocateBlock(const std::vector<uint64_t> &sizes,
-                                                   const std::string &what);
+                                                   const std::string &what,
+                                                   uint64_t *blockBytes = nullptr);
   Status allocateStaging(uint64_t largestCopy);
   Status uploadWeights(const Artifact &artifact);
   Status copyToDevice(CUdeviceptr device, const char *host, uint64_t bytes);
@@ -603,6 +619,9 @@ private:
   /// Allocations of the session's lifetime: weights, arena, inputs, outputs.
   std::vector<CUdeviceptr> blocks_;
   std::vector<CUdeviceptr> weights_, inputs_, outputs_;
+  /// The weights' allocation (0 when there are none) and its size.
+  CUdeviceptr weightsBlock_ = 0;
+  uint64_t weightsBlockBytes_ = 0;
   std::vector<uint64_t> inputBytes_, outputBytes_;
   CUdeviceptr arena_ = 0;
   uint64_t arenaBytes_ = 0;
@@ -1061,7 +1080,8 @@ Status GpuContext::synchronizeStream() {
 }
 
 Expected<std::vector<CUdeviceptr>>
-GpuContext::allocateBlock(const std::vector<uint64_t> &sizes, const std::string &what) {
+GpuContext::allocateBlock(const std::vector<uint64_t> &sizes, const std::string &what,
+                          uint64_t *blockBytes) {
   // One allocation with every buffer at an aligned offset: one cuMemAlloc
   // instead of one per weight.
   std::vector<uint64_t> offsets;
@@ -1074,6 +1094,8 @@ GpuContext::allocateBlock(const std::vector<uint64_t> &sizes, const std::string 
       return resourceExhausted(what + " of '" + path_ + "' exceed what can be allocated");
   }
   std::vector<CUdeviceptr> buffers(sizes.size(), 0);
+  if (blockBytes)
+    *blockBytes = total;
   if (total == 0)
     return buffers;
   CUdeviceptr base = 0;
@@ -1150,7 +1172,8 @@ Status GpuContext::allocateStaging(uint64_t largestCopy) {
   return Status::ok();
 }
 
-Status GpuContext::allocateBuffers(const Artifact &artifact, uint64_t arenaBytes) {
+Status GpuContext::allocateBuffers(const Artifact &artifact, uint64_t arenaBytes,
+                                   bool upload) {
   const Plan &plan = artifact.plan();
   std::vector<uint64_t> weightBytes;
   for (size_t i = 0; i < plan.weights.size(); ++i)
@@ -1168,14 +1191,28 @@ Status GpuContext::allocateBuffers(const Artifact &artifact, uint64_t arenaBytes
   // Everything is allocated before the (long) upload, so that a model too
   // large for the device fails at once.
   FLOWC_RETURN_IF_ERROR(allocateStaging(largest));
-  FLOWC_ASSIGN_OR_RETURN(weights_, allocateBlock(weightBytes, "the weights"));
+  FLOWC_ASSIGN_OR_RETURN(weights_,
+                         allocateBlock(weightBytes, "the weights", &weightsBlockBytes_));
+  weightsBlock_ = weightsBlockBytes_ > 0 ? blocks_.back() : 0;
   FLOWC_ASSIGN_OR_RETURN(std::vector<CUdeviceptr> arena,
                          allocateBlock({arenaBytes}, "the activation arena"));
   arena_ = arena[0];
   arenaBytes_ = arenaBytes;
   FLOWC_ASSIGN_OR_RETURN(inputs_, allocateBlock(inputBytes_, "the inputs"));
   FLOWC_ASSIGN_OR_RETURN(outputs_, allocateBlock(outputBytes_, "the outputs"));
+  return upload ? uploadWeights(artifact) : Status::ok();
+}
+
+Status GpuContext::upload(const Artifact &artifact) {
+  ActiveGpu active(*this);
+  FLOWC_RETURN_IF_ERROR(takeFailure());
   return uploadWeights(artifact);
+}
+
+Status GpuContext::finishQueued() {
+  ActiveGpu active(*this);
+  FLOWC_RETURN_IF_ERROR(takeFailure());
+  return synchronizeStream();
 }
 
 Status GpuContext::uploadWeights(const Artifact &artifact) {
@@ -1285,7 +1322,7 @@ Status GpuContext::runSteps(const std::vector<const void *> &inputs,
 }
 
 Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
-                                const SessionOptions &options) {
+                                const SessionOptions &options, bool uploadWeights) {
   const std::string &path = artifact.path();
   // What the code says of itself is checked first: it needs no device.
   FLOWC_ASSIGN_OR_RETURN(GpuCode code, readGpuCode(library, path));
@@ -1320,8 +1357,72 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
   GpuContextPtr context(new GpuContext(*gpu, options.gpuDevice, path));
   FLOWC_RETURN_IF_ERROR(context->start());
   FLOWC_RETURN_IF_ERROR(context->load(code, std::move(tuning)));
-  FLOWC_RETURN_IF_ERROR(context->allocateBuffers(artifact, code.arenaBytes));
+  FLOWC_RETURN_IF_ERROR(
+      context->allocateBuffers(artifact, code.arenaBytes, uploadWeights));
   return context;
+}
+
+namespace {
+
+/// Broadcasts `source`'s weights to `replicas` through NCCL, restoring the
+/// thread's current context after it (NCCL sets devices as it goes).
+Status broadcastWeights(const Driver &driver, GpuContext &source,
+                        const std::vector<GpuContext *> &replicas) {
+  std::vector<gpu::BroadcastRank> ranks = {source.weightsRank()};
+  for (GpuContext *replica : replicas)
+    ranks.push_back(replica->weightsRank());
+  auto synchronize = [&](const gpu::BroadcastRank &rank) {
+    GpuContext &context =
+        rank.ordinal == source.device().ordinal
+            ? source
+            : **std::find_if(replicas.begin(), replicas.end(), [&](GpuContext *replica) {
+                return replica->device().ordinal == rank.ordinal;
+              });
+    return context.finishQueued();
+  };
+  CUcontext previous = nullptr;
+  if (driver.ctxGetCurrent(&previous) != kCudaSuccess)
+    previous = nullptr;
+  // The source's upload has finished (uploadWeights waits for it).
+  Status status = gpu::ncclBroadcast(ranks, source.weightsBlockBytes(), synchronize);
+  if (CUresult result = driver.ctxSetCurrent(previous); result != kCudaSuccess)
+    spdlog::warn("restoring the thread's CUDA context after NCCL: {}",
+                 errorText(driver, result));
+  return status;
+}
+
+} // namespace
+
+Expected<ReplicaWeights> copyGpuWeights(GpuContext &source,
+                                        const std::vector<GpuContext *> &replicas,
+                                        const Artifact &artifact) {
+  ReplicaWeights copy;
+  copy.bytes = source.weightsBlockBytes();
+  if (replicas.empty() || copy.bytes == 0)
+    return copy;
+  auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  Expected<std::string> nccl = gpu::ncclVersion();
+  if (!nccl) {
+    // Slower, never wrong: each device reads the artifact as one session
+    // would.
+    spdlog::warn("the weights of '{}' are uploaded to each GPU from the artifact: {}",
+                 source.path(), nccl.status().message());
+    for (GpuContext *replica : replicas)
+      FLOWC_RETURN_IF_ERROR(replica->upload(artifact));
+    copy.method = "upload";
+    copy.seconds = seconds();
+    return copy;
+  }
+  if (Status status = broadcastWeights(processGpu()->driver, source, replicas); !status)
+    return status.withContext("broadcasting the weights of '" + source.path() +
+                              "' from " + source.device().label() + " with " + *nccl);
+  copy.method = *nccl;
+  copy.seconds = seconds();
+  return copy;
 }
 
 uint64_t gpuArenaBytes(const GpuContext &gpu) { return gpu.arenaBytes(); }

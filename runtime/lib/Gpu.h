@@ -66,9 +66,19 @@ using GpuContextPtr = std::unique_ptr<GpuContext, GpuContextDeleter>;
 /// the code lacks a GPU symbol, FailedPrecondition for another GPU or kernel ABI or
 /// another capability than the device's, Unavailable without a GPU or the CUDA libraries,
 /// Unimplemented when this runtime was built without them, ResourceExhausted when device
-/// memory runs out, Internal for other CUDA errors.
+/// memory runs out, Internal for other CUDA errors. `uploadWeights` false
+/// leaves the weights' buffers for copyGpuWeights to fill.
 Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
-                                const SessionOptions &options);
+                                const SessionOptions &options, bool uploadWeights = true);
+
+/// Gives each of `replicas` (bound from `artifact` without uploading their
+/// weights, each on a device of its own) the weights `source` holds: one
+/// NCCL broadcast from its device; when NCCL cannot be loaded, each
+/// uploads them from the artifact (and a warning says why). Errors name
+/// the NCCL or CUDA call.
+Expected<ReplicaWeights> copyGpuWeights(GpuContext &source,
+                                        const std::vector<GpuContext *> &replicas,
+                                        const Artifact &artifact);
 
 /// Bytes of the activation arena `gpu` holds on the device (0: none).
 uint64_t gpuArenaBytes(const GpuContext &gpu);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <climits>
@@ -214,6 +215,40 @@ Session::~Session() {
 
 Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> artifact,
                                                    SessionOptions options) {
+  return createWith(std::move(artifact), std::move(options), /*uploadWeights=*/true);
+}
+
+Expected<Replicas> Session::createReplicas(std::shared_ptr<Artifact> artifact,
+                                           SessionOptions options,
+                                           const std::vector<int> &devices) {
+  if (devices.empty())
+    return invalidArgument("replicas need at least one GPU device");
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (std::find(devices.begin(), devices.begin() + static_cast<ptrdiff_t>(i),
+                  devices[i]) != devices.begin() + static_cast<ptrdiff_t>(i))
+      return invalidArgument("GPU device " + std::to_string(devices[i]) +
+                             " is named twice: a replica per device");
+  Replicas replicas;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    options.gpuDevice = devices[i];
+    FLOWC_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                           createWith(artifact, options, /*uploadWeights=*/i == 0));
+    if (!session->gpu_)
+      return invalidArgument("'" + artifact->path() +
+                             "' is CPU code: replicas are for CUDA code, one per GPU");
+    replicas.sessions.push_back(std::move(session));
+  }
+  std::vector<GpuContext *> others;
+  for (size_t i = 1; i < replicas.sessions.size(); ++i)
+    others.push_back(replicas.sessions[i]->gpu_.get());
+  FLOWC_ASSIGN_OR_RETURN(replicas.weights,
+                         copyGpuWeights(*replicas.sessions[0]->gpu_, others, *artifact));
+  return replicas;
+}
+
+Expected<std::unique_ptr<Session>> Session::createWith(std::shared_ptr<Artifact> artifact,
+                                                       SessionOptions options,
+                                                       bool uploadWeights) {
   if (options.threads < 0)
     return invalidArgument("thread count " + std::to_string(options.threads) +
                            " is negative");
@@ -228,7 +263,7 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<Artifact> art
   }
   std::unique_ptr<Session> session(new Session(artifact, library, entry, options));
   if (isGpuCode(library))
-    FLOWC_RETURN_IF_ERROR(session->bindDevice());
+    FLOWC_RETURN_IF_ERROR(session->bindDevice(uploadWeights));
   else
     FLOWC_RETURN_IF_ERROR(session->bindHost());
   if (options.profile)
@@ -265,8 +300,8 @@ const char *gpuChoiceSourceName(GpuKernelChoice::Source source) {
   return "unknown";
 }
 
-Status Session::bindDevice() {
-  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_, options_));
+Status Session::bindDevice(bool uploadWeights) {
+  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_, options_, uploadWeights));
   arenaBytes_ = gpuArenaBytes(*gpu_);
   return Status::ok();
 }

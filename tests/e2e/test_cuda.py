@@ -155,8 +155,78 @@ def test_on_the_gpu_a_device_that_is_not_there_is_refused(flowc, models, tmp_pat
     np.save(x, inputs["image"])
     ran = flowc.run("run", artifact, "--input", f"image={x}", "--gpu-device", "1023",
                     check=False)
-    assert ran.returncode == 2, ran.stderr
+    assert ran.returncode == 3, ran.stderr
     assert "there is no GPU device 1023: the driver sees" in ran.stderr
+
+
+def test_replicas_are_refused_in_one_line_without_a_gpu_or_with_bad_devices(
+        flowc, models, tmp_path):
+    """--gpu-devices: a malformed list is a usage error (exit 2), a repeated
+    device or CPU code bad input (exit 3), before any device opens; without
+    a GPU, the one line and exit 5."""
+    path, inputs = models["cnn"]
+    artifact = tmp_path / "cnn.fca"
+    flowc.submit(path, artifact, "--target", "cuda:sm_90")
+    x = tmp_path / "x.npy"
+    np.save(x, inputs["image"])
+    run = ["run", artifact, "--input", f"image={x}"]
+    for bad in (["--gpu-devices", "0,x"], ["--gpu-devices", "0,1024"],
+                ["--gpu-devices", "-1"], ["--gpu-devices", "0", "--gpu-device", "1"],
+                ["--gpu-devices", "0", "--profile"]):
+        ran = flowc.run(*run, *bad, check=False)
+        assert ran.returncode == 2 and "--gpu-devices" in ran.stderr, (bad, ran.stderr)
+    ran = flowc.run(*run, "--gpu-devices", "1,0,1", check=False)
+    assert ran.returncode == 3, ran.stderr
+    assert "GPU device 1 is named twice" in ran.stderr
+    # CPU code has no replicas.
+    cpu = tmp_path / "cnn-cpu.fca"
+    flowc.submit(path, cpu)
+    ran = flowc.run("run", cpu, "--input", f"image={x}", "--gpu-devices", "0", check=False)
+    assert ran.returncode == 3, ran.stderr
+    assert "is CPU code: replicas are for CUDA code" in ran.stderr
+    target, _ = device_target()
+    if target is not None:
+        return
+    ran = flowc.run(*run, "--gpu-devices", "0,1", check=False)
+    assert ran.returncode == EXIT_UNAVAILABLE, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs an NVIDIA GPU" in lines[0], lines
+
+
+def test_on_the_gpu_replicas_match_one_session(flowc, models, tmp_path):
+    """Replicas on every GPU of the target's capability: the first device's
+    outputs are one session's, and every other device's equal them (they run
+    the first one's kernels, on weights broadcast through NCCL)."""
+    target, why_not = device_target()
+    if target is None:
+        pytest.skip(why_not)
+    path, inputs = models["block"]
+    artifact = tmp_path / "block.fca"
+    flowc.submit(path, artifact, "--target", target)
+    x = tmp_path / "x.npy"
+    np.save(x, inputs["x"])
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,compute_cap",
+                          "--format=csv,noheader"], capture_output=True, text=True,
+                         check=True)
+    chip = target.split("_")[1]
+    devices = [line.split(",")[0].strip() for line in smi.stdout.splitlines()
+               if line.split(",")[1].strip().replace(".", "") == chip]
+    one = json.loads(flowc.run("run", artifact, "--input", f"x={x}", "--json",
+                               "--print", "64").stdout)
+    ran = json.loads(flowc.run("run", artifact, "--input", f"x={x}", "--json",
+                               "--print", "64", "--gpu-devices", ",".join(devices),
+                               "--bench", "5").stdout)
+    assert [r["device"] for r in ran["replicas"]] == [int(d) for d in devices]
+    np.testing.assert_allclose(ran["outputs"][0]["values"], one["outputs"][0]["values"],
+                               rtol=1e-5, atol=1e-6)
+    assert all(r["max_abs_difference"] == 0 for r in ran["replicas"]), ran["replicas"]
+    assert all(r["median_ms"] > 0 for r in ran["replicas"])
+    assert ran["runs_per_second"] > 0
+    assert ran["weights"]["bytes"] > 0
+    if len(devices) == 1:
+        assert ran["weights"]["method"] == "", ran["weights"]
+    else:
+        assert ran["weights"]["method"].startswith(("NCCL ", "upload")), ran["weights"]
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])

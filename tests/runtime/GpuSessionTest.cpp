@@ -10,6 +10,7 @@
 #include "flowc/runtime/KernelAbi.h"
 #include "gpu/Coalesce.h"
 #include "gpu/LibraryKernels.h"
+#include "gpu/Nccl.h"
 #include "flowc/runtime/GpuAbi.h"
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tensor.h"
@@ -584,6 +585,44 @@ TEST(GpuSessionTest, CudaCodeWithoutItsLoadFunctionIsDataLoss) {
               StatusIs(StatusCode::DataLoss, "CUDA code lacks one of flowc_gpu_table"));
 }
 
+// NCCL opens and names its version without a GPU: the dlopen binding of
+// every function the replicas' weight broadcast calls is checked here,
+// where no broadcast can run.
+TEST(GpuNcclTest, NcclOpensWithoutAGpu) {
+  Expected<std::string> version = gpu::ncclVersion();
+  if (!version && version.status().code() == StatusCode::Unimplemented)
+    GTEST_SKIP() << version.status().message();
+  ASSERT_TRUE(version) << version.status().toString();
+  EXPECT_THAT(*version, ::testing::MatchesRegex("NCCL 2\\.[0-9]+\\.[0-9]+"));
+  // A broadcast needs somewhere to go: refused before any communicator.
+  EXPECT_THAT(gpu::ncclBroadcast({{0, 0, nullptr}}, 16,
+                                 [](const gpu::BroadcastRank &) { return Status::ok(); }),
+              StatusIs(StatusCode::InvalidArgument, "two devices or more"));
+}
+
+// Replicas need devices, each once: refused before any device is touched.
+TEST(GpuReplicaTest, NoDevicesOrARepeatedOneAreRefused) {
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  EXPECT_THAT(Session::createReplicas(*artifact, {}, {}),
+              StatusIs(StatusCode::InvalidArgument, "at least one GPU device"));
+  EXPECT_THAT(Session::createReplicas(*artifact, {}, {1, 0, 1}),
+              StatusIs(StatusCode::InvalidArgument, "GPU device 1 is named twice"));
+}
+
+// Without a GPU, replicas fail as a session does: in one line.
+TEST(GpuReplicaTest, WithoutAGpuReplicasAreUnavailable) {
+  if (Expected<GpuDevice> device = openGpu())
+    GTEST_SKIP() << "a GPU is present: " << device->description();
+  TempDir dir;
+  auto artifact = cudaArtifact(dir, {});
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  auto replicas = Session::createReplicas(*artifact, {}, {0, 1});
+  ASSERT_THAT(replicas, StatusIs(StatusCode::Unavailable, "needs an NVIDIA GPU"));
+  EXPECT_EQ(replicas.status().message().find('\n'), std::string::npos);
+}
+
 /// Tests that need a GPU; skipped, saying why, without one.
 class GpuSessionOnDeviceTest : public ::testing::Test {
 protected:
@@ -634,6 +673,37 @@ TEST_F(GpuSessionOnDeviceTest, RunsOnTheDeviceItIsGiven) {
   EXPECT_THAT(createSession({}, {.gpuDevice = last + 1}),
               StatusIs(StatusCode::NotFound,
                        "there is no GPU device " + std::to_string(last + 1)));
+}
+
+// Replicas on every device of this GPU's capability each run the graph on
+// the weights they were given: uploaded to the first, broadcast from there
+// through NCCL to the others (with one device, nothing to copy).
+TEST_F(GpuSessionOnDeviceTest, ReplicasOnEachDeviceRunTheGraph) {
+  Expected<std::vector<GpuDevice>> devices = listGpus();
+  ASSERT_TRUE(devices) << devices.status().toString();
+  std::vector<int> ordinals;
+  for (const GpuDevice &other : *devices)
+    if (other.capability == device.capability)
+      ordinals.push_back(other.ordinal);
+  if (ordinals.size() < 2)
+    std::cout << "one device of sm_" << device.capability
+              << ": replicas without a broadcast (the broadcast needs two)\n";
+  // Large enough for several staging chunks on the first device.
+  CudaCode code{.capability = device.capability, .elements = int64_t{6} << 20};
+  auto artifact = cudaArtifact(dir, code);
+  ASSERT_TRUE(artifact) << artifact.status().toString();
+  auto replicas = Session::createReplicas(*artifact, {}, ordinals);
+  ASSERT_TRUE(replicas) << replicas.status().toString();
+  ASSERT_EQ(replicas->sessions.size(), ordinals.size());
+  for (const std::unique_ptr<Session> &session : replicas->sessions)
+    expectAdds(*session, code.elements, 3);
+  EXPECT_GE(replicas->weights.bytes, static_cast<uint64_t>(code.elements) * 4);
+  if (ordinals.size() == 1) {
+    EXPECT_EQ(replicas->weights.method, "");
+    return;
+  }
+  Expected<std::string> nccl = gpu::ncclVersion();
+  EXPECT_EQ(replicas->weights.method, nccl ? *nccl : "upload");
 }
 
 // The add model runs on the device: weights uploaded at creation, inputs

@@ -1,7 +1,8 @@
 // Executes an artifact: loads its code object and runs the graph. CPU code
 // binds the packed weights in place (no copy) and connects its library
 // kernels; CUDA code (flowc/runtime/GpuAbi.h) gets the weights uploaded to
-// device 0 once and the graph's buffers in device memory.
+// its GPU once and the graph's buffers in device memory. Replicas run CUDA
+// code on several GPUs of the machine, its weights read once.
 #pragma once
 
 #include "flowc/runtime/Artifact.h"
@@ -108,6 +109,27 @@ struct RunProfile {
 
 struct ProfileRecorder;
 
+/// How the replicas of CUDA code on several GPUs got their weights.
+struct ReplicaWeights {
+  /// "NCCL 2.28.9": broadcast from the first device with that NCCL;
+  /// "upload": each device from the artifact (NCCL could not be loaded);
+  /// empty: nothing to copy (one device, or no weights).
+  std::string method;
+  /// Bytes each device holds (the weights' block, alignment included).
+  uint64_t bytes = 0;
+  /// Copying them to the devices after the first.
+  double seconds = 0;
+};
+
+class Session;
+
+/// CUDA code on several GPUs: a session per device, the first device's
+/// first.
+struct Replicas {
+  std::vector<std::unique_ptr<Session>> sessions;
+  ReplicaWeights weights;
+};
+
 class Session {
 public:
   ~Session();
@@ -121,6 +143,17 @@ public:
   /// and ResourceExhausted when its weights do not fit in device memory.
   static Expected<std::unique_ptr<Session>> create(std::shared_ptr<Artifact> artifact,
                                                    SessionOptions options = {});
+
+  /// CUDA code on each of `devices` (the driver's ordinals, distinct; the
+  /// first one's session first), for running inputs in parallel on a
+  /// machine's GPUs. The weights are read from the artifact once, uploaded
+  /// to the first device, and broadcast from there to the others through
+  /// NCCL (Replicas::weights says how they went). Each session runs as
+  /// create() made it: `options.gpuDevice` is ignored. InvalidArgument for
+  /// no devices, a repeated one or CPU code; create()'s errors otherwise.
+  static Expected<Replicas> createReplicas(std::shared_ptr<Artifact> artifact,
+                                           SessionOptions options,
+                                           const std::vector<int> &devices);
 
   const Plan &plan() const { return artifact_->plan(); }
 
@@ -163,8 +196,13 @@ public:
 private:
   /// Prepares CPU code: library kernels, thread count and arena.
   Status bindHost();
-  /// Prepares CUDA code on device 0 (Gpu.h's bindGpu).
-  Status bindDevice();
+  /// create(), its weights uploaded unless `uploadWeights` is false (CUDA
+  /// code only: the replicas').
+  static Expected<std::unique_ptr<Session>> createWith(std::shared_ptr<Artifact> artifact,
+                                                       SessionOptions options,
+                                                       bool uploadWeights);
+  /// Prepares CUDA code on options_.gpuDevice (Gpu.h's bindGpu).
+  Status bindDevice(bool uploadWeights);
   Status startProfiling();
   void applyThreads() const;
   Status allocateArena();
