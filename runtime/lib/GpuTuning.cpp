@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 
 namespace flowc::runtime {
 
@@ -18,6 +19,7 @@ constexpr size_t kMaxKnobs = 64;
 constexpr std::string_view kCudnnPrefix = "cudnn:";
 constexpr std::string_view kCublasLtPrefix = "cublaslt:";
 constexpr std::string_view kFusedEpilogue = "epilogue=fused";
+constexpr std::string_view kSplitField = ";split=";
 
 /// A non-negative decimal integer below 2^31 (every id and attribute the
 /// libraries have is an int32 or an enum), all of `text`.
@@ -118,6 +120,35 @@ Expected<GpuCandidate> parseCublasLt(std::string_view body, const std::string &w
   return candidate;
 }
 
+const char *axisName(TensorSplit::Axis axis) {
+  return axis == TensorSplit::Axis::Columns ? "columns" : "rows";
+}
+
+/// `columns/K` or `rows/K`, K from 2 to kMaxSplitWays.
+Expected<TensorSplit> parseSplit(std::string_view text, const std::string &what) {
+  auto bad = [&] {
+    return invalidArgument(what + ": split '" + std::string(text.substr(0, 40)) +
+                           "' is not 'columns/K' or 'rows/K' with K from 2 to " +
+                           std::to_string(kMaxSplitWays));
+  };
+  size_t slash = text.find('/');
+  if (slash == std::string_view::npos)
+    return bad();
+  TensorSplit split;
+  std::string_view axis = text.substr(0, slash);
+  if (axis == "columns")
+    split.axis = TensorSplit::Axis::Columns;
+  else if (axis == "rows")
+    split.axis = TensorSplit::Axis::Rows;
+  else
+    return bad();
+  std::optional<int64_t> ways = smallInteger(text.substr(slash + 1));
+  if (!ways || *ways < 2 || *ways > kMaxSplitWays)
+    return bad();
+  split.ways = *ways;
+  return split;
+}
+
 } // namespace
 
 std::string librarySignature(KernelKind kind, const std::vector<int64_t> &params) {
@@ -128,19 +159,23 @@ std::string librarySignature(KernelKind kind, const std::vector<int64_t> &params
 }
 
 std::string formatGpuCandidate(const GpuCandidate &candidate) {
+  std::string text;
   if (candidate.library == GpuCandidate::Library::Cudnn) {
-    std::string text = "cudnn:engine=" + std::to_string(candidate.id) + ";knobs=";
+    text = "cudnn:engine=" + std::to_string(candidate.id) + ";knobs=";
     for (size_t i = 0; i < candidate.knobs.size(); ++i)
       text += (i ? "," : "") + std::to_string(candidate.knobs[i].first) + ":" +
               std::to_string(candidate.knobs[i].second);
     if (candidate.fusedEpilogue)
       text += ";" + std::string(kFusedEpilogue);
-    return text;
+  } else {
+    text = "cublaslt:algo=" + std::to_string(candidate.id);
+    for (size_t i = 0; i < std::size(kCublasLtConfigFields); ++i)
+      text += std::string(";") + kCublasLtConfigFields[i] + "=" +
+              std::to_string(i < candidate.config.size() ? candidate.config[i] : 0);
   }
-  std::string text = "cublaslt:algo=" + std::to_string(candidate.id);
-  for (size_t i = 0; i < std::size(kCublasLtConfigFields); ++i)
-    text += std::string(";") + kCublasLtConfigFields[i] + "=" +
-            std::to_string(i < candidate.config.size() ? candidate.config[i] : 0);
+  if (candidate.split)
+    text += std::string(kSplitField) + axisName(candidate.split->axis) + "/" +
+            std::to_string(candidate.split->ways);
   return text;
 }
 
@@ -150,16 +185,58 @@ Expected<GpuCandidate> parseGpuCandidate(std::string_view text) {
   if (text.size() > kMaxCandidateBytes)
     return invalidArgument(what + " is longer than " +
                            std::to_string(kMaxCandidateBytes) + " bytes");
-  if (text.substr(0, kCudnnPrefix.size()) == kCudnnPrefix)
-    return parseCudnn(text.substr(kCudnnPrefix.size()), what);
-  if (text.substr(0, kCublasLtPrefix.size()) == kCublasLtPrefix)
-    return parseCublasLt(text.substr(kCublasLtPrefix.size()), what);
-  return invalidArgument(what + ": not 'cudnn:...' nor 'cublaslt:...'");
+  // The split is the last field of either library's candidate.
+  std::optional<TensorSplit> split;
+  if (size_t at = text.find(kSplitField); at != std::string_view::npos) {
+    FLOWC_ASSIGN_OR_RETURN(split, parseSplit(text.substr(at + kSplitField.size()), what));
+    text = text.substr(0, at);
+  }
+  Expected<GpuCandidate> candidate =
+      text.substr(0, kCudnnPrefix.size()) == kCudnnPrefix
+          ? parseCudnn(text.substr(kCudnnPrefix.size()), what)
+      : text.substr(0, kCublasLtPrefix.size()) == kCublasLtPrefix
+          ? parseCublasLt(text.substr(kCublasLtPrefix.size()), what)
+          : Expected<GpuCandidate>(
+                invalidArgument(what + ": not 'cudnn:...' nor 'cublaslt:...'"));
+  if (candidate)
+    candidate->split = split;
+  return candidate;
 }
 
-bool isGpuCandidateOf(KernelKind kind, std::string_view text) {
+Status checkTensorSplit(KernelKind kind, const std::vector<int64_t> &params,
+                        const TensorSplit &split) {
+  std::string ways = std::to_string(split.ways);
+  auto divides = [&](int64_t extent, const std::string &what) -> Status {
+    if (extent > 0 && extent % split.ways == 0)
+      return Status::ok();
+    return invalidArgument("a split " + ways + " ways does not divide the " + what +
+                           " (" + std::to_string(extent) + ")");
+  };
+  bool columns = split.axis == TensorSplit::Axis::Columns;
+  if (kind == KernelKind::MatMul && params.size() >= sizeof(MatMulParams) / 8) {
+    MatMulParams p;
+    std::memcpy(&p, params.data(), sizeof p);
+    return columns ? divides(p.n, "product's columns")
+                   : divides(p.k, "product's reduction");
+  }
+  if (kind == KernelKind::Conv2d && params.size() >= sizeof(Conv2dParams) / 8) {
+    Conv2dParams p;
+    std::memcpy(&p, params.data(), sizeof p);
+    if (!columns)
+      return p.groups == 1
+                 ? divides(p.inChannels, "convolution's input channels")
+                 : invalidArgument("a grouped convolution (" + std::to_string(p.groups) +
+                                   " groups) splits by columns only");
+    FLOWC_RETURN_IF_ERROR(divides(p.outChannels, "convolution's output channels"));
+    return p.groups == 1 ? Status::ok() : divides(p.groups, "convolution's groups");
+  }
+  return invalidArgument(std::string("a ") + kernelKindName(kind) +
+                         " kernel of these parameters has no tensor-parallel split");
+}
+
+bool isGpuCandidateOf(KernelKind kind, std::string_view text, int64_t devices) {
   Expected<GpuCandidate> candidate = parseGpuCandidate(text);
-  if (!candidate)
+  if (!candidate || (candidate->split && candidate->split->ways != devices))
     return false;
   return kind == KernelKind::Conv2d
              ? candidate->library == GpuCandidate::Library::Cudnn
@@ -169,6 +246,11 @@ bool isGpuCandidateOf(KernelKind kind, std::string_view text) {
 
 std::string gpuTuningDevice(const std::string &name, int64_t capability) {
   return kGpuTuningDevicePrefix + name + " sm_" + std::to_string(capability);
+}
+
+std::string gpuGroupTuningDevice(const std::string &name, int64_t capability,
+                                 int64_t devices) {
+  return gpuTuningDevice(name, capability) + " x" + std::to_string(devices);
 }
 
 bool isGpuTuningDeviceOf(std::string_view device, int64_t capability) {

@@ -383,3 +383,38 @@ def test_on_the_gpu_trial_runs_become_records_later_sessions_use(flowc, models, 
     ours = flowc.execute(planned, inputs)
     for out, expected in onnxruntime_outputs(path, inputs).items():
         assert_close(ours[out], expected, rtol=1e-3)
+
+
+def test_on_the_gpu_a_split_candidate_is_set_aside(flowc, models, tmp_path):
+    """A tuning record whose candidate splits its site over two GPUs (tensor
+    parallel), filed under this one GPU and faster than any other: a session
+    on one GPU sets it aside with a warning and chooses by trial runs, and
+    the results stay onnxruntime's."""
+    target, why_not = device_target()
+    if target is None:
+        pytest.skip(why_not)
+    path, inputs = models["encoder"]
+    artifact = tmp_path / "encoder.fca"
+    flowc.submit(path, artifact, "--target", target)
+    x = tmp_path / "x.npy"
+    name, value = next(iter(inputs.items()))
+    np.save(x, value)
+    first = json.loads(flowc.run("run", artifact, "--input", f"{name}={x}",
+                                 "--json").stdout)["gpu_kernels"]
+    assert first["recorded"] > 0
+    exported = tmp_path / "records.json"
+    flowc.run("tuning", "export", "-o", exported)
+    document = json.loads(exported.read_text())
+    for record in document["records"]:
+        record["candidate"] += ";split=columns/2"
+        record["time_ns"] = 1
+        record["measured_ms"] += 1000
+    exported.write_text(json.dumps(document))
+    flowc.run("tuning", "import", exported)
+    ran = flowc.run("run", artifact, "--input", f"{name}={x}", "--json")
+    kernels = json.loads(ran.stdout)["gpu_kernels"]
+    assert "over 2 GPUs (tensor parallel" in ran.stderr and "set aside" in ran.stderr
+    assert kernels["record"] == 0 and kernels["trials"] > 0
+    ours = flowc.execute(artifact, inputs)
+    for out, expected in onnxruntime_outputs(path, inputs).items():
+        assert_close(ours[out], expected, rtol=1e-3)

@@ -841,12 +841,114 @@ TEST(GpuCandidateTest, MalformedCandidatesAreRefused) {
            "layout=any;impl=jit:avx2",
            std::string("cudnn:engine=1\0;knobs=", 22),
            manyKnobs,
-           "cudnn:engine=1;knobs=" + std::string(2000, '1')}) {
+           "cudnn:engine=1;knobs=" + std::string(2000, '1'),
+           "cudnn:engine=1;knobs=;split=",
+           "cudnn:engine=1;knobs=;split=columns",
+           "cudnn:engine=1;knobs=;split=columns/",
+           "cudnn:engine=1;knobs=;split=columns/1",
+           "cudnn:engine=1;knobs=;split=columns/0",
+           "cudnn:engine=1;knobs=;split=columns/65",
+           "cudnn:engine=1;knobs=;split=columns/02",
+           "cudnn:engine=1;knobs=;split=columns/-2",
+           "cudnn:engine=1;knobs=;split=diagonal/2",
+           "cudnn:engine=1;knobs=;split=columns/2;",
+           "cudnn:engine=1;knobs=;split=columns/2;epilogue=fused",
+           "cudnn:engine=1;knobs=;split=rows/2;split=rows/2",
+           "cudnn:engine=1;split=rows/2;knobs=",
+           "cudnn:engine=1;knobs=;epilogue=fused;split=Rows/2",
+           "cublaslt:algo=1" + cublas + ";split=rows/4x",
+           "cublaslt:algo=1;split=rows/4" + cublas}) {
     Expected<GpuCandidate> parsed = parseGpuCandidate(text);
     EXPECT_THAT(parsed, StatusIs(StatusCode::InvalidArgument, "GPU candidate '"))
         << "'" << text << "' parsed";
   }
   EXPECT_TRUE(parseGpuCandidate("cublaslt:algo=1" + cublas));
+}
+
+// A tensor-parallel split ends either library's candidate and parses back;
+// a plan on one GPU takes no split candidate, a group's only its own width.
+TEST(GpuCandidateTest, TensorSplitsParseBackAndNameTheirGroup) {
+  GpuCandidate conv;
+  conv.id = 7;
+  conv.knobs = {{1, 3}};
+  conv.fusedEpilogue = true;
+  conv.split = TensorSplit{TensorSplit::Axis::Columns, 4};
+  GpuCandidate matmul;
+  matmul.library = GpuCandidate::Library::CublasLt;
+  matmul.id = 21;
+  matmul.config = {15, 22, 1, 0, 1, 0, 0, 0};
+  matmul.split = TensorSplit{TensorSplit::Axis::Rows, 2};
+  EXPECT_EQ(formatGpuCandidate(conv),
+            "cudnn:engine=7;knobs=1:3;epilogue=fused;split=columns/4");
+  EXPECT_EQ(formatGpuCandidate(matmul),
+            "cublaslt:algo=21;tile=15;stages=22;splitk=1;reduction=0;swizzle=1;custom=0;"
+            "inner=0;cluster=0;split=rows/2");
+  for (const GpuCandidate &candidate : {conv, matmul}) {
+    std::string text = formatGpuCandidate(candidate);
+    Expected<GpuCandidate> parsed = parseGpuCandidate(text);
+    ASSERT_TRUE(parsed) << parsed.status().toString();
+    EXPECT_EQ(formatGpuCandidate(*parsed), text);
+    ASSERT_TRUE(parsed->split);
+    EXPECT_EQ(parsed->split->axis, candidate.split->axis);
+    EXPECT_EQ(parsed->split->ways, candidate.split->ways);
+  }
+  EXPECT_TRUE(parseGpuCandidate("cudnn:engine=1;knobs=;split=rows/64"));
+  std::string conv4 = formatGpuCandidate(conv);
+  EXPECT_FALSE(isGpuCandidateOf(KernelKind::Conv2d, conv4));
+  EXPECT_FALSE(isGpuCandidateOf(KernelKind::Conv2d, conv4, 2));
+  EXPECT_TRUE(isGpuCandidateOf(KernelKind::Conv2d, conv4, 4));
+  EXPECT_FALSE(isGpuCandidateOf(KernelKind::MatMul, conv4, 4));
+  EXPECT_TRUE(isGpuCandidateOf(KernelKind::MatMul, formatGpuCandidate(matmul), 2));
+  // A candidate without a split fits any group: the site runs on each.
+  conv.split.reset();
+  EXPECT_TRUE(isGpuCandidateOf(KernelKind::Conv2d, formatGpuCandidate(conv), 4));
+  // A group's records are never one GPU's.
+  std::string group = gpuGroupTuningDevice("NVIDIA H200", 90, 4);
+  EXPECT_EQ(group, "gpu NVIDIA H200 sm_90 x4");
+  EXPECT_FALSE(isGpuTuningDeviceOf(group, 90));
+  EXPECT_NE(group, gpuTuningDevice("NVIDIA H200", 90));
+}
+
+// A split must divide the axis it splits: a product's n or k, a
+// convolution's output or input channels (a grouped one by columns only,
+// its groups divisible too).
+TEST(GpuCandidateTest, TensorSplitsFitTheirSite) {
+  auto words = [](const auto &params) {
+    std::vector<int64_t> all(sizeof params / 8);
+    std::memcpy(all.data(), &params, sizeof params);
+    return all;
+  };
+  MatMulParams product{};
+  product.batch = 1;
+  product.m = 8;
+  product.n = 3072;
+  product.k = 768;
+  using Axis = TensorSplit::Axis;
+  EXPECT_TRUE(checkTensorSplit(KernelKind::MatMul, words(product), {Axis::Columns, 4}));
+  EXPECT_TRUE(checkTensorSplit(KernelKind::MatMul, words(product), {Axis::Rows, 3}));
+  EXPECT_THAT(checkTensorSplit(KernelKind::MatMul, words(product), {Axis::Rows, 5}),
+              StatusIs(StatusCode::InvalidArgument,
+                       "a split 5 ways does not divide the product's reduction (768)"));
+  Conv2dParams conv{};
+  conv.inChannels = 64;
+  conv.outChannels = 96;
+  conv.groups = 1;
+  EXPECT_TRUE(checkTensorSplit(KernelKind::Conv2d, words(conv), {Axis::Columns, 32}));
+  EXPECT_TRUE(checkTensorSplit(KernelKind::Conv2d, words(conv), {Axis::Rows, 64}));
+  EXPECT_THAT(checkTensorSplit(KernelKind::Conv2d, words(conv), {Axis::Columns, 64}),
+              StatusIs(StatusCode::InvalidArgument, "output channels (96)"));
+  Conv2dParams depthwise = conv;
+  depthwise.inChannels = depthwise.outChannels = depthwise.groups = 96;
+  EXPECT_TRUE(checkTensorSplit(KernelKind::Conv2d, words(depthwise), {Axis::Columns, 8}));
+  EXPECT_THAT(checkTensorSplit(KernelKind::Conv2d, words(depthwise), {Axis::Rows, 2}),
+              StatusIs(StatusCode::InvalidArgument, "splits by columns only"));
+  depthwise.groups = 3;
+  EXPECT_THAT(checkTensorSplit(KernelKind::Conv2d, words(depthwise), {Axis::Columns, 2}),
+              StatusIs(StatusCode::InvalidArgument, "convolution's groups (3)"));
+  EXPECT_THAT(checkTensorSplit(KernelKind::Softmax, {1, 2}, {Axis::Columns, 2}),
+              StatusIs(StatusCode::InvalidArgument, "has no tensor-parallel split"));
+  EXPECT_THAT(checkTensorSplit(KernelKind::MatMul, {1, 2}, {Axis::Columns, 2}),
+              StatusIs(StatusCode::InvalidArgument, "has no tensor-parallel split"));
 }
 
 // GPU records are keyed by the GPU's name and compute capability, never

@@ -754,7 +754,16 @@ private:
     std::string candidate;
     GpuKernelChoice::Source source;
   };
-  std::optional<Decided> decided(int64_t site, const std::string &signature);
+  /// A record's candidate for the site, else the plan's; one that splits
+  /// the site over several GPUs is passed over (runsOnOneDevice).
+  std::optional<Decided> decided(int64_t site, KernelKind kind,
+                                 const std::vector<int64_t> &params,
+                                 const std::string &signature);
+  /// Whether `decided` runs on one device; a tensor-parallel split does
+  /// not, and is set aside with a warning (saying too when it would not fit
+  /// the site).
+  bool runsOnOneDevice(int64_t site, KernelKind kind, const std::vector<int64_t> &params,
+                       const Decided &decided) const;
   /// Says that the decided candidate is not one the library lists here.
   void setAside(int64_t site, const char *kind, const Decided &decided);
   /// `words` as `Params`, the site in range (fails the run otherwise);
@@ -1208,15 +1217,37 @@ std::optional<ConvPlan> LibraryKernels::listedConvPlan(const Descriptor &graph,
 }
 
 std::optional<LibraryKernels::Decided>
-LibraryKernels::decided(int64_t site, const std::string &signature) {
+LibraryKernels::decided(int64_t site, KernelKind kind, const std::vector<int64_t> &params,
+                        const std::string &signature) {
+  std::optional<Decided> found;
   if (tuning_.record)
     if (std::optional<std::string> recorded = tuning_.record(signature);
         recorded && !recorded->empty())
-      return Decided{*recorded, GpuKernelChoice::Source::Record};
-  if (site >= 0 && static_cast<size_t>(site) < tuning_.planned.size() &&
+      found = Decided{*recorded, GpuKernelChoice::Source::Record};
+  if (found && !runsOnOneDevice(site, kind, params, *found))
+    found.reset();
+  if (!found && site >= 0 && static_cast<size_t>(site) < tuning_.planned.size() &&
       !tuning_.planned[site].empty())
-    return Decided{tuning_.planned[site], GpuKernelChoice::Source::Plan};
-  return std::nullopt;
+    found = Decided{tuning_.planned[site], GpuKernelChoice::Source::Plan};
+  if (found && !runsOnOneDevice(site, kind, params, *found))
+    found.reset();
+  return found;
+}
+
+bool LibraryKernels::runsOnOneDevice(int64_t site, KernelKind kind,
+                                     const std::vector<int64_t> &params,
+                                     const Decided &decided) const {
+  Expected<GpuCandidate> parsed = parseGpuCandidate(decided.candidate);
+  if (!parsed || !parsed->split)
+    return true;
+  Status fits = checkTensorSplit(kind, params, *parsed->split);
+  spdlog::warn(
+      "{} site {} of '{}': the {} candidate '{}' splits it over {} GPUs (tensor "
+      "parallel{}); a session runs on one, so it is set aside",
+      kernelKindName(kind), site, path_,
+      decided.source == GpuKernelChoice::Source::Record ? "tuning record's" : "plan's",
+      decided.candidate, parsed->split->ways, fits ? "" : ", and " + fits.message());
+  return false;
 }
 
 void LibraryKernels::setAside(int64_t site, const char *kind, const Decided &decided) {
@@ -1268,7 +1299,8 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
   choice.kind = "conv2d";
   choice.signature = librarySignature(KernelKind::Conv2d, paramWords(conv.params));
   // A record's or the plan's candidate, when the heuristics list it.
-  if (std::optional<Decided> known = decided(site, choice.signature)) {
+  if (std::optional<Decided> known =
+          decided(site, KernelKind::Conv2d, paramWords(conv.params), choice.signature)) {
     if (std::optional<ConvPlan> plan =
             listedConvPlan(graph, fusedGraph, known->candidate, conv.type)) {
       conv.plan = std::move(*plan);
@@ -1631,7 +1663,8 @@ std::unique_ptr<MatMulSite> LibraryKernels::createMatMul(int64_t site,
   choice.site = site;
   choice.kind = "matmul";
   choice.signature = librarySignature(KernelKind::MatMul, paramWords(p));
-  std::optional<Decided> known = decided(site, choice.signature);
+  std::optional<Decided> known =
+      decided(site, KernelKind::MatMul, paramWords(p), choice.signature);
   int requested = known ? std::max(trials_, kListedAlgorithms) : trials_;
   std::vector<cublasLtMatmulHeuristicResult_t> results(requested);
   int returned = 0;

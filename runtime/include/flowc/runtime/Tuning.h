@@ -112,10 +112,36 @@ Status pinMeasurementThreads();
 //           id and its configuration attributes.
 // Sessions time them in trial runs, and tuning records keyed by the GPU
 // (gpuTuningDevice) keep the fastest, so that later sessions skip the trials.
+//
+// Either may end in `;split=columns/K` or `;split=rows/K`: a tensor-parallel
+// split of the site over a group of K GPUs (docs/cuda.md, "Tensor-parallel
+// splits"). Its records are keyed by the group (gpuGroupTuningDevice), so
+// one-GPU sessions and compiles never read them, and a one-GPU session
+// given one (by the plan or a record) sets it aside with a warning.
 
 /// A GPU candidate's trial: one warm-up call, then this many timed calls;
 /// its record's time is their mean.
 inline constexpr int kGpuTrialRuns = 3;
+
+/// How a convolution or matrix product is split over a group of GPUs:
+/// each device holds 1/ways of the weight and computes its part.
+struct TensorSplit {
+  enum class Axis {
+    /// The output features (a product's n, a convolution's output
+    /// channels): each device computes its slice of the result, then an
+    /// all-gather gives every device the whole result.
+    Columns,
+    /// The reduction (a product's k, a convolution's input channels): each
+    /// device computes a partial sum over its slice of the input, then an
+    /// all-reduce adds them (bias, residual and activation after the sum).
+    Rows,
+  };
+  Axis axis = Axis::Columns;
+  /// Devices of the group, 2 to kMaxSplitWays.
+  int64_t ways = 2;
+};
+
+inline constexpr int64_t kMaxSplitWays = 64;
 
 /// A GPU candidate, parsed.
 struct GpuCandidate {
@@ -132,6 +158,8 @@ struct GpuCandidate {
   /// cuBLASLt: tile, stages, splitk, reduction, swizzle, custom, inner,
   /// cluster.
   std::vector<int64_t> config;
+  /// Tensor parallel: the site split over a group of GPUs.
+  std::optional<TensorSplit> split;
 };
 
 /// The cuBLASLt configuration fields, in text order.
@@ -146,15 +174,29 @@ std::string formatGpuCandidate(const GpuCandidate &candidate);
 /// values), repeated or unsorted knobs, more than 64 knobs, more than 1024
 /// bytes.
 Expected<GpuCandidate> parseGpuCandidate(std::string_view text);
-/// Whether `text` is a candidate of a `kind` kernel on the GPU (a conv2d's
-/// is cuDNN's, a matmul's cuBLASLt's).
-bool isGpuCandidateOf(KernelKind kind, std::string_view text);
+/// Whether `text` is a candidate of a `kind` kernel for a plan on a group
+/// of `devices` GPUs (a conv2d's is cuDNN's, a matmul's cuBLASLt's): one
+/// without a split, or one split exactly `devices` ways. Every plan now is
+/// for one GPU.
+bool isGpuCandidateOf(KernelKind kind, std::string_view text, int64_t devices = 1);
+/// Whether `split` fits a `kind` kernel of `params` (KernelAbi.h's words):
+/// a convolution or product whose split axis `ways` divides, and for a
+/// grouped convolution, columns only and its groups divisible too.
+/// InvalidArgument saying what does not divide otherwise.
+Status checkTensorSplit(KernelKind kind, const std::vector<int64_t> &params,
+                        const TensorSplit &split);
 
 /// What every GPU tuning device starts with.
 inline constexpr const char *kGpuTuningDevicePrefix = "gpu ";
 /// The device part of GPU tuning records: "gpu NVIDIA H200 sm_90", from
 /// the GPU's name and compute capability (90 for sm_90).
 std::string gpuTuningDevice(const std::string &name, int64_t capability);
+/// The device part of records timed on a group of `devices` GPUs of one
+/// kind (tensor-parallel splits): "gpu NVIDIA H200 sm_90 x4". Not a GPU
+/// tuning device of any capability (isGpuTuningDeviceOf): one GPU's
+/// sessions and compiles never read its records.
+std::string gpuGroupTuningDevice(const std::string &name, int64_t capability,
+                                 int64_t devices);
 /// Whether `device` is a GPU tuning device of compute capability
 /// `capability`.
 bool isGpuTuningDeviceOf(std::string_view device, int64_t capability);
