@@ -28,6 +28,13 @@ Search gain = flowc ms with `--gpu-trials 1 --no-gpu-records` (cuDNN's and
 cuBLASLt's first choices) / flowc ms with the trial runs' choices. 1st run
 ms: the first `flowc run` on a fresh cache (trial runs included, their
 timings recorded), then a second one (the records decide: no trials).
+
+--replicas MODELS: on a machine with two GPUs or more of the target's
+compute capability, each model (batch 8 at the last precision) also runs
+`flowc run --gpu-devices` on all of them: runs per second of all the
+devices at once against one device, and the weights' NCCL broadcast
+against torch.cuda.comm.broadcast of as many bytes over the same devices
+(the peer). With one such GPU it says so and times nothing.
 """
 import argparse
 import contextlib
@@ -194,6 +201,76 @@ def bench(model, batch, precision, target, args, root):
             "ok": within_bound(error, torch_error, precision) and memcheck != "errors"}
 
 
+def local_devices(target):
+    """The ordinals of this machine's GPUs of `target`'s compute capability."""
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,compute_cap",
+                          "--format=csv,noheader"], capture_output=True, text=True,
+                         check=True).stdout
+    chip = target.split("_")[1]
+    fields = [line.split(",") for line in smi.splitlines() if "," in line]
+    return [int(index) for index, cap in fields if cap.strip().replace(".", "") == chip]
+
+
+def torch_broadcast_ms(nbytes, devices, runs):
+    """torch.cuda.comm.broadcast of `nbytes` from the first device to all:
+    median ms (NCCL's communicator made by a warm-up call first)."""
+    import torch
+    source = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{devices[0]}")
+
+    def call():
+        torch.cuda.comm.broadcast(source, devices)
+        for device in devices:
+            torch.cuda.synchronize(device)
+
+    call()
+    return model_bench.median_p90(call, runs)[0]
+
+
+def bench_replicas(model, target, args, root):
+    """Replicas of `model` on every local GPU of the target's capability."""
+    devices = local_devices(target)
+    if len(devices) < 2:
+        print(f"replicas: {len(devices)} GPU of {target} here; the weights' broadcast "
+              "and several devices at once need two", flush=True)
+        return
+    batch, precision = 8, args.precisions.split(",")[-1]
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f"{model}-replicas-", dir=root))
+    if model in EXAMPLES:
+        onnx_path, inputs = example_model(model, root)
+        batch = 1
+    else:
+        onnx_path, inputs = model_bench.export(model, batch, root / "models" / f"b{batch}")
+    names = [i.name for i in ort.InferenceSession(
+        str(onnx_path), providers=["CPUExecutionProvider"]).get_inputs()]
+    feeds_names = {key: names[0] if key == "input" else key for key in inputs}
+    _, _, _, artifact = model_bench.flowc_compile(onnx_path, work, precision, target)
+
+    def run(on):
+        out = subprocess.run([str(model_bench.BIN / "flowc"), "--cache-dir",
+                              str(work / "cache"), "run", artifact,
+                              *input_args(inputs, feeds_names), "--gpu-devices",
+                              ",".join(map(str, on)), "--bench", str(args.runs), "--json"],
+                             check=True, capture_output=True, text=True,
+                             timeout=model_bench.STEP_TIMEOUT).stdout
+        return json.loads(out)
+
+    one = run(devices[:1])
+    every = run(devices)
+    weights = every["weights"]
+    peer = torch_broadcast_ms(weights["bytes"], devices, args.runs)
+    worst = max(r["max_abs_difference"] for r in every["replicas"])
+    print(f"replicas: {model} b{batch} {precision} on {len(devices)} GPUs "
+          f"({','.join(map(str, devices))}): {every['runs_per_second']:.1f} runs/s, "
+          f"{one['runs_per_second']:.1f} on one "
+          f"({every['runs_per_second'] / one['runs_per_second']:.2f}x); outputs differ by "
+          f"at most {worst:g}; weights {weights['bytes'] / 2**20:.1f} MiB by "
+          f"{weights['method'] or 'none'} in {weights['ms']:.2f} ms (+{weights['setup_ms']:.0f} ms "
+          f"setup), torch.cuda.comm.broadcast {peer:.2f} ms ({peer / weights['ms']:.2f}x)",
+          flush=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def input_args(inputs, feeds_names):
     """`flowc run`'s --input arguments of a row's inputs."""
     return [arg for key, path in inputs.items()
@@ -252,6 +329,9 @@ def main():
     parser.add_argument("--memcheck", default="",
                         help="models (comma-separated) whose batch-1 rows also run once "
                              "under compute-sanitizer's memcheck; errors fail the row")
+    parser.add_argument("--replicas", default="",
+                        help="models (comma-separated) also run on every GPU of the "
+                             "target's capability at once (flowc run --gpu-devices)")
     parser.add_argument("--peer-errors", action="store_true",
                         help="only torch autocast's errors on the weights flowc compiles, "
                              "on the GPU or else the CPU (no flowc, no GPU needed)")
@@ -286,6 +366,14 @@ def main():
                            "ok": False, "failed": failed}
                 rows.append(row)
                 print_row(row)
+    replicas_ok = True
+    for model in filter(None, args.replicas.split(",")):
+        try:
+            bench_replicas(model, target, args, root)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as failure:
+            print(f"replicas: {model} failed: {(failure.stderr or failure)!s}"[-2000:],
+                  flush=True)
+            replicas_ok = False
     print("\n| model | batch | precision | compile s | flowc ms | search gain | "
           "convs fused | 1st run ms: trials / records | torch eager ms | ratio | "
           "torch ms, TF32 off | ratio | max rel error | torch AMP error |")
@@ -304,7 +392,7 @@ def main():
               f"{exact_ratio:.2f}x | {row['error']:.1e} | {row['torch_error']:.1e} |")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=2))
-    return 0 if all(row["ok"] for row in rows) else 1
+    return 0 if all(row["ok"] for row in rows) and replicas_ok else 1
 
 
 def peer_errors(args):

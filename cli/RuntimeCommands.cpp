@@ -391,7 +391,8 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
                          {"weights",
                           {{"method", weights.method},
                            {"bytes", weights.bytes},
-                           {"ms", weights.seconds * 1e3}}}};
+                           {"ms", weights.seconds * 1e3},
+                           {"setup_ms", weights.setupSeconds * 1e3}}}};
   unsigned recorded = options.noGpuRecords ? 0 : records->record(choices);
   if (!choices.empty())
     json["gpu_kernels"] = gpuChoicesJson(choices, recorded);
@@ -408,7 +409,7 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
          << " MiB each";
     if (!weights.method.empty())
       line << ", to the others by " << weights.method << " in " << weights.seconds * 1e3
-           << " ms";
+           << " ms (and " << weights.setupSeconds * 1e3 << " ms to set it up)";
     std::cout << line.str() << std::endl;
     for (size_t i = 1; i < sessions.size(); ++i)
       std::cout << "  device " << options.gpuDevices[i] << ": outputs differ from device "

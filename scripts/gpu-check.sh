@@ -16,7 +16,9 @@
 #      with their records, and how many convolutions run their epilogue
 #      inside cuDNN's graph; each row's ten heaviest ops (flowc run
 #      --profile); the cnn's and ResNet-50's batch-1 rows once more under
-#      compute-sanitizer's memcheck (when the toolkit has it); one table.
+#      compute-sanitizer's memcheck (when the toolkit has it); with two GPUs
+#      or more, ResNet-50's replicas on all of them (flowc run
+#      --gpu-devices); one table.
 # Exit 5 without a GPU, 1 when a test fails or an error exceeds its bound
 # (every stage runs all the same).
 #   bash scripts/gpu-check.sh [--models cnn,mlp,resnet50,bert,gpt2] [--batches 1,8]
@@ -53,7 +55,7 @@ timeout 120 build/bin/runtime_gpu_test || failed+=("runtime_gpu_test ($?)")
 echo "== GPU end-to-end tests"
 timeout 180 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_cuda.py || failed+=("test_cuda.py ($?)")
 echo "== models on the GPU"
-"$PYTHON" bench/gpu_bench.py --profile-top 10 --memcheck cnn,resnet50 "$@" ||
+"$PYTHON" bench/gpu_bench.py --profile-top 10 --memcheck cnn,resnet50 --replicas resnet50 "$@" ||
   failed+=("gpu_bench.py ($?)")
 if ((${#failed[@]})); then
   echo "gpu-check: FAILED: ${failed[*]}" >&2

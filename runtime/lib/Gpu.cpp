@@ -1366,8 +1366,9 @@ namespace {
 
 /// Broadcasts `source`'s weights to `replicas` through NCCL, restoring the
 /// thread's current context after it (NCCL sets devices as it goes).
-Status broadcastWeights(const Driver &driver, GpuContext &source,
-                        const std::vector<GpuContext *> &replicas) {
+Expected<gpu::BroadcastTimes>
+broadcastWeights(const Driver &driver, GpuContext &source,
+                 const std::vector<GpuContext *> &replicas) {
   std::vector<gpu::BroadcastRank> ranks = {source.weightsRank()};
   for (GpuContext *replica : replicas)
     ranks.push_back(replica->weightsRank());
@@ -1384,11 +1385,12 @@ Status broadcastWeights(const Driver &driver, GpuContext &source,
   if (driver.ctxGetCurrent(&previous) != kCudaSuccess)
     previous = nullptr;
   // The source's upload has finished (uploadWeights waits for it).
-  Status status = gpu::ncclBroadcast(ranks, source.weightsBlockBytes(), synchronize);
+  Expected<gpu::BroadcastTimes> times =
+      gpu::ncclBroadcast(ranks, source.weightsBlockBytes(), synchronize);
   if (CUresult result = driver.ctxSetCurrent(previous); result != kCudaSuccess)
     spdlog::warn("restoring the thread's CUDA context after NCCL: {}",
                  errorText(driver, result));
-  return status;
+  return times;
 }
 
 } // namespace
@@ -1417,11 +1419,15 @@ Expected<ReplicaWeights> copyGpuWeights(GpuContext &source,
     copy.seconds = seconds();
     return copy;
   }
-  if (Status status = broadcastWeights(processGpu()->driver, source, replicas); !status)
-    return status.withContext("broadcasting the weights of '" + source.path() +
-                              "' from " + source.device().label() + " with " + *nccl);
+  Expected<gpu::BroadcastTimes> times =
+      broadcastWeights(processGpu()->driver, source, replicas);
+  if (!times)
+    return times.status().withContext("broadcasting the weights of '" + source.path() +
+                                      "' from " + source.device().label() + " with " +
+                                      *nccl);
   copy.method = *nccl;
-  copy.seconds = seconds();
+  copy.setupSeconds = times->setupSeconds;
+  copy.seconds = times->copySeconds;
   return copy;
 }
 

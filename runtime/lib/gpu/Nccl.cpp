@@ -4,6 +4,7 @@
 
 #ifdef FLOWC_HAVE_NCCL
 
+#include <chrono>
 #include <dlfcn.h>
 #include <nccl.h>
 #include <spdlog/spdlog.h>
@@ -123,8 +124,13 @@ Expected<std::string> ncclVersion() {
   return nccl->version;
 }
 
-Status ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
-                     const std::function<Status(const BroadcastRank &)> &synchronize) {
+Expected<BroadcastTimes>
+ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
+              const std::function<Status(const BroadcastRank &)> &synchronize) {
+  auto start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point from) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+  };
   const Expected<NcclLibrary> &loaded = processNccl();
   if (!loaded)
     return loaded.status();
@@ -136,6 +142,9 @@ Status ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
     ordinals.push_back(rank.ordinal);
   Communicators comms(nccl);
   FLOWC_RETURN_IF_ERROR(comms.init(ordinals));
+  BroadcastTimes times;
+  times.setupSeconds = since(start);
+  auto copyStart = std::chrono::steady_clock::now();
   // One group: the ranks' calls are issued from this one thread, which
   // NCCL allows only inside a group.
   if (ncclResult_t result = nccl.groupStart(); result != ncclSuccess)
@@ -159,7 +168,10 @@ Status ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
   for (const BroadcastRank &rank : ranks)
     if (Status status = synchronize(rank); !status && finished.isOk())
       finished = std::move(status);
-  return !queued ? queued : finished;
+  FLOWC_RETURN_IF_ERROR(queued);
+  FLOWC_RETURN_IF_ERROR(finished);
+  times.copySeconds = since(copyStart);
+  return times;
 }
 
 } // namespace flowc::runtime::gpu
@@ -177,8 +189,9 @@ Status withoutNccl() {
 
 Expected<std::string> ncclVersion() { return withoutNccl(); }
 
-Status ncclBroadcast(const std::vector<BroadcastRank> &, uint64_t,
-                     const std::function<Status(const BroadcastRank &)> &) {
+Expected<BroadcastTimes>
+ncclBroadcast(const std::vector<BroadcastRank> &, uint64_t,
+              const std::function<Status(const BroadcastRank &)> &) {
   return withoutNccl();
 }
 

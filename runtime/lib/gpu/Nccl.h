@@ -30,13 +30,23 @@ struct BroadcastRank {
 /// when this runtime was built without nccl.h.
 Expected<std::string> ncclVersion();
 
-/// Queues a broadcast of `bytes` from ranks[0]'s buffer into every other
-/// rank's, through a communicator over the ranks' devices made for it
-/// (ncclCommInitAll) and destroyed once the streams are idle. Distinct
-/// ordinals, at least two. Changes the calling thread's current CUDA
-/// context (the caller restores its own). Unavailable without NCCL,
-/// Internal naming the NCCL call and its words otherwise.
-Status ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
-                     const std::function<Status(const BroadcastRank &)> &synchronize);
+/// How long a broadcast took.
+struct BroadcastTimes {
+  /// Making the communicators (ncclCommInitAll).
+  double setupSeconds = 0;
+  /// The broadcast, until every stream is idle.
+  double copySeconds = 0;
+};
+
+/// Broadcasts `bytes` from ranks[0]'s buffer into every other rank's,
+/// through a communicator over the ranks' devices made for it
+/// (ncclCommInitAll) and destroyed once `synchronize` has waited for each
+/// rank's stream. Distinct ordinals, at least two. Changes the calling
+/// thread's current CUDA context (the caller restores its own).
+/// Unavailable without NCCL, Internal naming the NCCL call and its words
+/// otherwise.
+Expected<BroadcastTimes>
+ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
+              const std::function<Status(const BroadcastRank &)> &synchronize);
 
 } // namespace flowc::runtime::gpu

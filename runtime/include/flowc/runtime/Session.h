@@ -117,8 +117,11 @@ struct ReplicaWeights {
   std::string method;
   /// Bytes each device holds (the weights' block, alignment included).
   uint64_t bytes = 0;
-  /// Copying them to the devices after the first.
+  /// Copying them to the devices after the first (NCCL: the broadcast,
+  /// until every device has them).
   double seconds = 0;
+  /// NCCL: making its communicators over the devices, before the copy.
+  double setupSeconds = 0;
 };
 
 class Session;
