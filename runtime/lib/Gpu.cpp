@@ -1369,18 +1369,12 @@ namespace {
 Expected<gpu::BroadcastTimes>
 broadcastWeights(const Driver &driver, GpuContext &source,
                  const std::vector<GpuContext *> &replicas) {
-  std::vector<gpu::BroadcastRank> ranks = {source.weightsRank()};
-  for (GpuContext *replica : replicas)
-    ranks.push_back(replica->weightsRank());
-  auto synchronize = [&](const gpu::BroadcastRank &rank) {
-    GpuContext &context =
-        rank.ordinal == source.device().ordinal
-            ? source
-            : **std::find_if(replicas.begin(), replicas.end(), [&](GpuContext *replica) {
-                return replica->device().ordinal == rank.ordinal;
-              });
-    return context.finishQueued();
-  };
+  std::vector<GpuContext *> contexts = {&source};
+  contexts.insert(contexts.end(), replicas.begin(), replicas.end());
+  std::vector<gpu::BroadcastRank> ranks;
+  for (GpuContext *context : contexts)
+    ranks.push_back(context->weightsRank());
+  auto synchronize = [&](size_t rank) { return contexts[rank]->finishQueued(); };
   CUcontext previous = nullptr;
   if (driver.ctxGetCurrent(&previous) != kCudaSuccess)
     previous = nullptr;

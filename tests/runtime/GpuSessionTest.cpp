@@ -595,9 +595,9 @@ TEST(GpuNcclTest, NcclOpensWithoutAGpu) {
   ASSERT_TRUE(version) << version.status().toString();
   EXPECT_THAT(*version, ::testing::MatchesRegex("NCCL 2\\.[0-9]+\\.[0-9]+"));
   // A broadcast needs somewhere to go: refused before any communicator.
-  EXPECT_THAT(gpu::ncclBroadcast({{0, 0, nullptr}}, 16,
-                                 [](const gpu::BroadcastRank &) { return Status::ok(); }),
-              StatusIs(StatusCode::InvalidArgument, "two devices or more"));
+  EXPECT_THAT(
+      gpu::ncclBroadcast({{0, 0, nullptr}}, 16, [](size_t) { return Status::ok(); }),
+      StatusIs(StatusCode::InvalidArgument, "two devices or more"));
 }
 
 // Replicas need devices, each once: refused before any device is touched.

@@ -126,7 +126,7 @@ Expected<std::string> ncclVersion() {
 
 Expected<BroadcastTimes>
 ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
-              const std::function<Status(const BroadcastRank &)> &synchronize) {
+              const std::function<Status(size_t rank)> &synchronize) {
   auto start = std::chrono::steady_clock::now();
   auto since = [](std::chrono::steady_clock::time_point from) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
@@ -165,7 +165,7 @@ ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
   // The communicators outlive the copies they queued: each stream is
   // waited for, whatever failed.
   Status finished = Status::ok();
-  for (const BroadcastRank &rank : ranks)
+  for (size_t rank = 0; rank < ranks.size(); ++rank)
     if (Status status = synchronize(rank); !status && finished.isOk())
       finished = std::move(status);
   FLOWC_RETURN_IF_ERROR(queued);
@@ -189,9 +189,8 @@ Status withoutNccl() {
 
 Expected<std::string> ncclVersion() { return withoutNccl(); }
 
-Expected<BroadcastTimes>
-ncclBroadcast(const std::vector<BroadcastRank> &, uint64_t,
-              const std::function<Status(const BroadcastRank &)> &) {
+Expected<BroadcastTimes> ncclBroadcast(const std::vector<BroadcastRank> &, uint64_t,
+                                       const std::function<Status(size_t rank)> &) {
   return withoutNccl();
 }
 

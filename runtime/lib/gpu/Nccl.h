@@ -40,13 +40,13 @@ struct BroadcastTimes {
 
 /// Broadcasts `bytes` from ranks[0]'s buffer into every other rank's,
 /// through a communicator over the ranks' devices made for it
-/// (ncclCommInitAll) and destroyed once `synchronize` has waited for each
-/// rank's stream. Distinct ordinals, at least two. Changes the calling
+/// (ncclCommInitAll) and destroyed once `synchronize(i)` has waited for
+/// rank i's stream. Distinct ordinals, at least two. Changes the calling
 /// thread's current CUDA context (the caller restores its own).
 /// Unavailable without NCCL, Internal naming the NCCL call and its words
 /// otherwise.
 Expected<BroadcastTimes>
 ncclBroadcast(const std::vector<BroadcastRank> &ranks, uint64_t bytes,
-              const std::function<Status(const BroadcastRank &)> &synchronize);
+              const std::function<Status(size_t rank)> &synchronize);
 
 } // namespace flowc::runtime::gpu
