@@ -293,6 +293,17 @@ public:
   }
   cudnnBackendDescriptor_t get() const { return descriptor_; }
 
+  /// Creates a backend descriptor of `type` into `out` (left empty when
+  /// cuDNN fails); cuDNN's status.
+  static cudnnStatus_t create(const Libraries &libraries,
+                              cudnnBackendDescriptorType_t type, Descriptor &out) {
+    cudnnBackendDescriptor_t descriptor = nullptr;
+    cudnnStatus_t status = libraries.cudnnBackendCreateDescriptor(type, &descriptor);
+    if (status == CUDNN_STATUS_SUCCESS)
+      out = Descriptor(libraries, descriptor);
+    return status;
+  }
+
 private:
   const Libraries *libraries_ = nullptr;
   cudnnBackendDescriptor_t descriptor_ = nullptr;
@@ -493,11 +504,10 @@ public:
   const Status &status() const { return status_; }
 
   Descriptor make(cudnnBackendDescriptorType_t type, const char *what) {
-    cudnnBackendDescriptor_t descriptor = nullptr;
-    if (!check(libraries_.cudnnBackendCreateDescriptor(type, &descriptor),
-               std::string("cudnnBackendCreateDescriptor of ") + what))
-      return {};
-    return Descriptor(libraries_, descriptor);
+    Descriptor descriptor;
+    check(Descriptor::create(libraries_, type, descriptor),
+          std::string("cudnnBackendCreateDescriptor of ") + what);
+    return descriptor;
   }
   bool set(const Descriptor &descriptor, cudnnBackendAttributeName_t name,
            cudnnBackendAttributeType_t type, int64_t count, const void *values) {
@@ -938,11 +948,10 @@ bool LibraryKernels::check(cublasStatus_t status, const std::string &call) {
 
 Descriptor LibraryKernels::makeDescriptor(cudnnBackendDescriptorType_t type,
                                           const std::string &what) {
-  cudnnBackendDescriptor_t descriptor = nullptr;
-  if (!check(libraries_.cudnnBackendCreateDescriptor(type, &descriptor),
-             "cudnnBackendCreateDescriptor of " + what))
-    return {};
-  return Descriptor(libraries_, descriptor);
+  Descriptor descriptor;
+  check(Descriptor::create(libraries_, type, descriptor),
+        "cudnnBackendCreateDescriptor of " + what);
+  return descriptor;
 }
 
 void *LibraryKernels::workspace(uint64_t bytes) {
