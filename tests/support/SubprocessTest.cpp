@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 
 namespace flowc {
 namespace {
@@ -26,13 +25,12 @@ TEST(SubprocessTest, AFailureCarriesItsStderr) {
   EXPECT_NE(output.status().message().find("broken"), std::string::npos);
 }
 
+// Stopped, not waited for: a sleep that ran its course would succeed.
 TEST(SubprocessTest, AHungProgramIsStoppedAtItsTimeout) {
-  auto start = std::chrono::steady_clock::now();
   auto output = filterThroughProgram({"sleep", "30"}, "", 0.3, 1024);
   ASSERT_FALSE(output);
   EXPECT_EQ(output.status().code(), StatusCode::Unavailable);
   EXPECT_NE(output.status().message().find("stopped"), std::string::npos);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
 TEST(SubprocessTest, AFloodIsStopped) {
