@@ -204,8 +204,8 @@ class _Progress:
 
 def compile(model, example_inputs=None, *, output=None, target="cpu", opt_level=2,
             precision="fp32", input_shapes=None, thin=False, explain=False, timeout=None,
-            disabled_passes=(), batch=False, progress=True, threads=0, connection=None,
-            on_event=None):
+            disabled_passes=(), batch=False, progress=True, threads=0, gpu_device=0,
+            connection=None, on_event=None):
     """Compiles `model` (a path to an ONNX/MLIR model or reproducer, an
     onnx.ModelProto, or a torch.nn.Module with `example_inputs`) with the
     local daemon, starting it if none runs. Returns an Artifact.
@@ -217,7 +217,8 @@ def compile(model, example_inputs=None, *, output=None, target="cpu", opt_level=
     artifact is opened where the daemon's cache keeps it. `progress`: a tqdm
     bar; `on_event(flowc_pb2.SubmitEvent)` sees every event. Ctrl-C
     (KeyboardInterrupt) cancels the RPC, and so the daemon's job, then
-    propagates. Raises flowc.FlowcError subclasses."""
+    propagates. `threads` and `gpu_device` are the Artifact's (the GPU a
+    CUDA artifact runs on). Raises flowc.FlowcError subclasses."""
     conn = connection or default_connection()
     with contextlib.ExitStack() as stack:
         def directory():
@@ -248,7 +249,7 @@ def compile(model, example_inputs=None, *, output=None, target="cpu", opt_level=
                "kernels_reused": result.kernels_reused, "model_digest": result.model_digest,
                "explain": result.explain}
     return Artifact(placed, digest=digest, result=summary, cache_dir=conn.cache_dir,
-                    threads=threads)
+                    threads=threads, gpu_device=gpu_device)
 
 
 def place_artifact_readable(path, size):

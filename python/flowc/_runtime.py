@@ -13,7 +13,7 @@ import numpy as np
 from . import errors
 
 LIBRARY = "libflowc_runtime_c.so"
-API_VERSION = 1
+API_VERSION = 2
 
 
 class _TensorInfo(ctypes.Structure):
@@ -83,8 +83,8 @@ def _bind(c):
         "flowc_artifact_output": [ctypes.c_void_p, ctypes.c_size_t,
                                   ctypes.POINTER(_TensorInfo)],
         "flowc_artifact_metadata": [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)],
-        "flowc_session_create": [ctypes.c_void_p, ctypes.c_int,
-                                 ctypes.POINTER(ctypes.c_void_p)],
+        "flowc_session_create_on_gpu": [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                        ctypes.POINTER(ctypes.c_void_p)],
         "flowc_session_run": [ctypes.c_void_p, ctypes.POINTER(_Tensor), ctypes.c_size_t,
                               ctypes.POINTER(_Tensor), ctypes.c_size_t],
     }
@@ -175,22 +175,23 @@ class RuntimeArtifact:
             specs.append(TensorSpec(info))
         return specs
 
-    def session(self, threads=0):
+    def session(self, threads=0, gpu_device=0):
         with self._session_lock:
             if self._artifact is None:
                 raise errors.FailedPrecondition("the artifact is closed",
                                                 kind="failed_precondition")
             if self._session is None:
                 handle = ctypes.c_void_p()
-                _check(self._c, self._c.flowc_session_create(self._artifact, int(threads),
-                                                             ctypes.byref(handle)))
+                _check(self._c, self._c.flowc_session_create_on_gpu(
+                    self._artifact, int(threads), int(gpu_device), ctypes.byref(handle)))
                 self._session = handle
             return self._session
 
-    def run(self, inputs, threads=0):
+    def run(self, inputs, threads=0, gpu_device=0):
         """Runs on `inputs` (name -> array-like); returns the outputs in plan
-        order as new arrays that the code wrote in place."""
-        session = self.session(threads)
+        order as new arrays that the code wrote in place. The first run makes
+        the session, with `threads` and, for CUDA code, on GPU `gpu_device`."""
+        session = self.session(threads, gpu_device)
         arrays = []
         in_structs = (_Tensor * max(len(inputs), 1))()
         for i, (name, value) in enumerate(inputs.items()):

@@ -12,11 +12,12 @@ class Artifact:
     """A compiled model. `path` is the `.fca` file, `digest` its
     "sha256:<hex>/<size>". `run`, `bench` and `inspect` map it (once) and run
     it in this process; a session is made on the first run with `threads`
-    library-kernel threads (0: all cores). Thread-safe: runs on one artifact
-    are serialized."""
+    library-kernel threads (0: all cores) and, for CUDA code, on the driver's
+    GPU `gpu_device` (default 0). Thread-safe: runs on one artifact are
+    serialized."""
 
     def __init__(self, path, digest=None, result=None, cache_dir=None, threads=0,
-                 verify=True):
+                 verify=True, gpu_device=0):
         self.path = os.fspath(path)
         self._digest = digest
         #: The daemon's answer: cache_hit, kernels_compiled, kernels_reused,
@@ -24,6 +25,7 @@ class Artifact:
         self.result = dict(result or {})
         self._cache_dir = cache_dir
         self._threads = threads
+        self._gpu_device = gpu_device
         self._runtime = RuntimeArtifact(self.path, cache_dir=cache_dir, verify=verify)
 
     @property
@@ -70,7 +72,8 @@ class Artifact:
         as numpy arrays or array-likes. Returns {output name: numpy array}.
         Raises flowc.InvalidModel naming the input for a missing, unknown or
         misshapen one."""
-        outputs = self._runtime.run(self._named_inputs(args, inputs), self._threads)
+        outputs = self._runtime.run(self._named_inputs(args, inputs), self._threads,
+                                    self._gpu_device)
         return {spec.name: array for spec, array in zip(self._runtime.outputs, outputs)}
 
     def bench(self, *args, repeat=100, warmup=5, **inputs):
@@ -78,11 +81,11 @@ class Artifact:
         timed ones. Returns milliseconds: mean, median, p90, min, max."""
         named = self._named_inputs(args, inputs)
         for _ in range(warmup):
-            self._runtime.run(named, self._threads)
+            self._runtime.run(named, self._threads, self._gpu_device)
         times = []
         for _ in range(max(int(repeat), 1)):
             start = time.perf_counter()
-            self._runtime.run(named, self._threads)
+            self._runtime.run(named, self._threads, self._gpu_device)
             times.append((time.perf_counter() - start) * 1e3)
         times.sort()
         return {"repeat": len(times), "mean_ms": statistics.fmean(times),
@@ -108,11 +111,13 @@ class Artifact:
         return f"<flowc.Artifact {self.path} ({ins}) -> ({outs})>"
 
 
-def load(path, cache_dir=None, threads=0, verify=True):
+def load(path, cache_dir=None, threads=0, verify=True, gpu_device=0):
     """Opens an existing `.fca` file. A thin artifact's weights come from
-    `cache_dir` (default: the daemon's cache, as `flowc run` finds them)."""
+    `cache_dir` (default: the daemon's cache, as `flowc run` finds them).
+    A CUDA artifact runs on the driver's GPU `gpu_device`."""
     if cache_dir is None:
         from ._daemon import Connection
 
         cache_dir = Connection().cache_dir
-    return Artifact(path, cache_dir=cache_dir, threads=threads, verify=verify)
+    return Artifact(path, cache_dir=cache_dir, threads=threads, verify=verify,
+                    gpu_device=gpu_device)

@@ -232,22 +232,41 @@ flowc_status flowc_artifact_metadata(const flowc_artifact *artifact, const char 
   return FLOWC_OK;
 }
 
-flowc_status flowc_session_create(flowc_artifact *artifact, int threads,
-                                  flowc_session **out) {
-  constexpr const char *function = "flowc_session_create";
+namespace {
+
+flowc_status createSession(const char *function, flowc_artifact *artifact, int threads,
+                           int gpuDevice, flowc_session **out) {
   if (!out)
     return nullArgument(function, "out");
   *out = nullptr;
   if (!artifact)
     return nullArgument(function, "artifact");
   return guarded(function, [&]() -> Status {
+    if (gpuDevice < 0)
+      return flowc::invalidArgument("GPU device " + std::to_string(gpuDevice) +
+                                    " is negative");
+    runtime::SessionOptions options;
+    options.threads = threads;
+    options.gpuDevice = gpuDevice;
     FLOWC_ASSIGN_OR_RETURN(auto session,
-                           runtime::Session::create(artifact->artifact, {threads}));
+                           runtime::Session::create(artifact->artifact, options));
     auto handle = std::make_unique<flowc_session>();
     handle->session = std::move(session);
     *out = handle.release();
     return Status::ok();
   });
+}
+
+} // namespace
+
+flowc_status flowc_session_create(flowc_artifact *artifact, int threads,
+                                  flowc_session **out) {
+  return createSession("flowc_session_create", artifact, threads, 0, out);
+}
+
+flowc_status flowc_session_create_on_gpu(flowc_artifact *artifact, int threads,
+                                         int gpu_device, flowc_session **out) {
+  return createSession("flowc_session_create_on_gpu", artifact, threads, gpu_device, out);
 }
 
 void flowc_session_close(flowc_session *session) { delete session; }

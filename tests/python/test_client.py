@@ -363,3 +363,40 @@ def test_a_torch_module_compiles_and_matches_torch(client, tmp_path):
     assert report["error"] <= 1e-4, report
     # The module's mode is left as it was.
     assert report["training"] is True
+
+
+def gpu_target():
+    """cuda:sm_NN of GPU 0, or None without one (nvidia-smi)."""
+    try:
+        cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=True).stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return None
+    return "cuda:sm_" + cap.replace(".", "")
+
+
+def test_a_cuda_artifact_runs_on_the_gpu_it_is_given(client, tmp_path):
+    """compile(target="cuda:...", gpu_device=N) and load(..., gpu_device=N):
+    without a GPU the first run raises Unavailable in one line; a negative
+    device is refused; with one, device 0 matches onnxruntime and a device
+    the driver does not see raises NotFound naming the devices."""
+    import flowc
+
+    model = cnn(tmp_path)
+    target = gpu_target()
+    x = cnn_input()
+    artifact = flowc.compile(model, target=target or "cuda:sm_90", progress=False)
+    with pytest.raises(flowc.InvalidModel, match="GPU device -1 is negative"):
+        flowc.load(artifact.path, gpu_device=-1).run(image=x)
+    if target is None:
+        with pytest.raises(flowc.Unavailable, match="needs an NVIDIA GPU") as raised:
+            artifact.run(image=x)
+        assert "\n" not in str(raised.value)
+        with pytest.raises(flowc.Unavailable, match="needs an NVIDIA GPU"):
+            flowc.load(artifact.path, gpu_device=3).run(image=x)
+        return
+    outputs = artifact.run(image=x)
+    for name, expected in onnxruntime_outputs(model, {"image": x}).items():
+        assert_close(outputs[name], expected, rtol=1e-3)
+    with pytest.raises(flowc.NotFound, match="there is no GPU device 1023"):
+        flowc.load(artifact.path, gpu_device=1023).run(image=x)

@@ -242,6 +242,36 @@ TEST(CApiTest, NullPointersAreRefusedNotDereferenced) {
   EXPECT_EQ(flowc_c_api_version(), FLOWC_C_API_VERSION);
 }
 
+// A session on a chosen GPU: CPU code runs as it would anywhere (the device
+// is CUDA code's), a negative device or a NULL is refused naming it.
+TEST(CApiTest, ASessionOnAGpuDeviceIsCudaCodesChoice) {
+  TempDir dir;
+  std::string path = writeAdd(dir);
+  Opened opened;
+  ASSERT_EQ(
+      flowc_artifact_open(path.c_str(), nullptr, FLOWC_VERIFY_DIGESTS, &opened.artifact),
+      FLOWC_OK);
+  flowc_session *refused = nullptr;
+  EXPECT_EQ(flowc_session_create_on_gpu(opened.artifact, 0, -1, &refused),
+            FLOWC_INVALID_ARGUMENT);
+  EXPECT_THAT(flowc_last_error(), HasSubstr("GPU device -1 is negative"));
+  EXPECT_EQ(refused, nullptr);
+  EXPECT_EQ(flowc_session_create_on_gpu(nullptr, 0, 1, &refused), FLOWC_INVALID_ARGUMENT);
+  EXPECT_THAT(flowc_last_error(),
+              HasSubstr("flowc_session_create_on_gpu: 'artifact' is NULL"));
+  EXPECT_EQ(flowc_session_create_on_gpu(opened.artifact, 0, 1, nullptr),
+            FLOWC_INVALID_ARGUMENT);
+  ASSERT_EQ(flowc_session_create_on_gpu(opened.artifact, 1, 3, &opened.session), FLOWC_OK)
+      << flowc_last_error();
+  float x[4] = {1, 2, 3, 4};
+  float y[4] = {};
+  flowc_tensor input = floatTensor("x", x);
+  flowc_tensor output = floatTensor("y", y);
+  ASSERT_EQ(flowc_session_run(opened.session, &input, 1, &output, 1), FLOWC_OK)
+      << flowc_last_error();
+  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{11, 22, 33, 44}));
+}
+
 // A thin artifact's weight is mapped from the cache directory given to
 // open; a cache without it fails open naming the digest; without a cache
 // the session says which weight is missing.

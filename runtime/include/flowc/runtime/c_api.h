@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 /** The version of this API; grows when a function is added or changes. */
-#define FLOWC_C_API_VERSION 1
+#define FLOWC_C_API_VERSION 2
 
 /** Status codes: the values of flowc::StatusCode (flowc/support/Status.h). */
 typedef enum flowc_status {
@@ -134,6 +134,16 @@ FLOWC_C_API flowc_status flowc_artifact_metadata(const flowc_artifact *artifact,
  * not at hand, FLOWC_UNAVAILABLE for code this host or runtime cannot load. */
 FLOWC_C_API flowc_status flowc_session_create(flowc_artifact *artifact, int threads,
                                               flowc_session **out);
+
+/** flowc_session_create for CUDA code on the driver's device `gpu_device`
+ * (flowc_session_create's is device 0); CPU code ignores it. Also
+ * FLOWC_INVALID_ARGUMENT for a negative device, FLOWC_NOT_FOUND (naming the
+ * devices there are) for one the driver does not see, FLOWC_UNAVAILABLE
+ * without a GPU, FLOWC_FAILED_PRECONDITION for a GPU of another compute
+ * capability than the code's. Since version 2. */
+FLOWC_C_API flowc_status flowc_session_create_on_gpu(flowc_artifact *artifact,
+                                                     int threads, int gpu_device,
+                                                     flowc_session **out);
 
 /** Releases the session (NULL is a no-op); not while a run is in progress. */
 FLOWC_C_API void flowc_session_close(flowc_session *session);
