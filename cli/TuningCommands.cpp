@@ -11,8 +11,6 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 namespace flowc::cli {
 
@@ -175,12 +173,7 @@ int runClear(cache::Cache &cache, const TuningCommandOptions &options) {
 
 int runTuning(const TuningCommandOptions &options, GlobalOptions &global) {
   // The cache's warnings (a corrupt record, an ignored import) go to stderr
-  // as flowc's own do, never into an export or a --json value on stdout.
-  auto logger = std::make_shared<spdlog::logger>(
-      "flowc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  logger->set_pattern("flowc: %l: %v");
-  logger->set_level(spdlog::level::warn);
-  spdlog::set_default_logger(logger);
+  // (main.cpp's logger), never into an export or a --json value on stdout.
   auto cache = openCache(global, options.action);
   if (!cache)
     return reportError(cache.status());

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace {
@@ -98,6 +99,13 @@ int main(int argc, char **argv) {
         return text;
       },
       "Print the version, build id and library versions");
+  // The libraries' warnings (the runtime's, the cache's) go to stderr as
+  // flowc's own do: spdlog's default logger writes stdout, where they would
+  // break a --json answer or an export.
+  auto logger = std::make_shared<spdlog::logger>(
+      "flowc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_pattern("flowc: %l: %v");
+  spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::warn);
   gpr_set_log_function(discardGrpcLog);
   try {
