@@ -183,3 +183,29 @@ def test_a_bad_budget_is_refused(flowc, tmp_path, budget):
     assert result.returncode != 0
     assert "--search-budget" in result.stderr
     assert "not a number of seconds" in result.stderr
+
+
+def test_a_plan_candidate_that_cannot_run_warns_on_stderr_not_in_the_json(flowc, tmp_path):
+    """An artifact moved to a machine whose library lacks its plan's
+    convolution candidate runs the default after one warning: on stderr as
+    `flowc: warning: ...`, so that `flowc run --json`'s stdout stays one JSON
+    object (the runtime's warnings used to reach stdout). The candidate is
+    made unknown by renaming its implementation in the plan, run unverified."""
+    model = tuning_model(tmp_path / "m.onnx")
+    artifact = tmp_path / "searched.fca"
+    assert flowc.submit(model, artifact, "--search-budget", "30")["search"]["tuned_kernels"] > 0
+    data = artifact.read_bytes()
+    start = data.index(b'"candidate"')
+    impl = data.index(b"impl=", start) + len(b"impl=")
+    # One letter of the implementation's name, the length kept.
+    renamed = b"X" if data[impl:impl + 1] != b"X" else b"Y"
+    moved = tmp_path / "moved.fca"
+    moved.write_bytes(data[:impl] + renamed + data[impl + 1:])
+    x = tmp_path / "x.npy"
+    np.save(x, inputs()["x"])
+    ran = flowc.run("run", moved, "--input", f"x={x}", "--json", "--no-verify")
+    answer = json.loads(ran.stdout)
+    assert answer["outputs"][0]["name"] == "y"
+    warnings = [line for line in ran.stderr.splitlines() if line.startswith("flowc: warning:")]
+    assert len(warnings) == 1 and "cannot run here" in warnings[0], ran.stderr
+    assert "warning" not in ran.stdout
