@@ -1,10 +1,13 @@
 // flowc run ARTIFACT --input NAME=FILE.npy ... [--output-dir DIR] [--bench N]
 //           [--profile [--profile-top K]] [--threads T] [--gpu-trials N]
-//           [--gpu-device N | --gpu-devices N,M,...] [--no-gpu-records] [--json]
+//           [--gpu-device N | --gpu-devices N,M,...|all] [--no-gpu-records] [--json]
 //           [--no-verify]: options here, the work in the runtime module
 //           (RuntimeCommands.cpp).
 #include "Commands.h"
 #include "RuntimeModule.h"
+
+#include <algorithm>
+#include <charconv>
 
 namespace flowc::cli {
 
@@ -49,12 +52,24 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
           ->check(CLI::Range(0, 1023));
   cmd->add_option(
          "--gpu-devices", options->gpuDevices,
-         "CUDA artifacts: run on each of these GPUs (ordinals, comma-separated), "
-         "the weights read once and broadcast from the first through NCCL; the "
-         "first's outputs are printed and the others' compared with them, and "
-         "--bench runs all at once")
+         "CUDA artifacts: run on each of these GPUs (ordinals, comma-separated, or "
+         "`all` of the artifact's compute capability), the weights read once and "
+         "broadcast from the first through NCCL; the first's outputs are printed and "
+         "the others' compared with them, and --bench runs all at once")
       ->delimiter(',')
-      ->check(CLI::Range(0, 1023))
+      ->check(CLI::Validator(
+          [](std::string &value) -> std::string {
+            if (value == "all")
+              return "";
+            int ordinal = -1;
+            auto [end, error] =
+                std::from_chars(value.data(), value.data() + value.size(), ordinal);
+            bool whole = error == std::errc() && end == value.data() + value.size();
+            return whole && ordinal >= 0 && ordinal <= 1023
+                       ? ""
+                       : "'" + value + "' is neither a GPU ordinal 0..1023 nor all";
+          },
+          "N,M,...|all"))
       ->excludes(device)
       ->excludes(profile);
   cmd->add_flag("--no-gpu-records", options->noGpuRecords,
@@ -65,6 +80,12 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
                 "Skip the artifact's digest checks at open (for benchmarks only; "
                 "bounds are still checked)");
   return [options, &global] {
+    const std::vector<std::string> &devices = options->gpuDevices;
+    if (devices.size() > 1 && std::count(devices.begin(), devices.end(), "all") > 0) {
+      reportError(invalidArgument("--gpu-devices: 'all' names every device; it stands "
+                                  "alone"));
+      return kExitUsage;
+    }
     auto module = runtimeModule();
     if (!module)
       return reportError(module.status());

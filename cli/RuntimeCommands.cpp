@@ -15,6 +15,7 @@
 #include "flowc/support/MappedFile.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -326,16 +327,59 @@ std::vector<Status> onEachThread(size_t count,
   return statuses;
 }
 
+/// --gpu-devices' ordinals; `all`: every GPU of the artifact's compute
+/// capability (its metadata's target), in the driver's order. Where that
+/// cannot be told (CPU code, no GPU), device 0: the session then says why
+/// in its own words.
+Expected<std::vector<int>> replicaDevices(const std::vector<std::string> &given,
+                                          const runtime::Artifact &artifact) {
+  std::vector<int> devices;
+  if (given != std::vector<std::string>{"all"}) {
+    for (const std::string &ordinal : given)
+      devices.push_back(std::stoi(ordinal)); // checked by the option's validator
+    return devices;
+  }
+  const nlohmann::json &metadata = artifact.metadata();
+  auto target = metadata.find("target");
+  constexpr std::string_view kCudaPrefix = "cuda:sm_";
+  int64_t capability = 0;
+  if (target == metadata.end() || !target->is_string() ||
+      target->get<std::string>().rfind(kCudaPrefix, 0) != 0 ||
+      std::from_chars(target->get<std::string>().data() + kCudaPrefix.size(),
+                      target->get<std::string>().data() +
+                          target->get<std::string>().size(),
+                      capability)
+              .ec != std::errc())
+    return std::vector<int>{0};
+  Expected<std::vector<std::string>> local = runtime::localGpuTuningDevices();
+  if (!local)
+    return std::vector<int>{0};
+  for (size_t ordinal = 0; ordinal < local->size(); ++ordinal)
+    if (runtime::isGpuTuningDeviceOf((*local)[ordinal], capability))
+      devices.push_back(static_cast<int>(ordinal));
+  if (devices.empty()) {
+    std::string seen;
+    for (const std::string &device : *local)
+      seen += (seen.empty() ? "" : ", ") + std::string(runtime::gpuNameOf(device));
+    return notFound("--gpu-devices all: no GPU of sm_" + std::to_string(capability) +
+                    " here (the driver sees " + seen + ")");
+  }
+  return devices;
+}
+
 /// `flowc run --gpu-devices`: the artifact on each device (Session::createReplicas),
 /// the inputs run on all of them, the first device's outputs printed and the
 /// others' compared with them; --bench runs them all at once.
 int runReplicas(const RunOptions &options, GlobalOptions &global,
                 std::shared_ptr<runtime::Artifact> artifact,
                 std::chrono::steady_clock::time_point start, double openMs) {
+  auto devices = replicaDevices(options.gpuDevices, *artifact);
+  if (!devices)
+    return reportError(devices.status());
   runtime::SessionOptions sessionOptions;
   sessionOptions.threads = options.threads;
   sessionOptions.gpuTrials = options.gpuTrials;
-  auto records = std::make_shared<GpuRecords>(global.cacheDir, options.gpuDevices[0]);
+  auto records = std::make_shared<GpuRecords>(global.cacheDir, devices->front());
   // Every replica runs the first one's choices: the trial runs happen once,
   // and each device runs the same kernels (its outputs are compared below).
   auto chosen = std::make_shared<std::map<std::string, std::string>>();
@@ -350,8 +394,7 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
     std::lock_guard<std::mutex> hold(*recordsLock);
     return records->candidate(signature);
   };
-  auto replicas =
-      runtime::Session::createReplicas(artifact, sessionOptions, options.gpuDevices);
+  auto replicas = runtime::Session::createReplicas(artifact, sessionOptions, *devices);
   if (!replicas)
     return reportError(replicas.status());
   std::vector<std::unique_ptr<runtime::Session>> &sessions = replicas->sessions;
@@ -364,7 +407,7 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
     auto ran = sessions[replica]->run(*inputs);
     if (!ran)
       return ran.status().withContext("run '" + options.artifact + "' on GPU device " +
-                                      std::to_string(options.gpuDevices[replica]));
+                                      std::to_string((*devices)[replica]));
     outputs[replica] = std::move(*ran);
     return Status::ok();
   };
@@ -398,7 +441,7 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
     json["gpu_kernels"] = gpuChoicesJson(choices, recorded);
   for (size_t i = 0; i < sessions.size(); ++i)
     json["replicas"].push_back(
-        {{"device", options.gpuDevices[i]},
+        {{"device", (*devices)[i]},
          {"max_abs_difference", maxDifference(outputs[0], outputs[i])}});
   if (Status status = emitOutputs(options, plan, outputs[0], json); !status)
     return reportError(status);
@@ -412,8 +455,8 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
            << " ms (and " << weights.setupSeconds * 1e3 << " ms to set it up)";
     std::cout << line.str() << std::endl;
     for (size_t i = 1; i < sessions.size(); ++i)
-      std::cout << "  device " << options.gpuDevices[i] << ": outputs differ from device "
-                << options.gpuDevices[0] << "'s by at most "
+      std::cout << "  device " << (*devices)[i] << ": outputs differ from device "
+                << (*devices)[0] << "'s by at most "
                 << json["replicas"][i]["max_abs_difference"].get<double>() << std::endl;
   }
   if (options.bench) {
@@ -437,10 +480,10 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
       json["replicas"][i]["median_ms"] = latencies[i].medianMs;
       json["replicas"][i]["p90_ms"] = latencies[i].p90Ms;
       if (!options.json)
-        std::cout << "device " << options.gpuDevices[i] << ": latency over "
-                  << options.bench << " runs: median " << std::fixed
-                  << std::setprecision(3) << latencies[i].medianMs << " ms, p90 "
-                  << latencies[i].p90Ms << " ms" << std::endl;
+        std::cout << "device " << (*devices)[i] << ": latency over " << options.bench
+                  << " runs: median " << std::fixed << std::setprecision(3)
+                  << latencies[i].medianMs << " ms, p90 " << latencies[i].p90Ms << " ms"
+                  << std::endl;
     }
     if (!options.json)
       std::cout << "all devices together: " << std::fixed << std::setprecision(1)

@@ -37,9 +37,9 @@ struct RunOptions {
   int gpuTrials = 8;
   /// --gpu-device: the driver's ordinal of the GPU CUDA artifacts run on.
   int gpuDevice = 0;
-  /// --gpu-devices: replicas on these GPUs (empty: one session, on
-  /// gpuDevice).
-  std::vector<int> gpuDevices;
+  /// --gpu-devices: replicas on these GPUs, ordinals or "all" (empty: one
+  /// session, on gpuDevice).
+  std::vector<std::string> gpuDevices;
   /// --no-gpu-records: CUDA library kernels neither use nor keep tuning
   /// records in the cache.
   bool noGpuRecords = false;

@@ -171,7 +171,8 @@ def test_replicas_are_refused_in_one_line_without_a_gpu_or_with_bad_devices(
     np.save(x, inputs["image"])
     run = ["run", artifact, "--input", f"image={x}"]
     for bad in (["--gpu-devices", "0,x"], ["--gpu-devices", "0,1024"],
-                ["--gpu-devices", "-1"], ["--gpu-devices", "0", "--gpu-device", "1"],
+                ["--gpu-devices", "-1"], ["--gpu-devices", "all,0"],
+                ["--gpu-devices", "0", "--gpu-device", "1"],
                 ["--gpu-devices", "0", "--profile"]):
         ran = flowc.run(*run, *bad, check=False)
         assert ran.returncode == 2 and "--gpu-devices" in ran.stderr, (bad, ran.stderr)
@@ -181,16 +182,19 @@ def test_replicas_are_refused_in_one_line_without_a_gpu_or_with_bad_devices(
     # CPU code has no replicas.
     cpu = tmp_path / "cnn-cpu.fca"
     flowc.submit(path, cpu)
-    ran = flowc.run("run", cpu, "--input", f"image={x}", "--gpu-devices", "0", check=False)
-    assert ran.returncode == 3, ran.stderr
-    assert "is CPU code: replicas are for CUDA code" in ran.stderr
+    for devices in ("0", "all"):
+        ran = flowc.run("run", cpu, "--input", f"image={x}", "--gpu-devices", devices,
+                        check=False)
+        assert ran.returncode == 3, ran.stderr
+        assert "is CPU code: replicas are for CUDA code" in ran.stderr
     target, _ = device_target()
     if target is not None:
         return
-    ran = flowc.run(*run, "--gpu-devices", "0,1", check=False)
-    assert ran.returncode == EXIT_UNAVAILABLE, ran.stderr
-    lines = ran.stderr.strip().splitlines()
-    assert len(lines) == 1 and "needs an NVIDIA GPU" in lines[0], lines
+    for devices in ("0,1", "all"):
+        ran = flowc.run(*run, "--gpu-devices", devices, check=False)
+        assert ran.returncode == EXIT_UNAVAILABLE, ran.stderr
+        lines = ran.stderr.strip().splitlines()
+        assert len(lines) == 1 and "needs an NVIDIA GPU" in lines[0], lines
 
 
 def test_on_the_gpu_replicas_match_one_session(flowc, models, tmp_path):
@@ -217,6 +221,10 @@ def test_on_the_gpu_replicas_match_one_session(flowc, models, tmp_path):
                                "--print", "64", "--gpu-devices", ",".join(devices),
                                "--bench", "5").stdout)
     assert [r["device"] for r in ran["replicas"]] == [int(d) for d in devices]
+    # `all` is every GPU of the artifact's capability, in the driver's order.
+    every = json.loads(flowc.run("run", artifact, "--input", f"x={x}", "--json",
+                                 "--gpu-devices", "all").stdout)
+    assert [r["device"] for r in every["replicas"]] == [int(d) for d in devices]
     np.testing.assert_allclose(ran["outputs"][0]["values"], one["outputs"][0]["values"],
                                rtol=1e-5, atol=1e-6)
     assert all(r["max_abs_difference"] == 0 for r in ran["replicas"]), ran["replicas"]
