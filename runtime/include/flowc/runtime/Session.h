@@ -140,10 +140,11 @@ public:
   /// Loads the artifact's code. Unavailable if the code object cannot be
   /// loaded on this host or needs a kernel this runtime lacks, DataLoss if
   /// it lacks the entry symbol. CUDA code is also Unavailable without an
-  /// NVIDIA GPU (one line saying why), FailedPrecondition when compiled for
-  /// another GPU ABI or another compute capability than device 0's,
-  /// Unavailable without the cuDNN and cuBLASLt its library kernels call,
-  /// and ResourceExhausted when its weights do not fit in device memory.
+  /// NVIDIA GPU (one line saying why), NotFound for a gpuDevice the driver
+  /// does not see, FailedPrecondition when compiled for another GPU ABI or
+  /// another compute capability than its device's, Unavailable without the
+  /// cuDNN and cuBLASLt its library kernels call, and ResourceExhausted when
+  /// its weights do not fit in device memory.
   static Expected<std::unique_ptr<Session>> create(std::shared_ptr<Artifact> artifact,
                                                    SessionOptions options = {});
 
