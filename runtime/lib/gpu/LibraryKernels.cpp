@@ -9,11 +9,11 @@
 #ifdef FLOWC_HAVE_CUDA_LIBRARIES
 
 #include "Coalesce.h"
+#include "DynamicLibrary.h"
 #include "HelperAbi.h"
 
 #include <cublasLt.h>
 #include <cudnn.h>
-#include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -85,32 +85,11 @@ struct Libraries {
 
 #undef FLOWC_LIBRARY_FUNCTION
 
-/// `soname` through the loader's search path, then in the toolkit's
-/// directory; Unavailable with dlerror's reason.
-Expected<void *> openLibrary(const char *soname) {
-  if (void *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL))
-    return library;
-  std::string reason = dlerror();
-  std::string path = std::string(kLibraryDir) + "/" + soname;
-  if (void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))
-    return library;
-  return unavailable(std::string(soname) + " cannot be loaded (" + reason +
-                     "; nor from " + kLibraryDir + ")");
-}
-
-template <typename Function>
-void bindSymbol(void *library, Function &slot, const char *name,
-                std::vector<std::string> &missing) {
-  slot = reinterpret_cast<Function>(dlsym(library, name));
-  if (!slot)
-    missing.push_back(name);
-}
-
 #define FLOWC_BIND(library, name) bindSymbol(library, libraries.name, #name, missing)
 
 Expected<Libraries> loadLibraries() {
-  FLOWC_ASSIGN_OR_RETURN(void *cudnn, openLibrary(kCudnnLibrary));
-  FLOWC_ASSIGN_OR_RETURN(void *cublasLt, openLibrary(kCublasLtLibrary));
+  FLOWC_ASSIGN_OR_RETURN(void *cudnn, openLibrary(kCudnnLibrary, kLibraryDir));
+  FLOWC_ASSIGN_OR_RETURN(void *cublasLt, openLibrary(kCublasLtLibrary, kLibraryDir));
   Libraries libraries;
   std::vector<std::string> missing;
   FLOWC_BIND(cudnn, cudnnGetVersion);
@@ -141,20 +120,13 @@ Expected<Libraries> loadLibraries() {
   FLOWC_BIND(cublasLt, cublasLtMatmulPreferenceSetAttribute);
   FLOWC_BIND(cublasLt, cublasLtMatmulAlgoGetHeuristic);
   FLOWC_BIND(cublasLt, cublasLtMatmulAlgoConfigGetAttribute);
-  if (!missing.empty()) {
-    std::string names;
-    for (const std::string &name : missing)
-      names += (names.empty() ? "" : ", ") + name;
-    return unavailable("the CUDA libraries lack " + names + " (this runtime needs " +
-                       kCudnnLibrary + " and " + kCublasLtLibrary + ")");
-  }
-  // cuDNN 9: major * 10000 + minor * 100 + patch; cuBLASLt alike.
-  auto dotted = [](size_t version) {
-    return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
-           "." + std::to_string(version % 100);
-  };
-  libraries.versions = "cuDNN " + dotted(libraries.cudnnGetVersion()) + ", cuBLASLt " +
-                       dotted(libraries.cublasLtGetVersion());
+  if (!missing.empty())
+    return unavailable("the CUDA libraries lack " + joinedNames(missing) +
+                       " (this runtime needs " + kCudnnLibrary + " and " +
+                       kCublasLtLibrary + ")");
+  libraries.versions =
+      "cuDNN " + dottedVersion(static_cast<int64_t>(libraries.cudnnGetVersion())) +
+      ", cuBLASLt " + dottedVersion(static_cast<int64_t>(libraries.cublasLtGetVersion()));
   return libraries;
 }
 

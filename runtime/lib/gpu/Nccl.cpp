@@ -4,8 +4,9 @@
 
 #ifdef FLOWC_HAVE_NCCL
 
+#include "DynamicLibrary.h"
+
 #include <chrono>
-#include <dlfcn.h>
 #include <nccl.h>
 #include <spdlog/spdlog.h>
 
@@ -31,43 +32,25 @@ struct NcclLibrary {
   std::string version;
 };
 
-template <typename Function>
-void bind(void *library, Function &slot, const char *name, std::string &missing) {
-  slot = reinterpret_cast<Function>(dlsym(library, name));
-  if (!slot)
-    missing += (missing.empty() ? "" : ", ") + std::string(name);
-}
-
 Expected<NcclLibrary> loadNccl() {
-  // Never closed: communicators may live on other threads until exit.
-  void *library = dlopen(kNcclLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    std::string reason = dlerror();
-    std::string path = std::string(kLibraryDir) + "/" + kNcclLibrary;
-    library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!library)
-      return unavailable(std::string(kNcclLibrary) + " cannot be loaded (" + reason +
-                         "; nor from " + kLibraryDir + ")");
-  }
+  FLOWC_ASSIGN_OR_RETURN(void *library, openLibrary(kNcclLibrary, kLibraryDir));
   NcclLibrary nccl;
-  std::string missing;
-  bind(library, nccl.getVersion, "ncclGetVersion", missing);
-  bind(library, nccl.getErrorString, "ncclGetErrorString", missing);
-  bind(library, nccl.getLastError, "ncclGetLastError", missing);
-  bind(library, nccl.commInitAll, "ncclCommInitAll", missing);
-  bind(library, nccl.commDestroy, "ncclCommDestroy", missing);
-  bind(library, nccl.groupStart, "ncclGroupStart", missing);
-  bind(library, nccl.groupEnd, "ncclGroupEnd", missing);
-  bind(library, nccl.broadcast, "ncclBroadcast", missing);
+  std::vector<std::string> missing;
+  bindSymbol(library, nccl.getVersion, "ncclGetVersion", missing);
+  bindSymbol(library, nccl.getErrorString, "ncclGetErrorString", missing);
+  bindSymbol(library, nccl.getLastError, "ncclGetLastError", missing);
+  bindSymbol(library, nccl.commInitAll, "ncclCommInitAll", missing);
+  bindSymbol(library, nccl.commDestroy, "ncclCommDestroy", missing);
+  bindSymbol(library, nccl.groupStart, "ncclGroupStart", missing);
+  bindSymbol(library, nccl.groupEnd, "ncclGroupEnd", missing);
+  bindSymbol(library, nccl.broadcast, "ncclBroadcast", missing);
   if (!missing.empty())
-    return unavailable(std::string(kNcclLibrary) + " lacks " + missing +
+    return unavailable(std::string(kNcclLibrary) + " lacks " + joinedNames(missing) +
                        " (NCCL 2.13 or later is needed)");
   int code = 0;
   if (nccl.getVersion(&code) != ncclSuccess)
     return unavailable(std::string(kNcclLibrary) + ": ncclGetVersion failed");
-  // 2.9 and later: major * 10000 + minor * 100 + patch.
-  nccl.version = "NCCL " + std::to_string(code / 10000) + "." +
-                 std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
+  nccl.version = "NCCL " + dottedVersion(code);
   return nccl;
 }
 
