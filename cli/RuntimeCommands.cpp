@@ -11,11 +11,12 @@
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tuning.h"
 #include "flowc/support/Environment.h"
+#include "flowc/support/Concurrently.h"
 #include "flowc/support/Format.h"
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/Target.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -25,7 +26,6 @@
 #include <mutex>
 #include <spdlog/spdlog.h>
 #include <sstream>
-#include <thread>
 #include <unistd.h>
 
 namespace flowc::cli {
@@ -314,16 +314,12 @@ double maxDifference(const std::vector<runtime::Tensor> &a,
   return largest;
 }
 
-/// Calls `work(i)` for each i below `count` on threads of their own, and
-/// returns their statuses in order.
-std::vector<Status> onEachThread(size_t count,
+/// Calls `work(i)` for each i below `count`, all at once (the replicas'
+/// devices run side by side), and returns their statuses in order.
+std::vector<Status> onEachDevice(size_t count,
                                  const std::function<Status(size_t)> &work) {
   std::vector<Status> statuses(count, Status::ok());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < count; ++i)
-    threads.emplace_back([&, i] { statuses[i] = work(i); });
-  for (std::thread &thread : threads)
-    thread.join();
+  forEachConcurrently(count, count, [&](size_t i) { statuses[i] = work(i); });
   return statuses;
 }
 
@@ -340,17 +336,13 @@ Expected<std::vector<int>> replicaDevices(const std::vector<std::string> &given,
     return devices;
   }
   const nlohmann::json &metadata = artifact.metadata();
-  auto target = metadata.find("target");
-  constexpr std::string_view kCudaPrefix = "cuda:sm_";
-  int64_t capability = 0;
-  if (target == metadata.end() || !target->is_string() ||
-      target->get<std::string>().rfind(kCudaPrefix, 0) != 0 ||
-      std::from_chars(target->get<std::string>().data() + kCudaPrefix.size(),
-                      target->get<std::string>().data() +
-                          target->get<std::string>().size(),
-                      capability)
-              .ec != std::errc())
+  auto named = metadata.find("target");
+  if (named == metadata.end() || !named->is_string())
     return std::vector<int>{0};
+  Expected<Target> target = parseTarget(named->get<std::string>());
+  if (!target || !isCudaTarget(*target))
+    return std::vector<int>{0};
+  int capability = cudaComputeCapability(*target);
   Expected<std::vector<std::string>> local = runtime::localGpuTuningDevices();
   if (!local)
     return std::vector<int>{0};
@@ -418,7 +410,7 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
     if (!choice.candidate.empty())
       (*chosen)[choice.signature] = choice.candidate;
   for (const Status &status :
-       onEachThread(sessions.size() - 1, [&](size_t i) { return runOn(i + 1); }))
+       onEachDevice(sessions.size() - 1, [&](size_t i) { return runOn(i + 1); }))
     if (!status)
       return reportError(status);
   double firstRunMs =
@@ -462,7 +454,7 @@ int runReplicas(const RunOptions &options, GlobalOptions &global,
   if (options.bench) {
     std::vector<Latency> latencies(sessions.size());
     auto benchStart = std::chrono::steady_clock::now();
-    for (const Status &status : onEachThread(sessions.size(), [&](size_t i) -> Status {
+    for (const Status &status : onEachDevice(sessions.size(), [&](size_t i) -> Status {
            FLOWC_ASSIGN_OR_RETURN(latencies[i],
                                   measure(*sessions[i], *inputs, options.bench));
            return Status::ok();

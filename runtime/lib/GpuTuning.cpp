@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 
 namespace flowc::runtime {
 
@@ -213,22 +212,22 @@ Status checkTensorSplit(KernelKind kind, const std::vector<int64_t> &params,
                            " (" + std::to_string(extent) + ")");
   };
   bool columns = split.axis == TensorSplit::Axis::Columns;
-  if (kind == KernelKind::MatMul && params.size() >= sizeof(MatMulParams) / 8) {
-    MatMulParams p;
-    std::memcpy(&p, params.data(), sizeof p);
-    return columns ? divides(p.n, "product's columns")
-                   : divides(p.k, "product's reduction");
-  }
-  if (kind == KernelKind::Conv2d && params.size() >= sizeof(Conv2dParams) / 8) {
-    Conv2dParams p;
-    std::memcpy(&p, params.data(), sizeof p);
-    if (!columns)
-      return p.groups == 1
-                 ? divides(p.inChannels, "convolution's input channels")
-                 : invalidArgument("a grouped convolution (" + std::to_string(p.groups) +
-                                   " groups) splits by columns only");
-    FLOWC_RETURN_IF_ERROR(divides(p.outChannels, "convolution's output channels"));
-    return p.groups == 1 ? Status::ok() : divides(p.groups, "convolution's groups");
+  std::optional<MatMulParams> product =
+      kind == KernelKind::MatMul ? paramsFromWords<MatMulParams>(params) : std::nullopt;
+  if (product)
+    return columns ? divides(product->n, "product's columns")
+                   : divides(product->k, "product's reduction");
+  std::optional<Conv2dParams> conv =
+      kind == KernelKind::Conv2d ? paramsFromWords<Conv2dParams>(params) : std::nullopt;
+  if (conv && !columns)
+    return conv->groups == 1 ? divides(conv->inChannels, "convolution's input channels")
+                             : invalidArgument("a grouped convolution (" +
+                                               std::to_string(conv->groups) +
+                                               " groups) splits by columns only");
+  if (conv) {
+    FLOWC_RETURN_IF_ERROR(divides(conv->outChannels, "convolution's output channels"));
+    return conv->groups == 1 ? Status::ok()
+                             : divides(conv->groups, "convolution's groups");
   }
   return invalidArgument(std::string("a ") + kernelKindName(kind) +
                          " kernel of these parameters has no tensor-parallel split");
