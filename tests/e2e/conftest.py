@@ -108,6 +108,20 @@ def assert_close(actual, expected, rtol=1e-4):
     return error
 
 
+def device_target():
+    """cuda:sm_NN of GPU 0 (nvidia-smi), or None and why there is none."""
+    try:
+        answer = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap",
+                                 "--format=csv,noheader"], capture_output=True, text=True,
+                                timeout=60)
+    except OSError as error:
+        return None, f"no NVIDIA GPU here (nvidia-smi: {error.strerror})"
+    lines = answer.stdout.split()
+    if answer.returncode != 0 or not lines:
+        return None, f"no NVIDIA GPU here (nvidia-smi: {answer.stderr.strip()})"
+    return "cuda:sm_" + lines[0].replace(".", ""), None
+
+
 def save(model, path: pathlib.Path) -> pathlib.Path:
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, path)

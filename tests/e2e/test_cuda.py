@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import make_models
-from conftest import assert_close, onnxruntime_outputs, save
+from conftest import assert_close, device_target, onnxruntime_outputs, save
 
 EXIT_UNAVAILABLE = 5
 
@@ -25,20 +25,6 @@ def cuda_toolkit():
     (docs/cuda.md) and these tests have nothing to check."""
     if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
         pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
-
-
-def device_target():
-    """cuda:sm_NN of GPU 0, or None and why there is none."""
-    try:
-        answer = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap",
-                                 "--format=csv,noheader"], capture_output=True, text=True,
-                                timeout=60)
-    except OSError as error:
-        return None, f"no NVIDIA GPU here (nvidia-smi: {error.strerror})"
-    lines = answer.stdout.split()
-    if answer.returncode != 0 or not lines:
-        return None, f"no NVIDIA GPU here (nvidia-smi: {answer.stderr.strip()})"
-    return "cuda:sm_" + lines[0].replace(".", ""), None
 
 
 def make_residual_block(rng):
@@ -73,6 +59,16 @@ def models(tmp_path):
     return {"cnn": (cnn, {"image": rng.standard_normal((1, 3, 32, 32), np.float32)}),
             "encoder": (encoder, {"hidden_states": rng.standard_normal((1, 16, 64), np.float32)}),
             "block": (block, {"x": rng.standard_normal((1, 8, 16, 16), np.float32)})}
+
+
+def cnn_artifact(flowc, models, tmp_path, target):
+    """The small CNN compiled for `target`, and its input saved for --input."""
+    path, inputs = models["cnn"]
+    artifact = tmp_path / "cnn.fca"
+    flowc.submit(path, artifact, "--target", target)
+    x = tmp_path / "x.npy"
+    np.save(x, inputs["image"])
+    return artifact, x
 
 
 @pytest.mark.parametrize("target", ["cuda:sm_80", "cuda", "cuda:sm_100"])
@@ -117,11 +113,7 @@ def test_without_a_gpu_run_fails_in_one_line_with_exit_5(flowc, models, tmp_path
     target, why_not = device_target()
     if target is not None:
         pytest.skip(f"this machine has a GPU ({target}): the no-GPU path is not reachable")
-    path, inputs = models["cnn"]
-    artifact = tmp_path / "cnn.fca"
-    flowc.submit(path, artifact, "--target", "cuda:sm_90")
-    x = tmp_path / "x.npy"
-    np.save(x, inputs["image"])
+    artifact, x = cnn_artifact(flowc, models, tmp_path, "cuda:sm_90")
     ran = flowc.run("run", artifact, "--input", f"image={x}", check=False)
     assert ran.returncode == EXIT_UNAVAILABLE, ran.stderr
     lines = ran.stderr.strip().splitlines()
@@ -148,11 +140,7 @@ def test_on_the_gpu_a_device_that_is_not_there_is_refused(flowc, models, tmp_pat
     target, why_not = device_target()
     if target is None:
         pytest.skip(why_not)
-    path, inputs = models["cnn"]
-    artifact = tmp_path / "cnn.fca"
-    flowc.submit(path, artifact, "--target", target)
-    x = tmp_path / "x.npy"
-    np.save(x, inputs["image"])
+    artifact, x = cnn_artifact(flowc, models, tmp_path, target)
     ran = flowc.run("run", artifact, "--input", f"image={x}", "--gpu-device", "1023",
                     check=False)
     assert ran.returncode == 3, ran.stderr
@@ -164,11 +152,7 @@ def test_replicas_are_refused_in_one_line_without_a_gpu_or_with_bad_devices(
     """--gpu-devices: a malformed list is a usage error (exit 2), a repeated
     device or CPU code bad input (exit 3), before any device opens; without
     a GPU, the one line and exit 5."""
-    path, inputs = models["cnn"]
-    artifact = tmp_path / "cnn.fca"
-    flowc.submit(path, artifact, "--target", "cuda:sm_90")
-    x = tmp_path / "x.npy"
-    np.save(x, inputs["image"])
+    artifact, x = cnn_artifact(flowc, models, tmp_path, "cuda:sm_90")
     run = ["run", artifact, "--input", f"image={x}"]
     for bad in (["--gpu-devices", "0,x"], ["--gpu-devices", "0,1024"],
                 ["--gpu-devices", "-1"], ["--gpu-devices", "all,0"],
@@ -181,7 +165,7 @@ def test_replicas_are_refused_in_one_line_without_a_gpu_or_with_bad_devices(
     assert "GPU device 1 is named twice" in ran.stderr
     # CPU code has no replicas.
     cpu = tmp_path / "cnn-cpu.fca"
-    flowc.submit(path, cpu)
+    flowc.submit(models["cnn"][0], cpu)
     for devices in ("0", "all"):
         ran = flowc.run("run", cpu, "--input", f"image={x}", "--gpu-devices", devices,
                         check=False)

@@ -17,7 +17,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from conftest import BIN, Flowc, assert_close, onnxruntime_outputs, save  # noqa: E402,F401
+from conftest import (BIN, Flowc, assert_close, device_target, onnxruntime_outputs,  # noqa: E402,F401
+                      save)
 
 TORCH_PYTHON = ROOT / ".venv-torch" / "bin" / "python"
 

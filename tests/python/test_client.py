@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from client_fixtures import (BIN, ROOT, TORCH_PYTHON, assert_close, client,  # noqa: F401
-                             flowc_package, onnxruntime_outputs, save)
+                             device_target, flowc_package, onnxruntime_outputs, save)
 
 sys.path.insert(0, str(ROOT / "examples"))
 import make_models  # noqa: E402
@@ -365,16 +365,6 @@ def test_a_torch_module_compiles_and_matches_torch(client, tmp_path):
     assert report["training"] is True
 
 
-def gpu_target():
-    """cuda:sm_NN of GPU 0, or None without one (nvidia-smi)."""
-    try:
-        cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, check=True).stdout.split()[0]
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return None
-    return "cuda:sm_" + cap.replace(".", "")
-
-
 def test_a_cuda_artifact_runs_on_the_gpu_it_is_given(client, tmp_path):
     """compile(target="cuda:...", gpu_device=N) and load(..., gpu_device=N):
     without a GPU the first run raises Unavailable in one line; a negative
@@ -383,7 +373,7 @@ def test_a_cuda_artifact_runs_on_the_gpu_it_is_given(client, tmp_path):
     import flowc
 
     model = cnn(tmp_path)
-    target = gpu_target()
+    target, _ = device_target()
     x = cnn_input()
     artifact = flowc.compile(model, target=target or "cuda:sm_90", progress=False)
     with pytest.raises(flowc.InvalidModel, match="GPU device -1 is negative"):
