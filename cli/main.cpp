@@ -3,13 +3,12 @@
 #include "RuntimeModule.h"
 
 #include "flowc/support/Environment.h"
+#include "flowc/support/Logging.h"
 
 #include <grpc/support/log.h>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 namespace {
 
@@ -102,11 +101,7 @@ int main(int argc, char **argv) {
   // The libraries' warnings (the runtime's, the cache's) go to stderr as
   // flowc's own do: spdlog's default logger writes stdout, where they would
   // break a --json answer or an export.
-  auto logger = std::make_shared<spdlog::logger>(
-      "flowc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  logger->set_pattern("flowc: %l: %v");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::warn);
+  flowc::logWarningsToStderr("flowc");
   gpr_set_log_function(discardGrpcLog);
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 #include "flowc/runtime/Session.h"
 #include "flowc/runtime/Tensor.h"
 #include "flowc/support/Format.h"
+#include "flowc/support/Logging.h"
 #include "flowc/support/Status.h"
 
 #include <exception>
@@ -165,6 +166,10 @@ const char *flowc_status_name(int status) {
 flowc_status flowc_artifact_open(const char *path, const char *cache_dir,
                                  flowc_verification verification, flowc_artifact **out) {
   constexpr const char *function = "flowc_artifact_open";
+  // The runtime's warnings (a plan candidate that cannot run here, a CUDA
+  // graph not captured) go to stderr, as flowc's commands print them, not
+  // into the host's stdout (a notebook cell's output, a program's answer).
+  flowc::logWarningsToStderr("flowc", /*keepHostLogger=*/true);
   if (!out)
     return nullArgument(function, "out");
   *out = nullptr;

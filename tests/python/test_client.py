@@ -60,6 +60,31 @@ def test_compile_and_run_match_onnxruntime(client, tmp_path):
     assert submitted["artifact_digest"] == artifact.digest, submitted
 
 
+def test_runtime_warnings_go_to_stderr_not_stdout(client, tmp_path, capfd):
+    """A warning of the in-process runtime (here: a searched plan's
+    convolution candidate this CPU's library lacks, made so by renaming its
+    implementation) is printed on stderr as `flowc: warning: ...`, never into
+    the host's stdout (a notebook cell's output)."""
+    import flowc
+    from test_search import inputs, tuning_model
+
+    model = tuning_model(tmp_path / "m.onnx")
+    searched = tmp_path / "searched.fca"
+    client.cli.run("submit", model, "-o", searched, "--search-budget", "10")
+    data = searched.read_bytes()
+    impl = data.index(b"impl=", data.index(b'"candidate"')) + len(b"impl=")
+    moved = tmp_path / "moved.fca"
+    moved.write_bytes(data[:impl] + (b"X" if data[impl:impl + 1] != b"X" else b"Y")
+                      + data[impl + 1:])
+    capfd.readouterr()
+    outputs = flowc.load(moved, verify=False).run(**inputs())
+    assert list(outputs) == ["y"]
+    out, err = capfd.readouterr()
+    assert out == ""
+    warnings = [line for line in err.splitlines() if line.startswith("flowc: warning:")]
+    assert len(warnings) == 1 and "cannot run here" in warnings[0], err
+
+
 def test_inspect_bench_and_output_placement(client, tmp_path):
     import flowc
 

@@ -12,6 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -311,6 +315,44 @@ TEST(CApiTest, ThinArtifactWeightsComeFromTheCacheDir) {
   flowc_tensor input = floatTensor("x", x), output = floatTensor("y", y);
   ASSERT_EQ(flowc_session_run(with.session, &input, 1, &output, 1), FLOWC_OK);
   EXPECT_EQ(y[3], 41);
+}
+
+// The runtime's warnings reach the host's stderr as flowc's commands print
+// them, never its stdout (a notebook's cell output, a program's answer);
+// info lines (the cache's) are not printed.
+TEST(CApiTest, WarningsGoToStderrNotTheHostsStdout) {
+  // spdlog's stock default logger: unnamed, on stdout.
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "", std::make_shared<spdlog::sinks::stdout_sink_mt>()));
+  TempDir dir;
+  flowc_artifact *artifact = nullptr;
+  EXPECT_EQ(flowc_artifact_open(dir.file("none.fca").c_str(), nullptr,
+                                FLOWC_VERIFY_DIGESTS, &artifact),
+            FLOWC_NOT_FOUND);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  spdlog::warn("a candidate cannot run here");
+  spdlog::info("cache restricted mode");
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+  EXPECT_EQ(err, "flowc: warning: a candidate cannot run here\n");
+}
+
+// A host that set a default logger of its own keeps it: the library does
+// not take over its host's logging.
+TEST(CApiTest, AHostsOwnLoggerIsKept) {
+  std::ostringstream seen;
+  auto host = std::make_shared<spdlog::logger>(
+      "host", std::make_shared<spdlog::sinks::ostream_sink_mt>(seen));
+  spdlog::set_default_logger(host);
+  TempDir dir;
+  flowc_artifact *artifact = nullptr;
+  EXPECT_EQ(flowc_artifact_open(dir.file("none.fca").c_str(), nullptr,
+                                FLOWC_VERIFY_DIGESTS, &artifact),
+            FLOWC_NOT_FOUND);
+  EXPECT_EQ(spdlog::default_logger(), host);
+  spdlog::warn("to the host");
+  EXPECT_THAT(seen.str(), HasSubstr("to the host"));
 }
 
 } // namespace

@@ -16,7 +16,11 @@
  * flowc_artifact_input/output/metadata return live as long as the artifact
  * handle they came from. Handles are thread-safe: runs on one session are
  * serialized (one at a time); use one session per thread to run in
- * parallel. */
+ * parallel.
+ *
+ * Warnings (a plan candidate this machine cannot run, say) go to stderr as
+ * "flowc: warning: ...", never to stdout, unless the host set a default
+ * spdlog logger of its own before flowc_artifact_open: that one is kept. */
 #ifndef FLOWC_RUNTIME_C_API_H
 #define FLOWC_RUNTIME_C_API_H
 
