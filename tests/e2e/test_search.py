@@ -185,6 +185,18 @@ def test_a_bad_budget_is_refused(flowc, tmp_path, budget):
     assert "not a number of seconds" in result.stderr
 
 
+def moved_artifact(searched, out):
+    """A copy of a searched artifact as if moved to a machine whose library
+    lacks its plan's first convolution candidate: one letter of the
+    candidate's implementation name is changed, the length kept (so it must
+    be run unverified). Returns `out`."""
+    data = searched.read_bytes()
+    impl = data.index(b"impl=", data.index(b'"candidate"')) + len(b"impl=")
+    renamed = b"X" if data[impl:impl + 1] != b"X" else b"Y"
+    out.write_bytes(data[:impl] + renamed + data[impl + 1:])
+    return out
+
+
 def test_a_plan_candidate_that_cannot_run_warns_on_stderr_not_in_the_json(flowc, tmp_path):
     """An artifact moved to a machine whose library lacks its plan's
     convolution candidate runs the default after one warning: on stderr as
@@ -194,13 +206,7 @@ def test_a_plan_candidate_that_cannot_run_warns_on_stderr_not_in_the_json(flowc,
     model = tuning_model(tmp_path / "m.onnx")
     artifact = tmp_path / "searched.fca"
     assert flowc.submit(model, artifact, "--search-budget", "30")["search"]["tuned_kernels"] > 0
-    data = artifact.read_bytes()
-    start = data.index(b'"candidate"')
-    impl = data.index(b"impl=", start) + len(b"impl=")
-    # One letter of the implementation's name, the length kept.
-    renamed = b"X" if data[impl:impl + 1] != b"X" else b"Y"
-    moved = tmp_path / "moved.fca"
-    moved.write_bytes(data[:impl] + renamed + data[impl + 1:])
+    moved = moved_artifact(artifact, tmp_path / "moved.fca")
     x = tmp_path / "x.npy"
     np.save(x, inputs()["x"])
     ran = flowc.run("run", moved, "--input", f"x={x}", "--json", "--no-verify")

@@ -66,16 +66,12 @@ def test_runtime_warnings_go_to_stderr_not_stdout(client, tmp_path, capfd):
     implementation) is printed on stderr as `flowc: warning: ...`, never into
     the host's stdout (a notebook cell's output)."""
     import flowc
-    from test_search import inputs, tuning_model
+    from test_search import inputs, moved_artifact, tuning_model
 
     model = tuning_model(tmp_path / "m.onnx")
     searched = tmp_path / "searched.fca"
     client.cli.run("submit", model, "-o", searched, "--search-budget", "10")
-    data = searched.read_bytes()
-    impl = data.index(b"impl=", data.index(b'"candidate"')) + len(b"impl=")
-    moved = tmp_path / "moved.fca"
-    moved.write_bytes(data[:impl] + (b"X" if data[impl:impl + 1] != b"X" else b"Y")
-                      + data[impl + 1:])
+    moved = moved_artifact(searched, tmp_path / "moved.fca")
     capfd.readouterr()
     outputs = flowc.load(moved, verify=False).run(**inputs())
     assert list(outputs) == ["y"]
