@@ -124,8 +124,11 @@ std::optional<unsigned> residualOperand(mlir::func::CallOp call, mlir::ModuleOp 
   std::optional<unsigned> index;
   // Buffers as KernelAbi.h orders them.
   if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::Conv2d))
+    // A residual of another element type than the result's cannot share its
+    // bytes: each element would overwrite its neighbours' before they are read.
     if (auto conv = runtime::paramsFromWords<runtime::Conv2dParams>(params.asArrayRef());
-        conv && conv->hasResidual)
+        conv && conv->hasResidual &&
+        conv->sixteenBitResidual == conv->sixteenBitDestination)
       index = 3;
   if (kind.getValue() == runtime::kernelKindName(runtime::KernelKind::MatMul))
     if (auto matmul =

@@ -176,6 +176,9 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
     pm.addPass(createFuseElementwiseOpsPass());
   // Last on tensors: one buffer per result from here on.
   pm.addPass(createDistinctResultsPass());
+  // AMP on cuda: what only convolutions write and read stays in 16 bits.
+  if (isCudaTarget(options.target) && options.precision != Precision::Fp32)
+    pm.addPass(createMarkSixteenBitBuffersPass());
   // One-Shot Bufferize models func.call, not flowc.library_call.
   pm.addPass(createLowerLibraryCallsPass());
   // A loop nest whose result is inserted into a concatenation writes into

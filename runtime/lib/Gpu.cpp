@@ -1111,6 +1111,33 @@ GpuContext::allocateBlock(const std::vector<uint64_t> &sizes, const std::string 
   return buffers;
 }
 
+namespace {
+
+/// A random finite value of `precision`'s 16-bit type in +-[2^-5, 1): its
+/// sign, exponent and mantissa bits drawn.
+uint16_t randomSixteenBit(Precision precision, std::mt19937 &random) {
+  uint32_t bits = random();
+  auto sign = static_cast<uint16_t>((bits >> 31) << 15);
+  if (precision == Precision::Fp16)
+    return sign | static_cast<uint16_t>((10 + bits % 5) << 10) | ((bits >> 8) & 0x3FF);
+  return sign | static_cast<uint16_t>((122 + bits % 5) << 7) | ((bits >> 8) & 0x7F);
+}
+
+/// Whether a kernel of `params` reads its buffer `index` (KernelAbi.h's
+/// order) in 16 bits: a convolution's source or residual the compiler kept
+/// so. The precision when it does.
+std::optional<Precision>
+sixteenBitInput(KernelKind kind, const std::vector<int64_t> &params, size_t index) {
+  std::optional<Conv2dParams> conv =
+      kind == KernelKind::Conv2d ? paramsFromWords<Conv2dParams>(params) : std::nullopt;
+  if (conv && ((index == 0 && conv->sixteenBitSource) ||
+               (index == 3 && conv->hasResidual && conv->sixteenBitResidual)))
+    return conv->precision;
+  return std::nullopt;
+}
+
+} // namespace
+
 Expected<GpuKernelChoice>
 GpuContext::measureLibraryKernel(KernelKind kind, const std::vector<int64_t> &params,
                                  int trials, const std::vector<size_t> &floats) {
@@ -1129,8 +1156,16 @@ GpuContext::measureLibraryKernel(KernelKind kind, const std::vector<int64_t> &pa
   std::vector<void *> pointers;
   for (size_t i = 0; i < buffers.size(); ++i) {
     std::vector<float> host(floats[i]);
-    for (float &value : host)
-      value = values(random);
+    // A 16-bit buffer's bytes are 16-bit values, not fp32 ones read in halves.
+    if (std::optional<Precision> sixteenBit = sixteenBitInput(kind, params, i)) {
+      std::vector<uint16_t> halves(2 * host.size());
+      for (uint16_t &half : halves)
+        half = randomSixteenBit(*sixteenBit, random);
+      std::memcpy(host.data(), halves.data(), bytes[i]);
+    } else {
+      for (float &value : host)
+        value = values(random);
+    }
     // copyToDevice waits for a staging buffer's last copy before refilling it.
     FLOWC_RETURN_IF_ERROR(
         copyToDevice(buffers[i], reinterpret_cast<const char *>(host.data()), bytes[i]));
@@ -1506,8 +1541,15 @@ Status checkLibraryParams(KernelKind kind, const std::vector<int64_t> &words,
     if (!isLayout(p->sourceLayout) || !isLayout(p->destinationLayout) || weights < 0 ||
         weights > static_cast<int64_t>(ConvWeightLayout::Hwcm) ||
         !isFlag(p->constantWeights) || !isFlag(p->hasResidual) ||
-        !isActivation(p->activation) || !isPrecision(p->precision))
+        !isActivation(p->activation) || !isPrecision(p->precision) ||
+        !isFlag(p->sixteenBitSource) || !isFlag(p->sixteenBitResidual) ||
+        !isFlag(p->sixteenBitDestination))
       return bad("a layout, flag, activation or precision out of range");
+    if ((p->sixteenBitSource || p->sixteenBitResidual || p->sixteenBitDestination) &&
+        p->precision == Precision::Fp32)
+      return bad("16-bit buffers in an fp32 convolution");
+    if (p->sixteenBitResidual && !p->hasResidual)
+      return bad("a 16-bit residual without a residual");
     if (!boundedProduct({p->batch, p->inChannels, p->inHeight, p->inWidth}) ||
         !boundedProduct({p->batch, p->outChannels, p->outHeight, p->outWidth}) ||
         !boundedProduct({p->outChannels, p->inChannels, p->kernelHeight, p->kernelWidth}))

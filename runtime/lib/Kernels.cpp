@@ -18,6 +18,7 @@
 #include <numeric>
 #include <omp.h>
 #include <set>
+#include <stdexcept>
 #include <unordered_map>
 #include <vector>
 
@@ -641,6 +642,10 @@ std::string siteName(KernelKind kind, int64_t index) {
 
 std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
                                      const Conv2dParams &p) {
+  // Only cuda code keeps buffers in 16 bits (AMP); oneDNN's are fp32 here.
+  if (p.sixteenBitSource || p.sixteenBitResidual || p.sixteenBitDestination)
+    throw std::invalid_argument("16-bit source, residual or destination buffers are "
+                                "for cuda code, not the CPU's");
   ConvBuffers buffers = convBuffers(p);
   auto chosen = chooseConv(context.engine, p, buffers,
                            siteName(KernelKind::Conv2d, index), context.candidate(index));

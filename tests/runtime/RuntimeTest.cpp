@@ -182,7 +182,8 @@ TEST(KernelAbiTest, CodeForAnotherKernelAbiIsRefused) {
     ASSERT_TRUE(artifact);
     EXPECT_THAT(Session::create(*artifact),
                 StatusIs(StatusCode::Unavailable,
-                         "compiled for library kernel ABI 1, this runtime has 2"));
+                         "compiled for library kernel ABI 1, this runtime has " +
+                             std::to_string(kKernelAbiVersion)));
   }
 }
 

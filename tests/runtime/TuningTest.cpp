@@ -444,7 +444,7 @@ TEST(LibraryCandidatesTest, UnknownCandidatesAndBadParamsAreInvalidArgument) {
               StatusIs(StatusCode::InvalidArgument, "no candidates"));
   EXPECT_THAT(
       libraryCandidates(KernelKind::Conv2d, paramWords(matmul(1, 2, 3, 4))),
-      StatusIs(StatusCode::InvalidArgument, "a conv2d kernel has 27 params, not 16"));
+      StatusIs(StatusCode::InvalidArgument, "a conv2d kernel has 30 params, not 16"));
   Conv2dParams negative = conv(1, 16, 32, 14, 3, 1, 1, ActivationLayout::Nchw);
   negative.inChannels = -4;
   EXPECT_THAT(
@@ -533,9 +533,11 @@ std::string convCode(const Conv2dParams &p) {
          "typedef void (*Kernel)(void *, int64_t, const int64_t *, void **);\n"
          "Kernel flowc_kernel_table[8]; void *flowc_kernel_context;\n"
          "const int64_t flowc_kernel_kinds = 1, flowc_kernel_sites = 1;\n"
-         "const int64_t flowc_kernel_abi = 2;\n"
-         "static const int64_t params[27] = {" +
-         words +
+         "const int64_t flowc_kernel_abi = " +
+         std::to_string(kKernelAbiVersion) +
+         ";\n"
+         "static const int64_t params[" +
+         std::to_string(sizeof(Conv2dParams) / 8) + "] = {" + words +
          "};\n"
          "void flowc_entry(void **args) {\n"
          "  void *buffers[4] = {args[0], args[1], args[2], args[3]};\n"
@@ -1003,7 +1005,7 @@ TEST(GpuMeasureTest, MeasuringNeedsAGpuAndAKernelWithGpuCandidates) {
               StatusIs(StatusCode::InvalidArgument,
                        "only convolutions and matrix products have GPU candidates"));
   EXPECT_THAT(measureGpuLibraryKernel(KernelKind::Conv2d, {1, 2, 3}, 8),
-              StatusIs(StatusCode::InvalidArgument, "not 27 words"));
+              StatusIs(StatusCode::InvalidArgument, "not 30 words"));
   // A measure task's params come from elsewhere: what would divide by zero,
   // overflow or disagree with itself never reaches the libraries.
   Conv2dParams good = conv(1, 8, 16, 15, 3, 1, 1, ActivationLayout::Nchw);

@@ -58,6 +58,9 @@ constexpr std::array kConv2dFields = {
     FLOWC_FLOAT_FIELD(Conv2dParams, alpha),
     FLOWC_FLOAT_FIELD(Conv2dParams, beta),
     FLOWC_INT_FIELD(Conv2dParams, precision),
+    FLOWC_INT_FIELD(Conv2dParams, sixteenBitSource),
+    FLOWC_INT_FIELD(Conv2dParams, sixteenBitResidual),
+    FLOWC_INT_FIELD(Conv2dParams, sixteenBitDestination),
 };
 constexpr std::array kMatMulFields = {
     FLOWC_INT_FIELD(MatMulParams, batch),

@@ -23,6 +23,7 @@ namespace flowc::compiler {
 
 #define GEN_PASS_DEF_OUTLINELIBRARYKERNELSPASS
 #define GEN_PASS_DEF_LOWERLIBRARYCALLSPASS
+#define GEN_PASS_DEF_MARKSIXTEENBITBUFFERSPASS
 #include "flowc/compiler/Passes.h.inc"
 
 namespace {
@@ -138,6 +139,58 @@ struct OutlineLibraryKernelsPass
       epilogueOpsFused += candidate->ops.size() - 1;
       outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++), erased);
       ++kernelsOutlined;
+    }
+  }
+};
+
+/// The convolution params of `call`, if it calls a convolution.
+std::optional<runtime::Conv2dParams> convParams(LibraryCallOp call) {
+  if (static_cast<KernelKind>(call.getKind()) != KernelKind::Conv2d)
+    return std::nullopt;
+  return runtime::paramsFromWords<runtime::Conv2dParams>(call.getParams());
+}
+
+/// Whether `use` reads a convolution's result as a convolution of
+/// `precision` reads its source or its residual (not its weights or bias).
+bool readsAsActivation(mlir::OpOperand &use, Precision precision) {
+  auto reader = mlir::dyn_cast<LibraryCallOp>(use.getOwner());
+  std::optional<runtime::Conv2dParams> p = reader ? convParams(reader) : std::nullopt;
+  if (!p || p->precision != precision)
+    return false;
+  unsigned input = use.getOperandNumber();
+  return input == 0 || (p->hasResidual && input == 3);
+}
+
+void updateConvParams(LibraryCallOp call,
+                      llvm::function_ref<void(runtime::Conv2dParams &)> update) {
+  runtime::Conv2dParams p = *convParams(call);
+  update(p);
+  call.setParams(runtime::paramWords(p));
+}
+
+struct MarkSixteenBitBuffersPass
+    : impl::MarkSixteenBitBuffersPassBase<MarkSixteenBitBuffersPass> {
+  void runOnOperation() override {
+    llvm::SmallVector<LibraryCallOp> writers;
+    getOperation().walk([&](LibraryCallOp call) {
+      std::optional<runtime::Conv2dParams> p = convParams(call);
+      if (p && p->precision != Precision::Fp32 && !call.getResult().use_empty())
+        writers.push_back(call);
+    });
+    for (LibraryCallOp writer : writers) {
+      Precision precision = convParams(writer)->precision;
+      if (!llvm::all_of(writer.getResult().getUses(), [&](mlir::OpOperand &use) {
+            return readsAsActivation(use, precision);
+          }))
+        continue;
+      updateConvParams(writer, [](auto &p) { p.sixteenBitDestination = 1; });
+      for (mlir::OpOperand &use : writer.getResult().getUses()) {
+        bool source = use.getOperandNumber() == 0;
+        updateConvParams(mlir::cast<LibraryCallOp>(use.getOwner()), [&](auto &p) {
+          (source ? p.sixteenBitSource : p.sixteenBitResidual) = 1;
+        });
+      }
+      ++buffersNarrowed;
     }
   }
 };

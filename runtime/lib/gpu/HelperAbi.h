@@ -32,16 +32,20 @@ struct GatherArgs {
 };
 
 /// out = activation(((in + bias[channel]) + residual) * scale + mask) over
-/// `shape`; `in` (of `inType`) may be `out` (same strides). The residual
-/// has `out`'s strides. Null pointers and hasScale 0 skip their step.
-/// `activation`, `alpha` and `beta` are KernelAbi.h's Activation and its
-/// bounds. Everything but `in` is fp32.
+/// `shape`, computed in fp32; `in` (of `inType`) may be `out` (same
+/// strides and type). The residual has `out`'s strides. Null pointers and
+/// hasScale 0 skip their step. `activation`, `alpha` and `beta` are
+/// KernelAbi.h's Activation and its bounds. `in`, `out` and the residual
+/// are of their types (a convolution's 16-bit buffers), the bias and mask
+/// fp32.
 struct EpilogueArgs {
-  float *out;
+  void *out;
+  int64_t outType;
   const void *in;
   int64_t inType;
   const float *bias;
-  const float *residual;
+  const void *residual;
+  int64_t residualType;
   const float *mask;
   Index4 shape;
   Index4 outStrides;

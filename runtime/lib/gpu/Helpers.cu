@@ -154,12 +154,12 @@ extern "C" __global__ void flowc_epilogue(EpilogueArgs a) {
     if (a.bias)
       value += a.bias[at[a.channelAxis]];
     if (a.residual)
-      value += a.residual[out];
+      value += load(a.residual, out, a.residualType);
     if (a.hasScale)
       value *= scale;
     if (a.mask)
       value += a.mask[offset(at, a.maskStrides)];
-    a.out[out] = activate(value, a.activation, alpha, beta);
+    store(a.out, out, a.outType, activate(value, a.activation, alpha, beta));
   });
 }
 

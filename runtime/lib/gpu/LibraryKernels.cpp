@@ -325,8 +325,9 @@ struct ConvCall {
   /// it): a buffer of the site's, or `out`.
   void *result = nullptr;
   const void *bias = nullptr, *residual = nullptr;
-  /// The graph's fp32 result.
-  float *out = nullptr;
+  /// The graph's result: fp32, or the 16-bit type where the compiler kept
+  /// the buffer in 16 bits (sixteenBitDestination).
+  void *out = nullptr;
 };
 
 /// Whether cuDNN can run a convolution's epilogue inside its graph: bias,
@@ -339,17 +340,25 @@ bool epilogueFuses(const Conv2dParams &p, ActivationLayout computeLayout) {
          p.destinationLayout == computeLayout;
 }
 
+/// The element type of a convolution's source, residual or destination
+/// buffer: the site's 16-bit type where the compiler kept it in 16 bits.
+ElementType bufferType(const ConvSite &conv, int64_t sixteenBit) {
+  return sixteenBit ? conv.type : kF32;
+}
+
 /// The epilogue kernel's work after a convolution alone: bias[channel],
-/// the residual and the activation on cuDNN's result, into the graph's
-/// layout and fp32.
+/// the residual and the activation on cuDNN's result, in fp32, into the
+/// graph's layout and the destination's type.
 EpilogueArgs convEpilogue(const ConvSite &conv, const ConvCall &call) {
   const Conv2dParams &p = conv.params;
   EpilogueArgs args{};
   args.out = call.out;
+  args.outType = bufferType(conv, p.sixteenBitDestination);
   args.in = call.result;
   args.inType = conv.type;
   args.bias = static_cast<const float *>(call.bias);
-  args.residual = static_cast<const float *>(call.residual);
+  args.residual = call.residual;
+  args.residualType = bufferType(conv, p.sixteenBitResidual);
   args.shape = conv.destinationShape;
   args.outStrides = activationStrides(conv.destinationShape, p.destinationLayout);
   args.inStrides = activationStrides(conv.destinationShape, conv.layout);
@@ -603,7 +612,8 @@ ConvSite describeConv(const Conv2dParams &p) {
 /// `conv`'s cuDNN operation graph: the forward convolution alone, its
 /// result in `conv.type` in the compute layout; or, `fused`, the
 /// convolution then pointwise operations in fp32 (+ bias[channel],
-/// + residual, ReLU) writing the fp32 result. Null, with `builder`'s
+/// + residual, ReLU) writing the graph's result (fp32, or 16 bits where
+/// the compiler kept it so; the residual likewise). Null, with `builder`'s
 /// failure, when cuDNN refuses a piece.
 Descriptor convGraph(GraphBuilder &builder, const ConvSite &conv, bool fused) {
   const Conv2dParams &p = conv.params;
@@ -670,8 +680,8 @@ Descriptor convGraph(GraphBuilder &builder, const ConvSite &conv, bool fused) {
   // epilogueFuses: no activation, or ReLU.
   bool relu = p.activation != Activation::None;
   auto step = [&](int64_t id, bool last) {
-    return last ? builder.tensor(kResultId, conv.destinationShape, resultStrides, kF32,
-                                 alignment)
+    return last ? builder.tensor(kResultId, conv.destinationShape, resultStrides,
+                                 bufferType(conv, p.sixteenBitDestination), alignment)
                 : builder.tensor(id, conv.destinationShape, resultStrides, kF32,
                                  alignment, true);
   };
@@ -686,8 +696,8 @@ Descriptor convGraph(GraphBuilder &builder, const ConvSite &conv, bool fused) {
   const Descriptor *last = &biased;
   Descriptor residual, summed, addResidual;
   if (p.hasResidual) {
-    residual = builder.tensor(kResidualId, conv.destinationShape, resultStrides, kF32,
-                              alignment);
+    residual = builder.tensor(kResidualId, conv.destinationShape, resultStrides,
+                              bufferType(conv, p.sixteenBitResidual), alignment);
     summed = step(kSummedId, !relu);
     addResidual = builder.pointwise(CUDNN_POINTWISE_ADD, biased, &residual, summed);
     operations.push_back(&addResidual);
@@ -1338,7 +1348,7 @@ bool LibraryKernels::planConv(int64_t site, ConvSite &conv, const Descriptor &gr
   ConvCall trialCall = call;
   uint64_t resultBytes = static_cast<uint64_t>(elements(conv.destinationShape)) * 4;
   if (call.residual && overlap(call.residual, call.out, resultBytes) &&
-      !(trialCall.out = static_cast<float *>(workspace(resultBytes))))
+      !(trialCall.out = workspace(resultBytes)))
     return false;
   auto timed = [&](const ConvPlan &plan) {
     return timeCalls([&] { return runConv(conv, plan, trialCall); });
@@ -1411,10 +1421,11 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
     return static_cast<uint64_t>(elements(shape)) * elementBytes(conv->type);
   };
   bool padded = isPadded(p);
-  // AMP rounds all three into 16-bit buffers of their own.
+  // AMP rounds all three into 16-bit buffers of their own, but for a source
+  // the compiler kept in 16 bits.
   bool amp = conv->type != kF32;
   std::string what = "conv2d site " + std::to_string(site);
-  if ((amp || padded || p.sourceLayout != conv->layout) &&
+  if (((amp && !p.sixteenBitSource) || padded || p.sourceLayout != conv->layout) &&
       !(conv->source =
             device_.allocate(bytes(conv->paddedShape), "the source of " + what)))
     return nullptr;
@@ -1432,6 +1443,13 @@ std::unique_ptr<ConvSite> LibraryKernels::createConv(int64_t site, const Conv2dP
   // a site is not fused: cuDNN would read the residual where it writes.
   uint64_t resultBytes = static_cast<uint64_t>(elements(conv->destinationShape)) * 4;
   bool residualInResult = p.hasResidual && overlap(buffers[3], buffers[4], resultBytes);
+  // In place, each element written in another width would overwrite its
+  // neighbours' residual before they are read (the compiler never plans it).
+  if (residualInResult && p.sixteenBitResidual != p.sixteenBitDestination) {
+    failSite(site, "conv2d",
+             "the residual shares the result's buffer in another element type");
+    return nullptr;
+  }
   if ((amp || p.destinationLayout != conv->layout || residualInResult) &&
       !(conv->destination =
             device_.allocate(bytes(conv->destinationShape), "the result of " + what)))
@@ -1468,7 +1486,7 @@ ConvCall LibraryKernels::convCall(const ConvSite &conv, void **buffers) const {
   call.weights = conv.weights ? conv.weights : buffers[1];
   call.bias = buffers[2];
   call.residual = residual ? buffers[3] : nullptr;
-  call.out = static_cast<float *>(buffers[3 + residual]);
+  call.out = buffers[3 + residual];
   call.result = conv.destination ? conv.destination : call.out;
   return call;
 }
@@ -1492,7 +1510,8 @@ void LibraryKernels::conv(int64_t site, const int64_t *words, void **buffers) {
   if (conv.source)
     gather(static_cast<char *>(conv.source) + conv.interior * elementBytes(conv.type),
            buffers[0], conv.sourceShape, activationStrides(conv.paddedShape, conv.layout),
-           activationStrides(conv.sourceShape, p->sourceLayout), conv.type);
+           activationStrides(conv.sourceShape, p->sourceLayout), conv.type,
+           bufferType(conv, p->sixteenBitSource));
   if (conv.weights && !(p->constantWeights && conv.weightsPacked)) {
     gather(conv.weights, buffers[1], conv.weightShape,
            weightStrides(conv.weightShape, filterFormatOf(conv.layout)),
@@ -1843,7 +1862,7 @@ void LibraryKernels::matmul(int64_t site, const int64_t *words, void **buffers) 
   if (!matmul.helperEpilogue)
     return;
   EpilogueArgs args{};
-  args.out = static_cast<float *>(result);
+  args.out = result;
   args.in = args.out;
   args.inType = kF32;
   args.shape = {{p->batch, p->m, p->n, 1}};

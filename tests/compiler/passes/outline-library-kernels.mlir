@@ -24,9 +24,9 @@
 // The source and the result stay NCHW (layout 0) for the kernel, the
 // weights are graph weights (constant), the residual and the Relu (clamp
 // 0..+inf, activation 1) are its epilogue.
-// CHECK: %[[Y:.*]] = flowc.library_call conv2d @flowc_kernel_0(%[[X]], %[[W]], %[[B]], %[[R]]) params <batch = 1, inChannels = 8, inHeight = 6, inWidth = 6, outChannels = 4, kernelHeight = 3, kernelWidth = 3, outHeight = 6, outWidth = 6, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1, padTop = 1, padLeft = 1, padBottom = 1, padRight = 1, groups = 1, sourceLayout = 0, weightLayout = 0, destinationLayout = 0, constantWeights = 1, hasResidual = 1, activation = 1, alpha = 0.000000e+00, beta = 0x7F800000, precision = 0>
+// CHECK: %[[Y:.*]] = flowc.library_call conv2d @flowc_kernel_0(%[[X]], %[[W]], %[[B]], %[[R]]) params <batch = 1, inChannels = 8, inHeight = 6, inWidth = 6, outChannels = 4, kernelHeight = 3, kernelWidth = 3, outHeight = 6, outWidth = 6, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1, padTop = 1, padLeft = 1, padBottom = 1, padRight = 1, groups = 1, sourceLayout = 0, weightLayout = 0, destinationLayout = 0, constantWeights = 1, hasResidual = 1, activation = 1, alpha = 0.000000e+00, beta = 0x7F800000, precision = 0, sixteenBitSource = 0, sixteenBitResidual = 0, sixteenBitDestination = 0>
 // BF16-LABEL: func.func @main
-// BF16: flowc.library_call conv2d {{.*}} precision = 1>
+// BF16: flowc.library_call conv2d {{.*}} precision = 1, sixteenBitSource = 0, sixteenBitResidual = 0, sixteenBitDestination = 0>
 // CHECK-NOT: tosa.add
 // CHECK-NOT: tosa.clamp
 // CHECK: return %[[Y]]

@@ -166,6 +166,28 @@ def LowerLibraryCallsPass
   ];
 }
 
+def MarkSixteenBitBuffersPass
+    : Pass<"flowc-mark-16-bit-buffers", "::mlir::ModuleOp"> {
+  let summary = "AMP on cuda: convolution results that only convolutions "
+                "read stay in 16 bits";
+  let description = [{
+    Runs on the library calls of an AMP (`fp16`, `bf16`) compile for a cuda
+    target, last on tensors, right before flowc-lower-library-calls. A
+    convolution whose result only convolutions of its precision read (as
+    their source or their residual) writes that result in the 16-bit type
+    (`sixteenBitDestination`), and its readers read it so
+    (`sixteenBitSource`, `sixteenBitResidual`): the buffer between them
+    holds half the bytes, and the next convolution reads it as cuDNN
+    wants it instead of rounding an fp32 copy first. The epilogue (bias,
+    residual, ReLU) still computes in fp32; a result that anything else
+    reads (pooling, a generated kernel, the graph's output) stays fp32.
+  }];
+  let statistics = [
+    Statistic<"buffersNarrowed", "buffers-narrowed",
+              "Convolution results kept in 16 bits">
+  ];
+}
+
 def FuseElementwiseOpsPass
     : Pass<"linalg-fuse-elementwise-ops", "::mlir::ModuleOp"> {
   let summary = "Fuse chains of elementwise linalg ops into loop nests of "

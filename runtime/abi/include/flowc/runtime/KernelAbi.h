@@ -52,8 +52,9 @@ inline constexpr const char *kKernelSitesSymbol = "flowc_kernel_sites";
 /// code was compiled against; a runtime refuses code of another version
 /// (its parameter arrays would be read wrongly).
 inline constexpr const char *kKernelAbiSymbol = "flowc_kernel_abi";
-/// 2: matrix products gained the attention scale and mask.
-inline constexpr int64_t kKernelAbiVersion = 2;
+/// 2: matrix products gained the attention scale and mask. 3: convolutions
+/// gained 16-bit source, residual and destination buffers (AMP on cuda).
+inline constexpr int64_t kKernelAbiVersion = 3;
 
 /// Profile marks. The graph calls `flowc_profile_mark(2*i)` right before
 /// its kernel call i (a loop kernel or a library kernel) and
@@ -170,11 +171,17 @@ struct Conv2dParams {
   /// Bf16: source and weights rounded to bfloat16, fp32 accumulation and
   /// output.
   Precision precision;
+  /// AMP on cuda: the source, the residual or the destination buffer holds
+  /// `precision`'s 16-bit type instead of fp32 (a buffer that only
+  /// convolutions write and read: markSixteenBitBuffers, in the compiler).
+  /// The epilogue still computes in fp32. Always 0 for fp32 and on the CPU.
+  int64_t sixteenBitSource, sixteenBitResidual, sixteenBitDestination;
 };
-static_assert(isKernelParams<Conv2dParams>() && sizeof(Conv2dParams) == 27 * 8);
+static_assert(isKernelParams<Conv2dParams>() && sizeof(Conv2dParams) == 30 * 8);
 static_assert(offsetof(Conv2dParams, groups) == 17 * 8 &&
               offsetof(Conv2dParams, constantWeights) == 21 * 8 &&
-              offsetof(Conv2dParams, precision) == 26 * 8);
+              offsetof(Conv2dParams, precision) == 26 * 8 &&
+              offsetof(Conv2dParams, sixteenBitDestination) == 29 * 8);
 
 /// destination[b] = A[b] x B[b] (+ bias[n]) (+ residual[b]), then
 /// (x scale + mask, attention scores), then activation. Buffers: A, B,
