@@ -1023,6 +1023,13 @@ TEST(GpuMeasureTest, MeasuringNeedsAGpuAndAKernelWithGpuCandidates) {
   with("padding", [](Conv2dParams &p) { p.padTop = -1; });
   with("layout, flag", [](Conv2dParams &p) { p.precision = static_cast<Precision>(9); });
   with("layout, flag", [](Conv2dParams &p) { p.hasResidual = 2; });
+  with("layout, flag", [](Conv2dParams &p) { p.sixteenBitSource = 2; });
+  with("16-bit buffers in an fp32 convolution",
+       [](Conv2dParams &p) { p.sixteenBitDestination = 1; });
+  with("a 16-bit residual without a residual", [](Conv2dParams &p) {
+    p.precision = Precision::Fp16;
+    p.sixteenBitResidual = 1;
+  });
   with("more than 2^40", [](Conv2dParams &p) { p.batch = p.inChannels = 1 << 20; });
   for (const auto &[why, p] : hostile)
     EXPECT_THAT(measureGpuLibraryKernel(KernelKind::Conv2d, paramWords(p), 8),
