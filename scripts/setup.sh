@@ -84,7 +84,7 @@ TEST_PACKAGES=(
   postgresql-15=15.18-0+deb12u1
   # The HTTP remote cache of the integration tests (tests/remotecache/
   # servers.py runs its own nginx on a temp dir; no system service is used).
-  nginx=1.22.1-9+deb12u11
+  nginx=1.22.1-9+deb12u12
   # The web UI's browser tests (tests/web/): headless Chromium driven by
   # Selenium through Debian's driver.
   chromium=156.0.8078.114-1~deb12u1

@@ -1545,8 +1545,7 @@ Status checkLibraryParams(KernelKind kind, const std::vector<int64_t> &words,
         !isFlag(p->sixteenBitSource) || !isFlag(p->sixteenBitResidual) ||
         !isFlag(p->sixteenBitDestination))
       return bad("a layout, flag, activation or precision out of range");
-    if ((p->sixteenBitSource || p->sixteenBitResidual || p->sixteenBitDestination) &&
-        p->precision == Precision::Fp32)
+    if (hasSixteenBitBuffers(*p) && p->precision == Precision::Fp32)
       return bad("16-bit buffers in an fp32 convolution");
     if (p->sixteenBitResidual && !p->hasResidual)
       return bad("a 16-bit residual without a residual");

@@ -643,7 +643,7 @@ std::string siteName(KernelKind kind, int64_t index) {
 std::unique_ptr<ConvSite> createConv(KernelContext &context, int64_t index,
                                      const Conv2dParams &p) {
   // Only cuda code keeps buffers in 16 bits (AMP); oneDNN's are fp32 here.
-  if (p.sixteenBitSource || p.sixteenBitResidual || p.sixteenBitDestination)
+  if (hasSixteenBitBuffers(p))
     throw std::invalid_argument("16-bit source, residual or destination buffers are "
                                 "for cuda code, not the CPU's");
   ConvBuffers buffers = convBuffers(p);

@@ -541,6 +541,27 @@ TEST(GpuLibraryTest, ConvolutionGraphsBuildWithoutAGpu) {
         }
     }
 
+  // AMP's 16-bit buffers (flowc-mark-16-bit-buffers): the residual and the
+  // result in the precision's type, the pointwise steps still in fp32.
+  for (Precision precision : {Precision::Fp16, Precision::Bf16})
+    for (int64_t sixteenBitResidual : {0, 1})
+      for (int64_t sixteenBitDestination : {0, 1})
+        for (Activation activation : {Activation::Clip, Activation::None}) {
+          SCOPED_TRACE("16-bit residual " + std::to_string(sixteenBitResidual) +
+                       ", destination " + std::to_string(sixteenBitDestination) +
+                       ", precision " + std::to_string(static_cast<int>(precision)));
+          Conv2dParams p = resnetConv(ActivationLayout::Nhwc, precision);
+          p.hasResidual = 1;
+          p.activation = activation;
+          p.sixteenBitSource = 1;
+          p.sixteenBitResidual = sixteenBitResidual;
+          p.sixteenBitDestination = sixteenBitDestination;
+          gpu::ConvGraphCheck graphs = check(p);
+          EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
+          ASSERT_TRUE(graphs.fused.has_value());
+          EXPECT_TRUE(graphs.fused->isOk()) << graphs.fused->toString();
+        }
+
   // Uneven padding: the padded copy is the source, cuDNN pads nothing.
   Conv2dParams padded = resnetConv(ActivationLayout::Nhwc, Precision::Fp16);
   padded.padTop = padded.padLeft = 0;

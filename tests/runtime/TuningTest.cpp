@@ -690,6 +690,29 @@ TEST(TunedSessionTest, ATunedSiteBeyondTheCodesIsDataLoss) {
                        "the plan tunes library kernel site 3, but the code has 1 sites"));
 }
 
+// Only cuda code keeps a convolution's buffers in 16 bits. Code for the
+// CPU asking for them (an edited artifact run unverified) fails its run,
+// naming the site, instead of reading fp32 bytes as halves.
+TEST(TunedSessionTest, SixteenBitBuffersFailTheRunOnTheCpu) {
+  Conv2dParams p = conv(1, 8, 8, 6, 3, 1, 1, ActivationLayout::Nhwc);
+  KernelCase c = convCase("session", p);
+  for (int64_t Conv2dParams::*flag :
+       {&Conv2dParams::sixteenBitSource, &Conv2dParams::sixteenBitResidual,
+        &Conv2dParams::sixteenBitDestination}) {
+    Conv2dParams sixteenBit = p;
+    sixteenBit.precision = Precision::Fp16;
+    sixteenBit.*flag = 1;
+    TempDir dir;
+    auto written = writeConvArtifact(dir, c, sixteenBit, {}, "");
+    ASSERT_TRUE(written) << written.status().toString();
+    auto result = runConvArtifact(written->path, c);
+    EXPECT_THAT(result,
+                StatusIs(StatusCode::Internal,
+                         "conv2d kernel at site 0 failed: 16-bit source, residual "
+                         "or destination buffers are for cuda code, not the CPU's"));
+  }
+}
+
 // --- Plan::tuned as JSON --------------------------------------------------
 
 TEST(TunedPlanTest, RoundTripsAndIsOptional) {

@@ -183,6 +183,11 @@ static_assert(offsetof(Conv2dParams, groups) == 17 * 8 &&
               offsetof(Conv2dParams, precision) == 26 * 8 &&
               offsetof(Conv2dParams, sixteenBitDestination) == 29 * 8);
 
+/// Whether any of the convolution's buffers holds 16 bits (AMP on cuda).
+inline bool hasSixteenBitBuffers(const Conv2dParams &p) {
+  return p.sixteenBitSource || p.sixteenBitResidual || p.sixteenBitDestination;
+}
+
 /// destination[b] = A[b] x B[b] (+ bias[n]) (+ residual[b]), then
 /// (x scale + mask, attention scores), then activation. Buffers: A, B,
 /// [bias], [residual], [mask], destination.
