@@ -522,6 +522,13 @@ TEST(GpuLibraryTest, ConvolutionGraphsBuildWithoutAGpu) {
     EXPECT_TRUE(graphs) << graphs.status().toString();
     return graphs ? *graphs : gpu::ConvGraphCheck{};
   };
+  // Both graphs finalize: the convolution alone and with its epilogue.
+  auto checkBoth = [&](const Conv2dParams &p) {
+    gpu::ConvGraphCheck graphs = check(p);
+    EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
+    ASSERT_TRUE(graphs.fused.has_value());
+    EXPECT_TRUE(graphs.fused->isOk()) << graphs.fused->toString();
+  };
   if (Expected<std::string> versions = gpu::libraryVersions();
       !versions && versions.status().code() != StatusCode::Unavailable)
     GTEST_SKIP() << versions.status().message();
@@ -534,10 +541,7 @@ TEST(GpuLibraryTest, ConvolutionGraphsBuildWithoutAGpu) {
         for (Activation activation : {Activation::Clip, Activation::None}) {
           p.hasResidual = residual;
           p.activation = activation;
-          gpu::ConvGraphCheck graphs = check(p);
-          EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
-          ASSERT_TRUE(graphs.fused.has_value());
-          EXPECT_TRUE(graphs.fused->isOk()) << graphs.fused->toString();
+          checkBoth(p);
         }
     }
 
@@ -556,20 +560,14 @@ TEST(GpuLibraryTest, ConvolutionGraphsBuildWithoutAGpu) {
           p.sixteenBitSource = 1;
           p.sixteenBitResidual = sixteenBitResidual;
           p.sixteenBitDestination = sixteenBitDestination;
-          gpu::ConvGraphCheck graphs = check(p);
-          EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
-          ASSERT_TRUE(graphs.fused.has_value());
-          EXPECT_TRUE(graphs.fused->isOk()) << graphs.fused->toString();
+          checkBoth(p);
         }
 
   // Uneven padding: the padded copy is the source, cuDNN pads nothing.
   Conv2dParams padded = resnetConv(ActivationLayout::Nhwc, Precision::Fp16);
   padded.padTop = padded.padLeft = 0;
   padded.padBottom = padded.padRight = 2;
-  gpu::ConvGraphCheck graphs = check(padded);
-  EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
-  ASSERT_TRUE(graphs.fused.has_value());
-  EXPECT_TRUE(graphs.fused->isOk()) << graphs.fused->toString();
+  checkBoth(padded);
 
   // Epilogues that stay the runtime's kernel: another activation, ReLU6,
   // a result in another layout (a depthwise convolution computes in NCHW).
@@ -582,7 +580,7 @@ TEST(GpuLibraryTest, ConvolutionGraphsBuildWithoutAGpu) {
   depthwise.groups = 64;
   depthwise.weightLayout = ConvWeightLayout::Hwcm;
   for (const Conv2dParams &p : {sigmoid, relu6, depthwise}) {
-    graphs = check(p);
+    gpu::ConvGraphCheck graphs = check(p);
     EXPECT_TRUE(graphs.alone.isOk()) << graphs.alone.toString();
     EXPECT_FALSE(graphs.fused.has_value());
   }
@@ -591,7 +589,7 @@ TEST(GpuLibraryTest, ConvolutionGraphsBuildWithoutAGpu) {
   // the geometry gives.
   Conv2dParams wrong = resnetConv(ActivationLayout::Nhwc, Precision::Fp16);
   wrong.outHeight = 55;
-  graphs = check(wrong);
+  gpu::ConvGraphCheck graphs = check(wrong);
   EXPECT_THAT(graphs.alone, StatusIs(StatusCode::Internal, "cudnnBackendFinalize"));
   ASSERT_TRUE(graphs.fused.has_value());
   EXPECT_THAT(*graphs.fused, StatusIs(StatusCode::Internal, "cudnnBackendFinalize"));
