@@ -15,6 +15,7 @@
 #include "flowc/cache/Cache.h"
 #include "flowc/runtime/BuildInfo.h"
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/PhysicalMemory.h"
 #include "flowc/worker/CompileExecutor.h"
 #include "flowc/worker/RequestValidation.h"
 #include "flowc/worker/WorkerProtocol.h"
@@ -115,10 +116,10 @@ void capHeap(rlim_t explicitCap = 0) {
     std::fputs("500", adjust);
     std::fclose(adjust);
   }
-  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || pageSize <= 0)
+  std::optional<uint64_t> memory = physicalMemory();
+  if (!memory)
     return;
-  rlim_t cap = static_cast<rlim_t>(pages) / 4 * 3 * static_cast<rlim_t>(pageSize);
+  rlim_t cap = static_cast<rlim_t>(*memory / 4 * 3);
   if (explicitCap > 0)
     cap = std::min(cap, explicitCap);
   rlimit limit;

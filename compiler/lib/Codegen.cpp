@@ -17,6 +17,7 @@
 #include "gpu/CudaCodegen.h"
 
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/PhysicalMemory.h"
 #include "flowc/support/Subprocess.h"
 
 #include "mlir/Bytecode/BytecodeReader.h"
@@ -288,10 +289,32 @@ Expected<ObjectUnit> translateUnit(mlir::ModuleOp module, std::string name,
   return unit;
 }
 
+/// A constant the object would hold: a quarter of the memory, the cap of
+/// import's folding. The object is built in memory, so a bigger one (a
+/// splat the graph broadcasts to terabytes) would exhaust it byte by byte.
+uint64_t codeConstantLimit() { return physicalMemory().value_or(uint64_t{4} << 30) / 4; }
+
+Status checkConstantSizes(const ObjectUnit &unit) {
+  const llvm::DataLayout &layout = unit.module->getDataLayout();
+  uint64_t limit = codeConstantLimit();
+  for (const llvm::GlobalVariable &global : unit.module->globals()) {
+    if (!global.hasInitializer())
+      continue;
+    uint64_t bytes = layout.getTypeAllocSize(global.getValueType()).getKnownMinValue();
+    if (bytes > limit)
+      return resourceExhausted(unit.name + ": its constant '" + global.getName().str() +
+                               "' would be " + std::to_string(bytes) +
+                               " bytes of code, over the limit of " +
+                               std::to_string(limit) + " bytes (RAM / 4)");
+  }
+  return Status::ok();
+}
+
 Status compileUnit(ObjectUnit &unit, const CodeTarget &target, int optLevel) {
   FLOWC_ASSIGN_OR_RETURN(auto machine, createTargetMachine(target, optLevel));
   unit.module->setDataLayout(machine->createDataLayout());
   unit.module->setTargetTriple(machine->getTargetTriple());
+  FLOWC_RETURN_IF_ERROR(checkConstantSizes(unit));
   optimizeModule(*unit.module, *machine, optLevel);
   FLOWC_ASSIGN_OR_RETURN(unit.object, emitObject(*unit.module, *machine));
   unit.module.reset();

@@ -393,6 +393,14 @@ TEST(HostileModelTest, InputLargerThanAnyAddressSpaceIsRefused) {
                        "larger than any address space"));
 }
 
+// TOSA's verifier would refuse it later, as an internal error.
+TEST(HostileModelTest, InputWithoutElementsIsUnsupported) {
+  auto graph = importBytes(graphModel({node("Relu", {"x"}, {"y"}, "a")}, {}, {0, 3}));
+  EXPECT_THAT(graph,
+              StatusIs(StatusCode::Unimplemented,
+                       "hostile.onnx: input 'x' has shape [0,3], with no elements"));
+}
+
 TEST(HostileModelTest, FoldedConstantsShareOneBudget) {
   // Each Expand alone is under the limit (8 bytes an element); together
   // they are not.

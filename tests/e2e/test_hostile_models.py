@@ -51,6 +51,16 @@ def range_of_a_trillion():
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], scalars)
 
 
+
+def expand_a_weight_to_4_tib():
+    """A splat broadcast to 2^40 floats: code generation would write it into
+    the kernel's object byte by byte (minutes, then out of memory)."""
+    one = numpy_helper.from_array(np.ones([1], np.float32), "one")
+    shape = numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "shape")
+    return model([helper.make_node("Expand", ["one", "shape"], ["y"], name="expand")],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [one, shape])
+
 CASES = {
     "conv_strides_0": (conv_with_zero_strides, BAD,
                        "node 'conv0' (Conv): strides[0] = 0 is out of range [1, 2147483647]"),
@@ -60,6 +70,8 @@ CASES = {
                                "node 'fill' (ConstantOfShape): folding its "
                                "[1073741824,1073741824] constant at import needs "
                                "1152921504606846976 elements of 8 bytes"),
+    "expand_to_4_tib": (expand_a_weight_to_4_tib, UNAVAILABLE,
+                        "would be 4398046511104 bytes of code, over the limit of"),
     "range_1e12": (range_of_a_trillion, UNAVAILABLE,
                    "node 'range' (Range): folding its [1000000000000] constant at import "
                    "needs 1000000000000 elements of 8 bytes"),

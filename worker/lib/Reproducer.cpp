@@ -4,6 +4,7 @@
 #include "flowc/compiler/OpRegistry.h"
 #include "flowc/support/Format.h"
 #include "flowc/support/MappedFile.h"
+#include "flowc/support/PhysicalMemory.h"
 
 #include <algorithm>
 #include <chrono>
@@ -477,13 +478,6 @@ std::optional<uint64_t> byteSize(const TensorInfo &info) {
   return bytes;
 }
 
-uint64_t physicalMemory() {
-  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || pageSize <= 0)
-    return std::numeric_limits<uint64_t>::max();
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize);
-}
-
 Expected<json> parseJsonFile(const std::string &path) {
   FLOWC_ASSIGN_OR_RETURN(std::string text, readFileToString(path));
   try {
@@ -651,7 +645,7 @@ Expected<std::vector<uint64_t>> weightSizes(const std::string &manifestPath,
                                shapeString(weight.shape) + " is too large");
     sizes.push_back(*bytes);
   }
-  if (total > physicalMemory())
+  if (total > physicalMemory().value_or(std::numeric_limits<uint64_t>::max()))
     return resourceExhausted(manifestPath + ": the weights need " +
                              std::to_string(total) +
                              " bytes, more than this machine's memory");

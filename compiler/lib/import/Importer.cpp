@@ -8,6 +8,8 @@
 
 #include "../SourceNodes.h"
 
+#include "flowc/support/PhysicalMemory.h"
+
 #include "mlir/Bytecode/BytecodeWriter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -20,8 +22,6 @@
 #include <new>
 #include <stdexcept>
 #include <vector>
-
-#include <unistd.h>
 
 namespace flowc::compiler {
 
@@ -563,6 +563,13 @@ Expected<ImportedGraph> Importer::run() {
                            " (-1 = symbolic); flowc compiles static shapes: give one "
                            "with --input-shape " +
                            input.name + "=DIMS");
+    // TOSA's tensors have elements; an empty input would fail the IR's
+    // verifier instead of this message.
+    if (input.elementCount() == 0)
+      return unimplemented(
+          model_.path + ": input '" + input.name + "' has shape " +
+          shapeString(input.shape) +
+          ", with no elements; flowc compiles inputs that have elements");
     values_[input.name] =
         entry_->addArgument(mlir::RankedTensorType::get(input.shape, element), loc_);
     graph.inputs.push_back(input);
@@ -635,10 +642,7 @@ uint64_t foldedConstantLimit(const OnnxModel &model) {
   uint64_t weightBytes = 0;
   for (const TensorData &tensor : model.initializers)
     weightBytes += tensor.bytes.size();
-  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);
-  uint64_t ram = pages > 0 && pageSize > 0
-                     ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize)
-                     : uint64_t{4} << 30;
+  uint64_t ram = physicalMemory().value_or(uint64_t{4} << 30);
   constexpr uint64_t kGiB = uint64_t{1} << 30;
   uint64_t fromModel = weightBytes > kGiB / 4 ? weightBytes * 4 : kGiB;
   return std::min(ram / 4, fromModel);
