@@ -100,6 +100,13 @@ Expected<std::map<std::string, runtime::Tensor>> readInputs(const RunOptions &op
       name = spec.substr(0, eq);
       path = spec.substr(eq + 1);
     }
+    if (name.empty())
+      return invalidArgument("--input '" + spec + "' has an empty NAME");
+    // Silently keeping one of two files would run on data the user did
+    // not mean.
+    if (inputs.count(name))
+      return invalidArgument("--input '" + spec + "': input '" + name +
+                             "' is given twice");
     FLOWC_ASSIGN_OR_RETURN(runtime::Tensor tensor, runtime::readNpy(path));
     inputs[name] = std::move(tensor);
   }

@@ -166,6 +166,22 @@ def test_run_rejects_an_unknown_input_name(populated, tmp_path):
     assert "no input named 'nope'" in result.stderr or "missing input 'image'" in result.stderr
 
 
+
+@pytest.mark.parametrize("inputs, message", [
+    (["image=X", "image=X"], "--input 'image=X': input 'image' is given twice"),
+    (["X", "image=X"], "--input 'image=X': input 'image' is given twice"),
+    (["=X"], "--input '=X' has an empty NAME"),
+])
+def test_run_refuses_an_input_given_twice_or_unnamed(populated, tmp_path, inputs, message):
+    """Keeping one of two files for an input would run on data nobody meant."""
+    flowc, good = populated
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((1, 3, 32, 32), dtype=np.float32))
+    args = [a for spec in inputs for a in ("--input", spec.replace("X", str(x)))]
+    result = flowc.run("run", good.with_suffix(".fca"), *args, check=False)
+    assert result.returncode == BAD, result.stderr
+    assert message.replace("X", str(x)) in result.stderr
+
 def test_unknown_target_is_a_usage_error(populated, tmp_path):
     flowc, good = populated
     result = flowc.run("submit", good, "--target", "tpu", check=False)
