@@ -1,5 +1,7 @@
 #include "flowc/support/AtomicFile.h"
 
+#include "flowc/support/MappedFile.h"
+
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -13,6 +15,17 @@ namespace {
 /// Distinguishes the temp files of one process's threads.
 std::atomic<uint64_t> nextTemp{0};
 
+/// write(2) copying from a mapping whose file shrank fails with EFAULT
+/// (where reading the page would raise SIGBUS): name the file that shrank.
+Status sourceFault(std::string_view bytes, const std::string &path) {
+  char source[256];
+  if (MappedFile::nameOfAddress(bytes.data(), source, sizeof source) == 0)
+    return errnoStatus(EFAULT, "cannot write '" + path + "'");
+  return dataLoss(std::string(source) +
+                  ": the file shrank while it was being read (truncated or rewritten in "
+                  "place); nothing of it was kept");
+}
+
 } // namespace
 
 Status writeAll(int fd, std::string_view bytes, const std::string &path) {
@@ -20,6 +33,8 @@ Status writeAll(int fd, std::string_view bytes, const std::string &path) {
     ssize_t n = ::write(fd, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && errno == EFAULT)
+      return sourceFault(bytes, path);
     if (n < 0)
       return errnoStatus(errno, "cannot write '" + path + "'");
     bytes.remove_prefix(static_cast<size_t>(n));

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace flowc {
 namespace {
@@ -111,6 +112,26 @@ TEST(AtomicFileTest, AFailedRenameNamesBothPathsAndCleansUp) {
     EXPECT_THAT(committed.message(), ::testing::HasSubstr("' to '" + path + "'"));
   }
   EXPECT_EQ(entries(dir.path()), 1u);
+}
+
+// Writing from a mapping whose file was truncated meanwhile: write(2)
+// faults (EFAULT) where a read would raise SIGBUS. The error names the file
+// that shrank, not the one written, and the target is left as it was.
+TEST(AtomicFileTest, AMappedSourceThatShrankIsDataLossNamingIt) {
+  TempDir dir;
+  std::string source = dir.file("weights.bin");
+  std::string bytes(4 << 20, 'w');
+  ASSERT_TRUE(writeFileAtomically(source, bytes));
+  auto mapped = MappedFile::open(source);
+  ASSERT_TRUE(mapped) << mapped.status().toString();
+  ASSERT_EQ(::truncate(source.c_str(), 4096), 0);
+  std::string target = dir.file("blob");
+  auto file = AtomicFile::create(target);
+  ASSERT_TRUE(file) << file.status().toString();
+  EXPECT_THAT(file->write(mapped->view()),
+              StatusIs(StatusCode::DataLoss,
+                       source + ": the file shrank while it was being read"));
+  EXPECT_FALSE(std::filesystem::exists(target));
 }
 
 } // namespace
