@@ -14,7 +14,8 @@
 namespace flowc {
 
 /// Writes all of `bytes` to `fd`, retrying short and interrupted writes;
-/// the error names `path` (ENOSPC is ResourceExhausted).
+/// the error names `path` (ENOSPC is ResourceExhausted). `bytes` inside a
+/// MappedFile whose file shrank is DataLoss naming that file instead.
 [[nodiscard]] Status writeAll(int fd, std::string_view bytes, const std::string &path);
 
 class AtomicFile {
