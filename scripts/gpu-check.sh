@@ -5,8 +5,9 @@
 #   2. the GPU tests: runtime_gpu_test (the runtime's device path) and
 #      tests/e2e/test_cuda.py (models compiled for this GPU match
 #      onnxruntime; trial runs become tuning records that the next session
-#      and the next compile use), which on a machine without a GPU skip with
-#      their reason;
+#      and the next compile use) and test_runtime_checks.py (a Gather index
+#      out of range fails the run on the device too), which on a machine
+#      without a GPU skip with their reason;
 #   3. bench/gpu_bench.py: the example models, ResNet-50, BERT-base and
 #      GPT-2-small compiled for this GPU's compute capability in fp32 and
 #      with AMP (fp16), run on it, checked against onnxruntime on the CPU
@@ -53,7 +54,8 @@ failed=()
 echo "== GPU unit tests"
 timeout 120 build/bin/runtime_gpu_test || failed+=("runtime_gpu_test ($?)")
 echo "== GPU end-to-end tests"
-timeout 180 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_cuda.py || failed+=("test_cuda.py ($?)")
+timeout 240 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_cuda.py tests/e2e/test_runtime_checks.py \
+  || failed+=("test_cuda.py, test_runtime_checks.py ($?)")
 echo "== models on the GPU"
 "$PYTHON" bench/gpu_bench.py --profile-top 10 --memcheck cnn,resnet50 --replicas resnet50 "$@" ||
   failed+=("gpu_bench.py ($?)")

@@ -647,6 +647,51 @@ static Expected<TensorInfo> describeBoundType(mlir::Type type, const std::string
   return info;
 }
 
+/// @main's run-time checks (kChecksAttr): what each says, its last results;
+/// InvalidArgument when the attribute is not an array of strings, names
+/// more checks than there are results, or a check's result is not a
+/// tensor<1xi1>.
+static Expected<std::vector<std::string>> readChecks(mlir::func::FuncOp main) {
+  mlir::Attribute attribute = main->getAttr(kChecksAttr);
+  if (!attribute)
+    return std::vector<std::string>{};
+  auto array = mlir::dyn_cast<mlir::ArrayAttr>(attribute);
+  if (!array)
+    return invalidArgument(std::string("@main's ") + kChecksAttr +
+                           " is not an array of strings");
+  unsigned results = main.getNumResults();
+  if (array.size() > results)
+    return invalidArgument(std::string("@main's ") + kChecksAttr + " names " +
+                           std::to_string(array.size()) + " checks, but @main has " +
+                           std::to_string(results) + " results");
+  std::vector<std::string> checks;
+  unsigned first = results - array.size();
+  for (unsigned i = 0; i < array.size(); ++i) {
+    auto message = mlir::dyn_cast<mlir::StringAttr>(array[i]);
+    if (!message)
+      return invalidArgument(std::string("@main's ") + kChecksAttr + "[" +
+                             std::to_string(i) + "] is not a string");
+    auto type = mlir::dyn_cast<mlir::RankedTensorType>(main.getResultTypes()[first + i]);
+    if (!type || type.getShape() != llvm::ArrayRef<int64_t>{1} ||
+        !type.getElementType().isSignlessInteger(1))
+      return invalidArgument("@main result " + std::to_string(first + i) +
+                             ", a check, is not a tensor<1xi1>");
+    checks.push_back(message.str());
+  }
+  return checks;
+}
+
+/// Tells the runtime what the code's checks say (KernelAbi.h).
+static void defineChecks(llvm::Module &module, const std::vector<std::string> &checks) {
+  if (checks.empty())
+    return;
+  llvm::Constant *text = llvm::ConstantDataArray::getString(
+      module.getContext(), nlohmann::json(checks).dump(), true);
+  new llvm::GlobalVariable(module, text->getType(), true,
+                           llvm::GlobalValue::ExternalLinkage, text,
+                           runtime::kChecksSymbol);
+}
+
 Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
   mlir::DialectRegistry registry;
   registerFlowcDialects(registry);
@@ -674,7 +719,8 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
                              " is an input after weight arguments; inputs come first");
     signature.inputs.push_back(std::move(info));
   }
-  for (unsigned i = 0; i < main.getNumResults(); ++i) {
+  FLOWC_ASSIGN_OR_RETURN(signature.checks, readChecks(main));
+  for (unsigned i = 0; i < main.getNumResults() - signature.checks.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(
         TensorInfo info,
         describeBoundType(main.getResultTypes()[i], "@main result " + std::to_string(i)));
@@ -706,6 +752,10 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   mlir::MLIRContext &context = codegen.context;
   DiagnosticCollector diagnostics(context);
   FLOWC_ASSIGN_OR_RETURN(auto module, parseGraph(context, irBytecode));
+  auto main = module->lookupSymbol<mlir::func::FuncOp>("main");
+  if (!main)
+    return invalidArgument("graph IR has no func.func @main");
+  FLOWC_ASSIGN_OR_RETURN(std::vector<std::string> checks, readChecks(main));
 
   // Each pipeline owns its instrumentations; one timer serves all three.
   auto watch = [&](mlir::PassManager &pm) {
@@ -752,6 +802,7 @@ Expected<CompilePlan> planUnguarded(const std::string &irBytecode,
   defineArenaSize(*graph.module, arenaBytes);
   FLOWC_RETURN_IF_ERROR(bindLibraryKernels(*graph.module, libraryKernels));
   defineProfileMarks(*graph.module, profileCalls);
+  defineChecks(*graph.module, checks);
   if (isCudaTarget(options.target)) {
     std::vector<std::string> symbols;
     for (const KernelModule &kernel : kernels)

@@ -533,7 +533,8 @@ public:
                                                  const std::vector<size_t> &floats);
   /// Allocates the weights, arena, inputs and outputs on the device and,
   /// when `upload`, uploads the weights.
-  Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes, bool upload);
+  Status allocateBuffers(const Artifact &artifact, uint64_t arenaBytes, size_t checks,
+                         bool upload);
   /// Uploads the weights from `artifact` (the one the buffers were
   /// allocated for).
   Status upload(const Artifact &artifact);
@@ -1208,7 +1209,7 @@ Status GpuContext::allocateStaging(uint64_t largestCopy) {
 }
 
 Status GpuContext::allocateBuffers(const Artifact &artifact, uint64_t arenaBytes,
-                                   bool upload) {
+                                   size_t checks, bool upload) {
   const Plan &plan = artifact.plan();
   std::vector<uint64_t> weightBytes;
   for (size_t i = 0; i < plan.weights.size(); ++i)
@@ -1217,6 +1218,8 @@ Status GpuContext::allocateBuffers(const Artifact &artifact, uint64_t arenaBytes
     inputBytes_.push_back(spec.byteSize());
   for (const TensorSpec &spec : plan.outputs)
     outputBytes_.push_back(spec.byteSize());
+  // A check's flag is a bool [1] result after the outputs.
+  outputBytes_.insert(outputBytes_.end(), checks, 1);
   uint64_t largest = 0;
   for (const std::vector<uint64_t> *sizes : {&weightBytes, &inputBytes_, &outputBytes_})
     for (uint64_t size : *sizes)
@@ -1357,7 +1360,8 @@ Status GpuContext::runSteps(const std::vector<const void *> &inputs,
 }
 
 Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
-                                const SessionOptions &options, bool uploadWeights) {
+                                const SessionOptions &options, size_t checks,
+                                bool uploadWeights) {
   const std::string &path = artifact.path();
   // What the code says of itself is checked first: it needs no device.
   FLOWC_ASSIGN_OR_RETURN(GpuCode code, readGpuCode(library, path));
@@ -1393,7 +1397,7 @@ Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
   FLOWC_RETURN_IF_ERROR(context->start());
   FLOWC_RETURN_IF_ERROR(context->load(code, std::move(tuning)));
   FLOWC_RETURN_IF_ERROR(
-      context->allocateBuffers(artifact, code.arenaBytes, uploadWeights));
+      context->allocateBuffers(artifact, code.arenaBytes, checks, uploadWeights));
   return context;
 }
 

@@ -67,9 +67,12 @@ using GpuContextPtr = std::unique_ptr<GpuContext, GpuContextDeleter>;
 /// another capability than the device's, Unavailable without a GPU or the CUDA libraries,
 /// Unimplemented when this runtime was built without them, ResourceExhausted when device
 /// memory runs out, Internal for other CUDA errors. `uploadWeights` false
-/// leaves the weights' buffers for copyGpuWeights to fill.
+/// leaves the weights' buffers for copyGpuWeights to fill. The code's
+/// `checks` (KernelAbi.h's kChecksSymbol) get a one-byte buffer each after
+/// the outputs, which runOnGpu copies back like them.
 Expected<GpuContextPtr> bindGpu(void *library, const Artifact &artifact,
-                                const SessionOptions &options, bool uploadWeights = true);
+                                const SessionOptions &options, size_t checks,
+                                bool uploadWeights = true);
 
 /// Gives each of `replicas` (bound from `artifact` without uploading their
 /// weights, each on a device of its own) the weights `source` holds: one
@@ -97,9 +100,9 @@ std::vector<GpuKernelChoice> gpuKernelChoices(const GpuContext &gpu);
 
 /// Runs the graph once on the device: copies `inputs` (plan order, host
 /// memory) to the device, calls `callEntry` with the entry's device
-/// arguments, waits for the launches and copies the outputs into `outputs`
-/// (host memory). The first CUDA error of the run is its result, as
-/// Unavailable, ResourceExhausted or Internal naming the CUDA call.
+/// arguments, waits for the launches and copies the outputs, then the
+/// checks' flags, into `outputs` (host memory). The first CUDA error of the run is its
+/// result, as Unavailable, ResourceExhausted or Internal naming the CUDA call.
 Status runOnGpu(GpuContext &gpu, const std::vector<const void *> &inputs,
                 const std::vector<void *> &outputs,
                 const std::function<void(void **)> &callEntry);

@@ -172,6 +172,11 @@ Expected<Tensor> readNpy(const std::string &path) {
                std::to_string(needed));
   tensor.bytes.assign(bytes + headerStart + headerLength,
                       bytes + headerStart + headerLength + payload);
+  // numpy reads any non-zero byte of a bool array as True; generated code
+  // reads only 0 and 1 (Session::runInPlace refuses the rest).
+  if (dtype == "bool")
+    for (uint8_t &byte : tensor.bytes)
+      byte = byte != 0;
   return tensor;
 }
 

@@ -262,6 +262,7 @@ Expected<std::unique_ptr<Session>> Session::createWith(std::shared_ptr<Artifact>
                     plan.entry + "'");
   }
   std::unique_ptr<Session> session(new Session(artifact, library, entry, options));
+  FLOWC_RETURN_IF_ERROR(session->readChecks());
   if (isGpuCode(library))
     FLOWC_RETURN_IF_ERROR(session->bindDevice(uploadWeights));
   else
@@ -301,8 +302,54 @@ const char *gpuChoiceSourceName(GpuKernelChoice::Source source) {
 }
 
 Status Session::bindDevice(bool uploadWeights) {
-  FLOWC_ASSIGN_OR_RETURN(gpu_, bindGpu(library_, *artifact_, options_, uploadWeights));
+  FLOWC_ASSIGN_OR_RETURN(
+      gpu_, bindGpu(library_, *artifact_, options_, checks_.size(), uploadWeights));
   arenaBytes_ = gpuArenaBytes(*gpu_);
+  return Status::ok();
+}
+
+/// Generated code reads a bool as its byte's lowest bit, and LLVM may
+/// assume the byte is 0 or 1: any other byte gives answers that depend on
+/// the op (Where takes 2 as false, Not turns it into 3).
+static Status checkBoolInputs(const Plan &plan, const std::vector<const void *> &inputs) {
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    if (plan.inputs[i].dtype != "bool")
+      continue;
+    auto *bytes = static_cast<const uint8_t *>(inputs[i]);
+    uint64_t count = plan.inputs[i].byteSize();
+    for (uint64_t at = 0; at < count; ++at)
+      if (bytes[at] > 1)
+        return invalidArgument("input '" + plan.inputs[i].name + "' (bool) holds byte " +
+                               std::to_string(bytes[at]) + " at element " +
+                               std::to_string(at) + "; a bool is 0 or 1");
+  }
+  return Status::ok();
+}
+
+Status Session::readChecks() {
+  auto *text = static_cast<const char *>(dlsym(library_, kChecksSymbol));
+  if (!text)
+    return Status::ok();
+  auto malformed = [&] {
+    return dataLoss("'" + artifact_->path() + "': the code's " + kChecksSymbol +
+                    " is not a JSON array of strings");
+  };
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_array())
+    return malformed();
+  for (const nlohmann::json &check : json) {
+    if (!check.is_string())
+      return malformed();
+    checks_.push_back(check.get<std::string>());
+  }
+  checkFlags_.assign(checks_.size(), 0);
+  return Status::ok();
+}
+
+Status Session::takeFailedCheck() {
+  for (size_t i = 0; i < checks_.size(); ++i)
+    if (checkFlags_[i] != 0)
+      return invalidArgument(checks_[i]);
   return Status::ok();
 }
 
@@ -413,8 +460,17 @@ Status Session::runInPlace(const std::vector<const void *> &inputs,
   const Plan &plan = artifact_->plan();
   assert(inputs.size() == plan.inputs.size() && outputs.size() == plan.outputs.size() &&
          "one buffer per plan input and output");
-  if (gpu_)
-    return runOnGpu(*gpu_, inputs, outputs, [this](void **args) { callEntry(args); });
+  FLOWC_RETURN_IF_ERROR(checkBoolInputs(plan, inputs));
+  // The checks' flags follow the outputs; the code only ever sets them.
+  std::fill(checkFlags_.begin(), checkFlags_.end(), 0);
+  std::vector<void *> results = outputs;
+  for (uint64_t &flag : checkFlags_)
+    results.push_back(&flag);
+  if (gpu_) {
+    FLOWC_RETURN_IF_ERROR(
+        runOnGpu(*gpu_, inputs, results, [this](void **args) { callEntry(args); }));
+    return takeFailedCheck();
+  }
   // The generated code only reads inputs.
   std::vector<void *> args;
   for (const void *input : inputs)
@@ -423,14 +479,14 @@ Status Session::runInPlace(const std::vector<const void *> &inputs,
   // one, the mapped cache files).
   for (size_t i = 0; i < plan.weights.size(); ++i)
     args.push_back(const_cast<char *>(artifact_->weightBytes(i).data()));
-  args.insert(args.end(), outputs.begin(), outputs.end());
+  args.insert(args.end(), results.begin(), results.end());
   if (arena_)
     args.push_back(arena_.get());
   applyThreads();
   callEntry(args.data());
   if (kernels_)
     FLOWC_RETURN_IF_ERROR(takeKernelFailure(*kernels_));
-  return Status::ok();
+  return takeFailedCheck();
 }
 
 void Session::callEntry(void **args) {

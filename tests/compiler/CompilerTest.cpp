@@ -1,6 +1,7 @@
 // Import and code generation, checked by running the generated code through
 // the runtime against references computed here.
 #include "flowc/compiler/Compiler.h"
+#include "flowc/compiler/GraphIr.h"
 
 #include "flowc/compiler/OpRegistry.h"
 
@@ -730,6 +731,39 @@ TEST(CodegenTest, RejectsCorruptBytecode) {
   TempDir dir;
   EXPECT_THAT(compileToSharedObject("not bytecode", {}, dir.path()),
               StatusIs(StatusCode::DataLoss, "does not parse"));
+}
+
+// Run-time checks are @main's last results; the signature keeps them apart
+// from the outputs the graph declares.
+std::string checkedMain(const std::string &checks, const std::string &checkType) {
+  return "func.func @main(%x: tensor<2xf32>, %c: " + checkType + ") -> (tensor<2xf32>, " +
+         checkType + ") attributes {flowc.checks = " + checks +
+         "} {\n  return %x, %c : " + "tensor<2xf32>, " + checkType + "\n}\n";
+}
+
+TEST(GraphSignatureTest, ChecksAreTheLastResultsAndNotOutputs) {
+  Expected<GraphSignature> signature =
+      readGraphSignature(checkedMain(R"(["index out of range"])", "tensor<1xi1>"));
+  ASSERT_TRUE(signature) << signature.status().message();
+  EXPECT_EQ(signature->outputs.size(), 1u);
+  EXPECT_EQ(signature->checks, std::vector<std::string>{"index out of range"});
+}
+
+TEST(GraphSignatureTest, MalformedChecksAreRefused) {
+  Expected<GraphSignature> tooMany =
+      readGraphSignature(checkedMain(R"(["a", "b", "c"])", "tensor<1xi1>"));
+  ASSERT_FALSE(tooMany);
+  EXPECT_EQ(tooMany.status().code(), StatusCode::InvalidArgument);
+  EXPECT_NE(tooMany.status().message().find("names 3 checks, but @main has 2 results"),
+            std::string::npos)
+      << tooMany.status().message();
+  Expected<GraphSignature> notAFlag =
+      readGraphSignature(checkedMain(R"(["a"])", "tensor<2xi1>"));
+  ASSERT_FALSE(notAFlag);
+  EXPECT_NE(notAFlag.status().message().find("@main result 1, a check, is not a "
+                                             "tensor<1xi1>"),
+            std::string::npos)
+      << notAFlag.status().message();
 }
 
 } // namespace

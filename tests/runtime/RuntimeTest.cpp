@@ -290,5 +290,80 @@ TEST(NpyTest, RejectsShapesTooLargeToAddress) {
   }
 }
 
+/// A session of C code `source` with one input `x` of `dtype` [4] and one
+/// float32 output `y` [4] (no weights).
+Expected<std::unique_ptr<Session>>
+sessionOf(const TempDir &dir, const std::string &source, const std::string &dtype) {
+  FLOWC_ASSIGN_OR_RETURN(std::string code, testing::compileCode(dir.path(), source));
+  std::string path = dir.file("checks.fca");
+  FLOWC_ASSIGN_OR_RETURN(auto writer, ArtifactWriter::create(path));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Metadata, "{}"));
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Code, code));
+  Plan plan;
+  plan.entry = "flowc_entry";
+  plan.inputs = {{"x", dtype, {4}}};
+  plan.outputs = {{"y", "float32", {4}}};
+  FLOWC_RETURN_IF_ERROR(writer->addSection(SectionKind::Plan, plan.toJson().dump()));
+  FLOWC_RETURN_IF_ERROR(writer->finish());
+  FLOWC_ASSIGN_OR_RETURN(auto artifact, Artifact::open(path));
+  return Session::create(artifact);
+}
+
+// Code with run-time checks takes a flag per check after its outputs; the
+// session zeroes them before each run and fails the run with the first one
+// set. Here check 1 fails when an input value is negative.
+TEST(RunTimeCheckTest, ASetFlagFailsTheRunWithItsText) {
+  TempDir dir;
+  const char *source =
+      "const char flowc_checks[] = \"[\\\"never\\\", \\\"x has a negative value\\\"]\";\n"
+      "void flowc_entry(void **args) {\n"
+      "  const float *x = args[0]; float *y = args[1];\n"
+      "  unsigned char *never = args[2], *negative = args[3];\n"
+      "  for (int i = 0; i < 4; ++i) { y[i] = x[i]; if (x[i] < 0) *negative = 1; }\n"
+      "  (void)never;\n"
+      "}\n";
+  auto session = sessionOf(dir, source, "float32");
+  ASSERT_TRUE(session) << session.status().toString();
+  auto bad = (*session)->run({{"x", Tensor::fromFloats({4}, {1, -2, 3, 4})}});
+  EXPECT_THAT(bad.status(),
+              StatusIs(StatusCode::InvalidArgument, "x has a negative value"));
+  // The flag of a failed run does not outlive it.
+  auto good = (*session)->run({{"x", Tensor::fromFloats({4}, {1, 2, 3, 4})}});
+  ASSERT_TRUE(good) << good.status().toString();
+  EXPECT_EQ((*good)[0].floats(), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(RunTimeCheckTest, MalformedCheckTextsAreDataLoss) {
+  for (const std::string texts : {"[1]", "{\\\"a\\\": 1}", "[\\\"a\\\""}) {
+    TempDir dir;
+    std::string source = "const char flowc_checks[] = \"" + texts +
+                         "\";\nvoid flowc_entry(void **args) { (void)args; }\n";
+    EXPECT_THAT(
+        sessionOf(dir, source, "float32").status(),
+        StatusIs(StatusCode::DataLoss, "flowc_checks is not a JSON array of strings"))
+        << texts;
+  }
+}
+
+// Generated code reads a bool's lowest bit and LLVM may assume 0 or 1: a
+// byte of 2 is refused, naming the input and the element.
+TEST(RunTimeCheckTest, ABoolInputByteOtherThanZeroOrOneIsRefused) {
+  TempDir dir;
+  const char *source = "void flowc_entry(void **args) {\n"
+                       "  const unsigned char *x = args[0]; float *y = args[1];\n"
+                       "  for (int i = 0; i < 4; ++i) y[i] = x[i];\n"
+                       "}\n";
+  auto session = sessionOf(dir, source, "bool");
+  ASSERT_TRUE(session) << session.status().toString();
+  Tensor mask{"bool", {4}, {1, 0, 2, 1}};
+  EXPECT_THAT((*session)->run({{"x", mask}}).status(),
+              StatusIs(StatusCode::InvalidArgument,
+                       "input 'x' (bool) holds byte 2 at element 2; a bool is 0 or 1"));
+  mask.bytes[2] = 1;
+  auto ran = (*session)->run({{"x", mask}});
+  ASSERT_TRUE(ran) << ran.status().toString();
+  EXPECT_EQ((*ran)[0].floats(), (std::vector<float>{1, 0, 1, 1}));
+}
+
 } // namespace
 } // namespace flowc::runtime

@@ -409,6 +409,12 @@ FlowcDialect::verifyOperationAttribute(mlir::Operation *op,
       return op->emitOpError() << "attribute '" << name << "' is negative: " << value;
     return mlir::success();
   }
+  if (name == ChecksAttrHelper::getNameStr()) {
+    auto messages = mlir::dyn_cast<mlir::ArrayAttr>(value);
+    if (!messages || !llvm::all_of(messages, llvm::IsaPred<mlir::StringAttr>))
+      return wrongType("an array of strings");
+    return mlir::success();
+  }
   if (name == WeightAttrHelper::getNameStr() || name == RecipeAttrHelper::getNameStr() ||
       name == RecipeInputsAttrHelper::getNameStr())
     return op->emitOpError() << "attribute '" << name

@@ -8,6 +8,7 @@
 
 #include "../SourceNodes.h"
 
+#include "flowc/compiler/GraphIr.h"
 #include "flowc/support/PhysicalMemory.h"
 
 #include "mlir/Bytecode/BytecodeWriter.h"
@@ -616,6 +617,13 @@ Expected<ImportedGraph> Importer::run() {
   }
   if (results.empty())
     return invalidArgument(model_.path + ": the graph has no outputs");
+  llvm::SmallVector<mlir::Attribute> checkMessages;
+  for (const auto &[flag, message] : checks_) {
+    results.push_back(flag);
+    checkMessages.push_back(builder_.getStringAttr(message));
+  }
+  if (!checkMessages.empty())
+    func->setAttr(kChecksAttr, builder_.getArrayAttr(checkMessages));
   mlir::func::ReturnOp::create(builder_, loc_, results);
   func.setFunctionType(builder_.getFunctionType(entry_->getArgumentTypes(),
                                                 mlir::ValueRange(results).getTypes()));

@@ -231,9 +231,14 @@ public:
   Status importSplit(const Node &node);
   Status importGelu(const Node &node);
   /// tosa.gather of `indices` (any integer type, negative ones counted from
-  /// the end) along `axis` of `data`.
-  Expected<Value> gatherRuntime(const Node &node, Value data, Value indices,
-                                int64_t axis);
+  /// the end) along `axis` of `data`; with `checkIndices`, through
+  /// checkedIndices.
+  Expected<Value> gatherRuntime(const Node &node, Value data, Value indices, int64_t axis,
+                                bool checkIndices);
+  /// `flat` (integer indices) with each one outside [-k, k) replaced by 0,
+  /// so that no read leaves the data, and a run-time check (checks_) that
+  /// fails the run when there was one; `what` names the indexed range.
+  Value checkedIndices(const Node &node, Value flat, int64_t k, const std::string &what);
   Expected<Shape> reshapeTarget(const Node &node, const Shape &in);
   Expected<Shape> squeezedShape(const Node &node, const Shape &in, bool unsqueeze);
   Expected<std::vector<std::pair<int64_t, int64_t>>> sliceRanges(const Node &node,
@@ -284,6 +289,10 @@ public:
   std::deque<TensorData> folded_;
   std::map<std::string, int> opCounts_;
   std::vector<NodeRecord> records_;
+  /// Run-time checks (KernelAbi.h, kChecksSymbol): a bool [1] value that is
+  /// true when the check failed, and what the run's error then says.
+  /// Returned after the graph's outputs.
+  std::vector<std::pair<Value, std::string>> checks_;
   std::set<std::string> initializerNames_;
   /// Initializers already counted as some node's parameters.
   std::set<std::string> countedParameters_;

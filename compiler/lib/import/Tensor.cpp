@@ -5,6 +5,7 @@
 #include "OpCost.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 namespace flowc::compiler::import {
@@ -230,25 +231,66 @@ Status Importer::importSlice(const Node &node) {
   return define(node, slice(x, start, size));
 }
 
+Value Importer::checkedIndices(const Node &node, Value flat, int64_t k,
+                               const std::string &what) {
+  auto indexType = mlir::cast<mlir::IntegerType>(elementTypeOf(flat));
+  unsigned bits = indexType.getWidth();
+  Shape shape = shapeOf(flat);
+  auto constant = [&](int64_t value) -> Value {
+    auto type = mlir::RankedTensorType::get(Shape(shape.size(), 1), indexType);
+    llvm::APInt bitsOfValue(bits, static_cast<uint64_t>(value), /*isSigned=*/true);
+    return mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                       mlir::DenseElementsAttr::get(type, bitsOfValue));
+  };
+  // Bounds past the index type's range (an int32 index into more than 2^31
+  // rows) cannot be crossed, so they saturate.
+  int64_t typeMax =
+      bits >= 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1;
+  int64_t low = std::max(-k, -typeMax - 1), high = std::min(k - 1, typeMax);
+  auto i1 = builder_.getI1Type();
+  Value below = buildTyped<mlir::tosa::GreaterOp>(i1, shape, {constant(low), flat});
+  Value above = buildTyped<mlir::tosa::GreaterOp>(i1, shape, {flat, constant(high)});
+  Value outside = buildTyped<mlir::tosa::LogicalOrOp>(i1, shape, {below, above});
+  // All dimensions reduced to one flag, a bool [1].
+  Value any = outside;
+  for (size_t dim = 0; dim < shape.size(); ++dim) {
+    Shape reduced = shapeOf(any);
+    reduced[dim] = 1;
+    any = buildTyped<mlir::tosa::ReduceAnyOp>(
+        i1, reduced, {any}, {attr("axis", builder_.getI32IntegerAttr(dim))});
+  }
+  checks_.push_back({reshape(any, {1}),
+                     node.describe() + ": an index is outside [" + std::to_string(-k) +
+                         ", " + std::to_string(k - 1) + "], the range of " + what});
+  return buildTyped<mlir::tosa::SelectOp>(indexType, shape, {outside, constant(0), flat});
+}
+
 Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indices,
-                                        int64_t axis) {
+                                        int64_t axis, bool checkIndices) {
   mlir::Type indexType = elementTypeOf(indices);
   if (!indexType.isInteger(64) && !indexType.isInteger(32))
     return nodeError(node, "indices must be int64 or int32");
   Shape shape = shapeOf(data), indexShape = shapeOf(indices);
   int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t k = shape[axis];
+  // tosa.gather indexes with int32.
+  if (k > std::numeric_limits<int32_t>::max())
+    return nodeUnsupported(node, "gathers along an axis of " + std::to_string(k) +
+                                     " elements, over int32's range");
   // Move `axis` first so the gather is over [1, K, C] values.
   llvm::SmallVector<int32_t> perms{static_cast<int32_t>(axis)};
   for (int64_t i = 0; i < rank; ++i)
     if (i != axis)
       perms.push_back(static_cast<int32_t>(i));
   Value front = transpose(data, perms);
-  int64_t k = shape[axis],
-          rest = product(shape, 0, shape.size()) / std::max<int64_t>(k, 1);
+  int64_t rest = product(shape, 0, shape.size()) / std::max<int64_t>(k, 1);
   int64_t count = product(indexShape, 0, indexShape.size());
   Value values = reshape(front, {1, k, rest});
-  auto i32 = builder_.getI32Type();
   Value flat = reshape(indices, {1, count});
+  if (checkIndices)
+    flat = checkedIndices(node, flat, k,
+                          "axis " + std::to_string(axis) + " of " + shapeString(shape));
+  auto i32 = builder_.getI32Type();
   if (!indexType.isInteger(32))
     flat = buildTyped<mlir::tosa::CastOp>(i32, {1, count}, {flat});
   // ONNX counts negative indices from the end.
@@ -300,7 +342,10 @@ Status Importer::importGather(const Node &node) {
                                  " of " + shapeString(shape));
   if (!indices || indices->values.size() > kMaxSlicedIndices) {
     FLOWC_ASSIGN_OR_RETURN(Value runtimeIndices, anyOperand(node, 1));
-    FLOWC_ASSIGN_OR_RETURN(Value y, gatherRuntime(node, data, runtimeIndices, axis));
+    // Constant indices were checked above; run-time ones are checked as
+    // the graph runs.
+    FLOWC_ASSIGN_OR_RETURN(Value y,
+                           gatherRuntime(node, data, runtimeIndices, axis, !indices));
     return define(node, y);
   }
   llvm::SmallVector<Value> rows;

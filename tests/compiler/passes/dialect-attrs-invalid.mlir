@@ -79,3 +79,17 @@ func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   %y = flowc.library_call softmax @l(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
+
+// -----
+
+func.func private @k(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
+  return %x : tensor<1x8xf32>
+}
+func.func @uses_dialect(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
+  %y = flowc.library_call softmax @k(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
+  return %y : tensor<1x8xf32>
+}
+// expected-error @+1 {{'func.func' op attribute 'flowc.checks' must be an array of strings, got ["index out of range", 7]}}
+func.func @main(%x: tensor<2xf32>, %c: tensor<1xi1>) -> (tensor<2xf32>, tensor<1xi1>) attributes {flowc.checks = ["index out of range", 7 : i64]} {
+  return %x, %c : tensor<2xf32>, tensor<1xi1>
+}

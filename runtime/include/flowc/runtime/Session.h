@@ -186,7 +186,12 @@ public:
   /// Runs the graph once on caller memory: `inputs[i]` holds plan().inputs[i]
   /// and the code writes plan().outputs[i] into `outputs[i]`, each buffer
   /// dense, of exactly its spec's size and aligned to its element size (the
-  /// caller checks; this does not: the C API and run() do). For CUDA code
+  /// caller checks; this does not: the C API and run() do). A bool input
+  /// byte other than 0 or 1 is InvalidArgument naming the input and the
+  /// element (readNpy turns numpy's non-zero bytes into 1). A run whose
+  /// values the graph does not accept (a Gather index out of range) fails
+  /// with InvalidArgument naming the node; its outputs are then
+  /// unspecified, but no read or write left their buffers. For CUDA code
   /// the buffers are host memory too, copied to and from the device; the
   /// run's first CUDA error is its result (Internal, Unavailable or
   /// ResourceExhausted, naming the CUDA call). Not thread-safe.
@@ -212,6 +217,11 @@ private:
   Status allocateArena();
   /// Calls the entry on `args`, timing the run when profiling.
   void callEntry(void **args);
+  /// Reads what the code's run-time checks say (KernelAbi.h's
+  /// kChecksSymbol) and makes their flags; DataLoss when it is malformed.
+  Status readChecks();
+  /// The first check the last run failed, as InvalidArgument naming it.
+  Status takeFailedCheck();
 
   Session(std::shared_ptr<Artifact> artifact, void *library, void (*entry)(void **),
           SessionOptions options)
@@ -224,6 +234,10 @@ private:
   SessionOptions options_;
   uint64_t arenaBytes_ = 0;
   std::unique_ptr<std::byte, void (*)(void *)> arena_{nullptr, std::free};
+  /// What each run-time check says when it fails, and its flag, which the
+  /// code sets (one byte; a word each, so no two share one).
+  std::vector<std::string> checks_;
+  std::vector<uint64_t> checkFlags_;
   std::shared_ptr<ProfileRecorder> profile_;
   /// Declared last: destroyed before the code they serve is unloaded.
   std::unique_ptr<KernelContext, KernelContextDeleter> kernels_;

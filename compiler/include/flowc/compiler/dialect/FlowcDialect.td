@@ -24,7 +24,9 @@ def Flowc_Dialect : Dialect {
       kind's params struct of KernelAbi.h as int64 words);
     - `flowc.loop_kernel` on a partitioned loop kernel, `flowc.parallel` on
       a loop kept parallel, `flowc.arena_bytes` on @main once its
-      temporaries share one arena.
+      temporaries share one arena;
+    - `flowc.checks` on @main: what each of its run-time checks (its last
+      results, tensor<1xi1> flags) says when it fails (GraphIr.h).
   }];
   let discardableAttrs = (ins
     "::mlir::StringAttr":$weight,
@@ -34,7 +36,8 @@ def Flowc_Dialect : Dialect {
     "::mlir::DenseI64ArrayAttr":$kernel_params,
     "::mlir::UnitAttr":$loop_kernel,
     "::mlir::UnitAttr":$parallel,
-    "::mlir::IntegerAttr":$arena_bytes
+    "::mlir::IntegerAttr":$arena_bytes,
+    "::mlir::ArrayAttr":$checks
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;

@@ -2,7 +2,7 @@
 // runtime.
 //
 // A CUDA code object is a host shared object like a CPU one: `flowc_entry`
-// takes the same arguments (inputs, weights, outputs, arena), but every
+// takes the same arguments (inputs, weights, outputs, checks, arena), but every
 // buffer is device memory. Each loop kernel's host side launches its GPU
 // kernel (a cubin embedded in the object) through the GPU runtime functions
 // MLIR's gpu-to-llvm lowering calls (mgpuLaunchKernel, ...). In the code

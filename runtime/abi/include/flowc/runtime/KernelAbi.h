@@ -32,6 +32,13 @@ namespace flowc::runtime {
 inline constexpr const char *kArenaBytesSymbol = "flowc_arena_bytes";
 inline constexpr uint64_t kArenaAlignment = 64;
 
+/// Defined by code with run-time checks (an index out of range): a
+/// NUL-terminated JSON array of strings, what each check says when it fails.
+/// The entry then takes one buffer per check after the outputs (before the
+/// arena), a bool [1] that the run sets true when that check failed; the
+/// run's result is then an error, its outputs unspecified.
+inline constexpr const char *kChecksSymbol = "flowc_checks";
+
 /// Generated parallel loops call LLVM's OpenMP runtime (libomp's __kmpc_*
 /// entry points); code objects link this soname. The runtime loads it ahead
 /// of GCC's libgomp so that oneDNN's GOMP_* calls land in the same thread
