@@ -6,8 +6,10 @@
                                                     [--keep-batchnorm]
 
 Runs on Debian's python3-torch / python3-torchvision (installed by
-scripts/setup.sh). For each model writes OUT_DIR/<model>.onnx and
-OUT_DIR/<model>_input.npy.
+scripts/setup.sh). A name is a torchvision.models classifier or a
+torchvision.models.segmentation model (lraspp_mobilenet_v3_large, whose
+bilinear upsampling exports as Resize). For each model writes
+OUT_DIR/<model>.onnx and OUT_DIR/<model>_input.npy.
 
 Random initialization can make test vectors useless (ViT's zero-initialized
 head gives all-zero logits; ConvNeXt's 1e-6 layer scales mute every block),
@@ -40,6 +42,17 @@ def perturb_constant_parameters(model: torch.nn.Module, seed: int):
                 parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.02)
 
 
+class SegmentationOutput(torch.nn.Module):
+    """A segmentation model's "out" map alone, as one tensor."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
 def export_onnx(model: torch.nn.Module, args, path: pathlib.Path, **options):
     """torch.onnx.export with the TorchScript exporter on every torch: from
     2.9 torch defaults to the dynamo exporter, which writes other ops at
@@ -51,8 +64,15 @@ def export_onnx(model: torch.nn.Module, args, path: pathlib.Path, **options):
 
 
 def build(name: str, seed: int) -> torch.nn.Module:
+    """A classification model by its torchvision.models name, or a
+    segmentation one (torchvision.models.segmentation: its backbone random
+    too, nothing downloaded; its output is the "out" map)."""
     torch.manual_seed(seed)
-    model = getattr(torchvision.models, name)(weights=None)
+    if hasattr(torchvision.models, name):
+        model = getattr(torchvision.models, name)(weights=None)
+    else:
+        model = SegmentationOutput(getattr(torchvision.models.segmentation, name)(
+            weights=None, weights_backbone=None))
     perturb_constant_parameters(model, seed)
     has_batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
                         for m in model.modules())

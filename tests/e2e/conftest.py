@@ -129,7 +129,8 @@ def save(model, path: pathlib.Path) -> pathlib.Path:
 
 
 TORCHVISION_MODELS = ["resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0",
-                      "squeezenet1_1", "vit_b_16", "convnext_tiny"]
+                      "squeezenet1_1", "vit_b_16", "convnext_tiny",
+                      "lraspp_mobilenet_v3_large"]
 TRANSFORMER_MODELS = ["bert", "gpt2"]
 EXPORT_OPSETS = (13, 17)
 

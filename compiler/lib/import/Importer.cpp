@@ -376,6 +376,13 @@ Status Importer::checkRuntimeShape(const Node &node, const Shape &shape) const {
   if (!count || *count > kMaxTensorBytes / 8)
     return nodeError(node, "computes a tensor of shape " + shapeString(shape) +
                                ", larger than any address space");
+  // TOSA's tensors have elements (a Slice starting past its axis's end
+  // would fail the IR's verifier).
+  if (*count == 0)
+    return nodeUnsupported(node,
+                           "computes a tensor of shape " + shapeString(shape) +
+                               ", with no elements; flowc compiles tensors that have "
+                               "elements");
   return Status::ok();
 }
 

@@ -97,7 +97,8 @@ public:
   Expected<Shape> windowInts(const Node &node, const char *name, size_t count,
                              Shape fallback, int64_t min) const;
   /// A value of `shape` the node computes at run time: every dimension
-  /// known and >= 0, and its bytes addressable (InvalidArgument otherwise).
+  /// known and >= 0, and its bytes addressable (InvalidArgument otherwise),
+  /// and some elements (Unimplemented otherwise).
   Status checkRuntimeShape(const Node &node, const Shape &shape) const;
   /// Accounts for a constant of `shape` computed at import time, before its
   /// memory is taken: InvalidArgument when the shape is malformed or its
@@ -230,6 +231,7 @@ public:
   Status importLayerNormalization(const Node &node);
   Status importSplit(const Node &node);
   Status importGelu(const Node &node);
+  Status importResize(const Node &node);
   /// tosa.gather of `indices` (any integer type, negative ones counted from
   /// the end) along `axis` of `data`; with `checkIndices`, through
   /// checkedIndices.
@@ -239,6 +241,13 @@ public:
   /// so that no read leaves the data, and a run-time check (checks_) that
   /// fails the run when there was one; `what` names the indexed range.
   Value checkedIndices(const Node &node, Value flat, int64_t k, const std::string &what);
+  /// tosa.gather of `indices` (in range) along `axis` of `x`.
+  Expected<Value> gatherConstant(const Node &node, Value x, int64_t axis,
+                                 const std::vector<int32_t> &indices);
+  /// `x` with `axis` resized to `out` elements as Resize's attributes say;
+  /// `scale` is out / in, or the scale the node gives.
+  Expected<Value> resizeAxis(const Node &node, Value x, int64_t axis, int64_t out,
+                             float scale);
   Expected<Shape> reshapeTarget(const Node &node, const Shape &in);
   Expected<Shape> squeezedShape(const Node &node, const Shape &in, bool unsqueeze);
   Expected<std::vector<std::pair<int64_t, int64_t>>> sliceRanges(const Node &node,
