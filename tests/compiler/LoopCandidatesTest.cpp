@@ -206,18 +206,26 @@ TEST(LoopCandidatesTest, DefaultIsTheEmptyCandidateAndOthersChangeTheCode) {
   std::vector<std::string> candidates = loopKernelCandidates(kernel, options);
   ASSERT_GE(candidates.size(), 3u);
   std::set<std::string> keys;
+  size_t vectorCandidates = 0, vectorChanges = 0;
   for (const std::string &candidate : candidates) {
     kernel.candidate = candidate;
     keys.insert(kernel.cacheKey());
     auto object = compileKernel(kernel, options, CodeTarget::host());
     ASSERT_TRUE(object) << candidate << ": " << object.status().toString();
     // "default" lowers exactly as no candidate; every other one is other
-    // code (threads, vector width or unrolling changed).
+    // code (threads, vector width or unrolling changed). A forced vector
+    // width may be the one LLVM picks itself on this host (16 f32 lanes
+    // where the CPU prefers 512-bit vectors, 8 on AVX2), but not every one.
+    bool vector = candidate.rfind("vector=", 0) == 0;
+    vectorCandidates += vector;
+    vectorChanges += vector && *object != *empty;
     if (candidate == "default")
       EXPECT_TRUE(*object == *empty);
-    else
+    else if (!vector)
       EXPECT_TRUE(*object != *empty) << candidate << " lowers as the default";
   }
+  if (vectorCandidates > 0)
+    EXPECT_GE(vectorChanges, 1u) << "every vector width lowers as the default";
   // Every candidate is its own object in the kernel cache; no candidate is
   // the plan's key.
   EXPECT_EQ(keys.size(), candidates.size());

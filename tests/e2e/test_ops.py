@@ -44,6 +44,24 @@ CASES = {
         "c", [helper.make_node("Conv", ["x", "w", "b"], ["y"], dilations=[2, 2],
                                pads=[2, 2, 2, 2], strides=[3, 3])],
         {"x": [1, 2, 11, 11]}, [1, 2, 4, 4], [weight("w", [2, 2, 3, 3]), weight("b", [2])]),
+    # 1-D: audio front ends (Whisper, wav2vec2) and sequence models.
+    "conv1d_grouped_strided_dilated": lambda: graph_case(
+        "c", [helper.make_node("Conv", ["x", "w", "b"], ["y"], group=2, strides=[2],
+                               dilations=[2], pads=[1, 2])],
+        {"x": [2, 4, 20]}, [2, 6, 10], [weight("w", [6, 2, 3]), weight("b", [6])]),
+    "conv1d_same_upper": lambda: graph_case(
+        "c", [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER")],
+        {"x": [1, 3, 9]}, [1, 4, 9], [weight("w", [4, 3, 4])]),
+    "conv1d_depthwise": lambda: graph_case(
+        "c", [helper.make_node("Conv", ["x", "w", "b"], ["y"], group=4, pads=[2, 2])],
+        {"x": [1, 4, 20]}, [1, 4, 20], [weight("w", [4, 1, 5]), weight("b", [4])]),
+    "maxpool1d_ceil_padded": lambda: graph_case(
+        "p", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3], strides=[2],
+                               pads=[1, 0], ceil_mode=1)],
+        {"x": [1, 3, 11]}, [1, 3, 6]),
+    "averagepool1d": lambda: graph_case(
+        "p", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2], strides=[2])],
+        {"x": [2, 3, 10]}, [2, 3, 5]),
     "maxpool_padded_strided": lambda: graph_case(
         "p", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                pads=[1, 1, 1, 1])],

@@ -42,6 +42,13 @@ Value Importer::scalar(float value, size_t rank) {
   return mlir::tosa::ConstOp::create(builder_, loc_, type, dense);
 }
 
+Value Importer::zeros(mlir::Type element, const Shape &shape) {
+  auto type = mlir::RankedTensorType::get(shape, element);
+  return mlir::tosa::ConstOp::create(
+      builder_, loc_, type,
+      mlir::cast<mlir::DenseElementsAttr>(builder_.getZeroAttr(type)));
+}
+
 Value Importer::zeroPoint() { return scalar(0.0f, 1); }
 
 Value Importer::zeroShift() {

@@ -171,6 +171,8 @@ public:
     return builder_.getNamedAttr(name, value);
   }
   Value scalar(float value, size_t rank);
+  /// Zeros of `element` type and `shape` (a constant).
+  Value zeros(mlir::Type element, const Shape &shape);
   Value zeroPoint();
   /// tosa.mul's shift operand; zero for floating point.
   Value zeroShift();
@@ -232,6 +234,10 @@ public:
   Status importSplit(const Node &node);
   Status importGelu(const Node &node);
   Status importResize(const Node &node);
+  Status importCumSum(const Node &node);
+  Status importScatterND(const Node &node);
+  /// `x` moved `by` places along `axis`, zeros filling in.
+  Value shiftAlong(Value x, int64_t axis, int64_t by);
   /// tosa.gather of `indices` (any integer type, negative ones counted from
   /// the end) along `axis` of `data`; with `checkIndices`, through
   /// checkedIndices.
@@ -250,8 +256,14 @@ public:
                              float scale);
   Expected<Shape> reshapeTarget(const Node &node, const Shape &in);
   Expected<Shape> squeezedShape(const Node &node, const Shape &in, bool unsqueeze);
-  Expected<std::vector<std::pair<int64_t, int64_t>>> sliceRanges(const Node &node,
-                                                                 const Shape &in);
+  /// What Slice takes along each axis of `in`: elements begin,
+  /// begin + step, ..., `count` of them (all of an axis it does not name).
+  struct SliceAxis {
+    int64_t begin = 0, count = 0, step = 1;
+  };
+  Expected<std::vector<SliceAxis>> sliceRanges(const Node &node, const Shape &in);
+  /// `x` with `axis` cut to the elements `range` names (step not 1).
+  Value stepAlong(Value x, int64_t axis, SliceAxis range);
   // Shape folding.
   Expected<bool> tryFold(const Node &node);
   std::optional<IntTensor> intConstant(const std::string &name) const;
@@ -261,6 +273,11 @@ public:
   /// Registers a computed constant as the value `name`, like an initializer.
   void addFolded(const std::string &name, DType dtype, const Shape &shape,
                  std::shared_ptr<std::string> bytes);
+  /// `a` rearranged into `out`: `source` gives, for each output
+  /// coordinate, the input coordinate it reads (a slice, a transpose).
+  Expected<IntTensor>
+  foldRearranged(const Node &node, const IntTensor &a, const Shape &out,
+                 llvm::function_ref<void(const Shape &, Shape &)> source);
   Expected<IntTensor> foldBinary(const Node &node, const IntTensor &a, const IntTensor &b,
                                  int64_t (*fn)(int64_t, int64_t));
   Expected<Shape> axesOf(const Node &node, size_t inputIndex, int64_t rank);

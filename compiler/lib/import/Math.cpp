@@ -15,16 +15,31 @@ Status Importer::importBinary(const Node &node) {
 }
 
 Expected<Value> Importer::elementwise(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
+  mlir::Type element = elementTypeOf(a);
+  const std::string &op = node.opType;
+  // Integer Add, Sub and Mul wrap in two's complement, as onnxruntime's do
+  // (position ids: cumulative sums of a mask, plus an offset). Integer Div
+  // would trap on a zero divisor.
+  bool integer = element.isInteger(32) || element.isInteger(64);
+  if (!element.isF32() && !(integer && op != "Div"))
+    return nodeUnsupported(
+        node, "input '" + node.inputs[0] + "' is " + dtypeName(dtypeOf(a)) + "; " + op +
+                  " is supported on " +
+                  (op == "Div" ? "float32" : "float32, int32 and int64") + " only");
+  if (elementTypeOf(b) != element)
+    return nodeError(node, "inputs differ in type (" + dtypeName(dtypeOf(a)) + " and " +
+                               dtypeName(dtypeOf(b)) + ")");
   FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(a), shapeOf(b)));
   FLOWC_ASSIGN_OR_RETURN(a, broadcastTo(node, a, out.size()));
   FLOWC_ASSIGN_OR_RETURN(b, broadcastTo(node, b, out.size()));
-  const std::string &op = node.opType;
   if (op == "Add")
-    return build<mlir::tosa::AddOp>(out, {a, b});
+    return buildTyped<mlir::tosa::AddOp>(element, out, {a, b});
   if (op == "Sub")
-    return build<mlir::tosa::SubOp>(out, {a, b});
+    return buildTyped<mlir::tosa::SubOp>(element, out, {a, b});
+  if (op == "Mul" && integer)
+    return buildTyped<mlir::tosa::MulOp>(element, out, {a, b, zeroShift()});
   if (op == "Mul" || op == "Div") {
     if (op == "Div")
       b = build<mlir::tosa::ReciprocalOp>(shapeOf(b), {b});
@@ -173,21 +188,40 @@ Status Importer::importWhere(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value condition, anyOperand(node, 0));
   if (!elementTypeOf(condition).isInteger(1))
     return nodeError(node, "condition must be bool");
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 1));
-  FLOWC_ASSIGN_OR_RETURN(Value y, operand(node, 2));
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Value y, anyOperand(node, 2));
+  if (elementTypeOf(x) != elementTypeOf(y))
+    return nodeError(node, "inputs differ in type (" + dtypeName(dtypeOf(x)) + " and " +
+                               dtypeName(dtypeOf(y)) + ")");
   FLOWC_ASSIGN_OR_RETURN(Shape xy, broadcastShape(node, shapeOf(x), shapeOf(y)));
   FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(condition), xy));
   FLOWC_ASSIGN_OR_RETURN(condition, broadcastTo(node, condition, out.size()));
   FLOWC_ASSIGN_OR_RETURN(x, broadcastTo(node, x, out.size()));
   FLOWC_ASSIGN_OR_RETURN(y, broadcastTo(node, y, out.size()));
-  return define(node, build<mlir::tosa::SelectOp>(out, {condition, x, y}));
+  return define(
+      node, buildTyped<mlir::tosa::SelectOp>(elementTypeOf(x), out, {condition, x, y}));
 }
 
 Status Importer::importUnary(const Node &node) {
+  const std::string &op = node.opType;
+  FLOWC_ASSIGN_OR_RETURN(Value any, anyOperand(node, 0));
+  mlir::Type element = elementTypeOf(any);
+  // Neg and Abs of integers (relative positions): 0 - x, wrapping as
+  // onnxruntime's do (the most negative value stays itself).
+  if ((op == "Neg" || op == "Abs") && (element.isInteger(32) || element.isInteger(64))) {
+    Shape shape = shapeOf(any);
+    Value zero = zeros(element, Shape(shape.size(), 1));
+    Value negated = buildTyped<mlir::tosa::SubOp>(element, shape, {zero, any});
+    if (op == "Neg")
+      return define(node, negated);
+    Value negative =
+        buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), shape, {zero, any});
+    return define(
+        node, buildTyped<mlir::tosa::SelectOp>(element, shape, {negative, negated, any}));
+  }
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   Shape shape = shapeOf(x);
   size_t rank = shape.size();
-  const std::string &op = node.opType;
   if (op == "Neg")
     return define(node, mul(x, scalar(-1.0f, rank)));
   if (op == "Abs")
@@ -243,14 +277,27 @@ Status Importer::importVariadic(const Node &node) {
   const std::string &op = node.opType;
   if (node.inputs.empty())
     return nodeError(node, op + " needs at least one input");
-  FLOWC_ASSIGN_OR_RETURN(Value y, operand(node, 0));
+  // Max and Min of int32 or int64 too (clamped position buckets); Sum and
+  // Mean are float ops in ONNX.
+  bool integers = op == "Max" || op == "Min";
+  FLOWC_ASSIGN_OR_RETURN(Value y, integers ? anyOperand(node, 0) : operand(node, 0));
+  mlir::Type element = elementTypeOf(y);
+  if (!element.isF32() && !element.isInteger(32) && !element.isInteger(64))
+    return nodeUnsupported(node, "input '" + node.inputs[0] + "' is " +
+                                     dtypeName(dtypeOf(y)) + "; " + op +
+                                     " is supported on float32, int32 and int64 only");
   for (size_t i = 1; i < node.inputs.size(); ++i) {
-    FLOWC_ASSIGN_OR_RETURN(Value next, operand(node, i));
+    FLOWC_ASSIGN_OR_RETURN(Value next, anyOperand(node, i));
+    if (elementTypeOf(next) != element)
+      return nodeError(node, "inputs differ in type (" + dtypeName(dtypeOf(y)) + " and " +
+                                 dtypeName(dtypeOf(next)) + ")");
     Shape out;
     FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, y, next, out));
-    y = op == "Max"   ? build<mlir::tosa::MaximumOp>(out, {pair.first, pair.second})
-        : op == "Min" ? build<mlir::tosa::MinimumOp>(out, {pair.first, pair.second})
-                      : build<mlir::tosa::AddOp>(out, {pair.first, pair.second});
+    y = op == "Max"
+            ? buildTyped<mlir::tosa::MaximumOp>(element, out, {pair.first, pair.second})
+        : op == "Min"
+            ? buildTyped<mlir::tosa::MinimumOp>(element, out, {pair.first, pair.second})
+            : buildTyped<mlir::tosa::AddOp>(element, out, {pair.first, pair.second});
   }
   if (op == "Mean" && node.inputs.size() > 1)
     y = mul(y, scalar(1.0f / static_cast<float>(node.inputs.size()), shapeOf(y).size()));
@@ -433,6 +480,12 @@ constexpr OpInfo kOps[] = {
      .sinceVersion = 18,
      .import = &I::importUnary,
      .cost = perElement<9>},
+    // Integer Mod is folded at import (shape arithmetic); a run-time Mod
+    // is refused.
+    {.name = "Mod",
+     .sinceVersion = 10,
+     .signature = kBinary,
+     .positiveInputs = 1u << 1}, // the divisor
     {.name = "Mul",
      .signature = kBinary,
      .import = &I::importBinary,

@@ -8,13 +8,33 @@
 
 namespace flowc::compiler::import {
 
+namespace {
+
+/// A 1-D window op's kernel, stride or dilation as the 2-D one's over a
+/// height of 1.
+Shape overHeightOne(const Shape &values) { return {1, values[0]}; }
+/// A 1-D window op's pads [begin, end] as 2-D pads [top, left, bottom, right].
+Shape padsOverHeightOne(const Shape &pads) { return {0, pads[0], 0, pads[1]}; }
+
+} // namespace
+
 Status Importer::importConv(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
   Shape xs = shapeOf(x), ws = shapeOf(w);
+  // A 1-D convolution (audio front ends, sequence models) is a 2-D one over
+  // a height of 1.
+  bool line = xs.size() == 3 && ws.size() == 3;
+  if (line) {
+    x = reshape(x, {xs[0], xs[1], 1, xs[2]});
+    w = reshape(w, {ws[0], ws[1], 1, ws[2]});
+    xs = shapeOf(x);
+    ws = shapeOf(w);
+  }
   if (xs.size() != 4 || ws.size() != 4)
-    return nodeUnsupported(node, "only 2-D convolution (4-D input " + shapeString(xs) +
-                                     ", weight " + shapeString(ws) + ") is supported");
+    return nodeUnsupported(node, "only 1-D and 2-D convolution (3-D or 4-D input and "
+                                 "weight) is supported, got input " +
+                                     shapeString(xs) + ", weight " + shapeString(ws));
   int64_t groups = intAttr(node, "group", 1);
   if (groups < 1 || ws[0] % groups != 0)
     return nodeError(node, "group=" + std::to_string(groups) + " does not divide the " +
@@ -27,11 +47,21 @@ Status Importer::importConv(const Node &node) {
                                std::to_string(xs[1]));
   if (ws[2] < 1 || ws[3] < 1)
     return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
-  FLOWC_ASSIGN_OR_RETURN(Shape kernel,
-                         windowInts(node, "kernel_shape", 2, {ws[2], ws[3]}, 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape strides, windowInts(node, "strides", 2, {1, 1}, 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape dilations, windowInts(node, "dilations", 2, {1, 1}, 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape given, windowInts(node, "pads", 4, {0, 0, 0, 0}, 0));
+  size_t dims = line ? 1 : 2;
+  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", dims,
+                                                  Shape(ws.end() - dims, ws.end()), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides,
+                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations,
+                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape given,
+                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
+  if (line) {
+    kernel = overHeightOne(kernel);
+    strides = overHeightOne(strides);
+    dilations = overHeightOne(dilations);
+    given = padsOverHeightOne(given);
+  }
   if (kernel != Shape{ws[2], ws[3]})
     return nodeError(node, "kernel_shape " + shapeString(kernel) +
                                " does not match weight " + shapeString(ws));
@@ -90,23 +120,41 @@ Status Importer::importConv(const Node &node) {
     y = build<mlir::tosa::ConcatOp>(out, parts,
                                     {attr("axis", builder_.getI32IntegerAttr(3))});
   }
-  return define(node, transpose(y, {0, 3, 1, 2}));
+  y = transpose(y, {0, 3, 1, 2});
+  return define(node, line ? reshape(y, {out[0], out[3], out[2]}) : y);
 }
 
 Status Importer::importPool(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   Shape xs = shapeOf(x);
+  // 1-D pooling is 2-D pooling over a height of 1.
+  bool line = xs.size() == 3;
+  if (line) {
+    x = reshape(x, {xs[0], xs[1], 1, xs[2]});
+    xs = shapeOf(x);
+  }
   if (xs.size() != 4)
-    return nodeUnsupported(node, "only 2-D pooling (4-D input) is supported, got " +
+    return nodeUnsupported(node, "only 1-D and 2-D pooling (3-D or 4-D input) is "
+                                 "supported, got " +
                                      shapeString(xs));
   if (node.outputs.size() > 1)
     return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
   if (!node.attributes.count("kernel_shape"))
     return nodeError(node, "kernel_shape is required");
-  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", 2, {}, 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape strides, windowInts(node, "strides", 2, {1, 1}, 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape dilations, windowInts(node, "dilations", 2, {1, 1}, 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape given, windowInts(node, "pads", 4, {0, 0, 0, 0}, 0));
+  size_t dims = line ? 1 : 2;
+  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", dims, {}, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides,
+                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations,
+                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape given,
+                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
+  if (line) {
+    kernel = overHeightOne(kernel);
+    strides = overHeightOne(strides);
+    dilations = overHeightOne(dilations);
+    given = padsOverHeightOne(given);
+  }
   // ONNX's shape inference demands it, and TOSA's pooling too: a window
   // entirely in padding has no value.
   for (int i = 0; i < 4; ++i)
@@ -154,7 +202,8 @@ Status Importer::importPool(const Node &node) {
     Value zp = zeroPoint();
     y = build<mlir::tosa::AvgPool2dOp>(out, {xNhwc, zp, zp}, attrs);
   }
-  return define(node, transpose(y, {0, 3, 1, 2}));
+  y = transpose(y, {0, 3, 1, 2});
+  return define(node, line ? reshape(y, {out[0], out[3], out[2]}) : y);
 }
 
 Status Importer::importGlobalAveragePool(const Node &node) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace flowc::compiler::import {
 
@@ -176,10 +177,33 @@ Expected<IntTensor> Importer::foldBinary(const Node &node, const IntTensor &a,
   return result;
 }
 
+Expected<IntTensor>
+Importer::foldRearranged(const Node &node, const IntTensor &a, const Shape &out,
+                         llvm::function_ref<void(const Shape &, Shape &)> source) {
+  FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, out));
+  IntTensor result{out, {}, a.dtype};
+  result.values.reserve(static_cast<size_t>(count));
+  Shape at(out.size(), 0), from(a.shape.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    source(at, from);
+    int64_t offset = 0;
+    for (size_t d = 0; d < from.size(); ++d)
+      offset = offset * a.shape[d] + from[d];
+    result.values.push_back(a.values[static_cast<size_t>(offset)]);
+    // The next output coordinate, last axis fastest.
+    for (size_t d = out.size(); d-- > 0;) {
+      if (++at[d] < out[d])
+        break;
+      at[d] = 0;
+    }
+  }
+  return result;
+}
+
 Expected<bool> Importer::tryFold(const Node &node) {
   const std::string &op = node.opType;
   if (op == "Shape") {
-    FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+    FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
     Shape shape = shapeOf(x);
     int64_t rank = static_cast<int64_t>(shape.size());
     int64_t start = intAttr(node, "start", 0), end = intAttr(node, "end", rank);
@@ -201,10 +225,23 @@ Expected<bool> Importer::tryFold(const Node &node) {
   }
   if (op == "Range")
     return foldRange(node);
-  static const std::set<std::string> foldable = {
-      "ConstantOfShape", "Gather", "Unsqueeze", "Squeeze", "Reshape",
-      "Concat",          "Add",    "Sub",       "Mul",     "Div",
-      "Equal",           "Where",  "Slice",     "Cast",    "Expand"};
+  static const std::set<std::string> foldable = {"ConstantOfShape",
+                                                 "Gather",
+                                                 "Unsqueeze",
+                                                 "Squeeze",
+                                                 "Reshape",
+                                                 "Concat",
+                                                 "Add",
+                                                 "Sub",
+                                                 "Mul",
+                                                 "Div",
+                                                 "Equal",
+                                                 "Where",
+                                                 "Slice",
+                                                 "Cast",
+                                                 "Expand",
+                                                 "Mod",
+                                                 "Transpose"};
   if (!foldable.count(op))
     return false;
   std::vector<std::optional<IntTensor>> inputs;
@@ -232,18 +269,20 @@ Expected<bool> Importer::tryFold(const Node &node) {
       return nodeError(node, "shape input must be 1-D, got " + shapeString(a.shape));
     Shape shape(a.values.begin(), a.values.end());
     FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, shape));
-    if (value && value->info.dtype == DType::F32) {
-      float fill;
-      std::memcpy(&fill, value->bytes.data(), 4);
+    // Without a value, ONNX fills with float32 zeros.
+    if (!value || value->info.dtype == DType::F32) {
+      float fill = 0.0f;
+      if (value)
+        std::memcpy(&fill, value->bytes.data(), 4);
       FLOWC_RETURN_IF_ERROR(defineFloatConstant(
           node, shape, std::vector<float>(static_cast<size_t>(count), fill)));
       return true;
     }
     int64_t fill = 0;
-    if (auto values = value ? toInts(*value) : std::nullopt;
-        values && !values->values.empty())
+    if (auto values = toInts(*value); values && !values->values.empty())
       fill = values->values[0];
-    result = {shape, std::vector<int64_t>(static_cast<size_t>(count), fill), DType::I64};
+    result = {shape, std::vector<int64_t>(static_cast<size_t>(count), fill),
+              value->info.dtype};
   } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Equal") {
     if (inputs.size() != 2)
       return nodeError(node, op + " needs two inputs");
@@ -271,6 +310,24 @@ Expected<bool> Importer::tryFold(const Node &node) {
     FLOWC_ASSIGN_OR_RETURN(result, foldBinary(node, a, *inputs[1], fn));
     if (op == "Equal")
       result.dtype = DType::Bool;
+  } else if (op == "Mod") {
+    if (inputs.size() != 2)
+      return nodeError(node, "Mod needs two inputs");
+    using Fn = int64_t (*)(int64_t, int64_t);
+    // fmod 0 takes the divisor's sign (Python's %), fmod 1 the dividend's
+    // (C's). A zero divisor folds to 0, like Div; -1 divides everything.
+    Fn fn = intAttr(node, "fmod", 0) != 0
+                ? Fn([](int64_t x, int64_t y) {
+                    return y == 0 || y == -1 ? int64_t{0} : x % y;
+                  })
+                : Fn([](int64_t x, int64_t y) {
+                    if (y == 0 || y == -1)
+                      return int64_t{0};
+                    int64_t r = x % y;
+                    return r != 0 && (r < 0) != (y < 0) ? r + y : r;
+                  });
+    FLOWC_ASSIGN_OR_RETURN(result, foldBinary(node, a, *inputs[1], fn));
+    result.dtype = a.dtype;
   } else if (op == "Expand") {
     if (inputs.size() != 2 || inputs[1]->shape.size() != 1)
       return nodeError(node, "Expand needs a data and a 1-D shape input");
@@ -311,34 +368,75 @@ Expected<bool> Importer::tryFold(const Node &node) {
         result.shape, op == "Reshape" ? reshapeTarget(node, a.shape)
                                       : squeezedShape(node, a.shape, op == "Unsqueeze"));
   } else if (op == "Concat") {
-    for (const std::optional<IntTensor> &input : inputs)
-      if (input->shape.size() != 1)
-        return false;
-    for (size_t i = 1; i < inputs.size(); ++i)
-      result.values.insert(result.values.end(), inputs[i]->values.begin(),
-                           inputs[i]->values.end());
-    result.shape = {static_cast<int64_t>(result.values.size())};
-  } else if (op == "Gather" || op == "Slice") {
+    int64_t rank = static_cast<int64_t>(a.shape.size());
+    FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
+    Shape out = a.shape;
+    out[axis] = 0;
+    for (const std::optional<IntTensor> &input : inputs) {
+      Shape other = input->shape;
+      if (other.size() != a.shape.size())
+        return nodeError(node, "inputs of shapes " + shapeString(a.shape) + " and " +
+                                   shapeString(other) + " differ in rank");
+      other[axis] = out[axis];
+      if (other != out)
+        return nodeError(node, "inputs of shapes " + shapeString(a.shape) + " and " +
+                                   shapeString(input->shape) + " differ off axis " +
+                                   std::to_string(axis));
+      out[axis] += input->shape[axis];
+    }
+    FLOWC_RETURN_IF_ERROR(reserveFolded(node, out).status());
+    // Each input's block of axis * inner elements, for each outer index.
+    int64_t outer = product(out, 0, axis), inner = product(out, axis + 1, out.size());
+    result = {out, {}, a.dtype};
+    for (int64_t o = 0; o < outer; ++o)
+      for (const std::optional<IntTensor> &input : inputs) {
+        int64_t block = input->shape[axis] * inner;
+        auto begin = input->values.begin() + o * block;
+        result.values.insert(result.values.end(), begin, begin + block);
+      }
+  } else if (op == "Slice") {
+    FLOWC_ASSIGN_OR_RETURN(auto ranges, sliceRanges(node, a.shape));
+    Shape out;
+    for (const SliceAxis &range : ranges)
+      out.push_back(range.count);
+    FLOWC_ASSIGN_OR_RETURN(
+        result, foldRearranged(node, a, out, [&](const Shape &at, Shape &from) {
+          for (size_t d = 0; d < at.size(); ++d)
+            from[d] = ranges[d].begin + at[d] * ranges[d].step;
+        }));
+  } else if (op == "Transpose") {
+    size_t rank = a.shape.size();
+    Shape identity(rank);
+    std::iota(identity.begin(), identity.end(), int64_t{0});
+    Shape perm = intsAttr(node, "perm", Shape(identity.rbegin(), identity.rend()));
+    Shape sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != identity)
+      return nodeError(node, "perm " + shapeString(perm) + " is not a permutation of " +
+                                 std::to_string(rank) + " axes");
+    Shape out;
+    for (int64_t axis : perm)
+      out.push_back(a.shape[axis]);
+    // Output axis d walks input axis perm[d].
+    FLOWC_ASSIGN_OR_RETURN(
+        result, foldRearranged(node, a, out, [&](const Shape &at, Shape &from) {
+          for (size_t d = 0; d < at.size(); ++d)
+            from[perm[d]] = at[d];
+        }));
+  } else if (op == "Gather") {
     if (a.shape.size() != 1)
       return false;
     std::vector<int64_t> picked;
     int64_t n = static_cast<int64_t>(a.values.size());
-    if (op == "Gather") {
-      for (int64_t index : inputs[1]->values) {
-        int64_t k = index < 0 ? index + n : index;
-        if (k < 0 || k >= n)
-          return nodeError(node, "index " + std::to_string(index) +
-                                     " is out of range for " + std::to_string(n) +
-                                     " elements");
-        picked.push_back(a.values[k]);
-      }
-      result = {inputs[1]->shape, picked, DType::I64};
-    } else {
-      FLOWC_ASSIGN_OR_RETURN(auto ranges, sliceRanges(node, {n}));
-      for (int64_t i = ranges[0].first; i < ranges[0].second; ++i)
-        picked.push_back(a.values[i]);
-      result = {{static_cast<int64_t>(picked.size())}, picked, DType::I64};
+    for (int64_t index : inputs[1]->values) {
+      int64_t k = index < 0 ? index + n : index;
+      if (k < 0 || k >= n)
+        return nodeError(node, "index " + std::to_string(index) +
+                                   " is out of range for " + std::to_string(n) +
+                                   " elements");
+      picked.push_back(a.values[k]);
     }
+    result = {inputs[1]->shape, picked, DType::I64};
   }
   FLOWC_RETURN_IF_ERROR(defineConstant(node, result));
   return true;

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <set>
-#include <numeric>
 
 namespace flowc::compiler::import {
 
@@ -168,8 +168,8 @@ Expected<Shape> Importer::squeezedShape(const Node &node, const Shape &in,
   return out;
 }
 
-Expected<std::vector<std::pair<int64_t, int64_t>>>
-Importer::sliceRanges(const Node &node, const Shape &in) {
+Expected<std::vector<Importer::SliceAxis>> Importer::sliceRanges(const Node &node,
+                                                                 const Shape &in) {
   int64_t rank = static_cast<int64_t>(in.size());
   Shape starts, ends, axes, steps;
   if (model_.opsetVersion < 10) {
@@ -203,36 +203,102 @@ Importer::sliceRanges(const Node &node, const Shape &in) {
   for (size_t i = 0; i < steps.size(); ++i)
     if (steps[i] == 0)
       return nodeError(node, "steps[" + std::to_string(i) + "] is 0");
-  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<SliceAxis> ranges;
   for (int64_t d = 0; d < rank; ++d)
-    ranges.emplace_back(0, in[d]);
+    ranges.push_back({0, in[d], 1});
   std::set<int64_t> seen;
   for (size_t i = 0; i < axes.size(); ++i) {
-    if (!steps.empty() && steps[i] != 1)
-      return nodeUnsupported(node, "slice steps other than 1 are not supported yet");
     FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, axes[i], rank));
     if (!seen.insert(axis).second)
       return nodeError(node, "axes " + shapeString(axes) + " repeat axis " +
                                  std::to_string(axis));
-    int64_t dim = in[axis];
-    auto clampIndex = [dim](int64_t v) {
-      return std::clamp(v < 0 ? v + dim : v, int64_t{0}, dim);
+    int64_t dim = in[axis], step = steps.empty() ? 1 : steps[i];
+    // Bounds may sit at the int64 limits ("to the end"): saturated at 2^62
+    // first, no sum below overflows.
+    auto bounded = [dim](int64_t v) {
+      v = std::clamp(v, -(int64_t{1} << 62), int64_t{1} << 62);
+      return v < 0 ? v + dim : v;
     };
-    int64_t begin = clampIndex(starts[i]), end = clampIndex(ends[i]);
-    ranges[axis] = {begin, std::max(begin, end)};
+    // ONNX clamps into [0, dim] going forwards and [-1, dim - 1] going
+    // backwards (-1: before the first element).
+    int64_t low = step > 0 ? 0 : -1, high = step > 0 ? dim : dim - 1;
+    int64_t begin = std::clamp(bounded(starts[i]), low, high);
+    int64_t end = std::clamp(bounded(ends[i]), low, high);
+    // Every |step|-th element from begin towards end.
+    int64_t span = step > 0 ? end - begin : begin - end;
+    int64_t stride = step > 0 ? step
+                     : step == std::numeric_limits<int64_t>::min()
+                         ? std::numeric_limits<int64_t>::max()
+                         : -step;
+    int64_t count = span <= 0 ? 0 : 1 + (span - 1) / stride;
+    ranges[axis] = {begin, count, step};
   }
   return ranges;
 }
 
-Status Importer::importSlice(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(auto ranges, sliceRanges(node, shapeOf(x)));
-  Shape start, size;
-  for (const auto &[begin, end] : ranges) {
-    start.push_back(begin);
-    size.push_back(end - begin);
+Value Importer::stepAlong(Value x, int64_t axis, SliceAxis range) {
+  mlir::Type element = elementTypeOf(x);
+  Shape shape = shapeOf(x);
+  int64_t dim = shape[axis], begin = range.begin, count = range.count, step = range.step;
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)));
+  auto cut = [&](Value v, int64_t from, int64_t size) {
+    Shape start(shape.size(), 0), sizes = shapeOf(v);
+    start[axis] = from;
+    sizes[axis] = size;
+    return slice(v, start, sizes);
+  };
+  // Backwards: forwards through the reversed axis.
+  if (step < 0) {
+    x = buildTyped<mlir::tosa::ReverseOp>(element, shape, {x}, {axisAttr});
+    begin = dim - 1 - begin;
+    step = step == std::numeric_limits<int64_t>::min()
+               ? std::numeric_limits<int64_t>::max()
+               : -step;
   }
-  return define(node, slice(x, start, size));
+  if (count == 1)
+    return cut(x, begin, 1);
+  // count >= 2 keeps step below dim: [begin, begin + count * step), padded
+  // past the end with zeros, viewed as [count, step]; its first column.
+  int64_t end = std::min(dim, begin + count * step);
+  x = cut(x, begin, end - begin);
+  if (end - begin < count * step) {
+    Shape filler = shapeOf(x), padded = filler;
+    filler[axis] = count * step - (end - begin);
+    padded[axis] = count * step;
+    x = buildTyped<mlir::tosa::ConcatOp>(element, padded, {x, zeros(element, filler)},
+                                         {axisAttr});
+  }
+  Shape split = shapeOf(x);
+  split[axis] = step;
+  split.insert(split.begin() + axis, count);
+  Shape sizes = split;
+  sizes[axis + 1] = 1;
+  Shape out = shapeOf(x);
+  out[axis] = count;
+  return reshape(slice(reshape(x, split), Shape(split.size(), 0), sizes), out);
+}
+
+Status Importer::importSlice(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(auto ranges, sliceRanges(node, shape));
+  // Unit steps first, as one slice (an empty result as it is: refused by
+  // its shape); then each other step along its axis.
+  Shape start, size;
+  bool empty = false;
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    bool unit = ranges[d].step == 1 || ranges[d].count == 0;
+    start.push_back(unit ? ranges[d].begin : 0);
+    size.push_back(unit ? ranges[d].count : shape[d]);
+    empty |= ranges[d].count == 0;
+  }
+  if (empty)
+    return define(node, slice(x, Shape(ranges.size(), 0), size));
+  x = slice(x, start, size);
+  for (size_t d = 0; d < ranges.size(); ++d)
+    if (ranges[d].step != 1)
+      x = stepAlong(x, static_cast<int64_t>(d), ranges[d]);
+  return define(node, x);
 }
 
 Value Importer::checkedIndices(const Node &node, Value flat, int64_t k,
@@ -374,7 +440,7 @@ Status Importer::importGather(const Node &node) {
 }
 
 Status Importer::importExpand(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   auto target = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
   if (!target)
     return nodeUnsupported(node, "shape must be a constant integer tensor");
@@ -389,23 +455,30 @@ Status Importer::importExpand(const Node &node) {
   FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, out));
   if (out == shapeOf(x))
     return define(node, x);
-  // x + 0 broadcasts x to `out` (TOSA has no broadcast_to).
+  // x + 0 (x or false) broadcasts x to `out` (TOSA has no broadcast_to).
   FLOWC_ASSIGN_OR_RETURN(x, broadcastTo(node, x, out.size()));
-  auto type = f32(out);
-  Value zeros = mlir::tosa::ConstOp::create(builder_, loc_, type,
-                                            mlir::DenseElementsAttr::get(type, 0.0f));
-  return define(node, build<mlir::tosa::AddOp>(out, {x, zeros}));
+  mlir::Type element = elementTypeOf(x);
+  Value zero = zeros(element, out);
+  return define(node, element.isInteger(1)
+                          ? buildTyped<mlir::tosa::LogicalOrOp>(element, out, {x, zero})
+                          : buildTyped<mlir::tosa::AddOp>(element, out, {x, zero}));
 }
 
 /// Inference: Dropout passes its input through and keeps every element
-/// (an all-true mask).
+/// (an all-true mask). So does training mode with a ratio of 0, which
+/// exporters write for `F.dropout(x, p=0.0)` (torchvision's Swin).
 Status Importer::importIdentity(const Node &node) {
   if (node.opType == "Dropout" && hasOperand(node, 2)) {
     auto training = intConstant(node.inputs[2]);
     if (!training || training->values.size() != 1)
       return nodeUnsupported(node, "training_mode must be a constant");
-    if (training->values[0] != 0)
-      return nodeUnsupported(node, "training mode (random dropout) is not supported");
+    float ratio = 0.5f;
+    if (training->values[0] != 0 && hasOperand(node, 1)) {
+      FLOWC_ASSIGN_OR_RETURN(ratio, scalarConstant(node, 1));
+    }
+    if (training->values[0] != 0 && ratio != 0.0f)
+      return nodeUnsupported(node, "training mode (random dropout, ratio " +
+                                       std::to_string(ratio) + ") is not supported");
   }
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   FLOWC_RETURN_IF_ERROR(define(node, x));
@@ -433,13 +506,26 @@ Status Importer::importCastTo(const Node &node, DType to) {
   mlir::Type target = elementType(to);
   if (!target)
     return nodeUnsupported(node, "casting to " + dtypeName(to) + " is not supported");
-  if (target == elementTypeOf(x))
+  mlir::Type source = elementTypeOf(x);
+  if (target == source)
     return define(node, x);
-  if (!target.isF32())
-    return nodeUnsupported(node, "casting a runtime " + dtypeName(dtypeOf(x)) +
-                                     " tensor to " + dtypeName(to) +
-                                     " is not supported (to float32 only)");
-  return define(node, build<mlir::tosa::CastOp>(shapeOf(x), {x}));
+  Shape shape = shapeOf(x);
+  auto i1 = builder_.getI1Type();
+  Value zero = zeros(source, Shape(shape.size(), 1));
+  if (target.isInteger(1)) {
+    // Anything nonzero (NaN included) is true.
+    Value isZero = buildTyped<mlir::tosa::EqualOp>(i1, shape, {x, zero});
+    return define(node, buildTyped<mlir::tosa::LogicalNotOp>(i1, shape, {isZero}));
+  }
+  if (source.isF32() && !target.isF32()) {
+    // ONNX (and onnxruntime) truncate towards zero; tosa.cast rounds to
+    // nearest.
+    Value negative = buildTyped<mlir::tosa::GreaterOp>(i1, shape, {zero, x});
+    x = build<mlir::tosa::SelectOp>(shape,
+                                    {negative, build<mlir::tosa::CeilOp>(shape, {x}),
+                                     build<mlir::tosa::FloorOp>(shape, {x})});
+  }
+  return define(node, buildTyped<mlir::tosa::CastOp>(target, shape, {x}));
 }
 
 /// Sizes from the `split` input (opset 13+) or attribute (before), else
@@ -790,6 +876,127 @@ Status Importer::importConstant(const Node &node) {
                                "attribute (string and sparse values are not supported)");
 }
 
+/// `x` moved `by` places along `axis` towards its end, zeros filling in.
+Value Importer::shiftAlong(Value x, int64_t axis, int64_t by) {
+  Shape shape = shapeOf(x), kept = shape, filled = shape;
+  mlir::Type element = elementTypeOf(x);
+  if (by >= shape[axis])
+    return zeros(element, shape);
+  kept[axis] -= by;
+  filled[axis] = by;
+  Value head = slice(x, Shape(shape.size(), 0), kept);
+  return buildTyped<mlir::tosa::ConcatOp>(
+      element, shape, {zeros(element, filled), head},
+      {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)))});
+}
+
+/// A running sum as a log-step scan: after the step adding the copy
+/// shifted by s, each element holds the sum of the 2s elements ending at
+/// it. ceil(log2(n)) adds, all TOSA; the axis is a sequence (position ids
+/// from a mask), short next to the matrix products around it. Float sums
+/// come out in another order than a sequential loop's (the same rounding
+/// as a pairwise sum); integer sums wrap, as onnxruntime's do.
+Status Importer::importCumSum(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  mlir::Type element = elementTypeOf(x);
+  if (!element.isF32() && !element.isInteger(32) && !element.isInteger(64))
+    return nodeUnsupported(node, "input '" + node.inputs[0] + "' is " +
+                                     dtypeName(dtypeOf(x)) +
+                                     "; CumSum is supported on float32, int32 and int64");
+  auto axisValue = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  if (!axisValue)
+    return nodeUnsupported(node, "axis must be a constant integer");
+  if (axisValue->values.size() != 1)
+    return nodeError(node, "axis must hold one value, it has shape " +
+                               shapeString(axisValue->shape));
+  Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, axisValue->values[0],
+                                                static_cast<int64_t>(shape.size())));
+  bool reverse = intAttr(node, "reverse", 0) != 0;
+  auto flip = [&](Value v) {
+    return buildTyped<mlir::tosa::ReverseOp>(
+        element, shape, {v},
+        {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)))});
+  };
+  if (reverse)
+    x = flip(x);
+  int64_t n = shape[axis];
+  // Exclusive: each element sums those before it, so the scan runs on the
+  // input moved one place along.
+  if (intAttr(node, "exclusive", 0) != 0 && n > 0)
+    x = shiftAlong(x, axis, 1);
+  for (int64_t step = 1; step < n; step *= 2)
+    x = buildTyped<mlir::tosa::AddOp>(element, shape, {x, shiftAlong(x, axis, step)});
+  return define(node, reverse ? flip(x) : x);
+}
+
+/// ScatterND with constant indices: each row of the result (the leading q
+/// dimensions of data, q = indices' last dimension) comes either from
+/// data or from one row of updates, known at import. So the result is one
+/// gather from updates' rows followed by data's, through a constant table.
+/// Duplicate indices (undefined in ONNX) take the last update.
+Status Importer::importScatterND(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value updates, anyOperand(node, 2));
+  std::string reduction = stringAttr(node, "reduction", "none");
+  if (reduction != "none")
+    return nodeUnsupported(node, "reduction '" + reduction +
+                                     "' is not supported (only 'none')");
+  auto indices = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  if (!indices)
+    return nodeUnsupported(node, "indices must be a constant integer tensor (run-time "
+                                 "indices are not supported)");
+  if (elementTypeOf(updates) != elementTypeOf(data))
+    return nodeError(node, "updates are " + dtypeName(dtypeOf(updates)) + ", data " +
+                               dtypeName(dtypeOf(data)));
+  Shape shape = shapeOf(data);
+  const Shape &indexShape = indices->shape;
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t q = indexShape.empty() ? 0 : indexShape.back();
+  if (q < 1 || q > rank)
+    return nodeError(node, "indices of shape " + shapeString(indexShape) +
+                               " must end in a dimension in [1, " + std::to_string(rank) +
+                               "], the rank of data " + shapeString(shape));
+  Shape expected(indexShape.begin(), indexShape.end() - 1);
+  expected.insert(expected.end(), shape.begin() + q, shape.end());
+  if (shapeOf(updates) != expected)
+    return nodeError(node, "updates have shape " + shapeString(shapeOf(updates)) +
+                               "; indices " + shapeString(indexShape) + " into data " +
+                               shapeString(shape) + " need " + shapeString(expected));
+  int64_t rows = product(shape, 0, q), width = product(shape, q, rank);
+  int64_t count = product(indexShape, 0, indexShape.size() - 1);
+  if (count == 0)
+    return define(node, data);
+  if (rows + count > std::numeric_limits<int32_t>::max())
+    return nodeUnsupported(node, "scatters into " + std::to_string(rows) +
+                                     " rows, over int32's range");
+  // table[r]: row r of [updates rows; data rows]; a constant like a
+  // folded one, and bounded as one.
+  FLOWC_RETURN_IF_ERROR(reserveFolded(node, {rows}).status());
+  std::vector<int32_t> table(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    table[r] = static_cast<int32_t>(count + r);
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t row = 0;
+    for (int64_t d = 0; d < q; ++d) {
+      int64_t index = indices->values[j * q + d];
+      if (index < -shape[d] || index >= shape[d])
+        return nodeError(node, "index " + std::to_string(index) + " (update " +
+                                   std::to_string(j) + ") is out of range for axis " +
+                                   std::to_string(d) + " of " + shapeString(shape));
+      row = row * shape[d] + (index < 0 ? index + shape[d] : index);
+    }
+    table[row] = static_cast<int32_t>(j);
+  }
+  mlir::Type element = elementTypeOf(data);
+  Value both = buildTyped<mlir::tosa::ConcatOp>(
+      element, {count + rows, width},
+      {reshape(updates, {count, width}), reshape(data, {rows, width})},
+      {attr("axis", builder_.getI32IntegerAttr(0))});
+  FLOWC_ASSIGN_OR_RETURN(Value picked, gatherConstant(node, both, 0, table));
+  return define(node, reshape(picked, shape));
+}
+
 namespace {
 
 using I = Importer;
@@ -814,6 +1021,11 @@ constexpr OpInfo kOps[] = {
      .import = &I::importConstant,
      .cost = dataMovement},
     {.name = "ConstantOfShape", .sinceVersion = 9, .cost = dataMovement},
+    {.name = "CumSum",
+     .sinceVersion = 11,
+     .signature = {2, 2, 1, 1},
+     .import = &I::importCumSum,
+     .cost = perElement<1>},
     {.name = "Dropout",
      .signature = {1, 3, 1, 2},
      .import = &I::importIdentity,
@@ -842,6 +1054,11 @@ constexpr OpInfo kOps[] = {
      .sinceVersion = 11,
      .signature = {1, 4, 1, 1},
      .import = &I::importResize,
+     .cost = dataMovement},
+    {.name = "ScatterND",
+     .sinceVersion = 11,
+     .signature = {3, 3, 1, 1},
+     .import = &I::importScatterND,
      .cost = dataMovement},
     {.name = "Shape", .cost = dataMovement},
     {.name = "Size"},
