@@ -2,12 +2,15 @@
 against onnxruntime: the position-id and mask code of RoBERTa, T5, OPT,
 LLaMA and Swin exports. One model holds every case, one output each;
 what flowc refuses fails in one line naming the node."""
+import pathlib
+import shutil
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import onnxruntime_outputs, save
+from conftest import device_target, onnxruntime_outputs, save
 
 UNSUPPORTED, BAD = 4, 3
 SHAPE = [3, 10]
@@ -120,14 +123,8 @@ def model_of(c, opset=17):
                              ir_version=8)
 
 
-def test_every_case_matches_onnxruntime(flowc, tmp_path):
-    c = build_cases()
-    model = tmp_path / "index_ops.onnx"
-    save(model_of(c), model)
-    flowc.submit(model)
-    inputs = feeds()
-    ours = flowc.execute(model.with_suffix(".fca"), inputs)
-    expected = onnxruntime_outputs(model, inputs)
+def mismatches(c, ours, expected):
+    """(op, output, ...) of each case that differs from onnxruntime."""
     wrong = []
     for name in c.outputs:
         node = next(n for n in c.nodes if n.output[0] == name)
@@ -140,8 +137,33 @@ def test_every_case_matches_onnxruntime(flowc, tmp_path):
                 wrong.append((node.op_type, name, got.tolist(), want.tolist()))
         elif not np.array_equal(got, want):
             wrong.append((node.op_type, name, got.tolist(), want.tolist()))
-    assert not wrong, wrong
+    return wrong
+
+
+def test_every_case_matches_onnxruntime(flowc, tmp_path):
+    c = build_cases()
+    model = save(model_of(c), tmp_path / "index_ops.onnx")
+    flowc.submit(model)
+    inputs = feeds()
+    ours = flowc.execute(model.with_suffix(".fca"), inputs)
+    assert not mismatches(c, ours, onnxruntime_outputs(model, inputs))
     assert len(c.outputs) == 63
+
+
+def test_every_case_compiles_for_cuda_and_matches_there(flowc, tmp_path):
+    """The generated kernels assemble with ptxas; on a GPU they run."""
+    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
+        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+    c = build_cases()
+    model = save(model_of(c), tmp_path / "index_ops.onnx")
+    target, why_not = device_target()
+    artifact = tmp_path / "index_ops_cuda.fca"
+    flowc.submit(model, artifact, "--target", target or "cuda:sm_90")
+    if target is None:
+        pytest.skip(f"compiled; not run: {why_not}")
+    inputs = feeds()
+    assert not mismatches(c, flowc.execute(artifact, inputs),
+                          onnxruntime_outputs(model, inputs))
 
 
 def refused_model(tmp_path, name, node, inits=(), inputs=("f",)):
