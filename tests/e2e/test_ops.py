@@ -62,6 +62,87 @@ CASES = {
     "averagepool1d": lambda: graph_case(
         "p", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2], strides=[2])],
         {"x": [2, 3, 10]}, [2, 3, 5]),
+    # Transposed convolutions (decoders, GAN generators, upsampling heads).
+    "conv_transpose_strided_padded": lambda: graph_case(
+        "t", [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2],
+                               pads=[1, 0, 1, 1], output_padding=[1, 0])],
+        {"x": [2, 3, 5, 4]}, [2, 4, 10, 8], [weight("w", [3, 4, 3, 3]), weight("b", [4])]),
+    "conv_transpose_grouped_dilated": lambda: graph_case(
+        "t", [helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=2, strides=[3, 1],
+                               dilations=[2, 2])],
+        {"x": [1, 4, 3, 5]}, [1, 6, 11, 9], [weight("w", [4, 3, 3, 3])]),
+    "conv_transpose_output_shape_same_upper": lambda: graph_case(
+        "t", [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2],
+                               output_shape=[9, 10], auto_pad="SAME_UPPER")],
+        {"x": [1, 2, 5, 5]}, [1, 3, 9, 10], [weight("w", [2, 3, 4, 4])]),
+    "conv_transpose_output_shape_past_full": lambda: graph_case(
+        "t", [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[3, 2],
+                               output_shape=[11, 8])],
+        {"x": [1, 1, 3, 3]}, [1, 2, 11, 8], [weight("w", [1, 2, 3, 3]), weight("b", [2])]),
+    "conv_transpose_1d_crop": lambda: graph_case(
+        "t", [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[4],
+                               pads=[5, 3])],
+        {"x": [2, 3, 6]}, [2, 2, 17], [weight("w", [3, 2, 5]), weight("b", [2])]),
+    # Reflection, edge and wrap padding (style transfer, CycleGAN).
+    "pad_reflect_edge_wrap": lambda: graph_case(
+        "p", [helper.make_node("Pad", ["x", "p1"], ["r"], mode="reflect"),
+              helper.make_node("Pad", ["r", "p2"], ["e"], mode="edge"),
+              helper.make_node("Pad", ["e", "p3"], ["y"], mode="wrap")],
+        {"x": [1, 2, 5, 6]}, [1, 2, 18, 17],
+        [numpy_helper.from_array(np.array([0, 0, 4, 1, 0, 0, 2, 5], np.int64), "p1"),
+         numpy_helper.from_array(np.array([0, 0, 3, 0, 0, 0, 1, 2], np.int64), "p2"),
+         numpy_helper.from_array(np.array([0, 0, 0, 3, 0, 0, 3, 0], np.int64), "p3")],
+        opset=19),
+    # Style transfer, GANs and diffusion blocks.
+    "instance_normalization": lambda: graph_case(
+        "n", [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"],
+                               epsilon=1e-3)],
+        {"x": [2, 3, 5, 7]}, [2, 3, 5, 7], [weight("s", [3]), weight("b", [3])]),
+    "group_normalization": lambda: graph_case(
+        "n", [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)],
+        {"x": [2, 6, 4, 5]}, [2, 6, 4, 5], [weight("s", [6]), weight("b", [6])], opset=21),
+    "lrn": lambda: graph_case(
+        "l", [helper.make_node("LRN", ["x"], ["y"], size=5, alpha=0.2, beta=0.8, bias=2.0)],
+        {"x": [2, 7, 3, 4]}, [2, 7, 3, 4]),
+    "depth_to_space_dcr_crd_space_to_depth": lambda: graph_case(
+        "d", [helper.make_node("DepthToSpace", ["x"], ["a"], blocksize=2),
+              helper.make_node("DepthToSpace", ["x"], ["c"], blocksize=2, mode="CRD"),
+              helper.make_node("Add", ["a", "c"], ["s"]),
+              helper.make_node("SpaceToDepth", ["s"], ["y"], blocksize=2)],
+        {"x": [2, 8, 3, 4]}, [2, 8, 3, 4]),
+    "tile_trilu_global_max_pool": lambda: graph_case(
+        "t", [helper.make_node("Tile", ["x", "r"], ["t"]),
+              helper.make_node("Trilu", ["t", "k"], ["u"]),
+              helper.make_node("Trilu", ["t"], ["l"], upper=0),
+              helper.make_node("Add", ["u", "l"], ["s"]),
+              helper.make_node("GlobalMaxPool", ["s"], ["y"])],
+        {"x": [2, 3, 4, 5]}, [2, 9, 1, 1],
+        [numpy_helper.from_array(np.array([1, 3, 2, 1], np.int64), "r"),
+         numpy_helper.from_array(np.array(-1, np.int64), "k")]),
+    "reduce_l1_l2_sumsquare_logsum_logsumexp": lambda: graph_case(
+        "r", [helper.make_node("ReduceL1", ["x", "a"], ["l1"], keepdims=1),
+              helper.make_node("ReduceL2", ["x", "a"], ["l2"], keepdims=1),
+              helper.make_node("ReduceSumSquare", ["x", "a"], ["q"], keepdims=1),
+              helper.make_node("Abs", ["x"], ["ax"]),
+              helper.make_node("ReduceLogSum", ["ax", "a"], ["ls"], keepdims=1),
+              helper.make_node("Mul", ["x", "big"], ["xb"]),
+              helper.make_node("ReduceLogSumExp", ["xb", "a"], ["lse"], keepdims=1),
+              helper.make_node("Sum", ["l1", "l2", "q", "ls", "lse"], ["y"])],
+        {"x": [2, 3, 4]}, [2, 1, 4],
+        [numpy_helper.from_array(np.array([1], np.int64), "a"),
+         numpy_helper.from_array(np.array([60.0], np.float32), "big")], opset=18),
+    # Round of values and of exact halves (to even), Sign.
+    "sign_round": lambda: graph_case(
+        "s", [helper.make_node("Mul", ["x", "k"], ["m"]),
+              helper.make_node("Round", ["m"], ["r"]),
+              helper.make_node("Floor", ["m"], ["f"]),
+              helper.make_node("Add", ["f", "h"], ["t"]),
+              helper.make_node("Round", ["t"], ["e"]),
+              helper.make_node("Mul", ["e", "k"], ["e2"]),
+              helper.make_node("Sign", ["x"], ["g"]),
+              helper.make_node("Sum", ["r", "e2", "g"], ["y"])],
+        {"x": [4, 25]}, [4, 25], [numpy_helper.from_array(np.array([2.0], np.float32), "k"),
+                                  numpy_helper.from_array(np.array([0.5], np.float32), "h")]),
     "maxpool_padded_strided": lambda: graph_case(
         "p", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
                                pads=[1, 1, 1, 1])],

@@ -193,6 +193,12 @@ public:
   // Ops ----------------------------------------------------------------
   Status importNode(const Node &node);
   Status importConv(const Node &node);
+  Status importConvTranspose(const Node &node);
+  /// A convolution of NCHW `x` by OIHW `w` (bias null: none), as TOSA's
+  /// conv2d, depthwise conv2d or one conv2d per group; NCHW result.
+  Expected<Value> convolveNchw(const Node &node, Value x, Value w, Value bias,
+                               std::array<int64_t, 4> pads, const Shape &strides,
+                               const Shape &dilations, int64_t groups);
   Status importPool(const Node &node);
   Status importGlobalAveragePool(const Node &node);
   Status importGemm(const Node &node);
@@ -226,15 +232,26 @@ public:
   Status importCastLike(const Node &node);
   Status importArgExtreme(const Node &node);
   Status importPad(const Node &node);
+  /// `x` padded along `axis` in Pad's reflect, edge or wrap `mode`.
+  Expected<Value> padAlong(const Node &node, Value x, int64_t axis, int64_t before,
+                           int64_t after, const std::string &mode);
   Expected<bool> foldRange(const Node &node);
   Status importIdentity(const Node &node);
   Status importConstant(const Node &node);
   Status importWhere(const Node &node);
   Status importLayerNormalization(const Node &node);
+  Status importChannelNormalization(const Node &node);
+  Status importLrn(const Node &node);
+  /// Each row of `flat` ([rows, n]) minus its mean, over its standard
+  /// deviation (variance + epsilon under the root).
+  Value normalizeRows(Value flat, float epsilon);
   Status importSplit(const Node &node);
   Status importGelu(const Node &node);
   Status importResize(const Node &node);
   Status importCumSum(const Node &node);
+  Status importTile(const Node &node);
+  Status importDepthSpace(const Node &node);
+  Status importTrilu(const Node &node);
   Status importScatterND(const Node &node);
   /// `x` moved `by` places along `axis`, zeros filling in.
   Value shiftAlong(Value x, int64_t axis, int64_t by);

@@ -96,6 +96,30 @@ Status Importer::importReduce(const Node &node) {
     for (int64_t i = 0; i < rank; ++i)
       axes.push_back(i);
   }
+  Shape full = shape;
+  // L1, L2, SumSquare, LogSum and LogSumExp are sums of a transformed x,
+  // LogSumExp after the maximum is taken out so that exp cannot overflow.
+  Value peak;
+  if (op == "ReduceL1")
+    x = build<mlir::tosa::AbsOp>(full, {x});
+  if (op == "ReduceL2" || op == "ReduceSumSquare")
+    x = mul(x, x);
+  if (op == "ReduceLogSumExp") {
+    peak = x;
+    Shape peakShape = full;
+    for (int64_t axis : axes) {
+      peakShape[axis] = 1;
+      peak = build<mlir::tosa::ReduceMaxOp>(
+          peakShape, {peak}, {attr("axis", builder_.getI32IntegerAttr(axis))});
+    }
+    // An all -inf (or +inf) slice keeps its maximum as the answer.
+    Value finite = buildTyped<mlir::tosa::EqualOp>(
+        builder_.getI1Type(), peakShape,
+        {build<mlir::tosa::SubOp>(peakShape, {peak, peak}), scalar(0.0f, full.size())});
+    peak =
+        build<mlir::tosa::SelectOp>(peakShape, {finite, peak, scalar(0.0f, full.size())});
+    x = build<mlir::tosa::ExpOp>(full, {build<mlir::tosa::SubOp>(full, {x, peak})});
+  }
   int64_t count = 1;
   for (int64_t axis : axes) {
     count *= shape[axis];
@@ -110,9 +134,15 @@ Status Importer::importReduce(const Node &node) {
     else
       x = build<mlir::tosa::ReduceSumOp>(shape, {x}, {axisAttr});
   }
-  Value y = op == "ReduceMean"
-                ? mul(x, scalar(1.0f / static_cast<float>(count), shape.size()))
-                : x;
+  Value y = x;
+  if (op == "ReduceMean")
+    y = mul(x, scalar(1.0f / static_cast<float>(count), shape.size()));
+  if (op == "ReduceL2")
+    y = build<mlir::tosa::PowOp>(shape, {x, scalar(0.5f, shape.size())});
+  if (op == "ReduceLogSum" || op == "ReduceLogSumExp")
+    y = build<mlir::tosa::LogOp>(shape, {x});
+  if (op == "ReduceLogSumExp")
+    y = build<mlir::tosa::AddOp>(shape, {y, peak});
   if (intAttr(node, "keepdims", 1))
     return define(node, y);
   Shape kept;
@@ -236,6 +266,34 @@ Status Importer::importUnary(const Node &node) {
     return define(node, build<mlir::tosa::CeilOp>(shape, {x}));
   if (op == "Sin")
     return define(node, build<mlir::tosa::SinOp>(shape, {x}));
+  auto i1 = builder_.getI1Type();
+  if (op == "Sign") {
+    // -1, 0 or 1; NaN stays NaN (it is neither above nor below 0).
+    Value zero = scalar(0.0f, rank);
+    Value above = buildTyped<mlir::tosa::GreaterOp>(i1, shape, {x, zero});
+    Value below = buildTyped<mlir::tosa::GreaterOp>(i1, shape, {zero, x});
+    Value y = build<mlir::tosa::SelectOp>(shape, {above, scalar(1.0f, rank), x});
+    y = build<mlir::tosa::SelectOp>(shape, {below, scalar(-1.0f, rank), y});
+    Value isZero = buildTyped<mlir::tosa::EqualOp>(i1, shape, {x, zero});
+    return define(node, build<mlir::tosa::SelectOp>(shape, {isZero, zero, y}));
+  }
+  if (op == "Round") {
+    // Halves to even, as ONNX (and C's nearbyint) round: floor(x), plus 1
+    // above a half, plus floor's parity at exactly a half.
+    Value low = build<mlir::tosa::FloorOp>(shape, {x});
+    Value fraction = build<mlir::tosa::SubOp>(shape, {x, low});
+    Value half = scalar(0.5f, rank);
+    Value halfOfLow = mul(low, half);
+    Value odd = build<mlir::tosa::SubOp>(
+        shape,
+        {low, mul(build<mlir::tosa::FloorOp>(shape, {halfOfLow}), scalar(2.0f, rank))});
+    Value up = build<mlir::tosa::SelectOp>(
+        shape, {buildTyped<mlir::tosa::GreaterOp>(i1, shape, {fraction, half}),
+                scalar(1.0f, rank), scalar(0.0f, rank)});
+    Value tie = buildTyped<mlir::tosa::EqualOp>(i1, shape, {fraction, half});
+    up = build<mlir::tosa::SelectOp>(shape, {tie, odd, up});
+    return define(node, build<mlir::tosa::AddOp>(shape, {low, up}));
+  }
   if (op == "Cos")
     return define(node, build<mlir::tosa::CosOp>(shape, {x}));
   // log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|)) so large x cannot overflow.
@@ -508,6 +566,22 @@ constexpr OpInfo kOps[] = {
      .import = &I::importUnary,
      .cost = perElement<1>,
      .positiveInputs = 1u << 0},
+    {.name = "ReduceL1",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
+    {.name = "ReduceL2",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
+    {.name = "ReduceLogSum",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
+    {.name = "ReduceLogSumExp",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
     {.name = "ReduceMax",
      .signature = kReduce,
      .import = &I::importReduce,
@@ -525,10 +599,16 @@ constexpr OpInfo kOps[] = {
      .signature = kReduce,
      .import = &I::importReduce,
      .cost = reduceFlops},
+    {.name = "ReduceSumSquare",
+     .signature = kReduce,
+     .import = &I::importReduce,
+     .cost = reduceFlops},
     {.name = "Relu", .import = &I::importActivation, .cost = perElement<1>},
+    {.name = "Round", .sinceVersion = 11, .import = &I::importUnary},
     {.name = "Selu", .import = &I::importUnary},
     // neg, exp, add, divide
     {.name = "Sigmoid", .import = &I::importActivation, .cost = perElement<4>},
+    {.name = "Sign", .sinceVersion = 9, .import = &I::importUnary},
     {.name = "Sin", .sinceVersion = 7, .import = &I::importUnary},
     {.name = "Softplus", .import = &I::importUnary},
     {.name = "Softsign", .import = &I::importUnary},

@@ -70,6 +70,17 @@ Status Importer::importConv(const Node &node) {
   Value bias;
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
+  }
+  FLOWC_ASSIGN_OR_RETURN(
+      Value y, convolveNchw(node, x, w, bias, pads, strides, dilations, groups));
+  return define(node, line ? reshape(y, {xs[0], ws[0], shapeOf(y)[3]}) : y);
+}
+
+Expected<Value> Importer::convolveNchw(const Node &node, Value x, Value w, Value bias,
+                                       std::array<int64_t, 4> pads, const Shape &strides,
+                                       const Shape &dilations, int64_t groups) {
+  Shape xs = shapeOf(x), ws = shapeOf(w), kernel = {ws[2], ws[3]};
+  if (bias) {
     if (shapeOf(bias) != Shape{ws[0]})
       return nodeError(node, "bias " + shapeString(shapeOf(bias)) + " does not match " +
                                  std::to_string(ws[0]) + " output channels");
@@ -120,8 +131,148 @@ Status Importer::importConv(const Node &node) {
     y = build<mlir::tosa::ConcatOp>(out, parts,
                                     {attr("axis", builder_.getI32IntegerAttr(3))});
   }
-  y = transpose(y, {0, 3, 1, 2});
-  return define(node, line ? reshape(y, {out[0], out[3], out[2]}) : y);
+  return transpose(y, {0, 3, 1, 2});
+}
+
+/// ConvTranspose as the convolution it is the gradient of: the input with
+/// stride - 1 zeros between elements, padded by dilation * (k - 1) less the
+/// node's pads (plus output_padding at the end; a negative pad crops), then
+/// a stride-1 convolution with each group's kernel flipped and its in and
+/// out channels swapped.
+Status Importer::importConvTranspose(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
+  Shape xs = shapeOf(x), ws = shapeOf(w);
+  bool line = xs.size() == 3 && ws.size() == 3;
+  if (line) {
+    x = reshape(x, {xs[0], xs[1], 1, xs[2]});
+    w = reshape(w, {ws[0], ws[1], 1, ws[2]});
+    xs = shapeOf(x);
+    ws = shapeOf(w);
+  }
+  if (xs.size() != 4 || ws.size() != 4)
+    return nodeUnsupported(node, "only 1-D and 2-D transposed convolution (3-D or 4-D "
+                                 "input and weight) is supported, got input " +
+                                     shapeString(xs) + ", weight " + shapeString(ws));
+  int64_t groups = intAttr(node, "group", 1);
+  if (groups < 1 || xs[1] % groups != 0 || ws[0] != xs[1])
+    return nodeError(node, "weight " + shapeString(ws) +
+                               " with group=" + std::to_string(groups) +
+                               " does not fit input " + shapeString(xs));
+  if (ws[2] < 1 || ws[3] < 1)
+    return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
+  size_t dims = line ? 1 : 2;
+  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", dims,
+                                                  Shape(ws.end() - dims, ws.end()), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides,
+                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations,
+                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape given,
+                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
+  FLOWC_ASSIGN_OR_RETURN(Shape extra,
+                         windowInts(node, "output_padding", dims, Shape(dims, 0), 0));
+  FLOWC_ASSIGN_OR_RETURN(Shape outputShape,
+                         windowInts(node, "output_shape", dims, {}, 1));
+  if (line) {
+    kernel = overHeightOne(kernel);
+    strides = overHeightOne(strides);
+    dilations = overHeightOne(dilations);
+    given = padsOverHeightOne(given);
+    extra = {0, extra[0]};
+    if (!outputShape.empty())
+      outputShape = {1, outputShape[0]};
+  }
+  if (kernel != Shape{ws[2], ws[3]})
+    return nodeError(node, "kernel_shape " + shapeString(kernel) +
+                               " does not match weight " + shapeString(ws));
+  std::string autoPad = stringAttr(node, "auto_pad", "NOTSET");
+  for (int i = 0; i < 2; ++i) {
+    if (extra[i] >= std::max(strides[i], dilations[i]))
+      return nodeError(node, "output_padding " + std::to_string(extra[i]) +
+                                 " is not below its stride or dilation");
+    // The full output's extent, before pads.
+    int64_t full =
+        strides[i] * (xs[2 + i] - 1) + extra[i] + dilations[i] * (kernel[i] - 1) + 1;
+    int64_t wanted = !outputShape.empty() ? outputShape[i]
+                     : autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"
+                         ? xs[2 + i] * strides[i]
+                         : -1;
+    if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER" &&
+        autoPad != "VALID")
+      return nodeError(node, "auto_pad '" + autoPad +
+                                 "' is not one of NOTSET, SAME_UPPER, "
+                                 "SAME_LOWER, VALID");
+    if (autoPad == "VALID")
+      given[i] = given[i + 2] = 0;
+    if (wanted >= 0) {
+      // The odd element is cut at the end for SAME_UPPER, at the start
+      // otherwise. A wanted extent past the full one widens the output at
+      // its end (bias only there), as onnxruntime does.
+      int64_t total = full - wanted;
+      given[i] = total < 0 ? 0 : autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      given[i + 2] = total - given[i];
+    }
+    if (given[i] + given[i + 2] >= full)
+      return nodeError(node, "pads " + shapeString(given) + " leave no output");
+  }
+  // Zeros between the input's elements along each strided axis.
+  for (int i = 0; i < 2; ++i) {
+    int64_t stride = strides[i], axis = 2 + i;
+    if (stride == 1)
+      continue;
+    Shape in = shapeOf(x), spread = in, filler = in;
+    spread.insert(spread.begin() + axis + 1, 1);
+    filler.insert(filler.begin() + axis + 1, stride - 1);
+    Value gaps = zeros(builder_.getF32Type(), filler);
+    Shape wide = spread;
+    wide[axis + 1] = stride;
+    Value joined = build<mlir::tosa::ConcatOp>(
+        wide, {reshape(x, spread), gaps},
+        {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis + 1)))});
+    Shape flat = in;
+    flat[axis] = in[axis] * stride;
+    Shape kept = in;
+    kept[axis] = (in[axis] - 1) * stride + 1;
+    x = slice(reshape(joined, flat), Shape(4, 0), kept);
+  }
+  // Pads of the convolution; negative ones crop the spread input.
+  std::array<int64_t, 4> pads;
+  Shape start(4, 0), size = shapeOf(x);
+  for (int i = 0; i < 2; ++i) {
+    int64_t reach = dilations[i] * (kernel[i] - 1);
+    int64_t begin = reach - given[i], end = reach - given[i + 2] + extra[i];
+    if (begin < 0) {
+      start[2 + i] = -begin;
+      size[2 + i] += begin;
+      begin = 0;
+    }
+    if (end < 0) {
+      size[2 + i] += end;
+      end = 0;
+    }
+    pads[i] = begin;
+    pads[i + 2] = end;
+  }
+  if (size[2] < 1 || size[3] < 1)
+    return nodeError(node, "pads " + shapeString(given) + " leave no output");
+  x = slice(x, start, size);
+  // [C_in, C_out / g, kh, kw] -> [C_out, C_in / g, kh, kw], flipped.
+  int64_t inPerGroup = ws[0] / groups, outPerGroup = ws[1];
+  Value perGroup = reshape(w, {groups, inPerGroup, outPerGroup, ws[2], ws[3]});
+  Value swapped = reshape(transpose(perGroup, {0, 2, 1, 3, 4}),
+                          {groups * outPerGroup, inPerGroup, ws[2], ws[3]});
+  Shape flippedShape = shapeOf(swapped);
+  for (int32_t axis : {2, 3})
+    swapped = build<mlir::tosa::ReverseOp>(
+        flippedShape, {swapped}, {attr("axis", builder_.getI32IntegerAttr(axis))});
+  Value bias;
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
+  }
+  FLOWC_ASSIGN_OR_RETURN(
+      Value y, convolveNchw(node, x, swapped, bias, pads, {1, 1}, dilations, groups));
+  return define(node, line ? reshape(y, {xs[0], shapeOf(y)[1], shapeOf(y)[3]}) : y);
 }
 
 Status Importer::importPool(const Node &node) {
@@ -211,13 +362,17 @@ Status Importer::importGlobalAveragePool(const Node &node) {
   Shape shape = shapeOf(x);
   if (shape.size() < 3)
     return nodeError(node, "input " + shapeString(shape) + " has no spatial dimensions");
+  bool max = node.opType == "GlobalMaxPool";
   int64_t count = 1;
   for (size_t axis = 2; axis < shape.size(); ++axis) {
     count *= shape[axis];
     shape[axis] = 1;
-    x = build<mlir::tosa::ReduceSumOp>(shape, {x},
-                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+    auto axisAttr = attr("axis", builder_.getI32IntegerAttr(axis));
+    x = max ? build<mlir::tosa::ReduceMaxOp>(shape, {x}, {axisAttr})
+            : build<mlir::tosa::ReduceSumOp>(shape, {x}, {axisAttr});
   }
+  if (max)
+    return define(node, x);
   Value scale = scalar(1.0f / static_cast<float>(count), shape.size());
   return define(node, mul(x, scale));
 }
@@ -377,6 +532,114 @@ Status Importer::importBatchNormalization(const Node &node) {
 
 /// (x - mean) / sqrt(var + epsilon) * scale + bias over the axes from `axis`
 /// on, computed on an [outer, inner] view.
+Value Importer::normalizeRows(Value flat, float epsilon) {
+  Shape shape = shapeOf(flat);
+  int64_t outer = shape[0], inner = shape[1];
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(1));
+  Value meanScale = scalar(1.0f / static_cast<float>(inner), 2);
+  Value mean =
+      mul(build<mlir::tosa::ReduceSumOp>({outer, 1}, {flat}, {axisAttr}), meanScale);
+  Value centered = build<mlir::tosa::SubOp>({outer, inner}, {flat, mean});
+  Value variance = mul(
+      build<mlir::tosa::ReduceSumOp>({outer, 1}, {mul(centered, centered)}, {axisAttr}),
+      meanScale);
+  Value shifted = build<mlir::tosa::AddOp>({outer, 1}, {variance, scalar(epsilon, 2)});
+  return mul(centered, build<mlir::tosa::RsqrtOp>({outer, 1}, {shifted}));
+}
+
+/// InstanceNormalization: each (n, c) plane normalized over its spatial
+/// elements. GroupNormalization: each (n, group) normalized over its
+/// channels' spatial elements; opset 21 scales per channel, 18 per group.
+/// Both then scale and shift per channel.
+Status Importer::importChannelNormalization(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value scale, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Value bias, operand(node, 2));
+  Shape shape = shapeOf(x);
+  if (shape.size() < 3)
+    return nodeError(node, "input " + shapeString(shape) + " has no spatial dimensions");
+  int64_t channels = shape[1];
+  bool group = node.opType == "GroupNormalization";
+  int64_t groups = group ? intAttr(node, "num_groups", 0) : channels;
+  if (groups < 1 || channels % groups != 0)
+    return nodeError(node, "num_groups " + std::to_string(groups) + " does not divide " +
+                               std::to_string(channels) + " channels");
+  // Opset 18's GroupNormalization scales per group, later ones per channel.
+  int64_t perParameter = group && model_.opsetVersion < 21 ? groups : channels;
+  for (Value parameter : {scale, bias})
+    if (shapeOf(parameter) != Shape{perParameter})
+      return nodeError(node, "scale and bias must have shape [" +
+                                 std::to_string(perParameter) + "], got " +
+                                 shapeString(shapeOf(parameter)));
+  if (perParameter != channels) {
+    // Each group's value repeated over its channels.
+    int64_t repeat = channels / groups;
+    auto toChannels = [&](Value v) {
+      Value tiled = buildTyped<mlir::tosa::TileOp>(
+          builder_.getF32Type(), {groups, repeat},
+          {reshape(v, {groups, 1}), constShape({1, repeat})});
+      return reshape(tiled, {channels});
+    };
+    scale = toChannels(scale);
+    bias = toChannels(bias);
+  }
+  int64_t rows = shape[0] * groups;
+  Value y =
+      reshape(normalizeRows(reshape(x, {rows, product(shape, 0, shape.size()) / rows}),
+                            floatAttr(node, "epsilon", 1e-5f)),
+              shape);
+  Shape perChannel(shape.size(), 1);
+  perChannel[1] = channels;
+  y = mul(y, reshape(scale, perChannel));
+  return define(node, build<mlir::tosa::AddOp>(shape, {y, reshape(bias, perChannel)}));
+}
+
+/// LRN: x / (bias + alpha / size * (sum of squares over the channel window
+/// [c - (size - 1) / 2, c + size / 2]))^beta, the window summed as `size`
+/// shifted slices of the zero-padded squares.
+Status Importer::importLrn(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  if (shape.size() < 3)
+    return nodeError(node, "input " + shapeString(shape) + " has no spatial dimensions");
+  int64_t size = intAttr(node, "size", 0);
+  if (size < 1 || size > kMaxWindowValue)
+    return nodeError(node, "size " + std::to_string(size) + " is not a positive window");
+  int64_t channels = shape[1], before = (size - 1) / 2, after = size / 2;
+  size_t rank = shape.size();
+  Shape padded = shape;
+  padded[1] = channels + before + after;
+  Value squares = mul(x, x);
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(1));
+  Shape side = shape;
+  llvm::SmallVector<Value> parts;
+  if (before) {
+    side[1] = before;
+    parts.push_back(zeros(builder_.getF32Type(), side));
+  }
+  parts.push_back(squares);
+  if (after) {
+    side[1] = after;
+    parts.push_back(zeros(builder_.getF32Type(), side));
+  }
+  Value wide = parts.size() == 1 ? squares
+                                 : build<mlir::tosa::ConcatOp>(padded, parts, {axisAttr});
+  Value sum;
+  for (int64_t offset = 0; offset < size; ++offset) {
+    Shape start(rank, 0);
+    start[1] = offset;
+    Value window = slice(wide, start, shape);
+    sum = sum ? build<mlir::tosa::AddOp>(shape, {sum, window}) : window;
+  }
+  float alpha = floatAttr(node, "alpha", 1e-4f), beta = floatAttr(node, "beta", 0.75f),
+        bias = floatAttr(node, "bias", 1.0f);
+  Value base = build<mlir::tosa::AddOp>(
+      shape,
+      {mul(sum, scalar(alpha / static_cast<float>(size), rank)), scalar(bias, rank)});
+  Value denominator = build<mlir::tosa::PowOp>(shape, {base, scalar(beta, rank)});
+  return define(node, mul(x, build<mlir::tosa::ReciprocalOp>(shape, {denominator})));
+}
+
 Status Importer::importLayerNormalization(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value scale, operand(node, 1));
@@ -387,19 +650,9 @@ Status Importer::importLayerNormalization(const Node &node) {
                   [](const std::string &name) { return !name.empty(); }))
     return nodeUnsupported(node, "the Mean and InvStdDev outputs are not supported");
   int64_t outer = product(shape, 0, axis), inner = product(shape, axis, shape.size());
-  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(1));
-  Value flat = reshape(x, {outer, inner});
-  Value meanScale = scalar(1.0f / static_cast<float>(inner), 2);
-  Value mean =
-      mul(build<mlir::tosa::ReduceSumOp>({outer, 1}, {flat}, {axisAttr}), meanScale);
-  Value centered = build<mlir::tosa::SubOp>({outer, inner}, {flat, mean});
-  Value variance = mul(
-      build<mlir::tosa::ReduceSumOp>({outer, 1}, {mul(centered, centered)}, {axisAttr}),
-      meanScale);
-  Value shifted = build<mlir::tosa::AddOp>(
-      {outer, 1}, {variance, scalar(floatAttr(node, "epsilon", 1e-5f), 2)});
-  Value inverse = build<mlir::tosa::RsqrtOp>({outer, 1}, {shifted});
-  Value y = reshape(mul(centered, inverse), shape);
+  Value y = reshape(
+      normalizeRows(reshape(x, {outer, inner}), floatAttr(node, "epsilon", 1e-5f)),
+      shape);
   FLOWC_ASSIGN_OR_RETURN(Shape scaled, broadcastShape(node, shape, shapeOf(scale)));
   if (scaled != shape)
     return nodeError(node, "scale " + shapeString(shapeOf(scale)) +
@@ -453,6 +706,16 @@ std::optional<uint64_t> convFlops(const NodeRecord &record, const Node *) {
   uint64_t out = outputElements(record);
   uint64_t flops = 2 * out * trailingProduct(record.inputs[1].shape, 1);
   return flops + (present(record, 2) ? out : 0);
+}
+
+/// Each input element meets C_out / group * kernel weights (weight
+/// [C_in, C_out / group, k...]), whatever the pads crop.
+std::optional<uint64_t> convTransposeFlops(const NodeRecord &record, const Node *) {
+  if (!present(record, 1) || !hasShape(record.inputs[0]) || !hasShape(record.inputs[1]))
+    return std::nullopt;
+  uint64_t flops =
+      2 * elements(record.inputs[0]) * trailingProduct(record.inputs[1].shape, 1);
+  return flops + (present(record, 2) ? outputElements(record) : 0);
 }
 
 /// Y[M,N] = A·B (+ C): K is A's element count over M whether or not A is
@@ -525,6 +788,10 @@ constexpr OpInfo kOps[] = {
      .signature = {2, 3, 1, 1},
      .import = &I::importConv,
      .cost = convFlops},
+    {.name = "ConvTranspose",
+     .signature = {2, 3, 1, 1},
+     .import = &I::importConvTranspose,
+     .cost = convTransposeFlops},
     {.name = "Gelu", .sinceVersion = 20, .import = &I::importGelu},
     {.name = "Gemm",
      .signature = {2, 3, 1, 1},
@@ -533,6 +800,17 @@ constexpr OpInfo kOps[] = {
     {.name = "GlobalAveragePool",
      .import = &I::importGlobalAveragePool,
      .cost = reduceFlops},
+    {.name = "GlobalMaxPool", .import = &I::importGlobalAveragePool, .cost = reduceFlops},
+    {.name = "GroupNormalization",
+     .sinceVersion = 18,
+     .signature = {3, 3, 1, 1},
+     .import = &I::importChannelNormalization,
+     .cost = perElement<7>},
+    {.name = "InstanceNormalization",
+     .signature = {3, 3, 1, 1},
+     .import = &I::importChannelNormalization,
+     .cost = perElement<7>},
+    {.name = "LRN", .import = &I::importLrn},
     // mean, subtract, square, variance, normalize, scale, shift
     {.name = "LayerNormalization",
      .sinceVersion = 17,

@@ -584,8 +584,9 @@ Status Importer::importPad(const Node &node) {
   Shape shape = shapeOf(x);
   size_t rank = shape.size();
   std::string mode = stringAttr(node, "mode", "constant");
-  if (mode != "constant")
-    return nodeUnsupported(node, "mode '" + mode + "' is not supported (constant only)");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+    return nodeError(node,
+                     "mode '" + mode + "' is not one of constant, reflect, edge, wrap");
   Shape pads = intsAttr(node, "pads", {});
   if (hasOperand(node, 1)) {
     auto values = intConstant(node.inputs[1]);
@@ -619,12 +620,75 @@ Status Importer::importPad(const Node &node) {
     padding[2 * axes[i] + 1] = after;
     out[axes[i]] += before + after;
   }
+  if (mode != "constant") {
+    FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, out));
+    for (size_t axis = 0; axis < rank; ++axis) {
+      FLOWC_ASSIGN_OR_RETURN(x, padAlong(node, x, static_cast<int64_t>(axis),
+                                         padding[2 * axis], padding[2 * axis + 1], mode));
+    }
+    return define(node, x);
+  }
   float value = 0.0f;
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(value, scalarConstant(node, 2));
   }
   return define(
       node, build<mlir::tosa::PadOp>(out, {x, constShape(padding), scalar(value, 1)}));
+}
+
+/// Reflect (mirror without the edge), edge (the edge repeated) or wrap
+/// (the other end) padding along one axis, from slices of `x`.
+Expected<Value> Importer::padAlong(const Node &node, Value x, int64_t axis,
+                                   int64_t before, int64_t after,
+                                   const std::string &mode) {
+  if (before == 0 && after == 0)
+    return x;
+  Shape shape = shapeOf(x);
+  int64_t dim = shape[axis];
+  int64_t limit = mode == "reflect" ? dim - 1 : mode == "wrap" ? dim : before + after;
+  if ((before > limit || after > limit) && mode == "wrap")
+    return nodeUnsupported(node, "wrap pads " + std::to_string(before) + " and " +
+                                     std::to_string(after) + " of axis " +
+                                     std::to_string(axis) + " go around its " +
+                                     std::to_string(dim) + " elements more than once");
+  if (before > limit || after > limit)
+    return nodeError(node, "pads " + std::to_string(before) + " and " +
+                               std::to_string(after) + " of axis " +
+                               std::to_string(axis) + " exceed what mode '" + mode +
+                               "' can take from its " + std::to_string(dim) +
+                               " elements (" + std::to_string(limit) + ")");
+  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)));
+  auto cut = [&](int64_t from, int64_t size) {
+    Shape start(shape.size(), 0), sizes = shape;
+    start[axis] = from;
+    sizes[axis] = size;
+    return slice(x, start, sizes);
+  };
+  auto reversed = [&](Value v) {
+    return build<mlir::tosa::ReverseOp>(shapeOf(v), {v}, {axisAttr});
+  };
+  auto repeated = [&](Value v, int64_t times) {
+    Shape multiples(shape.size(), 1), out = shapeOf(v);
+    multiples[axis] = times;
+    out[axis] *= times;
+    return build<mlir::tosa::TileOp>(out, {v, constShape(multiples)});
+  };
+  auto side = [&](bool leading, int64_t count) -> Value {
+    if (mode == "reflect")
+      return reversed(leading ? cut(1, count) : cut(dim - 1 - count, count));
+    if (mode == "edge")
+      return repeated(leading ? cut(0, 1) : cut(dim - 1, 1), count);
+    return leading ? cut(dim - count, count) : cut(0, count);
+  };
+  llvm::SmallVector<Value> parts;
+  if (before)
+    parts.push_back(side(true, before));
+  parts.push_back(x);
+  if (after)
+    parts.push_back(side(false, after));
+  Shape out = shape;
+  out[axis] += before + after;
+  return build<mlir::tosa::ConcatOp>(out, parts, {axisAttr});
 }
 
 namespace {
@@ -997,6 +1061,107 @@ Status Importer::importScatterND(const Node &node) {
   return define(node, reshape(picked, shape));
 }
 
+/// Tile with constant repeats: tosa.tile, any element type.
+Status Importer::importTile(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  auto repeats = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
+  if (!repeats)
+    return nodeUnsupported(node, "repeats must be a constant integer tensor");
+  Shape shape = shapeOf(x);
+  if (repeats->values.size() != shape.size())
+    return nodeError(node, "repeats " + shapeString(repeats->values) + " has " +
+                               std::to_string(repeats->values.size()) +
+                               " values for an input of rank " +
+                               std::to_string(shape.size()));
+  Shape out = shape;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    int64_t times = repeats->values[d];
+    if (times < 0 ||
+        (times > 0 && shape[d] > std::numeric_limits<int64_t>::max() / times))
+      return nodeError(node, "repeats " + shapeString(repeats->values) +
+                                 " cannot tile an input of shape " + shapeString(shape));
+    out[d] = shape[d] * times;
+  }
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, out));
+  return define(node, buildTyped<mlir::tosa::TileOp>(elementTypeOf(x), out,
+                                                     {x, constShape(repeats->values)}));
+}
+
+/// DepthToSpace and SpaceToDepth: a reshape, a transpose and a reshape.
+/// DepthToSpace's DCR mode takes channels as [block, block, C], CRD as
+/// [C, block, block]; SpaceToDepth writes DCR's order.
+Status Importer::importDepthSpace(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  Shape shape = shapeOf(x);
+  if (shape.size() != 4)
+    return nodeError(node, "input " + shapeString(shape) + " must be 4-D (NCHW)");
+  int64_t block = intAttr(node, "blocksize", 0);
+  if (block < 1 || block > kMaxWindowValue)
+    return nodeError(node, "blocksize " + std::to_string(block) + " is not positive");
+  int64_t n = shape[0], c = shape[1], h = shape[2], w = shape[3];
+  if (node.opType == "SpaceToDepth") {
+    if (h % block || w % block)
+      return nodeError(node, "blocksize " + std::to_string(block) +
+                                 " does not divide the spatial dimensions of " +
+                                 shapeString(shape));
+    Value split = reshape(x, {n, c, h / block, block, w / block, block});
+    Value moved = transpose(split, {0, 3, 5, 1, 2, 4});
+    return define(node, reshape(moved, {n, c * block * block, h / block, w / block}));
+  }
+  if (c % (block * block))
+    return nodeError(node, "blocksize " + std::to_string(block) +
+                               " squared does not divide " + std::to_string(c) +
+                               " channels");
+  std::string mode = stringAttr(node, "mode", "DCR");
+  if (mode != "DCR" && mode != "CRD")
+    return nodeError(node, "mode '" + mode + "' is not DCR or CRD");
+  int64_t depth = c / (block * block);
+  Value moved =
+      mode == "DCR"
+          ? transpose(reshape(x, {n, block, block, depth, h, w}), {0, 3, 4, 1, 5, 2})
+          : transpose(reshape(x, {n, depth, block, block, h, w}), {0, 1, 4, 2, 5, 3});
+  return define(node, reshape(moved, {n, depth, h * block, w * block}));
+}
+
+/// Trilu: the last two axes kept on one side of diagonal k (a constant),
+/// zeros elsewhere, through a constant mask.
+Status Importer::importTrilu(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  Shape shape = shapeOf(x);
+  if (shape.size() < 2)
+    return nodeError(node,
+                     "input " + shapeString(shape) + " has fewer than 2 dimensions");
+  int64_t k = 0;
+  if (hasOperand(node, 1)) {
+    auto given = intConstant(node.inputs[1]);
+    if (!given || given->values.size() != 1)
+      return nodeUnsupported(node, "k must be a constant integer scalar");
+    k = given->values[0];
+  }
+  bool upper = intAttr(node, "upper", 1) != 0;
+  int64_t rows = shape[shape.size() - 2], columns = shape.back();
+  FLOWC_RETURN_IF_ERROR(reserveFolded(node, {rows, columns}).status());
+  std::vector<bool> keep;
+  keep.reserve(static_cast<size_t>(rows * columns));
+  // j - i compared in 128 bits: k may be anywhere in int64.
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < columns; ++j) {
+      __int128 offset = static_cast<__int128>(j) - i;
+      keep.push_back(upper ? offset >= k : offset <= k);
+    }
+  Shape maskShape(shape.size(), 1);
+  maskShape[shape.size() - 2] = rows;
+  maskShape.back() = columns;
+  auto type = mlir::RankedTensorType::get(maskShape, builder_.getI1Type());
+  llvm::SmallVector<bool> bits(keep.begin(), keep.end());
+  Value mask = mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                           mlir::DenseElementsAttr::get(type, bits));
+  mlir::Type element = elementTypeOf(x);
+  return define(node,
+                buildTyped<mlir::tosa::SelectOp>(
+                    element, shape, {mask, x, zeros(element, Shape(shape.size(), 1))}));
+}
+
 namespace {
 
 using I = Importer;
@@ -1026,6 +1191,7 @@ constexpr OpInfo kOps[] = {
      .signature = {2, 2, 1, 1},
      .import = &I::importCumSum,
      .cost = perElement<1>},
+    {.name = "DepthToSpace", .import = &I::importDepthSpace, .cost = dataMovement},
     {.name = "Dropout",
      .signature = {1, 3, 1, 2},
      .import = &I::importIdentity,
@@ -1066,6 +1232,7 @@ constexpr OpInfo kOps[] = {
      .signature = {1, 5, 1, 1},
      .import = &I::importSlice,
      .cost = dataMovement},
+    {.name = "SpaceToDepth", .import = &I::importDepthSpace, .cost = dataMovement},
     {.name = "Split",
      .signature = {1, 2, 1, kAnyCount},
      .import = &I::importSplit,
@@ -1074,7 +1241,17 @@ constexpr OpInfo kOps[] = {
      .signature = kShapeFromInput,
      .import = &I::importSqueeze,
      .cost = dataMovement},
+    {.name = "Tile",
+     .sinceVersion = 6,
+     .signature = {2, 2, 1, 1},
+     .import = &I::importTile,
+     .cost = dataMovement},
     {.name = "Transpose", .import = &I::importTranspose, .cost = dataMovement},
+    {.name = "Trilu",
+     .sinceVersion = 14,
+     .signature = {1, 2, 1, 1},
+     .import = &I::importTrilu,
+     .cost = dataMovement},
     {.name = "Unsqueeze",
      .signature = kShapeFromInput,
      .import = &I::importUnsqueeze,
