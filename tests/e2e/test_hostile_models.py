@@ -61,7 +61,41 @@ def expand_a_weight_to_4_tib():
                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [one, shape])
 
+def conv_transpose_stride_2_31():
+    """Zeros between elements 2^31 apart: past int64 before any check."""
+    weight = numpy_helper.from_array(np.ones((3, 2, 3, 3), np.float32), "w")
+    return model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up",
+                                   strides=[2**31 - 1, 2**31 - 1])],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2**20, 2**20])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+
+
+def scatter_far_out():
+    """A constant scatter index far outside the data."""
+    indices = numpy_helper.from_array(np.array([[0], [2**62]], np.int64), "k")
+    updates = numpy_helper.from_array(np.ones((2, 4), np.float32), "u")
+    return model([helper.make_node("ScatterND", ["x", "k", "u"], ["y"], name="put")],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                 [indices, updates])
+
+
+def tile_past_int64():
+    repeats = numpy_helper.from_array(np.array([2**62, 4], np.int64), "r")
+    return model([helper.make_node("Tile", ["x", "r"], ["y"], name="tile")],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 2])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [repeats])
+
+
 CASES = {
+    "conv_transpose_stride_2_31": (conv_transpose_stride_2_31, BAD,
+                                   "node 'up' (ConvTranspose): strides "
+                                   "[2147483647,2147483647] spread input"),
+    "scatter_far_out": (scatter_far_out, BAD,
+                        "node 'put' (ScatterND): index 4611686018427387904 (update 1) is out "
+                        "of range for axis 0 of [3,4]"),
+    "tile_past_int64": (tile_past_int64, BAD,
+                        "node 'tile' (Tile): repeats [4611686018427387904,4] cannot tile"),
     "conv_strides_0": (conv_with_zero_strides, BAD,
                        "node 'conv0' (Conv): strides[0] = 0 is out of range [1, 2147483647]"),
     "output_twice": (output_listed_twice, BAD,
@@ -119,3 +153,18 @@ def test_one_value_as_two_outputs_compiles_and_runs(flowc, tmp_path):
     expected = onnxruntime_outputs(path, {"x": x})
     for name in ("y1", "y2"):
         assert_close(outputs[name], expected[name])
+
+
+def test_an_lrn_window_of_2_31_channels_builds_only_what_reaches_them(flowc, tmp_path):
+    """size 2^31 - 1 (onnxruntime asks for 32 GiB): every window covers all
+    four channels, so the result is numpy's with the sum over all of them."""
+    lrn = model([helper.make_node("LRN", ["x"], ["y"], name="lrn", size=2**31 - 1,
+                                  alpha=2.0**31)],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 2])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 2, 2])])
+    path = save(lrn, tmp_path / "lrn.onnx")
+    flowc.submit(path)
+    x = np.random.default_rng(3).standard_normal((1, 4, 2, 2)).astype(np.float32)
+    squares = np.sum(x.astype(np.float64) ** 2, axis=1, keepdims=True)
+    expected = x / (1.0 + 2.0**31 / (2**31 - 1) * squares) ** 0.75
+    assert_close(flowc.execute(path.with_suffix(".fca"), {"x": x})["y"], expected, rtol=1e-5)

@@ -191,9 +191,14 @@ Status Importer::importConvTranspose(const Node &node) {
     if (extra[i] >= std::max(strides[i], dilations[i]))
       return nodeError(node, "output_padding " + std::to_string(extra[i]) +
                                  " is not below its stride or dilation");
-    // The full output's extent, before pads.
-    int64_t full =
-        strides[i] * (xs[2 + i] - 1) + extra[i] + dilations[i] * (kernel[i] - 1) + 1;
+    // The full output's extent, before pads (in 128 bits: a stride of 2^31
+    // times a long axis is past int64).
+    __int128 reach = static_cast<__int128>(strides[i]) * (xs[2 + i] - 1) + extra[i] +
+                     static_cast<__int128>(dilations[i]) * (kernel[i] - 1) + 1;
+    if (reach > kMaxTensorBytes)
+      return nodeError(node, "strides " + shapeString(strides) + " spread input " +
+                                 shapeString(xs) + " past any addressable size");
+    int64_t full = static_cast<int64_t>(reach);
     int64_t wanted = !outputShape.empty() ? outputShape[i]
                      : autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"
                          ? xs[2 + i] * strides[i]
@@ -224,9 +229,10 @@ Status Importer::importConvTranspose(const Node &node) {
     Shape in = shapeOf(x), spread = in, filler = in;
     spread.insert(spread.begin() + axis + 1, 1);
     filler.insert(filler.begin() + axis + 1, stride - 1);
-    Value gaps = zeros(builder_.getF32Type(), filler);
     Shape wide = spread;
     wide[axis + 1] = stride;
+    FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, wide));
+    Value gaps = zeros(builder_.getF32Type(), filler);
     Value joined = build<mlir::tosa::ConcatOp>(
         wide, {reshape(x, spread), gaps},
         {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis + 1)))});
@@ -605,7 +611,11 @@ Status Importer::importLrn(const Node &node) {
   int64_t size = intAttr(node, "size", 0);
   if (size < 1 || size > kMaxWindowValue)
     return nodeError(node, "size " + std::to_string(size) + " is not a positive window");
-  int64_t channels = shape[1], before = (size - 1) / 2, after = size / 2;
+  // Window places past the channels add only zeros: at most channels - 1
+  // on each side matter (a hostile size of 2^31 builds no more slices).
+  int64_t channels = shape[1];
+  int64_t before = std::min((size - 1) / 2, channels - 1),
+          after = std::min(size / 2, channels - 1);
   size_t rank = shape.size();
   Shape padded = shape;
   padded[1] = channels + before + after;
@@ -625,7 +635,7 @@ Status Importer::importLrn(const Node &node) {
   Value wide = parts.size() == 1 ? squares
                                  : build<mlir::tosa::ConcatOp>(padded, parts, {axisAttr});
   Value sum;
-  for (int64_t offset = 0; offset < size; ++offset) {
+  for (int64_t offset = 0; offset < before + after + 1; ++offset) {
     Shape start(rank, 0);
     start[1] = offset;
     Value window = slice(wide, start, shape);
