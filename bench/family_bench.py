@@ -21,28 +21,14 @@ import tempfile
 import time
 
 import numpy as np
-import onnxruntime as ort
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gather_bench import onnxruntime_median  # noqa: E402
 from hostinfo import cpu_line  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FLOWC = ROOT / "build" / "bin" / "flowc"
 FAMILIES = "roberta,t5,llama,opt,bloom,mobilebert,deberta,whisper,swin"
-
-
-def onnxruntime_median(path, feeds, runs, threads):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    for _ in range(3):
-        outputs = session.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3, outputs[0]
 
 
 def main():

@@ -194,6 +194,14 @@ public:
   Status importNode(const Node &node);
   Status importConv(const Node &node);
   Status importConvTranspose(const Node &node);
+  /// Conv's and ConvTranspose's data and weight (a 1-D pair as 2-D over a
+  /// height of 1) and window attributes, validated and lifted alike.
+  struct ConvOperands {
+    Value x, w;
+    bool line = false;
+    Shape kernel, strides, dilations, pads;
+  };
+  Expected<ConvOperands> convOperands(const Node &node, const std::string &what);
   /// A convolution of NCHW `x` by OIHW `w` (bias null: none), as TOSA's
   /// conv2d, depthwise conv2d or one conv2d per group; NCHW result.
   Expected<Value> convolveNchw(const Node &node, Value x, Value w, Value bias,

@@ -18,23 +18,53 @@ Shape padsOverHeightOne(const Shape &pads) { return {0, pads[0], 0, pads[1]}; }
 
 } // namespace
 
-Status Importer::importConv(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
-  Shape xs = shapeOf(x), ws = shapeOf(w);
+Expected<Importer::ConvOperands> Importer::convOperands(const Node &node,
+                                                        const std::string &what) {
+  ConvOperands conv;
+  FLOWC_ASSIGN_OR_RETURN(conv.x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(conv.w, operand(node, 1));
+  Shape xs = shapeOf(conv.x), ws = shapeOf(conv.w);
   // A 1-D convolution (audio front ends, sequence models) is a 2-D one over
   // a height of 1.
-  bool line = xs.size() == 3 && ws.size() == 3;
-  if (line) {
-    x = reshape(x, {xs[0], xs[1], 1, xs[2]});
-    w = reshape(w, {ws[0], ws[1], 1, ws[2]});
-    xs = shapeOf(x);
-    ws = shapeOf(w);
+  conv.line = xs.size() == 3 && ws.size() == 3;
+  if (conv.line) {
+    conv.x = reshape(conv.x, {xs[0], xs[1], 1, xs[2]});
+    conv.w = reshape(conv.w, {ws[0], ws[1], 1, ws[2]});
+    xs = shapeOf(conv.x);
+    ws = shapeOf(conv.w);
   }
   if (xs.size() != 4 || ws.size() != 4)
-    return nodeUnsupported(node, "only 1-D and 2-D convolution (3-D or 4-D input and "
-                                 "weight) is supported, got input " +
+    return nodeUnsupported(node, "only 1-D and 2-D " + what +
+                                     " (3-D or 4-D input and weight) is supported, got "
+                                     "input " +
                                      shapeString(xs) + ", weight " + shapeString(ws));
+  if (ws[2] < 1 || ws[3] < 1)
+    return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
+  size_t dims = conv.line ? 1 : 2;
+  FLOWC_ASSIGN_OR_RETURN(conv.kernel, windowInts(node, "kernel_shape", dims,
+                                                 Shape(ws.end() - dims, ws.end()), 1));
+  FLOWC_ASSIGN_OR_RETURN(conv.strides,
+                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(conv.dilations,
+                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(conv.pads,
+                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
+  if (conv.line) {
+    conv.kernel = overHeightOne(conv.kernel);
+    conv.strides = overHeightOne(conv.strides);
+    conv.dilations = overHeightOne(conv.dilations);
+    conv.pads = padsOverHeightOne(conv.pads);
+  }
+  if (conv.kernel != Shape{ws[2], ws[3]})
+    return nodeError(node, "kernel_shape " + shapeString(conv.kernel) +
+                               " does not match weight " + shapeString(ws));
+  return conv;
+}
+
+Status Importer::importConv(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(ConvOperands conv, convOperands(node, "convolution"));
+  Value x = conv.x, w = conv.w;
+  Shape xs = shapeOf(x), ws = shapeOf(w);
   int64_t groups = intAttr(node, "group", 1);
   if (groups < 1 || ws[0] % groups != 0)
     return nodeError(node, "group=" + std::to_string(groups) + " does not divide the " +
@@ -45,35 +75,16 @@ Status Importer::importConv(const Node &node) {
                                std::to_string(ws[1] * groups) +
                                " input channels, input " + shapeString(xs) + " has " +
                                std::to_string(xs[1]));
-  if (ws[2] < 1 || ws[3] < 1)
-    return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
-  size_t dims = line ? 1 : 2;
-  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", dims,
-                                                  Shape(ws.end() - dims, ws.end()), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape strides,
-                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape dilations,
-                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape given,
-                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
-  if (line) {
-    kernel = overHeightOne(kernel);
-    strides = overHeightOne(strides);
-    dilations = overHeightOne(dilations);
-    given = padsOverHeightOne(given);
-  }
-  if (kernel != Shape{ws[2], ws[3]})
-    return nodeError(node, "kernel_shape " + shapeString(kernel) +
-                               " does not match weight " + shapeString(ws));
-  FLOWC_ASSIGN_OR_RETURN(
-      auto pads, windowPads(node, given, {xs[2], xs[3]}, kernel, strides, dilations));
+  FLOWC_ASSIGN_OR_RETURN(auto pads,
+                         windowPads(node, conv.pads, {xs[2], xs[3]}, conv.kernel,
+                                    conv.strides, conv.dilations));
   Value bias;
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
   }
-  FLOWC_ASSIGN_OR_RETURN(
-      Value y, convolveNchw(node, x, w, bias, pads, strides, dilations, groups));
-  return define(node, line ? reshape(y, {xs[0], ws[0], shapeOf(y)[3]}) : y);
+  FLOWC_ASSIGN_OR_RETURN(Value y, convolveNchw(node, x, w, bias, pads, conv.strides,
+                                               conv.dilations, groups));
+  return define(node, conv.line ? reshape(y, {xs[0], ws[0], shapeOf(y)[3]}) : y);
 }
 
 Expected<Value> Importer::convolveNchw(const Node &node, Value x, Value w, Value bias,
@@ -140,52 +151,26 @@ Expected<Value> Importer::convolveNchw(const Node &node, Value x, Value w, Value
 /// a stride-1 convolution with each group's kernel flipped and its in and
 /// out channels swapped.
 Status Importer::importConvTranspose(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(ConvOperands conv, convOperands(node, "transposed convolution"));
+  Value x = conv.x, w = conv.w;
   Shape xs = shapeOf(x), ws = shapeOf(w);
-  bool line = xs.size() == 3 && ws.size() == 3;
-  if (line) {
-    x = reshape(x, {xs[0], xs[1], 1, xs[2]});
-    w = reshape(w, {ws[0], ws[1], 1, ws[2]});
-    xs = shapeOf(x);
-    ws = shapeOf(w);
-  }
-  if (xs.size() != 4 || ws.size() != 4)
-    return nodeUnsupported(node, "only 1-D and 2-D transposed convolution (3-D or 4-D "
-                                 "input and weight) is supported, got input " +
-                                     shapeString(xs) + ", weight " + shapeString(ws));
+  Shape kernel = conv.kernel, strides = conv.strides, dilations = conv.dilations,
+        given = conv.pads;
   int64_t groups = intAttr(node, "group", 1);
   if (groups < 1 || xs[1] % groups != 0 || ws[0] != xs[1])
     return nodeError(node, "weight " + shapeString(ws) +
                                " with group=" + std::to_string(groups) +
                                " does not fit input " + shapeString(xs));
-  if (ws[2] < 1 || ws[3] < 1)
-    return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
-  size_t dims = line ? 1 : 2;
-  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", dims,
-                                                  Shape(ws.end() - dims, ws.end()), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape strides,
-                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape dilations,
-                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape given,
-                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
+  size_t dims = conv.line ? 1 : 2;
   FLOWC_ASSIGN_OR_RETURN(Shape extra,
                          windowInts(node, "output_padding", dims, Shape(dims, 0), 0));
   FLOWC_ASSIGN_OR_RETURN(Shape outputShape,
                          windowInts(node, "output_shape", dims, {}, 1));
-  if (line) {
-    kernel = overHeightOne(kernel);
-    strides = overHeightOne(strides);
-    dilations = overHeightOne(dilations);
-    given = padsOverHeightOne(given);
+  if (conv.line) {
     extra = {0, extra[0]};
     if (!outputShape.empty())
       outputShape = {1, outputShape[0]};
   }
-  if (kernel != Shape{ws[2], ws[3]})
-    return nodeError(node, "kernel_shape " + shapeString(kernel) +
-                               " does not match weight " + shapeString(ws));
   std::string autoPad = stringAttr(node, "auto_pad", "NOTSET");
   for (int i = 0; i < 2; ++i) {
     if (extra[i] >= std::max(strides[i], dilations[i]))
@@ -278,7 +263,7 @@ Status Importer::importConvTranspose(const Node &node) {
   }
   FLOWC_ASSIGN_OR_RETURN(
       Value y, convolveNchw(node, x, swapped, bias, pads, {1, 1}, dilations, groups));
-  return define(node, line ? reshape(y, {xs[0], shapeOf(y)[1], shapeOf(y)[3]}) : y);
+  return define(node, conv.line ? reshape(y, {xs[0], shapeOf(y)[1], shapeOf(y)[3]}) : y);
 }
 
 Status Importer::importPool(const Node &node) {
