@@ -7,9 +7,10 @@
 #      onnxruntime; trial runs become tuning records that the next session
 #      and the next compile use) and test_runtime_checks.py (a Gather index
 #      out of range fails the run on the device too), test_index_ops.py and
-#      test_transformer_families.py (integer ops, casts, running sums,
-#      strided slices and scatters, and nine transformer families, compiled
-#      for this GPU and compared with onnxruntime), which on a machine
+#      test_transformer_families.py and test_decoders.py (integer ops, casts,
+#      running sums, strided slices and scatters, nine transformer families
+#      and six decoders, compiled for this GPU and compared with
+#      onnxruntime), which on a machine
 #      without a GPU skip with their reason;
 #   3. bench/gpu_bench.py: the example models, ResNet-50, BERT-base and
 #      GPT-2-small compiled for this GPU's compute capability in fp32 and
@@ -60,8 +61,8 @@ echo "== GPU end-to-end tests"
 timeout 240 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_cuda.py tests/e2e/test_runtime_checks.py \
   || failed+=("test_cuda.py, test_runtime_checks.py ($?)")
 timeout 240 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_index_ops.py \
-  tests/e2e/test_transformer_families.py -k cuda \
-  || failed+=("test_index_ops.py, test_transformer_families.py ($?)")
+  tests/e2e/test_transformer_families.py tests/e2e/test_decoders.py -k cuda \
+  || failed+=("test_index_ops.py, test_transformer_families.py, test_decoders.py ($?)")
 echo "== models on the GPU"
 "$PYTHON" bench/gpu_bench.py --profile-top 10 --memcheck cnn,resnet50 --replicas resnet50 "$@" ||
   failed+=("gpu_bench.py ($?)")

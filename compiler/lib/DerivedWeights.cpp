@@ -14,6 +14,7 @@
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -37,16 +38,17 @@ mlir::RankedTensorType staticF32Tensor(mlir::Type type) {
 /// Ops a recipe may hold: what evaluateDerivedWeight implements.
 bool isRecipeOp(Operation *op) {
   return mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp, mlir::tosa::ReshapeOp,
-                   mlir::tosa::TransposeOp, mlir::tosa::AddOp, mlir::tosa::SubOp,
-                   mlir::tosa::MulOp, mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp,
-                   mlir::tosa::NegateOp>(op);
+                   mlir::tosa::TransposeOp, mlir::tosa::ReverseOp, mlir::tosa::AddOp,
+                   mlir::tosa::SubOp, mlir::tosa::MulOp, mlir::tosa::RsqrtOp,
+                   mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp>(op);
 }
 
-/// Ops that compute (the rest only move or name values).
+/// Ops that compute, or reorder so that no library takes the weight as it
+/// is (a ConvTranspose's flipped kernel): the rest only move or name values.
 bool isArithmetic(Operation *op) {
   return mlir::isa<mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
-                   mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp>(
-      op);
+                   mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp,
+                   mlir::tosa::ReverseOp>(op);
 }
 
 /// Which values of @main depend on weights and constants only.
@@ -413,6 +415,21 @@ Array transpose(const Array &a, llvm::ArrayRef<int32_t> perms) {
   return out;
 }
 
+/// `a` with `axis` in reverse order.
+Array reverse(const Array &a, int64_t axis) {
+  int64_t extent = a.shape[axis], inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < a.shape.size(); ++d)
+    inner *= a.shape[d];
+  int64_t outer =
+      extent * inner == 0 ? 0 : static_cast<int64_t>(a.data.size()) / (extent * inner);
+  Array out{a.shape, std::vector<float>(a.data.size())};
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < extent; ++k)
+      std::copy_n(a.data.begin() + ((o * extent + extent - 1 - k) * inner), inner,
+                  out.data.begin() + ((o * extent + k) * inner));
+  return out;
+}
+
 Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
   auto operand = [&](unsigned i) -> Expected<const Array *> {
     auto it = values.find(op->getOperand(i));
@@ -439,6 +456,13 @@ Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
   }
   if (auto t = mlir::dyn_cast<mlir::tosa::TransposeOp>(op))
     return transpose(*a, t.getPermsAttr().asArrayRef());
+  if (auto r = mlir::dyn_cast<mlir::tosa::ReverseOp>(op)) {
+    if (r.getAxis() >= a->shape.size())
+      return invalidArgument("derived weight recipe: reverse axis " +
+                             std::to_string(r.getAxis()) + " of a rank-" +
+                             std::to_string(a->shape.size()) + " value");
+    return reverse(*a, r.getAxis());
+  }
   if (mlir::isa<mlir::tosa::RsqrtOp>(op))
     return unary(*a, [](float x) { return 1.0f / std::sqrt(x); });
   if (mlir::isa<mlir::tosa::ReciprocalOp>(op))

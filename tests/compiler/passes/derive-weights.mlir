@@ -62,3 +62,21 @@ func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xf32> {flowc.weight =
   return %z, %z : tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>
 }
 
+
+// -----
+
+// A ConvTranspose's kernel, flipped along both spatial axes: a reversed
+// weight is no layout a library reads in place, so the flip becomes one
+// derived weight and the convolution reads it directly.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: %[[F:[^:]*]]: tensor<2x3x3x1xf32> {flowc.recipe = "{{[^"]*}}", flowc.recipe_inputs = ["w"], flowc.weight = "flowc.derived/0"}
+// CHECK-NOT: tosa.reverse
+// CHECK: tosa.conv2d %{{[^,]*}}, %[[F]]
+func.func @main(%x: tensor<1x4x4x1xf32>, %w: tensor<2x3x3x1xf32> {flowc.weight = "w"},
+                %b: tensor<2xf32> {flowc.weight = "b"}) -> tensor<1x4x4x2xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %r1 = tosa.reverse %w {axis = 1 : i32} : (tensor<2x3x3x1xf32>) -> tensor<2x3x3x1xf32>
+  %r2 = tosa.reverse %r1 {axis = 2 : i32} : (tensor<2x3x3x1xf32>) -> tensor<2x3x3x1xf32>
+  %c = tosa.conv2d %x, %r2, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x4x4x1xf32>, tensor<2x3x3x1xf32>, tensor<2xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x4x4x2xf32>
+  return %c : tensor<1x4x4x2xf32>
+}
