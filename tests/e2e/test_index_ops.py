@@ -95,6 +95,12 @@ def build_cases():
     c.output("ScatterND", ["i", c.const([[2, 3], [0, 9], [-1, 0]]), c.const([5, 6, 7])])
     c.output("ScatterND", ["b", c.const([[1]]), c.node("Not", [c.slice("b", [1], [2], [0],
                                                                           [1])])])
+    # Indices computed at import: a Concat along the last axis of [2, 1]
+    # columns (Swin's window-mask scatter).
+    rows = c.node("Concat", [c.const([[2], [0]]), c.const([[3], [9]])], axis=-1)
+    c.output("ScatterND", ["i", rows, c.const([5, 6])])
+    # Dropout in training mode with a ratio of 0 passes its input through.
+    c.output("Dropout", ["f", c.const(0.0, np.float32), c.const(True, bool)])
     # Broadcasts of integers and bools.
     c.output("Expand", [c.slice("i", [0], [1], [0], [1]), c.const([2, 3, 10])])
     c.output("Expand", [c.slice("b", [0], [1], [1], [1]), c.const([3, 4])])
@@ -147,7 +153,7 @@ def test_every_case_matches_onnxruntime(flowc, tmp_path):
     inputs = feeds()
     ours = flowc.execute(model.with_suffix(".fca"), inputs)
     assert not mismatches(c, ours, onnxruntime_outputs(model, inputs))
-    assert len(c.outputs) == 63
+    assert len(c.outputs) == 65
 
 
 def test_every_case_compiles_for_cuda_and_matches_there(flowc, tmp_path):
