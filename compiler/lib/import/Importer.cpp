@@ -91,6 +91,38 @@ Value Importer::slice(Value v, const Shape &start, const Shape &size) {
                                          {v, constShape(start), constShape(size)});
 }
 
+Value Importer::sliceAlong(Value v, int64_t axis, int64_t from, int64_t size) {
+  Shape start(shapeOf(v).size(), 0), sizes = shapeOf(v);
+  start[axis] = from;
+  sizes[axis] = size;
+  return slice(v, start, sizes);
+}
+
+Value Importer::reverseAlong(Value v, int64_t axis) {
+  return buildTyped<mlir::tosa::ReverseOp>(
+      elementTypeOf(v), shapeOf(v), {v},
+      {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)))});
+}
+
+Value Importer::concatAlong(llvm::ArrayRef<Value> parts, int64_t axis) {
+  if (parts.size() == 1)
+    return parts[0];
+  Shape out = shapeOf(parts[0]);
+  out[axis] = 0;
+  for (Value part : parts)
+    out[axis] += shapeOf(part)[axis];
+  return buildTyped<mlir::tosa::ConcatOp>(
+      elementTypeOf(parts[0]), out, parts,
+      {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)))});
+}
+
+Status Importer::sameElementType(const Node &node, Value a, Value b) const {
+  if (elementTypeOf(a) == elementTypeOf(b))
+    return Status::ok();
+  return nodeError(node, "inputs differ in type (" + dtypeName(dtypeOf(a)) + " and " +
+                             dtypeName(dtypeOf(b)) + ")");
+}
+
 Value Importer::fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape &kernel,
                            const Shape &strides, const Shape &dilations) {
   Shape in = shapeOf(nhwc), size = in;

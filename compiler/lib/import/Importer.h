@@ -87,6 +87,9 @@ public:
   }
 
   // Validation ---------------------------------------------------------
+  /// InvalidArgument naming both types where `a` and `b` differ in element
+  /// type (ONNX ties them to one type variable).
+  Status sameElementType(const Node &node, Value a, Value b) const;
   /// The node's input and output counts and attribute kinds, against what
   /// ONNX defines for its op (`signature`; null for an op flowc lacks,
   /// whose attribute kinds are still checked); InvalidArgument naming what
@@ -179,6 +182,12 @@ public:
   Value transpose(Value v, llvm::ArrayRef<int32_t> perms);
   Value constShape(const Shape &shape);
   Value slice(Value v, const Shape &start, const Shape &size);
+  /// `size` elements of `v` along `axis` from `from`, all of the other axes.
+  Value sliceAlong(Value v, int64_t axis, int64_t from, int64_t size);
+  /// `v` with `axis` in reverse order.
+  Value reverseAlong(Value v, int64_t axis);
+  /// `parts` (one element type, equal off `axis`) joined along `axis`.
+  Value concatAlong(llvm::ArrayRef<Value> parts, int64_t axis);
   Value reshape(Value v, const Shape &shape);
   /// TOSA 1.0 wants (in - 1 + pads - dilated kernel extent) divisible by the
   /// stride where ONNX floors: trims trailing padding, then trailing input
@@ -194,12 +203,20 @@ public:
   Status importNode(const Node &node);
   Status importConv(const Node &node);
   Status importConvTranspose(const Node &node);
+  /// A window op's kernel, strides, dilations and pads ([top, left,
+  /// bottom, right]), for two spatial axes.
+  struct Window {
+    Shape kernel, strides, dilations, pads;
+  };
+  /// The node's window attributes for `dims` (1 or 2) spatial axes, each
+  /// validated; a 1-D window becomes the 2-D one over a height of 1.
+  /// `kernel` stands in for an absent kernel_shape.
+  Expected<Window> windowAttributes(const Node &node, size_t dims, Shape kernel);
   /// Conv's and ConvTranspose's data and weight (a 1-D pair as 2-D over a
   /// height of 1) and window attributes, validated and lifted alike.
-  struct ConvOperands {
+  struct ConvOperands : Window {
     Value x, w;
     bool line = false;
-    Shape kernel, strides, dilations, pads;
   };
   Expected<ConvOperands> convOperands(const Node &node, const std::string &what);
   /// A convolution of NCHW `x` by OIHW `w` (bias null: none), as TOSA's

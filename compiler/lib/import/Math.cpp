@@ -28,9 +28,7 @@ Expected<Value> Importer::elementwise(const Node &node) {
         node, "input '" + node.inputs[0] + "' is " + dtypeName(dtypeOf(a)) + "; " + op +
                   " is supported on " +
                   (op == "Div" ? "float32" : "float32, int32 and int64") + " only");
-  if (elementTypeOf(b) != element)
-    return nodeError(node, "inputs differ in type (" + dtypeName(dtypeOf(a)) + " and " +
-                               dtypeName(dtypeOf(b)) + ")");
+  FLOWC_RETURN_IF_ERROR(sameElementType(node, a, b));
   FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(a), shapeOf(b)));
   FLOWC_ASSIGN_OR_RETURN(a, broadcastTo(node, a, out.size()));
   FLOWC_ASSIGN_OR_RETURN(b, broadcastTo(node, b, out.size()));
@@ -220,9 +218,7 @@ Status Importer::importWhere(const Node &node) {
     return nodeError(node, "condition must be bool");
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 1));
   FLOWC_ASSIGN_OR_RETURN(Value y, anyOperand(node, 2));
-  if (elementTypeOf(x) != elementTypeOf(y))
-    return nodeError(node, "inputs differ in type (" + dtypeName(dtypeOf(x)) + " and " +
-                               dtypeName(dtypeOf(y)) + ")");
+  FLOWC_RETURN_IF_ERROR(sameElementType(node, x, y));
   FLOWC_ASSIGN_OR_RETURN(Shape xy, broadcastShape(node, shapeOf(x), shapeOf(y)));
   FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(condition), xy));
   FLOWC_ASSIGN_OR_RETURN(condition, broadcastTo(node, condition, out.size()));
@@ -346,9 +342,7 @@ Status Importer::importVariadic(const Node &node) {
                                      " is supported on float32, int32 and int64 only");
   for (size_t i = 1; i < node.inputs.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(Value next, anyOperand(node, i));
-    if (elementTypeOf(next) != element)
-      return nodeError(node, "inputs differ in type (" + dtypeName(dtypeOf(y)) + " and " +
-                                 dtypeName(dtypeOf(next)) + ")");
+    FLOWC_RETURN_IF_ERROR(sameElementType(node, y, next));
     Shape out;
     FLOWC_ASSIGN_OR_RETURN(auto pair, broadcastPair(node, y, next, out));
     y = op == "Max"
@@ -368,8 +362,7 @@ Status Importer::importCompare(const Node &node) {
   const std::string &op = node.opType;
   FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
-  if (elementTypeOf(a) != elementTypeOf(b))
-    return nodeError(node, "inputs have different element types");
+  FLOWC_RETURN_IF_ERROR(sameElementType(node, a, b));
   if (elementTypeOf(a).isInteger(1) && op != "Equal")
     return nodeUnsupported(node, op + " of bool tensors is not supported");
   if (op == "Less" || op == "LessOrEqual")

@@ -18,20 +18,39 @@ Shape padsOverHeightOne(const Shape &pads) { return {0, pads[0], 0, pads[1]}; }
 
 } // namespace
 
+Expected<Importer::Window> Importer::windowAttributes(const Node &node, size_t dims,
+                                                      Shape kernel) {
+  Window window;
+  FLOWC_ASSIGN_OR_RETURN(window.kernel,
+                         windowInts(node, "kernel_shape", dims, kernel, 1));
+  FLOWC_ASSIGN_OR_RETURN(window.strides,
+                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(window.dilations,
+                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(window.pads,
+                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
+  if (dims == 1) {
+    window.kernel = overHeightOne(window.kernel);
+    window.strides = overHeightOne(window.strides);
+    window.dilations = overHeightOne(window.dilations);
+    window.pads = padsOverHeightOne(window.pads);
+  }
+  return window;
+}
+
 Expected<Importer::ConvOperands> Importer::convOperands(const Node &node,
                                                         const std::string &what) {
-  ConvOperands conv;
-  FLOWC_ASSIGN_OR_RETURN(conv.x, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(conv.w, operand(node, 1));
-  Shape xs = shapeOf(conv.x), ws = shapeOf(conv.w);
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
+  Shape xs = shapeOf(x), ws = shapeOf(w);
   // A 1-D convolution (audio front ends, sequence models) is a 2-D one over
   // a height of 1.
-  conv.line = xs.size() == 3 && ws.size() == 3;
-  if (conv.line) {
-    conv.x = reshape(conv.x, {xs[0], xs[1], 1, xs[2]});
-    conv.w = reshape(conv.w, {ws[0], ws[1], 1, ws[2]});
-    xs = shapeOf(conv.x);
-    ws = shapeOf(conv.w);
+  bool line = xs.size() == 3 && ws.size() == 3;
+  if (line) {
+    x = reshape(x, {xs[0], xs[1], 1, xs[2]});
+    w = reshape(w, {ws[0], ws[1], 1, ws[2]});
+    xs = shapeOf(x);
+    ws = shapeOf(w);
   }
   if (xs.size() != 4 || ws.size() != 4)
     return nodeUnsupported(node, "only 1-D and 2-D " + what +
@@ -40,25 +59,13 @@ Expected<Importer::ConvOperands> Importer::convOperands(const Node &node,
                                      shapeString(xs) + ", weight " + shapeString(ws));
   if (ws[2] < 1 || ws[3] < 1)
     return nodeError(node, "weight " + shapeString(ws) + " has an empty kernel");
-  size_t dims = conv.line ? 1 : 2;
-  FLOWC_ASSIGN_OR_RETURN(conv.kernel, windowInts(node, "kernel_shape", dims,
-                                                 Shape(ws.end() - dims, ws.end()), 1));
-  FLOWC_ASSIGN_OR_RETURN(conv.strides,
-                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(conv.dilations,
-                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(conv.pads,
-                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
-  if (conv.line) {
-    conv.kernel = overHeightOne(conv.kernel);
-    conv.strides = overHeightOne(conv.strides);
-    conv.dilations = overHeightOne(conv.dilations);
-    conv.pads = padsOverHeightOne(conv.pads);
-  }
-  if (conv.kernel != Shape{ws[2], ws[3]})
-    return nodeError(node, "kernel_shape " + shapeString(conv.kernel) +
+  size_t dims = line ? 1 : 2;
+  FLOWC_ASSIGN_OR_RETURN(Window window,
+                         windowAttributes(node, dims, Shape(ws.end() - dims, ws.end())));
+  if (window.kernel != Shape{ws[2], ws[3]})
+    return nodeError(node, "kernel_shape " + shapeString(window.kernel) +
                                " does not match weight " + shapeString(ws));
-  return conv;
+  return ConvOperands{window, x, w, line};
 }
 
 Status Importer::importConv(const Node &node) {
@@ -172,6 +179,10 @@ Status Importer::importConvTranspose(const Node &node) {
       outputShape = {1, outputShape[0]};
   }
   std::string autoPad = stringAttr(node, "auto_pad", "NOTSET");
+  if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER" &&
+      autoPad != "VALID")
+    return nodeError(node, "auto_pad '" + autoPad +
+                               "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   for (int i = 0; i < 2; ++i) {
     if (extra[i] >= std::max(strides[i], dilations[i]))
       return nodeError(node, "output_padding " + std::to_string(extra[i]) +
@@ -188,11 +199,6 @@ Status Importer::importConvTranspose(const Node &node) {
                      : autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"
                          ? xs[2 + i] * strides[i]
                          : -1;
-    if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER" &&
-        autoPad != "VALID")
-      return nodeError(node, "auto_pad '" + autoPad +
-                                 "' is not one of NOTSET, SAME_UPPER, "
-                                 "SAME_LOWER, VALID");
     if (autoPad == "VALID")
       given[i] = given[i + 2] = 0;
     if (wanted >= 0) {
@@ -211,21 +217,19 @@ Status Importer::importConvTranspose(const Node &node) {
     int64_t stride = strides[i], axis = 2 + i;
     if (stride == 1)
       continue;
-    Shape in = shapeOf(x), spread = in, filler = in;
+    // [.., n, ..] as [.., n, 1, ..], zeros appended along the 1 to stride,
+    // then [.., n * stride, ..] without the trailing zeros.
+    Shape in = shapeOf(x), spread = in;
     spread.insert(spread.begin() + axis + 1, 1);
-    filler.insert(filler.begin() + axis + 1, stride - 1);
-    Shape wide = spread;
+    Shape wide = spread, filler = spread;
     wide[axis + 1] = stride;
+    filler[axis + 1] = stride - 1;
     FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, wide));
-    Value gaps = zeros(builder_.getF32Type(), filler);
-    Value joined = build<mlir::tosa::ConcatOp>(
-        wide, {reshape(x, spread), gaps},
-        {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis + 1)))});
+    Value joined =
+        concatAlong({reshape(x, spread), zeros(builder_.getF32Type(), filler)}, axis + 1);
     Shape flat = in;
     flat[axis] = in[axis] * stride;
-    Shape kept = in;
-    kept[axis] = (in[axis] - 1) * stride + 1;
-    x = slice(reshape(joined, flat), Shape(4, 0), kept);
+    x = sliceAlong(reshape(joined, flat), axis, 0, (in[axis] - 1) * stride + 1);
   }
   // Pads of the convolution; negative ones crop the spread input.
   std::array<int64_t, 4> pads;
@@ -253,16 +257,13 @@ Status Importer::importConvTranspose(const Node &node) {
   Value perGroup = reshape(w, {groups, inPerGroup, outPerGroup, ws[2], ws[3]});
   Value swapped = reshape(transpose(perGroup, {0, 2, 1, 3, 4}),
                           {groups * outPerGroup, inPerGroup, ws[2], ws[3]});
-  Shape flippedShape = shapeOf(swapped);
-  for (int32_t axis : {2, 3})
-    swapped = build<mlir::tosa::ReverseOp>(
-        flippedShape, {swapped}, {attr("axis", builder_.getI32IntegerAttr(axis))});
+  Value flipped = reverseAlong(reverseAlong(swapped, 2), 3);
   Value bias;
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
   }
   FLOWC_ASSIGN_OR_RETURN(
-      Value y, convolveNchw(node, x, swapped, bias, pads, {1, 1}, dilations, groups));
+      Value y, convolveNchw(node, x, flipped, bias, pads, {1, 1}, dilations, groups));
   return define(node, conv.line ? reshape(y, {xs[0], shapeOf(y)[1], shapeOf(y)[3]}) : y);
 }
 
@@ -283,20 +284,9 @@ Status Importer::importPool(const Node &node) {
     return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
   if (!node.attributes.count("kernel_shape"))
     return nodeError(node, "kernel_shape is required");
-  size_t dims = line ? 1 : 2;
-  FLOWC_ASSIGN_OR_RETURN(Shape kernel, windowInts(node, "kernel_shape", dims, {}, 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape strides,
-                         windowInts(node, "strides", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape dilations,
-                         windowInts(node, "dilations", dims, Shape(dims, 1), 1));
-  FLOWC_ASSIGN_OR_RETURN(Shape given,
-                         windowInts(node, "pads", 2 * dims, Shape(2 * dims, 0), 0));
-  if (line) {
-    kernel = overHeightOne(kernel);
-    strides = overHeightOne(strides);
-    dilations = overHeightOne(dilations);
-    given = padsOverHeightOne(given);
-  }
+  FLOWC_ASSIGN_OR_RETURN(Window window, windowAttributes(node, line ? 1 : 2, {}));
+  const Shape &kernel = window.kernel, &strides = window.strides,
+              &dilations = window.dilations, &given = window.pads;
   // ONNX's shape inference demands it, and TOSA's pooling too: a window
   // entirely in padding has no value.
   for (int i = 0; i < 4; ++i)
@@ -586,8 +576,8 @@ Status Importer::importChannelNormalization(const Node &node) {
 }
 
 /// LRN: x / (bias + alpha / size * (sum of squares over the channel window
-/// [c - (size - 1) / 2, c + size / 2]))^beta, the window summed as `size`
-/// shifted slices of the zero-padded squares.
+/// [c - (size - 1) / 2, c + size / 2]))^beta, the window summed as shifted
+/// slices of the zero-padded squares.
 Status Importer::importLrn(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   Shape shape = shapeOf(x);
@@ -602,28 +592,15 @@ Status Importer::importLrn(const Node &node) {
   int64_t before = std::min((size - 1) / 2, channels - 1),
           after = std::min(size / 2, channels - 1);
   size_t rank = shape.size();
-  Shape padded = shape;
+  Shape padded = shape, padding(2 * rank, 0);
   padded[1] = channels + before + after;
-  Value squares = mul(x, x);
-  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(1));
-  Shape side = shape;
-  llvm::SmallVector<Value> parts;
-  if (before) {
-    side[1] = before;
-    parts.push_back(zeros(builder_.getF32Type(), side));
-  }
-  parts.push_back(squares);
-  if (after) {
-    side[1] = after;
-    parts.push_back(zeros(builder_.getF32Type(), side));
-  }
-  Value wide = parts.size() == 1 ? squares
-                                 : build<mlir::tosa::ConcatOp>(padded, parts, {axisAttr});
+  padding[2] = before;
+  padding[3] = after;
+  Value wide =
+      build<mlir::tosa::PadOp>(padded, {mul(x, x), constShape(padding), scalar(0.0f, 1)});
   Value sum;
   for (int64_t offset = 0; offset < before + after + 1; ++offset) {
-    Shape start(rank, 0);
-    start[1] = offset;
-    Value window = slice(wide, start, shape);
+    Value window = sliceAlong(wide, 1, offset, channels);
     sum = sum ? build<mlir::tosa::AddOp>(shape, {sum, window}) : window;
   }
   float alpha = floatAttr(node, "alpha", 1e-4f), beta = floatAttr(node, "beta", 0.75f),

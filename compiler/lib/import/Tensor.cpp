@@ -53,33 +53,26 @@ Status Importer::importConcat(const Node &node) {
   llvm::SmallVector<Value> inputs;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(Value v, anyOperand(node, i));
-    if (!inputs.empty() && elementTypeOf(v) != elementTypeOf(inputs[0]))
-      return nodeError(node, "inputs have different element types");
+    if (!inputs.empty())
+      FLOWC_RETURN_IF_ERROR(sameElementType(node, inputs[0], v));
     inputs.push_back(v);
   }
   if (inputs.empty())
     return nodeError(node, "Concat needs at least one input");
-  Shape out = shapeOf(inputs[0]);
-  int64_t rank = static_cast<int64_t>(out.size());
+  Shape reference = shapeOf(inputs[0]);
+  int64_t rank = static_cast<int64_t>(reference.size());
   FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
-  Shape reference = out;
   reference[axis] = 0;
-  out[axis] = 0;
   for (Value v : inputs) {
-    Shape shape = shapeOf(v), other = shape;
-    if (shape.size() == out.size())
+    Shape other = shapeOf(v);
+    if (other.size() == reference.size())
       other[axis] = 0;
     if (other != reference)
-      return nodeError(node, "input " + shapeString(shape) +
+      return nodeError(node, "input " + shapeString(shapeOf(v)) +
                                  " does not match the others outside axis " +
                                  std::to_string(axis));
-    out[axis] += shape[axis];
   }
-  if (inputs.size() == 1)
-    return define(node, inputs[0]);
-  return define(node, buildTyped<mlir::tosa::ConcatOp>(
-                          elementTypeOf(inputs[0]), out, inputs,
-                          {attr("axis", builder_.getI32IntegerAttr(axis))}));
+  return define(node, concatAlong(inputs, axis));
 }
 
 Status Importer::importSqueezeLike(const Node &node, bool unsqueeze) {
@@ -237,45 +230,33 @@ Expected<std::vector<Importer::SliceAxis>> Importer::sliceRanges(const Node &nod
 }
 
 Value Importer::stepAlong(Value x, int64_t axis, SliceAxis range) {
-  mlir::Type element = elementTypeOf(x);
-  Shape shape = shapeOf(x);
-  int64_t dim = shape[axis], begin = range.begin, count = range.count, step = range.step;
-  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)));
-  auto cut = [&](Value v, int64_t from, int64_t size) {
-    Shape start(shape.size(), 0), sizes = shapeOf(v);
-    start[axis] = from;
-    sizes[axis] = size;
-    return slice(v, start, sizes);
-  };
+  int64_t dim = shapeOf(x)[axis], begin = range.begin, count = range.count,
+          step = range.step;
   // Backwards: forwards through the reversed axis.
   if (step < 0) {
-    x = buildTyped<mlir::tosa::ReverseOp>(element, shape, {x}, {axisAttr});
+    x = reverseAlong(x, axis);
     begin = dim - 1 - begin;
     step = step == std::numeric_limits<int64_t>::min()
                ? std::numeric_limits<int64_t>::max()
                : -step;
   }
   if (count == 1)
-    return cut(x, begin, 1);
+    return sliceAlong(x, axis, begin, 1);
   // count >= 2 keeps step below dim: [begin, begin + count * step), padded
   // past the end with zeros, viewed as [count, step]; its first column.
   int64_t end = std::min(dim, begin + count * step);
-  x = cut(x, begin, end - begin);
+  x = sliceAlong(x, axis, begin, end - begin);
   if (end - begin < count * step) {
-    Shape filler = shapeOf(x), padded = filler;
+    Shape filler = shapeOf(x);
     filler[axis] = count * step - (end - begin);
-    padded[axis] = count * step;
-    x = buildTyped<mlir::tosa::ConcatOp>(element, padded, {x, zeros(element, filler)},
-                                         {axisAttr});
+    x = concatAlong({x, zeros(elementTypeOf(x), filler)}, axis);
   }
   Shape split = shapeOf(x);
   split[axis] = step;
   split.insert(split.begin() + axis, count);
-  Shape sizes = split;
-  sizes[axis + 1] = 1;
   Shape out = shapeOf(x);
   out[axis] = count;
-  return reshape(slice(reshape(x, split), Shape(split.size(), 0), sizes), out);
+  return reshape(sliceAlong(reshape(x, split), axis + 1, 0, 1), out);
 }
 
 Status Importer::importSlice(const Node &node) {
@@ -644,41 +625,33 @@ Expected<Value> Importer::padAlong(const Node &node, Value x, int64_t axis,
   if (before == 0 && after == 0)
     return x;
   Shape shape = shapeOf(x);
-  int64_t dim = shape[axis];
-  int64_t limit = mode == "reflect" ? dim - 1 : mode == "wrap" ? dim : before + after;
-  if ((before > limit || after > limit) && mode == "wrap")
+  int64_t dim = shape[axis], most = std::max(before, after);
+  if (mode == "wrap" && most > dim)
     return nodeUnsupported(node, "wrap pads " + std::to_string(before) + " and " +
                                      std::to_string(after) + " of axis " +
                                      std::to_string(axis) + " go around its " +
                                      std::to_string(dim) + " elements more than once");
-  if (before > limit || after > limit)
+  if (mode == "reflect" && most > dim - 1)
     return nodeError(node, "pads " + std::to_string(before) + " and " +
                                std::to_string(after) + " of axis " +
                                std::to_string(axis) + " exceed what mode '" + mode +
                                "' can take from its " + std::to_string(dim) +
-                               " elements (" + std::to_string(limit) + ")");
-  auto axisAttr = attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)));
-  auto cut = [&](int64_t from, int64_t size) {
-    Shape start(shape.size(), 0), sizes = shape;
-    start[axis] = from;
-    sizes[axis] = size;
-    return slice(x, start, sizes);
-  };
-  auto reversed = [&](Value v) {
-    return build<mlir::tosa::ReverseOp>(shapeOf(v), {v}, {axisAttr});
-  };
-  auto repeated = [&](Value v, int64_t times) {
-    Shape multiples(shape.size(), 1), out = shapeOf(v);
-    multiples[axis] = times;
-    out[axis] *= times;
-    return build<mlir::tosa::TileOp>(out, {v, constShape(multiples)});
-  };
+                               " elements (" + std::to_string(dim - 1) + ")");
   auto side = [&](bool leading, int64_t count) -> Value {
     if (mode == "reflect")
-      return reversed(leading ? cut(1, count) : cut(dim - 1 - count, count));
-    if (mode == "edge")
-      return repeated(leading ? cut(0, 1) : cut(dim - 1, 1), count);
-    return leading ? cut(dim - count, count) : cut(0, count);
+      return reverseAlong(leading ? sliceAlong(x, axis, 1, count)
+                                  : sliceAlong(x, axis, dim - 1 - count, count),
+                          axis);
+    if (mode == "edge") {
+      Shape multiples(shape.size(), 1), out = shape;
+      multiples[axis] = count;
+      out[axis] = count;
+      Value edge = sliceAlong(x, axis, leading ? 0 : dim - 1, 1);
+      return buildTyped<mlir::tosa::TileOp>(elementTypeOf(x), out,
+                                            {edge, constShape(multiples)});
+    }
+    return leading ? sliceAlong(x, axis, dim - count, count)
+                   : sliceAlong(x, axis, 0, count);
   };
   llvm::SmallVector<Value> parts;
   if (before)
@@ -686,9 +659,7 @@ Expected<Value> Importer::padAlong(const Node &node, Value x, int64_t axis,
   parts.push_back(x);
   if (after)
     parts.push_back(side(false, after));
-  Shape out = shape;
-  out[axis] += before + after;
-  return build<mlir::tosa::ConcatOp>(out, parts, {axisAttr});
+  return concatAlong(parts, axis);
 }
 
 namespace {
@@ -942,16 +913,12 @@ Status Importer::importConstant(const Node &node) {
 
 /// `x` moved `by` places along `axis` towards its end, zeros filling in.
 Value Importer::shiftAlong(Value x, int64_t axis, int64_t by) {
-  Shape shape = shapeOf(x), kept = shape, filled = shape;
-  mlir::Type element = elementTypeOf(x);
+  Shape shape = shapeOf(x), filled = shape;
   if (by >= shape[axis])
-    return zeros(element, shape);
-  kept[axis] -= by;
+    return zeros(elementTypeOf(x), shape);
   filled[axis] = by;
-  Value head = slice(x, Shape(shape.size(), 0), kept);
-  return buildTyped<mlir::tosa::ConcatOp>(
-      element, shape, {zeros(element, filled), head},
-      {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)))});
+  return concatAlong(
+      {zeros(elementTypeOf(x), filled), sliceAlong(x, axis, 0, shape[axis] - by)}, axis);
 }
 
 /// A running sum as a log-step scan: after the step adding the copy
@@ -977,13 +944,8 @@ Status Importer::importCumSum(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, axisValue->values[0],
                                                 static_cast<int64_t>(shape.size())));
   bool reverse = intAttr(node, "reverse", 0) != 0;
-  auto flip = [&](Value v) {
-    return buildTyped<mlir::tosa::ReverseOp>(
-        element, shape, {v},
-        {attr("axis", builder_.getI32IntegerAttr(static_cast<int32_t>(axis)))});
-  };
   if (reverse)
-    x = flip(x);
+    x = reverseAlong(x, axis);
   int64_t n = shape[axis];
   // Exclusive: each element sums those before it, so the scan runs on the
   // input moved one place along.
@@ -991,7 +953,7 @@ Status Importer::importCumSum(const Node &node) {
     x = shiftAlong(x, axis, 1);
   for (int64_t step = 1; step < n; step *= 2)
     x = buildTyped<mlir::tosa::AddOp>(element, shape, {x, shiftAlong(x, axis, step)});
-  return define(node, reverse ? flip(x) : x);
+  return define(node, reverse ? reverseAlong(x, axis) : x);
 }
 
 /// ScatterND with constant indices: each row of the result (the leading q
@@ -1038,8 +1000,7 @@ Status Importer::importScatterND(const Node &node) {
   // folded one, and bounded as one.
   FLOWC_RETURN_IF_ERROR(reserveFolded(node, {rows}).status());
   std::vector<int32_t> table(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    table[r] = static_cast<int32_t>(count + r);
+  std::iota(table.begin(), table.end(), static_cast<int32_t>(count));
   for (int64_t j = 0; j < count; ++j) {
     int64_t row = 0;
     for (int64_t d = 0; d < q; ++d) {
@@ -1052,11 +1013,8 @@ Status Importer::importScatterND(const Node &node) {
     }
     table[row] = static_cast<int32_t>(j);
   }
-  mlir::Type element = elementTypeOf(data);
-  Value both = buildTyped<mlir::tosa::ConcatOp>(
-      element, {count + rows, width},
-      {reshape(updates, {count, width}), reshape(data, {rows, width})},
-      {attr("axis", builder_.getI32IntegerAttr(0))});
+  Value both =
+      concatAlong({reshape(updates, {count, width}), reshape(data, {rows, width})}, 0);
   FLOWC_ASSIGN_OR_RETURN(Value picked, gatherConstant(node, both, 0, table));
   return define(node, reshape(picked, shape));
 }
@@ -1141,7 +1099,7 @@ Status Importer::importTrilu(const Node &node) {
   bool upper = intAttr(node, "upper", 1) != 0;
   int64_t rows = shape[shape.size() - 2], columns = shape.back();
   FLOWC_RETURN_IF_ERROR(reserveFolded(node, {rows, columns}).status());
-  std::vector<bool> keep;
+  llvm::SmallVector<bool> keep;
   keep.reserve(static_cast<size_t>(rows * columns));
   // j - i compared in 128 bits: k may be anywhere in int64.
   for (int64_t i = 0; i < rows; ++i)
@@ -1153,9 +1111,8 @@ Status Importer::importTrilu(const Node &node) {
   maskShape[shape.size() - 2] = rows;
   maskShape.back() = columns;
   auto type = mlir::RankedTensorType::get(maskShape, builder_.getI1Type());
-  llvm::SmallVector<bool> bits(keep.begin(), keep.end());
   Value mask = mlir::tosa::ConstOp::create(builder_, loc_, type,
-                                           mlir::DenseElementsAttr::get(type, bits));
+                                           mlir::DenseElementsAttr::get(type, keep));
   mlir::Type element = elementTypeOf(x);
   return define(node,
                 buildTyped<mlir::tosa::SelectOp>(
