@@ -18,14 +18,11 @@ Runs on Debian's python3-torch (scripts/setup.sh installs it). BatchNorm
 statistics are seeded noise, so folding them is exercised. For each model
 writes OUT_DIR/<model>.onnx and OUT_DIR/<model>_input.npy.
 """
-import argparse
-import pathlib
 
-import numpy as np
 import torch
 from torch import nn
 
-from export_torchvision import export_onnx
+from export_torchvision import export_arguments, parse_export_arguments, write_export
 
 
 def dcgan():
@@ -81,14 +78,7 @@ MODELS = {"dcgan": dcgan, "unet": lambda: (UNet(), (1, 3, 32, 32)), "style": sty
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=pathlib.Path)
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--opset", type=int, default=17)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(2)
+    args = parse_export_arguments(export_arguments(__doc__, MODELS, 17))
     for name in args.models.split(","):
         if name not in MODELS:
             raise SystemExit(f"unknown model '{name}' (known: {', '.join(MODELS)})")
@@ -101,11 +91,7 @@ def main():
                     module.running_var.uniform_(0.5, 2.0)
         model.eval()
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(args.seed + 2))
-        path = args.out_dir / f"{name}.onnx"
-        export_onnx(model, (x,), path, opset_version=args.opset, input_names=["input"],
-                    output_names=["output"])
-        np.save(args.out_dir / f"{name}_input.npy", x.numpy())
-        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {args.opset})")
+        write_export(model, x, args.out_dir, name, args.opset, "output")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,35 @@ def export_onnx(model: torch.nn.Module, args, path: pathlib.Path, **options):
     torch.onnx.export(model, args, str(path), **options)
 
 
+def export_arguments(doc: str, models, opset: int) -> argparse.ArgumentParser:
+    """The exporters' common arguments: OUT_DIR, --models, --opset, --seed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("out_dir", type=pathlib.Path)
+    parser.add_argument("--models", default=",".join(models))
+    parser.add_argument("--opset", type=int, default=opset)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def parse_export_arguments(parser: argparse.ArgumentParser):
+    """The parsed arguments, OUT_DIR made and torch held to two threads."""
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(2)
+    return args
+
+
+def write_export(model: torch.nn.Module, x: torch.Tensor, out_dir: pathlib.Path, name: str,
+                 opset: int, output_name: str, **options):
+    """OUT_DIR/<name>.onnx of `model` on `x` (its input named "input"), and
+    OUT_DIR/<name>_input.npy holding `x`."""
+    path = out_dir / f"{name}.onnx"
+    export_onnx(model, (x,), path, opset_version=opset, input_names=["input"],
+                output_names=[output_name], **options)
+    np.save(out_dir / f"{name}_input.npy", x.numpy())
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {opset})")
+
+
 def build(name: str, seed: int) -> torch.nn.Module:
     """A classification model by its torchvision.models name, or a
     segmentation one (torchvision.models.segmentation: its backbone random
@@ -90,31 +119,21 @@ def build(name: str, seed: int) -> torch.nn.Module:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=pathlib.Path)
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
-    parser.add_argument("--opset", type=int, default=13)
+    parser = export_arguments(__doc__, DEFAULT_MODELS, 13)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep-batchnorm", action="store_true",
                         help="write BatchNormalization nodes (torch folds them otherwise)")
-    args = parser.parse_args()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(2)
+    args = parse_export_arguments(parser)
     for name in args.models.split(","):
         model = build(name, args.seed)
         generator = torch.Generator().manual_seed(args.seed + 2)
         x = torch.randn(args.batch, 3, 224, 224, generator=generator)
-        path = args.out_dir / f"{name}.onnx"
-        export_onnx(model, x, path, opset_version=args.opset,
-                    input_names=["input"], output_names=["logits"],
-                    do_constant_folding=True,
-                    # PRESERVE exports the eval-mode model as it is,
-                    # skipping the exporter's Conv+BatchNorm fusion.
-                    training=(torch.onnx.TrainingMode.PRESERVE if args.keep_batchnorm
-                              else torch.onnx.TrainingMode.EVAL))
-        np.save(args.out_dir / f"{name}_input.npy", x.numpy())
-        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {args.opset})")
+        write_export(model, x, args.out_dir, name, args.opset, "logits",
+                     do_constant_folding=True,
+                     # PRESERVE exports the eval-mode model as it is,
+                     # skipping the exporter's Conv+BatchNorm fusion.
+                     training=(torch.onnx.TrainingMode.PRESERVE if args.keep_batchnorm
+                               else torch.onnx.TrainingMode.EVAL))
 
 
 if __name__ == "__main__":

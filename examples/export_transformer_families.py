@@ -24,14 +24,12 @@ nothing is downloaded. For each model writes OUT_DIR/<model>.onnx and
 OUT_DIR/<model>_input.npy (batch 2; token ids end in padding in the second
 row).
 """
-import argparse
-import pathlib
 
-import numpy as np
 import torch
 import transformers as hf
 
-from export_torchvision import export_onnx, perturb_constant_parameters
+from export_torchvision import (export_arguments, parse_export_arguments,
+                                perturb_constant_parameters, write_export)
 
 SEQ = 32
 
@@ -98,27 +96,16 @@ def example_input(kind: str, model, seed: int) -> torch.Tensor:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=pathlib.Path)
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--opset", type=int, default=17)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(2)
+    args = parse_export_arguments(export_arguments(__doc__, MODELS, 17))
     for name in args.models.split(","):
         torch.manual_seed(args.seed)
         model, kind = build(name)
         perturb_constant_parameters(model, args.seed)
         model.eval()
         x = example_input(kind, model, args.seed)
-        path = args.out_dir / f"{name}.onnx"
         with torch.no_grad():
-            export_onnx(FirstOutput(model), (x,), path, opset_version=args.opset,
-                        input_names=["input"], output_names=["hidden_states"],
-                        do_constant_folding=True)
-        np.save(args.out_dir / f"{name}_input.npy", x.numpy())
-        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {args.opset})")
+            write_export(FirstOutput(model), x, args.out_dir, name, args.opset,
+                         "hidden_states", do_constant_folding=True)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,14 @@ def assert_close(actual, expected, rtol=1e-4):
     return error
 
 
+def skip_without_cuda_toolkit():
+    """The cuda targets are built where CMake found the toolkit (ptxas on
+    the PATH or in /usr/local/cuda); elsewhere a compile for them is refused
+    (docs/cuda.md) and a CUDA test has nothing to check."""
+    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
+        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+
+
 def device_target():
     """cuda:sm_NN of GPU 0 (nvidia-smi), or None and why there is none."""
     try:

@@ -4,8 +4,6 @@ machine without a GPU runs it to one clear line and exit 5. With a GPU of
 the target's capability: the results match the CPU's (the GPU tests skip,
 printing why, on a machine without one: `pytest -rs`). Nothing is timed."""
 import json
-import pathlib
-import shutil
 import subprocess
 
 import numpy as np
@@ -13,18 +11,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import make_models
-from conftest import assert_close, device_target, onnxruntime_outputs, save
+from conftest import (assert_close, device_target, onnxruntime_outputs, save,
+                      skip_without_cuda_toolkit)
 
 EXIT_UNAVAILABLE = 5
 
 
 @pytest.fixture(autouse=True)
 def cuda_toolkit():
-    """The cuda targets are built where CMake found the toolkit (ptxas on
-    the PATH or in /usr/local/cuda); elsewhere a compile for them is refused
-    (docs/cuda.md) and these tests have nothing to check."""
-    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
-        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+    skip_without_cuda_toolkit()
 
 
 def make_residual_block(rng):

@@ -3,14 +3,13 @@ style transfer, ESPCN, GroupNorm blocks, a 1-D audio front end) exported by
 Debian's torch at opsets 11 and 17, compiled at -O3 and compared with
 onnxruntime; compiled for CUDA (ptxas-assembled) too, and on a GPU run
 there."""
-import pathlib
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, assert_close, device_target, onnxruntime_outputs
+from conftest import (ROOT, assert_close, device_target, onnxruntime_outputs,
+                      skip_without_cuda_toolkit)
 
 DECODERS = ["dcgan", "unet", "style", "espcn", "groupnorm", "audio"]
 OPSETS = (11, 17)
@@ -42,8 +41,7 @@ def test_decoder_matches_onnxruntime(flowc, exported, name, opset):
 
 @pytest.mark.parametrize("name", DECODERS)
 def test_decoder_compiles_for_cuda_and_matches_there(flowc, exported, name):
-    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
-        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+    skip_without_cuda_toolkit()
     model = exported / "opset17" / f"{name}.onnx"
     target, why_not = device_target()
     artifact = model.with_name(f"{name}_cuda.fca")

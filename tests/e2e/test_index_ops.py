@@ -2,15 +2,13 @@
 against onnxruntime: the position-id and mask code of RoBERTa, T5, OPT,
 LLaMA and Swin exports. One model holds every case, one output each;
 what flowc refuses fails in one line naming the node."""
-import pathlib
-import shutil
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import device_target, onnxruntime_outputs, save
+from conftest import device_target, onnxruntime_outputs, save, skip_without_cuda_toolkit
 
 UNSUPPORTED, BAD = 4, 3
 SHAPE = [3, 10]
@@ -158,8 +156,7 @@ def test_every_case_matches_onnxruntime(flowc, tmp_path):
 
 def test_every_case_compiles_for_cuda_and_matches_there(flowc, tmp_path):
     """The generated kernels assemble with ptxas; on a GPU they run."""
-    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
-        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+    skip_without_cuda_toolkit()
     c = build_cases()
     model = save(model_of(c), tmp_path / "index_ops.onnx")
     target, why_not = device_target()

@@ -2,15 +2,14 @@
 onnxruntime's do: a Gather index out of range at run time (token ids past
 the vocabulary) neither reads outside the table nor returns what was there.
 A bool .npy reads as numpy reads it."""
-import pathlib
-import shutil
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_close, device_target, onnxruntime_outputs, save
+from conftest import (assert_close, device_target, onnxruntime_outputs, save,
+                      skip_without_cuda_toolkit)
 
 BAD = 3
 TABLE = np.arange(40, dtype=np.float32).reshape(10, 4)
@@ -98,8 +97,7 @@ def test_the_checks_compile_for_cuda(flowc, tmp_path, level):
     """Their flags are device results like outputs: the kernels that compute
     them assemble with ptxas, and on a GPU a bad index fails the run there
     too."""
-    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
-        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+    skip_without_cuda_toolkit()
     model = save(two_gathers_model(), tmp_path / "gathers.onnx")
     target, why_not = device_target()
     artifact = tmp_path / "gathers_cuda.fca"

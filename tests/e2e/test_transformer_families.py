@@ -2,14 +2,13 @@
 export_transformer_families.py: RoBERTa, T5, LLaMA, OPT, BLOOM, MobileBERT,
 DeBERTa, the Whisper encoder, Swin), two blocks each with random weights,
 compiled at -O3 and compared with onnxruntime at batch 2."""
-import pathlib
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, assert_close, device_target, onnxruntime_outputs
+from conftest import (ROOT, assert_close, device_target, onnxruntime_outputs,
+                      skip_without_cuda_toolkit)
 
 FAMILIES = ["roberta", "t5", "llama", "opt", "bloom", "mobilebert", "deberta", "whisper",
             "swin"]
@@ -48,8 +47,7 @@ def test_family_matches_onnxruntime(flowc, exported, name):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_family_compiles_for_cuda_and_matches_there(flowc, exported, name):
-    if not (shutil.which("ptxas") or pathlib.Path("/usr/local/cuda/bin/ptxas").exists()):
-        pytest.skip("no CUDA toolkit (ptxas) on this machine: the cuda targets are left out")
+    skip_without_cuda_toolkit()
     model = exported / f"{name}.onnx"
     target, why_not = device_target()
     artifact = exported / f"{name}_cuda.fca"
