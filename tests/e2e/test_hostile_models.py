@@ -70,6 +70,14 @@ def conv_transpose_stride_2_31():
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
 
 
+def conv_transpose_with(**attributes):
+    weight = numpy_helper.from_array(np.ones((3, 2, 3, 3), np.float32), "w")
+    return lambda: model(
+        [helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", **attributes)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+
+
 def scatter_far_out():
     """A constant scatter index far outside the data."""
     indices = numpy_helper.from_array(np.array([[0], [2**62]], np.int64), "k")
@@ -91,6 +99,15 @@ CASES = {
     "conv_transpose_stride_2_31": (conv_transpose_stride_2_31, BAD,
                                    "node 'up' (ConvTranspose): strides "
                                    "[2147483647,2147483647] spread input"),
+    "conv_transpose_output_padding_2": (
+        conv_transpose_with(strides=[2, 2], output_padding=[2, 0]), BAD,
+        "node 'up' (ConvTranspose): output_padding 2 is not below its stride or dilation"),
+    "conv_transpose_auto_pad_sideways": (
+        conv_transpose_with(auto_pad="SIDEWAYS"), BAD,
+        "node 'up' (ConvTranspose): auto_pad 'SIDEWAYS' is not one of NOTSET, SAME_UPPER"),
+    "conv_transpose_pads_eat_it_all": (
+        conv_transpose_with(pads=[3, 0, 3, 0]), BAD,
+        "node 'up' (ConvTranspose): pads [3,0,3,0] leave no output"),
     "scatter_far_out": (scatter_far_out, BAD,
                         "node 'put' (ScatterND): index 4611686018427387904 (update 1) is out "
                         "of range for axis 0 of [3,4]"),
