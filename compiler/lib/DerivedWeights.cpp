@@ -38,17 +38,19 @@ mlir::RankedTensorType staticF32Tensor(mlir::Type type) {
 /// Ops a recipe may hold: what evaluateDerivedWeight implements.
 bool isRecipeOp(Operation *op) {
   return mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp, mlir::tosa::ReshapeOp,
-                   mlir::tosa::TransposeOp, mlir::tosa::ReverseOp, mlir::tosa::AddOp,
-                   mlir::tosa::SubOp, mlir::tosa::MulOp, mlir::tosa::RsqrtOp,
-                   mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp>(op);
+                   mlir::tosa::TransposeOp, mlir::tosa::ReverseOp, mlir::tosa::PadOp,
+                   mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
+                   mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp>(
+      op);
 }
 
 /// Ops that compute, or reorder so that no library takes the weight as it
-/// is (a ConvTranspose's flipped kernel): the rest only move or name values.
+/// is (a ConvTranspose's flipped or phase-split kernel): the rest only move
+/// or name values.
 bool isArithmetic(Operation *op) {
   return mlir::isa<mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
                    mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp,
-                   mlir::tosa::ReverseOp>(op);
+                   mlir::tosa::ReverseOp, mlir::tosa::PadOp>(op);
 }
 
 /// Which values of @main depend on weights and constants only.
@@ -430,6 +432,40 @@ Array reverse(const Array &a, int64_t axis) {
   return out;
 }
 
+/// `a` padded by [before, after] per axis with `value`.
+Array pad(const Array &a, llvm::ArrayRef<int64_t> padding, float value) {
+  Array out;
+  for (size_t d = 0; d < a.shape.size(); ++d)
+    out.shape.push_back(padding[2 * d] + a.shape[d] + padding[2 * d + 1]);
+  out.data.assign(elementCount(out.shape), value);
+  // Each input element's offset in the output: the padding's offset plus
+  // the input's index along each axis at the output's strides.
+  llvm::SmallVector<int64_t> outStrides(out.shape.size(), 1);
+  for (size_t d = out.shape.size(); d-- > 1;)
+    outStrides[d - 1] = outStrides[d] * out.shape[d];
+  int64_t base = 0;
+  for (size_t d = 0; d < out.shape.size(); ++d)
+    base += padding[2 * d] * outStrides[d];
+  llvm::SmallVector<int64_t> zero(a.shape.size(), 0);
+  forEachBroadcast(a.shape, outStrides, zero, [&](int64_t i, int64_t to, int64_t) {
+    out.data[base + to] = a.data[i];
+  });
+  return out;
+}
+
+Expected<Array> evaluatePad(mlir::tosa::PadOp op, const Array &a,
+                            llvm::DenseMap<Value, Array> &values) {
+  llvm::SmallVector<int64_t> padding;
+  auto fill = values.find(op.getPadConst());
+  if (!mlir::tosa::getConstShapeValues(op.getPadding().getDefiningOp(), padding) ||
+      padding.size() != 2 * a.shape.size() || fill == values.end() ||
+      fill->second.data.size() != 1 ||
+      llvm::any_of(padding, [](int64_t amount) { return amount < 0; }))
+    return invalidArgument("derived weight recipe: a pad without constant, non-negative "
+                           "padding and a scalar pad value");
+  return pad(a, padding, fill->second.data[0]);
+}
+
 Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
   auto operand = [&](unsigned i) -> Expected<const Array *> {
     auto it = values.find(op->getOperand(i));
@@ -463,6 +499,8 @@ Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
                              std::to_string(a->shape.size()) + " value");
     return reverse(*a, r.getAxis());
   }
+  if (auto p = mlir::dyn_cast<mlir::tosa::PadOp>(op))
+    return evaluatePad(p, *a, values);
   if (mlir::isa<mlir::tosa::RsqrtOp>(op))
     return unary(*a, [](float x) { return 1.0f / std::sqrt(x); });
   if (mlir::isa<mlir::tosa::ReciprocalOp>(op))

@@ -722,6 +722,40 @@ func.func @derive(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>) -> tensor<3x2xf32> {
               StatusIs(StatusCode::InvalidArgument, "does not parse"));
 }
 
+TEST(DerivedWeightTest, PadsWithItsValueAndRejectsANegativePad) {
+  // A transposed convolution's kernel padded to whole phases.
+  DerivedWeight weight;
+  weight.key = "flowc.derived/0";
+  weight.inputs = {"a"};
+  auto recipe = [](const std::string &padding) {
+    return R"mlir(
+func.func @derive(%a: tensor<2x3xf32>) -> tensor<3x6xf32> {
+  %padding = tosa.const_shape {values = dense<[)mlir" +
+           padding + R"mlir(]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %fill = "tosa.const"() <{values = dense<7.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %p = tosa.pad %a, %padding, %fill : (tensor<2x3xf32>, !tosa.shape<4>, tensor<1xf32>) -> tensor<3x6xf32>
+  return %p : tensor<3x6xf32>
+}
+)mlir";
+  };
+  weight.recipe = recipe("1, 0, 2, 1");
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  std::string_view bytes(reinterpret_cast<const char *>(a.data()),
+                         a.size() * sizeof(float));
+  auto result = evaluateDerivedWeight(weight, {bytes});
+  ASSERT_TRUE(result) << result.status().toString();
+  ASSERT_EQ(result->size(), 18 * sizeof(float));
+  std::vector<float> out(18);
+  std::memcpy(out.data(), result->data(), result->size());
+  std::vector<float> expected = {7, 7, 7, 7, 7, 7, //
+                                 7, 7, 1, 2, 3, 7, //
+                                 7, 7, 4, 5, 6, 7};
+  EXPECT_EQ(out, expected);
+  weight.recipe = recipe("1, 0, 4, -1");
+  EXPECT_THAT(evaluateDerivedWeight(weight, {bytes}),
+              StatusIs(StatusCode::InvalidArgument, "non-negative padding"));
+}
+
 TEST(CodegenTest, RejectsUnknownTarget) {
   EXPECT_THAT(parseTarget("tpu"),
               StatusIs(StatusCode::InvalidArgument, "unknown target 'tpu'"));

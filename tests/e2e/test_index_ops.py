@@ -70,6 +70,17 @@ def build_cases():
         c.output("Min", [x, c.const([[3], [-3], [0]], dtype), row])
     c.output("Where", ["b", "i", c.const(7)])
     c.output("Where", ["b", "j", "j"])
+    # Integer division at run time: Div truncates, Mod takes the divisor's
+    # sign (fmod=0) or the dividend's (fmod=1); divisors of both signs.
+    for x, dtype in (("i", np.int64), ("j", np.int32)):
+        positive = c.node("Add", [c.node("Abs", [x]), c.const(1, dtype)])
+        divisor = c.node("Where", ["b", positive, c.node("Neg", [positive])])
+        steps = c.const([3, -3, 7, -7, 1, -1, 2, 50, -5, 64], dtype)
+        for denominator in (divisor, steps):
+            c.output("Div", [x, denominator])
+            for fmod in (0, 1):
+                c.output("Mod", [x, denominator], fmod=fmod)
+        c.output("Mod", [c.const([[7], [-7], [0]], dtype), divisor])
     # Casts: float to integers truncates towards zero; anything nonzero is true.
     for x, to in (("f", TensorProto.INT64), ("f", TensorProto.INT32), ("f", TensorProto.BOOL),
                   ("i", TensorProto.BOOL), ("i", TensorProto.INT32), ("j", TensorProto.INT64),
@@ -151,7 +162,7 @@ def test_every_case_matches_onnxruntime(flowc, tmp_path):
     inputs = feeds()
     ours = flowc.execute(model.with_suffix(".fca"), inputs)
     assert not mismatches(c, ours, onnxruntime_outputs(model, inputs))
-    assert len(c.outputs) == 65
+    assert len(c.outputs) == 79
 
 
 def test_every_case_compiles_for_cuda_and_matches_there(flowc, tmp_path):
@@ -206,10 +217,11 @@ REFUSED = {
         helper.make_node("ScatterND", ["f", "k", "u"], ["y"], name="n"),
         [ints("k", [[1]]), numpy_helper.from_array(np.ones((2, 10), np.float32), "u")],
         ("f",), BAD, "updates have shape [2,10]; indices [1,1] into data [3,10] need [1,10]"),
-    "mod_runtime": (helper.make_node("Mod", ["i", "i"], ["y"], name="n"), [], ("i",),
-                    UNSUPPORTED, "unsupported op 'Mod'"),
-    "div_int": (helper.make_node("Div", ["i", "i"], ["y"], name="n"), [], ("i",),
-                UNSUPPORTED, "Div is supported on float32 only"),
+    "mod_float_runtime": (helper.make_node("Mod", ["f", "f"], ["y"], name="n", fmod=1), [],
+                          ("f",), UNSUPPORTED,
+                          "Mod at run time is supported on int32 and int64 only"),
+    "div_bool": (helper.make_node("Div", ["b", "b"], ["y"], name="n"), [], ("b",),
+                 UNSUPPORTED, "Div is supported on float32, int32 and int64 only"),
     "add_mixed": (helper.make_node("Add", ["i", "j"], ["y"], name="n"), [], ("i", "j"),
                   BAD, "inputs differ in type (int64 and int32)"),
     "concat_mixed": (helper.make_node("Concat", ["i", "j"], ["y"], name="n", axis=0), [],
@@ -263,3 +275,32 @@ def test_cast_of_an_out_of_range_index_still_fails_the_gather(flowc, tmp_path):
                        "--output-dir", tmp_path / "out", check=False)
     assert result.returncode == BAD, result.stderr
     assert "node 'lookup' (Gather): an index is outside [-10, 9]" in result.stderr
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_a_zero_divisor_fails_the_run_and_the_lowest_value_wraps(flowc, tmp_path, dtype):
+    """Integer Div and Mod by zero would trap the process: the run fails
+    naming the node instead, and the daemon and the next run go on. The
+    most negative value divided by -1 (which traps too) wraps to itself."""
+    kind = TensorProto.INT64 if dtype == np.int64 else TensorProto.INT32
+    nodes = [helper.make_node("Div", ["a", "d"], ["q"], name="quotient"),
+             helper.make_node("Mod", ["a", "d"], ["r"], name="remainder", fmod=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, kind, [4])
+                                           for n in "ad"],
+                              [helper.make_tensor_value_info(n, kind, [4]) for n in "qr"])
+    model = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                   ir_version=8), tmp_path / "g.onnx")
+    flowc.submit(model)
+    lowest = np.iinfo(dtype).min
+    good = {"a": np.array([7, -7, lowest, 5], dtype), "d": np.array([2, 2, -1, -3], dtype)}
+    ours = flowc.execute(model.with_suffix(".fca"), good)
+    assert ours["q"].tolist() == [3, -3, lowest, -1]
+    assert ours["r"].tolist() == [1, -1, 0, 2]
+    np.save(tmp_path / "a.npy", good["a"])
+    np.save(tmp_path / "zero.npy", np.array([2, 0, 1, 1], dtype))
+    result = flowc.run("run", model.with_suffix(".fca"), "--input", f"a={tmp_path / 'a.npy'}",
+                       "--input", f"d={tmp_path / 'zero.npy'}", "--output-dir",
+                       tmp_path / "out", check=False)
+    assert result.returncode == BAD, result.stderr
+    assert "node 'quotient' (Div): a divisor is zero" in result.stderr, result.stderr
+    assert flowc.execute(model.with_suffix(".fca"), good)["q"].tolist() == [3, -3, lowest, -1]

@@ -1,6 +1,7 @@
 """One small graph per supported op and attribute combination, compared
 with onnxruntime."""
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -323,3 +324,73 @@ def test_op_matches_onnxruntime(flowc, tmp_path, case):
     ours = flowc.execute(path.with_suffix(".fca"), feeds)
     reference = onnxruntime_outputs(path, feeds)
     assert_close(ours["y"], reference["y"])
+
+
+def conv_transpose_sweep(count, seed):
+    """`count` ConvTranspose nodes with drawn shapes and attributes (1-D and
+    2-D; strides below, at and past the kernel; dilations, groups, pads,
+    output_padding, output_shape and auto_pad), each on its own input."""
+    rng = np.random.default_rng(seed)
+    nodes, inputs, weights, feeds = [], [], [], {}
+    for i in range(count):
+        dims = int(rng.integers(1, 3))
+        groups = int(rng.choice([1, 1, 2, 3]))
+        in_channels = groups * int(rng.integers(1, 3))
+        out_per_group = int(rng.integers(1, 3))
+        kernel = [int(k) for k in rng.integers(1, 6, dims)]
+        strides = [int(s) for s in rng.integers(1, 5, dims)]
+        dilations = [int(d) for d in rng.choice([1, 1, 1, 2], dims)]
+        spatial = [int(n) for n in rng.integers(1, 7, dims)]
+        attrs = {"strides": strides, "dilations": dilations, "group": groups}
+        style = rng.choice(["pads", "output_shape", "same"])
+        full = [s * (n - 1) + d * (k - 1) + 1
+                for s, n, d, k in zip(strides, spatial, dilations, kernel)]
+        if style == "pads":
+            attrs["pads"] = [int(rng.integers(0, (f + 1) // 2)) for f in full * 2]
+            attrs["output_padding"] = [int(rng.integers(0, max(s, d)))
+                                       for s, d in zip(strides, dilations)]
+        elif style == "output_shape":
+            # Less than a stride past the full extent: onnxruntime's output
+            # for more is no shift of the transposed convolution.
+            attrs["output_shape"] = [int(rng.integers(max(1, f - 3), f + s))
+                                     for f, s in zip(full, strides)]
+        else:
+            attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER"]))
+        names = [f"x{i}", f"w{i}"]
+        weights.append(numpy_helper.from_array(
+            rng.standard_normal([in_channels, out_per_group] + kernel).astype(np.float32),
+            f"w{i}"))
+        if rng.random() < 0.5:
+            names.append(f"b{i}")
+            weights.append(numpy_helper.from_array(
+                rng.standard_normal([groups * out_per_group]).astype(np.float32), f"b{i}"))
+        nodes.append(helper.make_node("ConvTranspose", names, [f"y{i}"], **attrs))
+        shape = [2, in_channels] + spatial
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, shape))
+        feeds[f"x{i}"] = rng.standard_normal(shape).astype(np.float32)
+    def model(outputs):
+        graph = helper.make_graph(nodes, "conv_transpose_sweep", inputs, outputs, weights)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                 ir_version=8)
+
+    # Each output typed as ONNX's shape inference says.
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model([])).graph.value_info}
+    return model([inferred[node.output[0]] for node in nodes]), feeds
+
+
+def test_conv_transpose_sweep_matches_onnxruntime(flowc, tmp_path):
+    """Drawn transposed convolutions, each output compared: the sub-pixel
+    phases (stride <= kernel) and the zero-spread form (past it, or
+    dilated) alike."""
+    model, feeds = conv_transpose_sweep(48, seed=7)
+    path = save(model, tmp_path / "conv_transpose_sweep.onnx")
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), feeds)
+    reference = onnxruntime_outputs(path, feeds)
+    failed = []
+    for node in model.graph.node:
+        try:
+            assert_close(ours[node.output[0]], reference[node.output[0]])
+        except AssertionError as error:
+            failed.append(f"{node.output[0]} {helper.printable_node(node)}: {error}")
+    assert not failed, "\n".join(failed)

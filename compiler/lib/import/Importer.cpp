@@ -49,6 +49,14 @@ Value Importer::zeros(mlir::Type element, const Shape &shape) {
       mlir::cast<mlir::DenseElementsAttr>(builder_.getZeroAttr(type)));
 }
 
+Value Importer::integer(mlir::Type element, int64_t value, size_t rank) {
+  auto type = mlir::RankedTensorType::get(Shape(rank, 1), element);
+  llvm::APInt bits(element.getIntOrFloatBitWidth(), static_cast<uint64_t>(value),
+                   /*isSigned=*/true);
+  return mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                     mlir::DenseElementsAttr::get(type, bits));
+}
+
 Value Importer::zeroPoint() { return scalar(0.0f, 1); }
 
 Value Importer::zeroShift() {

@@ -176,6 +176,8 @@ public:
   Value scalar(float value, size_t rank);
   /// Zeros of `element` type and `shape` (a constant).
   Value zeros(mlir::Type element, const Shape &shape);
+  /// An integer `value` of type `element` (i32, i64), shaped [1] * rank.
+  Value integer(mlir::Type element, int64_t value, size_t rank);
   Value zeroPoint();
   /// tosa.mul's shift operand; zero for floating point.
   Value zeroShift();
@@ -224,6 +226,18 @@ public:
   Expected<Value> convolveNchw(const Node &node, Value x, Value w, Value bias,
                                std::array<int64_t, 4> pads, const Shape &strides,
                                const Shape &dilations, int64_t groups);
+  /// A transposed convolution with stride <= kernel and no dilation, as
+  /// one convolution per output phase packed into one; NCHW result of
+  /// extent `out`.
+  Expected<Value> subPixelTranspose(const Node &node, const ConvOperands &conv,
+                                    Value bias, const Shape &out, int64_t groups);
+  /// Any other transposed convolution, as a convolution over the input with
+  /// zeros inserted between its elements.
+  Expected<Value> spreadTranspose(const Node &node, const ConvOperands &conv, Value bias,
+                                  const Shape &extra, int64_t groups);
+  /// A transposed convolution's [C_in, C_out/g, ..] weight as a
+  /// convolution's [C_out, C_in/g, ..].
+  Value swapTransposedChannels(Value w, int64_t groups);
   Status importPool(const Node &node);
   Status importGlobalAveragePool(const Node &node);
   Status importGemm(const Node &node);
@@ -289,6 +303,14 @@ public:
   /// so that no read leaves the data, and a run-time check (checks_) that
   /// fails the run when there was one; `what` names the indexed range.
   Value checkedIndices(const Node &node, Value flat, int64_t k, const std::string &what);
+  /// Fails the run with `problem` (after the node's description) where any
+  /// of the bool `flags` is set: a run-time check.
+  void failRunIf(const Node &node, Value flags, const std::string &problem);
+  /// Integer a / b truncated towards zero, and a - (a / b) * b, as
+  /// onnxruntime computes them; operands of one type and rank.
+  std::pair<Value, Value> integerDivision(const Node &node, Value a, Value b,
+                                          const Shape &out);
+  Status importMod(const Node &node);
   /// tosa.gather of `indices` (in range) along `axis` of `x`.
   Expected<Value> gatherConstant(const Node &node, Value x, int64_t axis,
                                  const std::vector<int32_t> &indices);

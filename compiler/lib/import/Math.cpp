@@ -20,14 +20,13 @@ Expected<Value> Importer::elementwise(const Node &node) {
   mlir::Type element = elementTypeOf(a);
   const std::string &op = node.opType;
   // Integer Add, Sub and Mul wrap in two's complement, as onnxruntime's do
-  // (position ids: cumulative sums of a mask, plus an offset). Integer Div
-  // would trap on a zero divisor.
-  bool integer = element.isInteger(32) || element.isInteger(64);
-  if (!element.isF32() && !(integer && op != "Div"))
-    return nodeUnsupported(
-        node, "input '" + node.inputs[0] + "' is " + dtypeName(dtypeOf(a)) + "; " + op +
-                  " is supported on " +
-                  (op == "Div" ? "float32" : "float32, int32 and int64") + " only");
+  // (position ids: cumulative sums of a mask, plus an offset); integer Div
+  // truncates.
+  bool integral = element.isInteger(32) || element.isInteger(64);
+  if (!element.isF32() && !integral)
+    return nodeUnsupported(node, "input '" + node.inputs[0] + "' is " +
+                                     dtypeName(dtypeOf(a)) + "; " + op +
+                                     " is supported on float32, int32 and int64 only");
   FLOWC_RETURN_IF_ERROR(sameElementType(node, a, b));
   FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(a), shapeOf(b)));
   FLOWC_ASSIGN_OR_RETURN(a, broadcastTo(node, a, out.size()));
@@ -36,14 +35,78 @@ Expected<Value> Importer::elementwise(const Node &node) {
     return buildTyped<mlir::tosa::AddOp>(element, out, {a, b});
   if (op == "Sub")
     return buildTyped<mlir::tosa::SubOp>(element, out, {a, b});
-  if (op == "Mul" && integer)
+  if (op == "Mul" && integral)
     return buildTyped<mlir::tosa::MulOp>(element, out, {a, b, zeroShift()});
+  if (op == "Div" && integral)
+    return integerDivision(node, a, b, out).first;
   if (op == "Mul" || op == "Div") {
     if (op == "Div")
       b = build<mlir::tosa::ReciprocalOp>(shapeOf(b), {b});
     return mul(a, b);
   }
   return nodeUnsupported(node, "not an elementwise binary op");
+}
+
+std::pair<Value, Value> Importer::integerDivision(const Node &node, Value a, Value b,
+                                                  const Shape &out) {
+  mlir::Type element = elementTypeOf(a), i1 = builder_.getI1Type();
+  size_t rank = out.size();
+  int64_t lowest = element.isInteger(32) ? std::numeric_limits<int32_t>::min()
+                                         : std::numeric_limits<int64_t>::min();
+  auto equals = [&](Value v, int64_t value) {
+    Shape shape = shapeOf(v);
+    return buildTyped<mlir::tosa::EqualOp>(i1, shape, {v, integer(element, value, rank)});
+  };
+  // A zero divisor would trap the process (SIGFPE), and so would the one
+  // quotient past the type, lowest / -1. Both divide by 1 instead: the
+  // first fails the run, the second wraps to `lowest` as two's complement
+  // does.
+  Value zero = equals(b, 0);
+  failRunIf(node, zero, "a divisor is zero");
+  Value overflow =
+      buildTyped<mlir::tosa::LogicalAndOp>(i1, out, {equals(a, lowest), equals(b, -1)});
+  Value unsafe = buildTyped<mlir::tosa::LogicalOrOp>(i1, out, {zero, overflow});
+  Value divisor = buildTyped<mlir::tosa::SelectOp>(
+      element, out, {unsafe, integer(element, 1, rank), b});
+  Value quotient = buildTyped<mlir::tosa::IntDivOp>(element, out, {a, divisor});
+  Value product =
+      buildTyped<mlir::tosa::MulOp>(element, out, {quotient, divisor, zeroShift()});
+  return {quotient, buildTyped<mlir::tosa::SubOp>(element, out, {a, product})};
+}
+
+/// Mod of integers at run time (constant ones fold at import): fmod=1
+/// keeps the dividend's sign (C's %), fmod=0 the divisor's (Python's %).
+Status Importer::importMod(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
+  mlir::Type element = elementTypeOf(a), i1 = builder_.getI1Type();
+  if (!element.isInteger(32) && !element.isInteger(64))
+    return nodeUnsupported(node, "input '" + node.inputs[0] + "' is " +
+                                     dtypeName(dtypeOf(a)) +
+                                     "; Mod at run time is supported on int32 and "
+                                     "int64 only");
+  FLOWC_RETURN_IF_ERROR(sameElementType(node, a, b));
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shapeOf(a), shapeOf(b)));
+  FLOWC_ASSIGN_OR_RETURN(a, broadcastTo(node, a, out.size()));
+  FLOWC_ASSIGN_OR_RETURN(b, broadcastTo(node, b, out.size()));
+  Value rest = integerDivision(node, a, b, out).second;
+  if (intAttr(node, "fmod", 0) != 0)
+    return define(node, rest);
+  // A nonzero remainder whose sign differs from the divisor's moves by
+  // one divisor.
+  size_t rank = out.size();
+  Value zero = integer(element, 0, rank);
+  auto negative = [&](Value v) {
+    return buildTyped<mlir::tosa::GreaterOp>(i1, shapeOf(v), {zero, v});
+  };
+  Value nonzero = buildTyped<mlir::tosa::LogicalNotOp>(
+      i1, out, {buildTyped<mlir::tosa::EqualOp>(i1, out, {rest, zero})});
+  Value differ =
+      buildTyped<mlir::tosa::LogicalXorOp>(i1, out, {negative(rest), negative(b)});
+  Value moves = buildTyped<mlir::tosa::LogicalAndOp>(i1, out, {nonzero, differ});
+  Value moved = buildTyped<mlir::tosa::AddOp>(element, out, {rest, b});
+  return define(node,
+                buildTyped<mlir::tosa::SelectOp>(element, out, {moves, moved, rest}));
 }
 
 Status Importer::importClip(const Node &node) {
@@ -531,11 +594,11 @@ constexpr OpInfo kOps[] = {
      .sinceVersion = 18,
      .import = &I::importUnary,
      .cost = perElement<9>},
-    // Integer Mod is folded at import (shape arithmetic); a run-time Mod
-    // is refused.
     {.name = "Mod",
      .sinceVersion = 10,
      .signature = kBinary,
+     .import = &I::importMod,
+     .cost = perElement<6>,
      .positiveInputs = 1u << 1}, // the divisor
     {.name = "Mul",
      .signature = kBinary,

@@ -152,17 +152,9 @@ Expected<Value> Importer::convolveNchw(const Node &node, Value x, Value w, Value
   return transpose(y, {0, 3, 1, 2});
 }
 
-/// ConvTranspose as the convolution it is the gradient of: the input with
-/// stride - 1 zeros between elements, padded by dilation * (k - 1) less the
-/// node's pads (plus output_padding at the end; a negative pad crops), then
-/// a stride-1 convolution with each group's kernel flipped and its in and
-/// out channels swapped.
 Status Importer::importConvTranspose(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(ConvOperands conv, convOperands(node, "transposed convolution"));
-  Value x = conv.x, w = conv.w;
-  Shape xs = shapeOf(x), ws = shapeOf(w);
-  Shape kernel = conv.kernel, strides = conv.strides, dilations = conv.dilations,
-        given = conv.pads;
+  Shape xs = shapeOf(conv.x), ws = shapeOf(conv.w);
   int64_t groups = intAttr(node, "group", 1);
   if (groups < 1 || xs[1] % groups != 0 || ws[0] != xs[1])
     return nodeError(node, "weight " + shapeString(ws) +
@@ -183,6 +175,8 @@ Status Importer::importConvTranspose(const Node &node) {
       autoPad != "VALID")
     return nodeError(node, "auto_pad '" + autoPad +
                                "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  Shape &given = conv.pads, &strides = conv.strides, &dilations = conv.dilations;
+  Shape out(2);
   for (int i = 0; i < 2; ++i) {
     if (extra[i] >= std::max(strides[i], dilations[i]))
       return nodeError(node, "output_padding " + std::to_string(extra[i]) +
@@ -190,7 +184,7 @@ Status Importer::importConvTranspose(const Node &node) {
     // The full output's extent, before pads (in 128 bits: a stride of 2^31
     // times a long axis is past int64).
     __int128 reach = static_cast<__int128>(strides[i]) * (xs[2 + i] - 1) + extra[i] +
-                     static_cast<__int128>(dilations[i]) * (kernel[i] - 1) + 1;
+                     static_cast<__int128>(dilations[i]) * (conv.kernel[i] - 1) + 1;
     if (reach > kMaxTensorBytes)
       return nodeError(node, "strides " + shapeString(strides) + " spread input " +
                                  shapeString(xs) + " past any addressable size");
@@ -203,16 +197,130 @@ Status Importer::importConvTranspose(const Node &node) {
       given[i] = given[i + 2] = 0;
     if (wanted >= 0) {
       // The odd element is cut at the end for SAME_UPPER, at the start
-      // otherwise. A wanted extent past the full one widens the output at
-      // its end (bias only there), as onnxruntime does.
+      // otherwise. An output_shape past the full extent widens the output
+      // at its end (bias only there); auto_pad alone never widens it (a
+      // stride past the kernel). Both as onnxruntime does.
       int64_t total = full - wanted;
+      if (outputShape.empty())
+        total = std::max<int64_t>(total, 0);
       given[i] = total < 0 ? 0 : autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
       given[i + 2] = total - given[i];
     }
     if (given[i] + given[i + 2] >= full)
       return nodeError(node, "pads " + shapeString(given) + " leave no output");
+    out[i] = full - given[i] - given[i + 2];
   }
-  // Zeros between the input's elements along each strided axis.
+  Value bias;
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
+    int64_t channels = ws[1] * groups;
+    if (shapeOf(bias) != Shape{channels})
+      return nodeError(node, "bias " + shapeString(shapeOf(bias)) + " does not match " +
+                                 std::to_string(channels) + " output channels");
+  }
+  // Sub-pixel phases need every phase to see a tap: no stride past the
+  // kernel, no holes in it.
+  bool dense = dilations == Shape{1, 1} && strides[0] <= conv.kernel[0] &&
+               strides[1] <= conv.kernel[1];
+  FLOWC_ASSIGN_OR_RETURN(Value y, dense
+                                      ? subPixelTranspose(node, conv, bias, out, groups)
+                                      : spreadTranspose(node, conv, bias, extra, groups));
+  return define(node, conv.line ? reshape(y, {xs[0], shapeOf(y)[1], shapeOf(y)[3]}) : y);
+}
+
+namespace {
+
+/// [C_in, C_out / g, kh, kw] -> [C_out, C_in / g, kh, kw]: each group's
+/// in and out channels swapped, as the convolution that computes a
+/// transposed one takes them.
+Shape swappedShape(const Shape &ws, int64_t groups) {
+  return {groups * ws[1], ws[0] / groups, ws[2], ws[3]};
+}
+
+} // namespace
+
+Value Importer::swapTransposedChannels(Value w, int64_t groups) {
+  Shape ws = shapeOf(w);
+  Value perGroup = reshape(w, {groups, ws[0] / groups, ws[1], ws[2], ws[3]});
+  return reshape(transpose(perGroup, {0, 2, 1, 3, 4}), swappedShape(ws, groups));
+}
+
+/// Output element m (counted before the pads crop) of a transposed
+/// convolution with stride s is the sum of x[i] * w[m - i*s], so phase
+/// c = m mod s sees only taps c, c + s, c + 2s, ...: each phase is a
+/// stride-1 convolution with a ceil(k / s) kernel over the input as it is,
+/// and all phases are one convolution with s*s times the output channels
+/// (kernel derived once at link), interleaved after it. No multiply-add
+/// falls on inserted zeros.
+Expected<Value> Importer::subPixelTranspose(const Node &node, const ConvOperands &conv,
+                                            Value bias, const Shape &out,
+                                            int64_t groups) {
+  Shape xs = shapeOf(conv.x), ws = shapeOf(conv.w);
+  const Shape &strides = conv.strides;
+  int64_t channels = ws[1] * groups, phases = strides[0] * strides[1];
+  Shape taps(2), rows(2), offset(2), start(4, 0), size = xs;
+  std::array<int64_t, 4> pads;
+  for (int i = 0; i < 2; ++i) {
+    int64_t s = strides[i], n = xs[2 + i], begin = conv.pads[i];
+    taps[i] = (conv.kernel[i] + s - 1) / s;
+    // Phase rows lo..hi hold the output; each reads inputs from
+    // row - (taps - 1) to row. A window wholly past the input (an output
+    // that is all output_padding) starts earlier, at its last element.
+    int64_t hi = (begin + out[i] - 1) / s, lo = std::min(begin / s, n + taps[i] - 2);
+    int64_t from = lo - (taps[i] - 1);
+    rows[i] = hi - lo + 1;
+    offset[i] = begin - lo * s;
+    pads[i] = std::max<int64_t>(0, -from);
+    pads[i + 2] = std::max<int64_t>(0, hi - (n - 1));
+    start[2 + i] = std::max<int64_t>(0, from);
+    size[2 + i] = std::min(hi, n - 1) - start[2 + i] + 1;
+  }
+  Shape phased = {xs[0], channels * phases, rows[0], rows[1]};
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, phased));
+  // Kernel [C_out, C_in/g, taps*s, taps*s] (zeros past k) as
+  // [C_out, C_in/g, taps, s, taps, s] -> [C_out, s, s, C_in/g, taps, taps],
+  // each phase's taps reversed into correlation order.
+  Shape swapped = swappedShape(ws, groups);
+  Shape padding = {
+      0, 0, 0, 0, 0, taps[0] * strides[0] - ws[2], 0, taps[1] * strides[1] - ws[3]};
+  Value padded = build<mlir::tosa::PadOp>(
+      {swapped[0], swapped[1], taps[0] * strides[0], taps[1] * strides[1]},
+      {swapTransposedChannels(conv.w, groups), constShape(padding), scalar(0.0f, 1)});
+  Value split =
+      reshape(padded, {swapped[0], swapped[1], taps[0], strides[0], taps[1], strides[1]});
+  Value kernel = reshape(transpose(split, {0, 3, 5, 1, 2, 4}),
+                         {swapped[0] * phases, swapped[1], taps[0], taps[1]});
+  kernel = reverseAlong(reverseAlong(kernel, 2), 3);
+  Value phaseBias;
+  if (bias) {
+    auto type = f32({1, phases});
+    Value ones = mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                             mlir::DenseElementsAttr::get(type, 1.0f));
+    phaseBias = reshape(mul(reshape(bias, {channels, 1}), ones), {channels * phases});
+  }
+  FLOWC_ASSIGN_OR_RETURN(Value y, convolveNchw(node, slice(conv.x, start, size), kernel,
+                                               phaseBias, pads, {1, 1}, {1, 1}, groups));
+  // [N, C_out, s, s, rows, rows] -> [N, C_out, rows, s, rows, s]: the phases
+  // interleave, and the pads' share of the first row is cut.
+  Value interleaved =
+      transpose(reshape(y, {xs[0], channels, strides[0], strides[1], rows[0], rows[1]}),
+                {0, 1, 4, 2, 5, 3});
+  Value flat =
+      reshape(interleaved, {xs[0], channels, rows[0] * strides[0], rows[1] * strides[1]});
+  return slice(flat, {0, 0, offset[0], offset[1]}, {xs[0], channels, out[0], out[1]});
+}
+
+/// A transposed convolution whose stride passes its kernel, or with a
+/// dilated one, as the convolution it is the gradient of: the input with
+/// stride - 1 zeros between elements, padded by dilation * (k - 1) less the
+/// node's pads (plus output_padding at the end; a negative pad crops), then
+/// a stride-1 convolution with each group's kernel flipped and its in and
+/// out channels swapped.
+Expected<Value> Importer::spreadTranspose(const Node &node, const ConvOperands &conv,
+                                          Value bias, const Shape &extra,
+                                          int64_t groups) {
+  Value x = conv.x;
+  const Shape &strides = conv.strides, &dilations = conv.dilations, &given = conv.pads;
   for (int i = 0; i < 2; ++i) {
     int64_t stride = strides[i], axis = 2 + i;
     if (stride == 1)
@@ -235,7 +343,7 @@ Status Importer::importConvTranspose(const Node &node) {
   std::array<int64_t, 4> pads;
   Shape start(4, 0), size = shapeOf(x);
   for (int i = 0; i < 2; ++i) {
-    int64_t reach = dilations[i] * (kernel[i] - 1);
+    int64_t reach = dilations[i] * (conv.kernel[i] - 1);
     int64_t begin = reach - given[i], end = reach - given[i + 2] + extra[i];
     if (begin < 0) {
       start[2 + i] = -begin;
@@ -251,20 +359,10 @@ Status Importer::importConvTranspose(const Node &node) {
   }
   if (size[2] < 1 || size[3] < 1)
     return nodeError(node, "pads " + shapeString(given) + " leave no output");
-  x = slice(x, start, size);
-  // [C_in, C_out / g, kh, kw] -> [C_out, C_in / g, kh, kw], flipped.
-  int64_t inPerGroup = ws[0] / groups, outPerGroup = ws[1];
-  Value perGroup = reshape(w, {groups, inPerGroup, outPerGroup, ws[2], ws[3]});
-  Value swapped = reshape(transpose(perGroup, {0, 2, 1, 3, 4}),
-                          {groups * outPerGroup, inPerGroup, ws[2], ws[3]});
-  Value flipped = reverseAlong(reverseAlong(swapped, 2), 3);
-  Value bias;
-  if (hasOperand(node, 2)) {
-    FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
-  }
-  FLOWC_ASSIGN_OR_RETURN(
-      Value y, convolveNchw(node, x, flipped, bias, pads, {1, 1}, dilations, groups));
-  return define(node, conv.line ? reshape(y, {xs[0], shapeOf(y)[1], shapeOf(y)[3]}) : y);
+  Value flipped =
+      reverseAlong(reverseAlong(swapTransposedChannels(conv.w, groups), 2), 3);
+  return convolveNchw(node, slice(x, start, size), flipped, bias, pads, {1, 1}, dilations,
+                      groups);
 }
 
 Status Importer::importPool(const Node &node) {

@@ -284,36 +284,39 @@ Status Importer::importSlice(const Node &node) {
 
 Value Importer::checkedIndices(const Node &node, Value flat, int64_t k,
                                const std::string &what) {
-  auto indexType = mlir::cast<mlir::IntegerType>(elementTypeOf(flat));
-  unsigned bits = indexType.getWidth();
+  auto indexType = elementTypeOf(flat);
+  unsigned bits = indexType.getIntOrFloatBitWidth();
   Shape shape = shapeOf(flat);
-  auto constant = [&](int64_t value) -> Value {
-    auto type = mlir::RankedTensorType::get(Shape(shape.size(), 1), indexType);
-    llvm::APInt bitsOfValue(bits, static_cast<uint64_t>(value), /*isSigned=*/true);
-    return mlir::tosa::ConstOp::create(builder_, loc_, type,
-                                       mlir::DenseElementsAttr::get(type, bitsOfValue));
-  };
   // Bounds past the index type's range (an int32 index into more than 2^31
   // rows) cannot be crossed, so they saturate.
   int64_t typeMax =
       bits >= 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1;
   int64_t low = std::max(-k, -typeMax - 1), high = std::min(k - 1, typeMax);
+  size_t rank = shape.size();
   auto i1 = builder_.getI1Type();
-  Value below = buildTyped<mlir::tosa::GreaterOp>(i1, shape, {constant(low), flat});
-  Value above = buildTyped<mlir::tosa::GreaterOp>(i1, shape, {flat, constant(high)});
+  Value below =
+      buildTyped<mlir::tosa::GreaterOp>(i1, shape, {integer(indexType, low, rank), flat});
+  Value above = buildTyped<mlir::tosa::GreaterOp>(i1, shape,
+                                                  {flat, integer(indexType, high, rank)});
   Value outside = buildTyped<mlir::tosa::LogicalOrOp>(i1, shape, {below, above});
+  failRunIf(node, outside,
+            "an index is outside [" + std::to_string(-k) + ", " + std::to_string(k - 1) +
+                "], the range of " + what);
+  return buildTyped<mlir::tosa::SelectOp>(indexType, shape,
+                                          {outside, integer(indexType, 0, rank), flat});
+}
+
+void Importer::failRunIf(const Node &node, Value flags, const std::string &problem) {
   // All dimensions reduced to one flag, a bool [1].
-  Value any = outside;
-  for (size_t dim = 0; dim < shape.size(); ++dim) {
+  Value any = flags;
+  for (size_t dim = 0; dim < shapeOf(flags).size(); ++dim) {
     Shape reduced = shapeOf(any);
     reduced[dim] = 1;
     any = buildTyped<mlir::tosa::ReduceAnyOp>(
-        i1, reduced, {any}, {attr("axis", builder_.getI32IntegerAttr(dim))});
+        builder_.getI1Type(), reduced, {any},
+        {attr("axis", builder_.getI32IntegerAttr(dim))});
   }
-  checks_.push_back({reshape(any, {1}),
-                     node.describe() + ": an index is outside [" + std::to_string(-k) +
-                         ", " + std::to_string(k - 1) + "], the range of " + what});
-  return buildTyped<mlir::tosa::SelectOp>(indexType, shape, {outside, constant(0), flat});
+  checks_.push_back({reshape(any, {1}), node.describe() + ": " + problem});
 }
 
 Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indices,
