@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Transformer families beyond BERT and GPT-2 (two-block models from
-examples/export_transformer_families.py) and image and audio decoders
-(examples/export_decoders.py) next to onnxruntime, same run, same thread
-count. Prints figures; asserts nothing.
+examples/export_transformer_families.py), image and audio decoders
+(examples/export_decoders.py) and torchvision's video models
+(examples/export_torchvision.py) next to onnxruntime, same run, same
+thread count. Prints figures; asserts nothing.
 
     .venv/bin/python bench/family_bench.py [--models roberta,t5,...]
-        [--decoders dcgan,unet,...] [--runs 50] [--threads 2] [--opt 3]
+        [--decoders dcgan,unet,...] [--video r3d_18,...] [--runs 50]
+        [--threads 2] [--opt 3]
 
 For each model: the export (transformers at batch 2 via .venv-export,
-decoders via Debian's torch; an empty list skips its kind), `flowc compile` at
+decoders and video models via Debian's torch; an empty list skips its
+kind), `flowc compile` at
 -O<opt> (wall time), `flowc run --bench` (median of --runs), and
 onnxruntime's median over as many runs on the same file. Outputs are
 compared first (max relative error, as the tests measure it).
@@ -32,12 +35,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FLOWC = ROOT / "build" / "bin" / "flowc"
 FAMILIES = "roberta,t5,llama,opt,bloom,mobilebert,deberta,whisper,swin"
 DECODERS = "dcgan,unet,style,espcn,groupnorm,audio"
+VIDEO = "r3d_18,mc3_18,r2plus1d_18"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=FAMILIES)
     parser.add_argument("--decoders", default=DECODERS)
+    parser.add_argument("--video", default=VIDEO)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--opt", default="3")
@@ -47,7 +52,8 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     kinds = [(ROOT / ".venv-export" / "bin" / "python", "export_transformer_families.py",
               args.models, "hidden_states"),
-             ("/usr/bin/python3", "export_decoders.py", args.decoders, "output")]
+             ("/usr/bin/python3", "export_decoders.py", args.decoders, "output"),
+             ("/usr/bin/python3", "export_torchvision.py", args.video, "logits")]
     with tempfile.TemporaryDirectory() as work:
         work = pathlib.Path(work)
         for python, exporter, names, output in kinds:

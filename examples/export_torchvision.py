@@ -6,10 +6,13 @@
                                                     [--keep-batchnorm]
 
 Runs on Debian's python3-torch / python3-torchvision (installed by
-scripts/setup.sh). A name is a torchvision.models classifier or a
+scripts/setup.sh). A name is a torchvision.models classifier, a
 torchvision.models.segmentation model (lraspp_mobilenet_v3_large, whose
-bilinear upsampling exports as Resize). For each model writes
-OUT_DIR/<model>.onnx and OUT_DIR/<model>_input.npy.
+bilinear upsampling exports as Resize) or a torchvision.models.video one
+(r3d_18, mc3_18, r2plus1d_18, s3d: 3-D convolutions and pooling over clips
+of 8 frames of 112 x 112, their training crop; S3D's last pooling window
+needs 16 frames of 224 x 224). For each model writes OUT_DIR/<model>.onnx
+and OUT_DIR/<model>_input.npy.
 
 Random initialization can make test vectors useless (ViT's zero-initialized
 head gives all-zero logits; ConvNeXt's 1e-6 layer scales mute every block),
@@ -92,13 +95,23 @@ def write_export(model: torch.nn.Module, x: torch.Tensor, out_dir: pathlib.Path,
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, opset {opset})")
 
 
+def input_shape(name: str, batch: int):
+    """An image batch, or for a video model a batch of clips."""
+    if not hasattr(torchvision.models.video, name):
+        return [batch, 3, 224, 224]
+    return [batch, 3, 16, 224, 224] if name == "s3d" else [batch, 3, 8, 112, 112]
+
+
 def build(name: str, seed: int) -> torch.nn.Module:
-    """A classification model by its torchvision.models name, or a
-    segmentation one (torchvision.models.segmentation: its backbone random
-    too, nothing downloaded; its output is the "out" map)."""
+    """A classification model by its torchvision.models name, a video one
+    (torchvision.models.video), or a segmentation one
+    (torchvision.models.segmentation: its backbone random too, nothing
+    downloaded; its output is the "out" map)."""
     torch.manual_seed(seed)
     if hasattr(torchvision.models, name):
         model = getattr(torchvision.models, name)(weights=None)
+    elif hasattr(torchvision.models.video, name):
+        model = getattr(torchvision.models.video, name)(weights=None)
     else:
         model = SegmentationOutput(getattr(torchvision.models.segmentation, name)(
             weights=None, weights_backbone=None))
@@ -113,8 +126,10 @@ def build(name: str, seed: int) -> torch.nn.Module:
         model.train()
         generator = torch.Generator().manual_seed(seed + 1)
         with torch.no_grad():
+            # Video models' clips are 8 to 16 frames: 2 a batch.
+            batch = 2 if hasattr(torchvision.models.video, name) else 8
             for _ in range(4):
-                model(torch.randn(8, 3, 224, 224, generator=generator))
+                model(torch.randn(input_shape(name, batch), generator=generator))
     return model.eval()
 
 
@@ -127,7 +142,7 @@ def main():
     for name in args.models.split(","):
         model = build(name, args.seed)
         generator = torch.Generator().manual_seed(args.seed + 2)
-        x = torch.randn(args.batch, 3, 224, 224, generator=generator)
+        x = torch.randn(input_shape(name, args.batch), generator=generator)
         write_export(model, x, args.out_dir, name, args.opset, "logits",
                      do_constant_folding=True,
                      # PRESERVE exports the eval-mode model as it is,

@@ -84,6 +84,49 @@ CASES = {
         "t", [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[4],
                                pads=[5, 3])],
         {"x": [2, 3, 6]}, [2, 2, 17], [weight("w", [3, 2, 5]), weight("b", [2])]),
+    # 3-D convolution and pooling (video models): each output depth a 2-D
+    # convolution over the input depths it reads, stacked as channels.
+    "conv_3d_grouped_strided_dilated": lambda: graph_case(
+        "v", [helper.make_node("Conv", ["x", "w", "b"], ["y"], group=2, strides=[2, 1, 2],
+                               dilations=[2, 1, 1], pads=[2, 1, 0, 1, 0, 2])],
+        {"x": [2, 4, 7, 5, 6]}, [2, 6, 3, 4, 4], [weight("w", [6, 2, 3, 3, 2]),
+                                                 weight("b", [6])]),
+    "conv_3d_same_lower_depthwise": lambda: graph_case(
+        "v", [helper.make_node("Conv", ["x", "w"], ["y"], group=3, strides=[2, 2, 1],
+                               auto_pad="SAME_LOWER")],
+        {"x": [1, 3, 5, 6, 4]}, [1, 3, 3, 3, 4], [weight("w", [3, 1, 2, 3, 3])]),
+    "max_pool_3d_ceil_padded": lambda: graph_case(
+        "v", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 2, 3],
+                               strides=[2, 2, 2], pads=[1, 0, 1, 1, 1, 0], ceil_mode=1)],
+        {"x": [2, 3, 6, 5, 7]}, [2, 3, 4, 3, 4]),
+    "average_pool_3d_padding_not_counted": lambda: graph_case(
+        "v", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 3, 3],
+                               strides=[1, 2, 2], pads=[1, 1, 1, 1, 1, 1], ceil_mode=1)],
+        {"x": [1, 2, 4, 6, 5]}, [1, 2, 5, 4, 3]),
+    "average_pool_3d_same_upper": lambda: graph_case(
+        "v", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2, 2],
+                               strides=[2, 2, 2], auto_pad="SAME_UPPER")],
+        {"x": [1, 2, 5, 5, 4]}, [1, 2, 3, 3, 2]),
+    "average_pool_counting_padding_ceil": lambda: graph_case(
+        "a", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
+                               strides=[2, 2], pads=[1, 1, 0, 1], ceil_mode=1,
+                               count_include_pad=1)],
+        {"x": [1, 2, 7, 6]}, [1, 2, 4, 4]),
+    "average_pool_3d_counting_padding_ceil": lambda: graph_case(
+        "a", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2, 2],
+                               strides=[2, 2, 2], pads=[1, 0, 0, 0, 0, 0], ceil_mode=1,
+                               count_include_pad=1)],
+        {"x": [1, 2, 6, 4, 4]}, [1, 2, 4, 2, 2]),
+    # Dilated pooling: one axis at a time, through its taps.
+    "max_pool_dilated_ceil": lambda: graph_case(
+        "d", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 1],
+                               dilations=[2, 3], pads=[1, 1, 2, 0], ceil_mode=1)],
+        {"x": [2, 3, 9, 8]}, [2, 3, 5, 6]),
+    "average_pool_3d_dilated_padded": lambda: graph_case(
+        "d", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 3, 2],
+                               strides=[1, 2, 1], dilations=[2, 1, 2],
+                               pads=[1, 1, 0, 1, 0, 1])],
+        {"x": [1, 2, 5, 6, 5]}, [1, 2, 5, 3, 4], opset=19),
     # Reflection, edge and wrap padding (style transfer, CycleGAN).
     "pad_reflect_edge_wrap": lambda: graph_case(
         "p", [helper.make_node("Pad", ["x", "p1"], ["r"], mode="reflect"),
@@ -394,3 +437,41 @@ def test_conv_transpose_sweep_matches_onnxruntime(flowc, tmp_path):
         except AssertionError as error:
             failed.append(f"{node.output[0]} {helper.printable_node(node)}: {error}")
     assert not failed, "\n".join(failed)
+
+
+REFUSED_3D = {
+    "conv_transpose_3d": (
+        helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="n"), [1, 2, 3, 3, 3],
+        [weight("w", [2, 2, 2, 2, 2])], 4, "only 1-D and 2-D transposed convolution"),
+    "depth_kernel_over_the_limit": (
+        helper.make_node("MaxPool", ["x"], ["y"], name="n", kernel_shape=[300, 1, 1]),
+        [1, 1, 300, 2, 2], [], 4, "a depth kernel of 300 is over flowc's 256"),
+    "dilated_pooling_window_over_the_limit": (
+        helper.make_node("MaxPool", ["x"], ["y"], name="n", kernel_shape=[1, 1000],
+                         dilations=[2, 1]), [1, 1, 2, 1000], [], 4,
+        "a window of 1000 along axis 3 is over flowc's 256 for dilated pooling"),
+    "depth_pads_past_the_kernel": (
+        helper.make_node("AveragePool", ["x"], ["y"], name="n", kernel_shape=[2, 2, 2],
+                         pads=[2, 0, 0, 0, 0, 0]), [1, 1, 3, 3, 3], [], 3,
+        "pads 2 and 0 of axis 2 are not smaller than the kernel extent 2"),
+    "conv_3d_kernel_past_the_depth": (
+        helper.make_node("Conv", ["x", "w"], ["y"], name="n"), [1, 2, 2, 4, 4],
+        [weight("w", [3, 2, 3, 1, 1])], 3,
+        "kernel depth 3 is past the padded input depth 2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_3D))
+def test_3d_window_op_refusals_name_the_node(flowc, tmp_path, case):
+    node, shape, initializers, code, message = REFUSED_3D[case]
+    graph = helper.make_graph(
+        [node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    path = tmp_path / f"{case}.onnx"
+    path.write_bytes(model.SerializeToString())
+    result = flowc.run("submit", path, "-o", tmp_path / "out.fca", check=False)
+    assert result.returncode == code, result.stderr
+    assert "node 'n' (" in result.stderr and message in result.stderr, result.stderr
+    assert not (tmp_path / "out.fca").exists()

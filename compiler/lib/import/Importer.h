@@ -31,6 +31,10 @@ using Shape = std::vector<int64_t>;
 /// any real model, and small enough that window arithmetic on dimensions
 /// (which checkRuntimeShape bounds) cannot overflow int64.
 inline constexpr int64_t kMaxWindowValue = std::numeric_limits<int32_t>::max();
+/// The most taps a window op may have along an axis it takes tap by tap
+/// (a 3-D one's depth, a dilated pooling's axes): each is a slice of the
+/// input in the IR (video models' depth kernels have 1 to 7).
+inline constexpr int64_t kMaxWindowTaps = 256;
 /// Bytes a runtime tensor may span: the x86-64 user address space.
 inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 47;
 /// Ranks beyond this are refused: no real model comes close, and shape
@@ -239,6 +243,30 @@ public:
   /// convolution's [C_out, C_in/g, ..].
   Value swapTransposedChannels(Value w, int64_t groups);
   Status importPool(const Node &node);
+  /// 1-D or 2-D pooling of `x` as the node's attributes say.
+  Expected<Value> poolNchw(const Node &node, Value x);
+  /// One axis of a window op: kernel, stride, dilation, pads, and the
+  /// output's extent.
+  struct WindowAxis {
+    int64_t kernel = 1, stride = 1, dilation = 1, begin = 0, end = 0, out = 0;
+  };
+  /// A 3-D (volumetric) window node: the 2-D node over its height and
+  /// width, and its depth axis apart.
+  struct Volume {
+    Node flat;
+    WindowAxis depth;
+  };
+  /// `kernel` (3 values) stands in for an absent kernel_shape.
+  Expected<Volume> splitDepth(const Node &node, int64_t depth, Shape kernel);
+  /// The views of `x` (padded along `axis` with `fill`) that each tap of
+  /// `window` reads, `window.out` long along `axis` each.
+  llvm::SmallVector<Value> tapsAlong(Value x, int64_t axis, const WindowAxis &window,
+                                     float fill);
+  /// Max or average pooling (the node's op and attributes) of `x` along
+  /// one axis, through the window's taps; `window.out` is computed.
+  Expected<Value> poolAlong(const Node &node, Value x, int64_t axis, WindowAxis window);
+  Status importVolumeConv(const Node &node, Value x, Value w);
+  Status importVolumePool(const Node &node, Value x);
   Status importGlobalAveragePool(const Node &node);
   Status importGemm(const Node &node);
   Status importMatMul(const Node &node);

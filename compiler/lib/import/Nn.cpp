@@ -69,6 +69,10 @@ Expected<Importer::ConvOperands> Importer::convOperands(const Node &node,
 }
 
 Status Importer::importConv(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value input, operand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value weight, operand(node, 1));
+  if (shapeOf(input).size() == 5 && shapeOf(weight).size() == 5)
+    return importVolumeConv(node, input, weight);
   FLOWC_ASSIGN_OR_RETURN(ConvOperands conv, convOperands(node, "convolution"));
   Value x = conv.x, w = conv.w;
   Shape xs = shapeOf(x), ws = shapeOf(w);
@@ -367,6 +371,15 @@ Expected<Value> Importer::spreadTranspose(const Node &node, const ConvOperands &
 
 Status Importer::importPool(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  if (node.outputs.size() > 1)
+    return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
+  if (shapeOf(x).size() == 5)
+    return importVolumePool(node, x);
+  FLOWC_ASSIGN_OR_RETURN(Value y, poolNchw(node, x));
+  return define(node, y);
+}
+
+Expected<Value> Importer::poolNchw(const Node &node, Value x) {
   Shape xs = shapeOf(x);
   // 1-D pooling is 2-D pooling over a height of 1.
   bool line = xs.size() == 3;
@@ -375,8 +388,8 @@ Status Importer::importPool(const Node &node) {
     xs = shapeOf(x);
   }
   if (xs.size() != 4)
-    return nodeUnsupported(node, "only 1-D and 2-D pooling (3-D or 4-D input) is "
-                                 "supported, got " +
+    return nodeUnsupported(node, "only 1-D, 2-D and 3-D pooling (3-D, 4-D or 5-D input) "
+                                 "is supported, got " +
                                      shapeString(xs));
   if (node.outputs.size() > 1)
     return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
@@ -393,14 +406,19 @@ Status Importer::importPool(const Node &node) {
                                  "] = " + std::to_string(given[i]) +
                                  " is not smaller than the kernel extent " +
                                  std::to_string(kernel[i % 2]));
-  if (dilations != Shape{1, 1})
-    return nodeUnsupported(node, "dilated pooling is not supported yet");
   FLOWC_ASSIGN_OR_RETURN(
       auto pads, windowPads(node, given, {xs[2], xs[3]}, kernel, strides, dilations));
+  if (dilations != Shape{1, 1}) {
+    // TOSA's pooling has no dilation: one axis at a time, through its taps.
+    for (int i = 0; i < 2; ++i) {
+      WindowAxis window{kernel[i], strides[i], dilations[i], pads[i], pads[i + 2]};
+      FLOWC_ASSIGN_OR_RETURN(x, poolAlong(node, x, 2 + i, window));
+    }
+    Shape ys = shapeOf(x);
+    return line ? reshape(x, {ys[0], ys[1], ys[3]}) : x;
+  }
   bool isMax = node.opType == "MaxPool";
-  if (!isMax && intAttr(node, "count_include_pad", 0) != 0 &&
-      (pads[0] || pads[1] || pads[2] || pads[3]))
-    return nodeUnsupported(node, "count_include_pad=1 with padding is not supported yet");
+  bool countPadding = !isMax && intAttr(node, "count_include_pad", 0) != 0;
   bool ceilMode = intAttr(node, "ceil_mode", 0) != 0;
   Shape out = {xs[0], 0, 0, xs[1]};
   for (int i = 0; i < 2; ++i) {
@@ -419,6 +437,14 @@ Status Importer::importPool(const Node &node) {
       out[1 + i] += 1;
     }
   }
+  if (countPadding && pads != std::array<int64_t, 4>{0, 0, 0, 0}) {
+    // Padding counted (ceil_mode's extra end too, as onnxruntime counts
+    // it): its zeros put in, every window then whole.
+    Shape padded = {xs[0], xs[1], xs[2] + pads[0] + pads[2], xs[3] + pads[1] + pads[3]};
+    Shape padding = {0, 0, 0, 0, pads[0], pads[2], pads[1], pads[3]};
+    x = build<mlir::tosa::PadOp>(padded, {x, constShape(padding), scalar(0.0f, 1)});
+    pads = {0, 0, 0, 0};
+  }
   Value xNhwc = fitWindows(transpose(x, {0, 2, 3, 1}), pads, kernel, strides, dilations);
   llvm::SmallVector<mlir::NamedAttribute> attrs = {
       attr("kernel", builder_.getDenseI64ArrayAttr(kernel)),
@@ -433,7 +459,192 @@ Status Importer::importPool(const Node &node) {
     y = build<mlir::tosa::AvgPool2dOp>(out, {xNhwc, zp, zp}, attrs);
   }
   y = transpose(y, {0, 3, 1, 2});
-  return define(node, line ? reshape(y, {out[0], out[3], out[2]}) : y);
+  return line ? reshape(y, {out[0], out[3], out[2]}) : y;
+}
+
+Expected<Importer::Volume> Importer::splitDepth(const Node &node, int64_t depth,
+                                                Shape kernel) {
+  Volume volume{node, {}};
+  FLOWC_ASSIGN_OR_RETURN(kernel, windowInts(node, "kernel_shape", 3, kernel, 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape strides, windowInts(node, "strides", 3, Shape(3, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape dilations,
+                         windowInts(node, "dilations", 3, Shape(3, 1), 1));
+  FLOWC_ASSIGN_OR_RETURN(Shape pads, windowInts(node, "pads", 6, Shape(6, 0), 0));
+  WindowAxis &axis = volume.depth;
+  axis.kernel = kernel[0];
+  axis.stride = strides[0];
+  axis.dilation = dilations[0];
+  if (axis.kernel > kMaxWindowTaps)
+    return nodeUnsupported(node, "a depth kernel of " + std::to_string(axis.kernel) +
+                                     " is over flowc's " +
+                                     std::to_string(kMaxWindowTaps));
+  // The height and width's auto_pad is windowPads's, on the 2-D node.
+  std::string mode = stringAttr(node, "auto_pad", "NOTSET");
+  int64_t reach = axis.dilation * (axis.kernel - 1) + 1;
+  if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+    int64_t out = (depth + axis.stride - 1) / axis.stride;
+    int64_t total = std::max<int64_t>(0, (out - 1) * axis.stride + reach - depth);
+    axis.begin = mode == "SAME_UPPER" ? total / 2 : total - total / 2;
+    axis.end = total - axis.begin;
+  } else if (mode == "NOTSET") {
+    axis.begin = pads[0];
+    axis.end = pads[3];
+  }
+  int64_t span = depth + axis.begin + axis.end - reach;
+  if (span < 0)
+    return nodeError(node, "kernel depth " + std::to_string(axis.kernel) +
+                               " is past the padded input depth " +
+                               std::to_string(depth + axis.begin + axis.end));
+  axis.out = span / axis.stride + 1;
+  auto keep = [&](const char *name, Shape values) {
+    auto it = volume.flat.attributes.find(name);
+    if (it != volume.flat.attributes.end())
+      it->second.ints = std::move(values);
+  };
+  keep("kernel_shape", {kernel[1], kernel[2]});
+  keep("strides", {strides[1], strides[2]});
+  keep("dilations", {dilations[1], dilations[2]});
+  keep("pads", {pads[1], pads[2], pads[4], pads[5]});
+  return volume;
+}
+
+llvm::SmallVector<Value> Importer::tapsAlong(Value x, int64_t axis,
+                                             const WindowAxis &window, float fill) {
+  if (window.begin || window.end) {
+    Shape padded = shapeOf(x), padding(2 * padded.size(), 0);
+    padded[axis] += window.begin + window.end;
+    padding[2 * axis] = window.begin;
+    padding[2 * axis + 1] = window.end;
+    x = build<mlir::tosa::PadOp>(padded, {x, constShape(padding), scalar(fill, 1)});
+  }
+  llvm::SmallVector<Value> taps;
+  for (int64_t k = 0; k < window.kernel; ++k)
+    taps.push_back(stepAlong(x, axis, {k * window.dilation, window.out, window.stride}));
+  return taps;
+}
+
+/// A 3-D convolution as a 2-D one over each output depth: the input
+/// depths each output reads, stacked as channels (kernel depth times the
+/// input), by the kernel with its depth taps folded into its input
+/// channels. So a video model's convolutions run on the 2-D kernels
+/// (oneDNN, cuDNN).
+Status Importer::importVolumeConv(const Node &node, Value x, Value w) {
+  Shape xs = shapeOf(x), ws = shapeOf(w);
+  int64_t groups = intAttr(node, "group", 1);
+  if (groups < 1 || ws[0] % groups != 0 || ws[1] * groups != xs[1])
+    return nodeError(node, "weight " + shapeString(ws) +
+                               " with group=" + std::to_string(groups) +
+                               " does not fit input " + shapeString(xs));
+  FLOWC_ASSIGN_OR_RETURN(Volume volume, splitDepth(node, xs[2], {ws[2], ws[3], ws[4]}));
+  const WindowAxis &depth = volume.depth;
+  FLOWC_ASSIGN_OR_RETURN(Window window, windowAttributes(volume.flat, 2, {ws[3], ws[4]}));
+  if (depth.kernel != ws[2] || window.kernel != Shape{ws[3], ws[4]})
+    return nodeError(node, "kernel_shape does not match weight " + shapeString(ws));
+  int64_t taps = depth.kernel, perGroup = ws[1];
+  Shape stacked = {xs[0] * depth.out, taps * xs[1], xs[3], xs[4]};
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, stacked));
+  // [N, g, taps, C/g, D', H*W] -> [N, D', g, taps, C/g, H*W]: each group's
+  // channels (tap, channel), as the folded kernel reads them.
+  llvm::SmallVector<Value> parts;
+  for (Value tap : tapsAlong(x, 2, depth, 0.0f))
+    parts.push_back(reshape(tap, {xs[0], groups, 1, perGroup, depth.out, xs[3] * xs[4]}));
+  Value input = reshape(transpose(concatAlong(parts, 2), {0, 4, 1, 2, 3, 5}), stacked);
+  Value kernel =
+      reshape(transpose(w, {0, 2, 1, 3, 4}), {ws[0], taps * perGroup, ws[3], ws[4]});
+  FLOWC_ASSIGN_OR_RETURN(auto pads,
+                         windowPads(volume.flat, window.pads, {xs[3], xs[4]},
+                                    window.kernel, window.strides, window.dilations));
+  Value bias;
+  if (hasOperand(node, 2)) {
+    FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
+  }
+  FLOWC_ASSIGN_OR_RETURN(Value y, convolveNchw(volume.flat, input, kernel, bias, pads,
+                                               window.strides, window.dilations, groups));
+  Shape ys = shapeOf(y);
+  Value perDepth = reshape(y, {xs[0], depth.out, ws[0], ys[2] * ys[3]});
+  return define(node, reshape(transpose(perDepth, {0, 2, 1, 3}),
+                              {xs[0], ws[0], depth.out, ys[2], ys[3]}));
+}
+
+/// 3-D pooling as 2-D pooling of each depth slice, then the depth window
+/// over the pooled slices: both max and average (its count of elements is
+/// the product of each axis's) separate so.
+Status Importer::importVolumePool(const Node &node, Value x) {
+  Shape xs = shapeOf(x);
+  if (!node.attributes.count("kernel_shape"))
+    return nodeError(node, "kernel_shape is required");
+  FLOWC_ASSIGN_OR_RETURN(Volume volume, splitDepth(node, xs[2], {}));
+  FLOWC_ASSIGN_OR_RETURN(
+      Value slices,
+      poolNchw(volume.flat, reshape(x, {xs[0], xs[1] * xs[2], xs[3], xs[4]})));
+  Shape ps = shapeOf(slices);
+  FLOWC_ASSIGN_OR_RETURN(
+      Value y, poolAlong(node, reshape(slices, {xs[0], xs[1], xs[2], ps[2], ps[3]}), 2,
+                         volume.depth));
+  return define(node, y);
+}
+
+Expected<Value> Importer::poolAlong(const Node &node, Value x, int64_t axis,
+                                    WindowAxis window) {
+  Shape xs = shapeOf(x);
+  int64_t n = xs[axis];
+  if (window.kernel > kMaxWindowTaps)
+    return nodeUnsupported(
+        node, "a window of " + std::to_string(window.kernel) + " along axis " +
+                  std::to_string(axis) + " is over flowc's " +
+                  std::to_string(kMaxWindowTaps) + " for dilated pooling");
+  if (window.begin >= window.kernel || window.end >= window.kernel)
+    return nodeError(node, "pads " + std::to_string(window.begin) + " and " +
+                               std::to_string(window.end) + " of axis " +
+                               std::to_string(axis) +
+                               " are not smaller than the kernel extent " +
+                               std::to_string(window.kernel));
+  int64_t span =
+      n + window.begin + window.end - window.dilation * (window.kernel - 1) - 1;
+  if (span < 0)
+    return nodeError(node, "kernel larger than padded input " + shapeString(xs));
+  window.out = span / window.stride + 1;
+  int64_t paddedEnd = n + window.end;
+  // ceil_mode's last, partial window, unless it would start in the
+  // trailing padding (as poolNchw's).
+  if (intAttr(node, "ceil_mode", 0) != 0 && span % window.stride != 0 &&
+      window.out * window.stride < n + window.begin) {
+    window.end += window.stride - span % window.stride;
+    window.out += 1;
+  }
+  bool isMax = node.opType == "MaxPool";
+  Shape out = xs;
+  out[axis] = window.out;
+  auto taps =
+      tapsAlong(x, axis, window, isMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+  Value y = taps[0];
+  for (size_t k = 1; k < taps.size(); ++k)
+    y = isMax ? build<mlir::tosa::MaximumOp>(out, {y, taps[k]})
+              : build<mlir::tosa::AddOp>(out, {y, taps[k]});
+  if (isMax)
+    return y;
+  // Each output's count of elements: the taps on real ones; where padding
+  // counts, on padding too. As onnxruntime's, an undilated window counts
+  // ceil_mode's extra end (as poolNchw's), a dilated one does not.
+  int64_t low = 0, high = n;
+  if (intAttr(node, "count_include_pad", 0) != 0) {
+    low = -window.begin;
+    high = window.dilation == 1 ? n + window.end : paddedEnd;
+  }
+  std::vector<float> scales;
+  for (int64_t i = 0; i < window.out; ++i) {
+    int64_t first = i * window.stride - window.begin, counted = 0;
+    for (int64_t k = 0; k < window.kernel; ++k)
+      counted += first + k * window.dilation >= low && first + k * window.dilation < high;
+    // A dilated window may step over every real element: its sum is 0.
+    scales.push_back(1.0f / static_cast<float>(std::max<int64_t>(counted, 1)));
+  }
+  Shape scaleShape(xs.size(), 1);
+  scaleShape[axis] = window.out;
+  auto type = f32(scaleShape);
+  Value scale = mlir::tosa::ConstOp::create(
+      builder_, loc_, type, mlir::DenseElementsAttr::get(type, llvm::ArrayRef(scales)));
+  return mul(y, scale);
 }
 
 Status Importer::importGlobalAveragePool(const Node &node) {
