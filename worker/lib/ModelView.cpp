@@ -51,6 +51,10 @@ std::string attributeText(const compiler::Attribute &attribute) {
   case Kind::Tensor:
     return attribute.tensor ? "tensor " + json(attribute.tensor->info.shape).dump()
                             : "tensor";
+  case Kind::Graph:
+    return attribute.graph
+               ? "graph of " + std::to_string(attribute.graph->nodes.size()) + " nodes"
+               : "graph";
   case Kind::Other:
     break;
   }

@@ -333,7 +333,9 @@ std::optional<Attribute::Kind> expectedKind(const std::string &name) {
                                                     {"auto_pad", Kind::String},
                                                     {"mode", Kind::String},
                                                     {"approximate", Kind::String},
-                                                    {"value", Kind::Tensor}};
+                                                    {"value", Kind::Tensor},
+                                                    {"then_branch", Kind::Graph},
+                                                    {"else_branch", Kind::Graph}};
   auto it = kinds.find(name);
   return it == kinds.end() ? std::nullopt : std::optional(it->second);
 }
@@ -348,6 +350,8 @@ const char *kindName(Attribute::Kind kind) {
     return "a string";
   case Attribute::Kind::Tensor:
     return "a tensor";
+  case Attribute::Kind::Graph:
+    return "a graph";
   case Attribute::Kind::Ints:
     return "ints";
   case Attribute::Kind::Floats:

@@ -304,6 +304,7 @@ public:
                            int64_t after, const std::string &mode);
   Expected<bool> foldRange(const Node &node);
   Status importIdentity(const Node &node);
+  Status importIf(const Node &node);
   Status importConstant(const Node &node);
   Status importWhere(const Node &node);
   Status importLayerNormalization(const Node &node);

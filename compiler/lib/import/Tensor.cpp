@@ -451,6 +451,60 @@ Status Importer::importExpand(const Node &node) {
 /// Inference: Dropout passes its input through and keeps every element
 /// (an all-true mask). So does training mode with a ratio of 0, which
 /// exporters write for `F.dropout(x, p=0.0)` (torchvision's Swin).
+/// If whose condition folds at import (exporters test shapes so: torch's
+/// squeeze of a size-1 axis, its LocalResponseNorm): the chosen branch's
+/// nodes imported in its place, its outputs the node's.
+Status Importer::importIf(const Node &node) {
+  std::optional<IntTensor> condition = intConstant(node.inputs[0]);
+  if (!condition)
+    return nodeUnsupported(node, "the condition '" + node.inputs[0] +
+                                     "' is computed at run time; flowc imports an If "
+                                     "whose condition folds at import (a shape test)");
+  if (condition->values.size() != 1)
+    return nodeError(node, "the condition has " +
+                               std::to_string(condition->values.size()) +
+                               " elements, not one");
+  // Both branches are checked: the model is malformed whichever runs.
+  for (const char *name : {"then_branch", "else_branch"}) {
+    auto it = node.attributes.find(name);
+    if (it == node.attributes.end() || !it->second.graph)
+      return nodeError(node, std::string("has no ") + name + " graph");
+    if (it->second.graph->outputs.size() != node.outputs.size())
+      return nodeError(
+          node, name + (" has " + std::to_string(it->second.graph->outputs.size())) +
+                    " outputs, the node " + std::to_string(node.outputs.size()));
+  }
+  std::string chosen = condition->values[0] != 0 ? "then_branch" : "else_branch";
+  const Graph &branch = *node.attributes.at(chosen).graph;
+  auto defined = [&](const std::string &name) {
+    return values_.count(name) || constants_.count(name);
+  };
+  for (const TensorData &tensor : branch.initializers) {
+    if (defined(tensor.info.name))
+      return nodeError(node, chosen + "'s initializer '" + tensor.info.name +
+                                 "' is already defined (every value has one writer)");
+    constants_[tensor.info.name] = &tensor;
+    initializerNames_.insert(tensor.info.name);
+  }
+  for (const Node &inner : branch.nodes) {
+    for (const std::string &output : inner.outputs)
+      if (!output.empty() && defined(output))
+        return nodeError(node, inner.describe() + " in " + chosen + " writes '" + output +
+                                   "', which is already defined (every value has one "
+                                   "writer)");
+    FLOWC_RETURN_IF_ERROR(importNode(inner));
+  }
+  // Each output an Identity of the branch's: a folded constant stays one.
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    if (node.outputs[i].empty())
+      continue;
+    Node alias{node.name,         "Identity", "", {branch.outputs[i].name},
+               {node.outputs[i]}, {}};
+    FLOWC_RETURN_IF_ERROR(importNode(alias));
+  }
+  return Status::ok();
+}
+
 Status Importer::importIdentity(const Node &node) {
   if (node.opType == "Dropout" && hasOperand(node, 2)) {
     auto training = intConstant(node.inputs[2]);
@@ -1167,6 +1221,7 @@ constexpr OpInfo kOps[] = {
      .import = &I::importGather,
      .cost = dataMovement},
     {.name = "Identity", .import = &I::importIdentity, .cost = dataMovement},
+    {.name = "If", .signature = {1, 1, 1, kAnyCount}, .import = &I::importIf},
     {.name = "Pad",
      .signature = {1, 4, 1, 1},
      .import = &I::importPad,

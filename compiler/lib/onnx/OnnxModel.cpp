@@ -144,6 +144,12 @@ private:
   }
 
   Status parseGraph(std::string_view bytes, OnnxModel &model);
+  /// A GraphProto's name, nodes, initializers, inputs and outputs.
+  Status parseGraphBody(std::string_view bytes, const std::string &where,
+                        std::string &name, std::vector<Node> &nodes,
+                        std::vector<TensorData> &initializers,
+                        std::vector<TensorInfo> &inputs,
+                        std::vector<TensorInfo> &outputs);
   Status parseNode(std::string_view bytes, const std::string &where, Node &node);
   Status parseAttribute(std::string_view bytes, const std::string &where,
                         std::string &name, Attribute &attr);
@@ -167,6 +173,8 @@ private:
   /// The model's directory, opened once: external data is opened beneath it.
   UniqueFd baseDirFd_;
   OnnxModel &model_;
+  /// Graph attributes being parsed, one inside the other.
+  int graphDepth_ = 0;
 };
 
 Status Parser::parseModel(OnnxModel &model) {
@@ -241,42 +249,10 @@ Status Parser::parseModel(OnnxModel &model) {
 }
 
 Status Parser::parseGraph(std::string_view bytes, OnnxModel &model) {
-  WireReader reader(bytes, offsetOf(bytes));
   std::vector<TensorInfo> declaredInputs;
-  while (!reader.atEnd()) {
-    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, "graph"));
-    if (field.number == 2 && field.type == WireType::Bytes) {
-      model.graphName = std::string(field.bytes);
-      continue;
-    }
-    if (field.number != 1 && field.number != 5 && field.number != 11 &&
-        field.number != 12)
-      continue;
-    FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, "graph"));
-    if (field.number == 1) {
-      Node node;
-      std::string where = "graph.node[" + std::to_string(model.nodes.size()) + "]";
-      FLOWC_RETURN_IF_ERROR(parseNode(field.bytes, where, node));
-      model.nodes.push_back(std::move(node));
-    } else if (field.number == 5) {
-      TensorData tensor;
-      std::string where =
-          "graph.initializer[" + std::to_string(model.initializers.size()) + "]";
-      FLOWC_RETURN_IF_ERROR(parseTensor(field.bytes, where, tensor));
-      model.initializers.push_back(std::move(tensor));
-      // Its header faulted in page-cache folios that hold weight bytes:
-      // release them now so parsing stays flat in memory (see loadOnnxModel).
-      MappedFile::releasePages(field.bytes);
-    } else {
-      TensorInfo info;
-      bool isInput = field.number == 11;
-      auto &list = isInput ? declaredInputs : model.outputs;
-      std::string where = std::string(isInput ? "graph.input[" : "graph.output[") +
-                          std::to_string(list.size()) + "]";
-      FLOWC_RETURN_IF_ERROR(parseValueInfo(field.bytes, where, info));
-      list.push_back(std::move(info));
-    }
-  }
+  FLOWC_RETURN_IF_ERROR(parseGraphBody(bytes, "graph", model.graphName, model.nodes,
+                                       model.initializers, declaredInputs,
+                                       model.outputs));
   // Before IR version 4 initializers were also listed as inputs.
   std::set<std::string> initializerNames;
   for (const TensorData &t : model.initializers)
@@ -284,6 +260,49 @@ Status Parser::parseGraph(std::string_view bytes, OnnxModel &model) {
   for (TensorInfo &info : declaredInputs)
     if (!initializerNames.count(info.name))
       model.inputs.push_back(std::move(info));
+  return Status::ok();
+}
+
+Status Parser::parseGraphBody(std::string_view bytes, const std::string &where,
+                              std::string &name, std::vector<Node> &nodes,
+                              std::vector<TensorData> &initializers,
+                              std::vector<TensorInfo> &inputs,
+                              std::vector<TensorInfo> &outputs) {
+  WireReader reader(bytes, offsetOf(bytes));
+  while (!reader.atEnd()) {
+    FLOWC_ASSIGN_OR_RETURN(WireField field, next(reader, where));
+    if (field.number == 2 && field.type == WireType::Bytes) {
+      name = std::string(field.bytes);
+      continue;
+    }
+    if (field.number != 1 && field.number != 5 && field.number != 11 &&
+        field.number != 12)
+      continue;
+    FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where));
+    if (field.number == 1) {
+      Node node;
+      std::string at = where + ".node[" + std::to_string(nodes.size()) + "]";
+      FLOWC_RETURN_IF_ERROR(parseNode(field.bytes, at, node));
+      nodes.push_back(std::move(node));
+    } else if (field.number == 5) {
+      TensorData tensor;
+      std::string at =
+          where + ".initializer[" + std::to_string(initializers.size()) + "]";
+      FLOWC_RETURN_IF_ERROR(parseTensor(field.bytes, at, tensor));
+      initializers.push_back(std::move(tensor));
+      // Its header faulted in page-cache folios that hold weight bytes:
+      // release them now so parsing stays flat in memory (see loadOnnxModel).
+      MappedFile::releasePages(field.bytes);
+    } else {
+      TensorInfo info;
+      bool isInput = field.number == 11;
+      auto &list = isInput ? inputs : outputs;
+      std::string at =
+          where + (isInput ? ".input[" : ".output[") + std::to_string(list.size()) + "]";
+      FLOWC_RETURN_IF_ERROR(parseValueInfo(field.bytes, at, info));
+      list.push_back(std::move(info));
+    }
+  }
   return Status::ok();
 }
 
@@ -360,6 +379,21 @@ Status Parser::parseAttribute(std::string_view bytes, const std::string &where,
       attr.tensor = std::make_shared<TensorData>();
       FLOWC_RETURN_IF_ERROR(parseTensor(field.bytes, where + ".t", *attr.tensor));
       break;
+    case 6: {
+      FLOWC_RETURN_IF_ERROR(expectType(field, WireType::Bytes, where + ".g"));
+      if (graphDepth_ >= kMaxGraphDepth)
+        return error(where + ".g", "graphs nested more than " +
+                                       std::to_string(kMaxGraphDepth) + " deep");
+      auto graph = std::make_shared<Graph>();
+      std::vector<TensorInfo> inputs;
+      ++graphDepth_;
+      Status parsed = parseGraphBody(field.bytes, where + ".g", graph->name, graph->nodes,
+                                     graph->initializers, inputs, graph->outputs);
+      --graphDepth_;
+      FLOWC_RETURN_IF_ERROR(parsed);
+      attr.graph = std::move(graph);
+      break;
+    }
     case 7:
       if (field.type == WireType::Fixed32) {
         uint32_t bits = static_cast<uint32_t>(field.varint);
@@ -401,7 +435,7 @@ Status Parser::parseAttribute(std::string_view bytes, const std::string &where,
   }
   static const Attribute::Kind kinds[] = {
       Attribute::Kind::Other,  Attribute::Kind::Float,  Attribute::Kind::Int,
-      Attribute::Kind::String, Attribute::Kind::Tensor, Attribute::Kind::Other,
+      Attribute::Kind::String, Attribute::Kind::Tensor, Attribute::Kind::Graph,
       Attribute::Kind::Floats, Attribute::Kind::Ints,   Attribute::Kind::Strings};
   attr.kind = declaredType >= 0 && declaredType <= 8 ? kinds[declaredType]
                                                      : Attribute::Kind::Other;

@@ -75,8 +75,10 @@ struct TensorData {
   std::shared_ptr<std::string> owned;
 };
 
+struct Graph;
+
 struct Attribute {
-  enum class Kind { Int, Float, String, Tensor, Ints, Floats, Strings, Other };
+  enum class Kind { Int, Float, String, Tensor, Graph, Ints, Floats, Strings, Other };
   Kind kind = Kind::Other;
   int64_t i = 0;
   float f = 0;
@@ -85,6 +87,7 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<std::string> strings;
   std::shared_ptr<TensorData> tensor;
+  std::shared_ptr<const Graph> graph;
 };
 
 struct Node {
@@ -98,6 +101,19 @@ struct Node {
   /// "node 'conv1' (Conv)" for error messages.
   std::string describe() const;
 };
+
+/// A graph attribute's body (If's branches): nodes, initializers and
+/// outputs. Its nodes read the enclosing graphs' values by name.
+struct Graph {
+  std::string name;
+  std::vector<Node> nodes;
+  std::vector<TensorData> initializers;
+  std::vector<TensorInfo> outputs;
+};
+
+/// How deep graph attributes may nest (If in If ...): exporters write one
+/// or two levels; the loader refuses more rather than recurse without end.
+inline constexpr int kMaxGraphDepth = 8;
 
 /// An external data file as it was opened: the mapping, and the identity
 /// of the very descriptor that was mapped (fstat), so that the stat memo
