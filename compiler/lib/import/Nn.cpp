@@ -391,8 +391,6 @@ Expected<Value> Importer::poolNchw(const Node &node, Value x) {
     return nodeUnsupported(node, "only 1-D, 2-D and 3-D pooling (3-D, 4-D or 5-D input) "
                                  "is supported, got " +
                                      shapeString(xs));
-  if (node.outputs.size() > 1)
-    return nodeUnsupported(node, "the Indices output of MaxPool is not supported");
   if (!node.attributes.count("kernel_shape"))
     return nodeError(node, "kernel_shape is required");
   FLOWC_ASSIGN_OR_RETURN(Window window, windowAttributes(node, line ? 1 : 2, {}));
