@@ -3,7 +3,8 @@
 
     .venv/bin/python scripts/fuzz_seeds.py [--bin build/bin] [--out fuzz/corpus]
 
-- onnx: every op case of tests/e2e/test_ops.py, the example models, ONNX's
+- onnx: every op case of tests/e2e/test_ops.py, test_recurrent.py and
+  test_einsum.py, the example models, ONNX's
   own backend node tests (shipped in the onnx wheel) of at most 2 KB, and
   models whose initializers live in the harness's "weights.bin".
 - npy: numpy.save of each dtype flowc reads, in format versions 1-3.
@@ -60,10 +61,16 @@ def external_model(name, location, offset, length, shape):
 
 def onnx_seeds(out: pathlib.Path, work: pathlib.Path):
     import make_models
+    import test_einsum
     import test_ops
+    import test_recurrent
     models = {}
     for name, case in sorted(test_ops.CASES.items()):
         models[name] = case()[0]
+    for name, case in sorted(test_recurrent.CASES.items()):
+        models[name] = test_recurrent.recurrent_model(**case)[0]
+    for equation, shapes in sorted(test_einsum.CASES.items()):
+        models[f"einsum {equation}"] = test_einsum.einsum_model(equation, shapes)
     rng = np.random.default_rng(7)
     models["example_cnn"] = make_models.make_cnn(rng)
     models["example_mlp"] = make_models.make_mlp(rng)

@@ -164,6 +164,8 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
   // arithmetic after a concatenation runs on each input where it lies.
   if (enabled(options, OptionalPass::DistributeOverConcat))
     pm.addPass(createDistributeOverConcatPass());
+  // Bufferizing a concatenation in place costs the cube of its inputs.
+  pm.addPass(createCopyWideConcatsPass());
   // Named linalg ops (conv, matmul, pooling) before the elementwise
   // conversion, which would otherwise claim their operands.
   pm.addNestedPass<mlir::func::FuncOp>(mlir::tosa::createTosaToLinalgNamed());

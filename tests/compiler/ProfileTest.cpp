@@ -108,6 +108,27 @@ TEST(ProfileTest, BatchedMatMulCountsEveryBatch) {
   EXPECT_EQ(profiled->profile.total.activationBytes, 24u * 4);
 }
 
+TEST(ProfileTest, LstmCountsBothProductsOfEveryStepAndDirection) {
+  // x[5,2,3] through a bidirectional LSTM of hidden size 4 (16 gate rows):
+  // per direction and row of seq x batch, x·Wᵀ (3 wide) and h·Rᵀ (4 wide)
+  // into 16 gates, and ten elementwise ops per hidden unit.
+  GraphSpec spec;
+  spec.initializers = {floatTensor("W", {2, 16, 3}, zeros(96)),
+                       floatTensor("R", {2, 16, 4}, zeros(128))};
+  spec.nodes = {node(
+      "LSTM", {"x", "W", "R"}, {"y"}, "lstm",
+      {intAttribute("hidden_size", 4), stringAttribute("direction", "bidirectional")})};
+  spec.inputs = {valueInfo("x", {5, 2, 3})};
+  spec.outputs = {valueInfo("y", {5, 2, 2, 4})};
+  auto profiled = profileOf(spec);
+  ASSERT_TRUE(profiled);
+  const OpProfile *lstm = row(profiled->profile, "LSTM");
+  ASSERT_TRUE(lstm);
+  EXPECT_EQ(lstm->flops, 2u * 10 * (2 * 16 * (3 + 4) + 10 * 4));
+  EXPECT_EQ(lstm->parameters, 96u + 128);
+  EXPECT_FALSE(lstm->estimated);
+}
+
 TEST(ProfileTest, PoolWindowComesFromTheSourceNode) {
   // 3x3 windows, stride 1, no padding over [1,2,6,6]: 32 outputs x 9.
   GraphSpec spec;

@@ -72,3 +72,28 @@ def test_without_the_layout_passes_the_result_is_the_same(flowc, dense, tmp_path
     library = [c for c in profile(flowc, plain, x) if "site" in c]
     pool = next(c for c in library if c["kind"] == "pool2d" and "pool" in c["node_names"])
     assert "ref" not in pool["implementation"], pool
+
+
+def test_a_concatenation_of_hundreds_of_computed_inputs_compiles_and_matches(flowc, tmp_path):
+    """600 inputs, each computed (in place they would make one alias set
+    whose bufferization cost grows with the cube of the inputs: minutes):
+    joined by copies instead (flowc-copy-wide-concats), same result."""
+    from onnx import TensorProto, helper, numpy_helper
+    count = 600
+    nodes, initializers, pieces = [], [], []
+    for i in range(count):
+        initializers.append(numpy_helper.from_array(np.full([1, 1], i / count, np.float32),
+                                                    f"c{i}"))
+        nodes.append(helper.make_node("Add", ["x", f"c{i}"], [f"a{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"a{i}"], [f"t{i}"]))
+        pieces.append(f"t{i}")
+    nodes.append(helper.make_node("Concat", pieces, ["y"], axis=0))
+    graph = helper.make_graph(
+        nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [count, 8])], initializers)
+    path = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                  ir_version=8), tmp_path / "wide.onnx")
+    x = np.random.default_rng(3).standard_normal((1, 8)).astype(np.float32)
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), {"x": x})["y"]
+    assert_close(ours, onnxruntime_outputs(path, {"x": x})["y"])

@@ -117,12 +117,12 @@ TEST_F(DaemonCliTest, NewWeightsReuseTheCompiledCode) {
 TEST_F(DaemonCliTest, BadModelsFailCleanlyAndLeaveTheCacheUntouched) {
   std::string good = denseReluModel();
   GraphSpec unsupported;
-  unsupported.nodes = {node("LSTM", {"x"}, {"y"}, "rnn")};
+  unsupported.nodes = {node("Det", {"x"}, {"y"}, "det")};
   unsupported.inputs = {valueInfo("x", {2, 4})};
   unsupported.outputs = {valueInfo("y", {2, 4})};
   writeFile(dir_.file("truncated.onnx"), good.substr(0, good.size() / 2));
   writeFile(dir_.file("garbage.onnx"), "\xff\xff\xff\xff garbage");
-  writeFile(dir_.file("lstm.onnx"), model(unsupported));
+  writeFile(dir_.file("det.onnx"), model(unsupported));
   // Something valid first, so that the cache is not trivially empty.
   writeFile(dir_.file("good.onnx"), good);
   submitJson(dir_.file("good.onnx"), dir_.file("good.fca"));
@@ -135,7 +135,7 @@ TEST_F(DaemonCliTest, BadModelsFailCleanlyAndLeaveTheCacheUntouched) {
        std::vector<Case>{{"truncated.onnx", "truncated"},
                          {"garbage.onnx", "garbage.onnx"},
                          {"missing.onnx", "missing.onnx"},
-                         {"lstm.onnx", "node 'rnn' (LSTM): unsupported op 'LSTM'"}}) {
+                         {"det.onnx", "node 'det' (Det): unsupported op 'Det'"}}) {
     CommandResult result =
         run("submit '" + dir_.file(c.file) + "' -o " + dir_.file("x.fca"));
     EXPECT_NE(result.exitCode, 0) << c.file;

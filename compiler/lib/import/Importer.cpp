@@ -395,7 +395,8 @@ Status Importer::checkSignature(const Node &node, const OpSignature *signature) 
   for (size_t i = 0; i < required; ++i)
     if (node.inputs[i].empty())
       return nodeError(node, "required input #" + std::to_string(i) + " is empty");
-  if (node.outputs[0].empty())
+  // The recurrent ops' outputs are all optional; other ops' first is not.
+  if (signature->minOutputs > 0 && node.outputs[0].empty())
     return nodeError(node, "output #0 has no name");
   return Status::ok();
 }
@@ -721,7 +722,8 @@ const std::vector<OpInfo> &opTable() {
   static const std::vector<OpInfo> table = [] {
     std::vector<OpInfo> all;
     for (std::span<const OpInfo> family :
-         {import::nnOps(), import::mathOps(), import::tensorOps()})
+         {import::nnOps(), import::mathOps(), import::tensorOps(), import::recurrentOps(),
+          import::einsumOps()})
       all.insert(all.end(), family.begin(), family.end());
     std::sort(all.begin(), all.end(), [](const OpInfo &a, const OpInfo &b) {
       return std::tie(a.name, a.sinceVersion) < std::tie(b.name, b.sinceVersion);

@@ -70,6 +70,8 @@ float floatAttr(const Node &node, const char *name, float fallback);
 std::span<const OpInfo> nnOps();
 std::span<const OpInfo> mathOps();
 std::span<const OpInfo> tensorOps();
+std::span<const OpInfo> recurrentOps();
+std::span<const OpInfo> einsumOps();
 
 /// Turns one ONNX graph into a func.func @main of TOSA ops. One per import;
 /// the op families are its member functions, named in the op table.
@@ -306,6 +308,10 @@ public:
   Status importIdentity(const Node &node);
   Status importIf(const Node &node);
   Status importConstant(const Node &node);
+  /// RNN, GRU and LSTM, unrolled over their time steps (Recurrent.cpp).
+  Status importRecurrent(const Node &node);
+  /// Einsum as summations and batched matrix products (Einsum.cpp).
+  Status importEinsum(const Node &node);
   Status importWhere(const Node &node);
   Status importLayerNormalization(const Node &node);
   Status importChannelNormalization(const Node &node);

@@ -228,6 +228,28 @@ def DistinctResultsPass : Pass<"flowc-distinct-results", "::mlir::ModuleOp"> {
   ];
 }
 
+def CopyWideConcatsPass : Pass<"flowc-copy-wide-concats", "::mlir::ModuleOp"> {
+  let summary = "Join a concatenation of many inputs by copies, not in place";
+  let description = [{
+    `tosa.concat` lowers to a chain of `tensor.insert_slice`s into one
+    tensor, which empty-tensor elimination and One-Shot Bufferize's alias
+    analysis make one alias set: their cost grows with the cube of the
+    inputs (128 inputs took 20 s, an unrolled LSTM's output of 512 steps
+    minutes). A concatenation of more than `max-in-place` inputs becomes
+    one `tensor.concat`, which bufferizes to a buffer and a copy per input
+    at linear cost. Narrower ones (every torchvision DenseNet's, up to 49
+    inputs; attention heads') keep their inputs written in place.
+  }];
+  let options = [
+    Option<"maxInPlace", "max-in-place", "unsigned", /*default=*/"64",
+           "The most inputs a concatenation may have and be joined in place">
+  ];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+  let statistics = [
+    Statistic<"concatsCopied", "concats-copied", "Concatenations joined by copies">
+  ];
+}
+
 def PlanActivationMemoryPass
     : Pass<"flowc-plan-activation-memory", "::mlir::ModuleOp"> {
   let summary = "Place @main's temporary buffers in one activation arena";
