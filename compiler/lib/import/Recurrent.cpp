@@ -99,6 +99,31 @@ private:
   Status readSequenceLengths();
   /// Direction `d`'s slice of a [dirs, ...] value, without the first axis.
   Value ofDirection(Value v, int64_t d);
+  /// A direction's operands, laid out for its steps.
+  struct DirectionWeights {
+    /// X·Wᵀ + biases of every step: [seq, batch, gates*hidden].
+    Value xw;
+    /// Rᵀ; for GRU without linear_before_reset, z's and r's columns, and
+    /// h's apart (`rhT`).
+    Value rT, rhT;
+    /// GRU with linear_before_reset: Rbh, added inside the reset product.
+    Value hiddenBias;
+    /// LSTM's peepholes, [1, hidden] each.
+    Value peepI, peepO, peepF;
+  };
+  DirectionWeights directionWeights(int64_t d);
+  /// The hidden and cell states between steps; a zero one is known so.
+  struct State {
+    Value h, c;
+    bool hZero, cZero;
+  };
+  /// The states after step `t` and the step's output (Y's row t).
+  struct Step {
+    State state;
+    Value output;
+  };
+  Step step(const DirectionWeights &w, const std::vector<Activation> &act, int64_t t,
+            const State &before);
   /// Direction `d` run over every step: its outputs at each step (Y's
   /// [seq, batch, hidden] part) and its final hidden and cell states.
   struct DirectionResult {
@@ -128,6 +153,8 @@ private:
   Value x_, w_, r_, b_, initialH_, initialC_, peepholes_;
   /// int32 [batch, 1]; null when every sequence is seq_ long.
   Value lengths_;
+  /// [batch, hidden] zeros: the absent initial states, Y past a length.
+  Value zeros_;
 };
 
 Status RecurrentBuilder::readAttributes() {
@@ -392,101 +419,108 @@ Value RecurrentBuilder::keepPastLength(int64_t t, Value updated, Value old) {
                                          {within, updated, old});
 }
 
-RecurrentBuilder::DirectionResult RecurrentBuilder::runDirection(int64_t d) {
+RecurrentBuilder::DirectionWeights RecurrentBuilder::directionWeights(int64_t d) {
   int64_t stacked = gates_ * hidden_;
-  const std::vector<Activation> &act = activations_[d];
+  DirectionWeights w;
   // All steps' X·Wᵀ + biases in one product: [seq, batch, gates*hidden].
   Value wT = im_.transpose(ofDirection(w_, d), {1, 0});
-  Value xw = matmul2d(im_.reshape(x_, {seq_ * batch_, inputSize_}), wT);
-  // GRU with linear_before_reset keeps Rbh inside the reset gate's product.
-  Value hiddenBias;
+  w.xw = matmul2d(im_.reshape(x_, {seq_ * batch_, inputSize_}), wT);
   if (b_) {
     Value bias = ofDirection(b_, d);
     Value wb = im_.sliceAlong(bias, 0, 0, stacked);
     Value rb = im_.sliceAlong(bias, 0, stacked, stacked);
     Value both = add(wb, rb);
+    // GRU with linear_before_reset keeps Rbh inside the reset gate's product.
     if (linearBeforeReset_) {
-      hiddenBias = im_.reshape(im_.sliceAlong(rb, 0, 2 * hidden_, hidden_), {1, hidden_});
+      w.hiddenBias =
+          im_.reshape(im_.sliceAlong(rb, 0, 2 * hidden_, hidden_), {1, hidden_});
       both = im_.concatAlong({im_.sliceAlong(both, 0, 0, 2 * hidden_),
                               im_.sliceAlong(wb, 0, 2 * hidden_, hidden_)},
                              0);
     }
-    xw = add(xw, im_.reshape(both, {1, stacked}));
+    w.xw = add(w.xw, im_.reshape(both, {1, stacked}));
   }
-  xw = im_.reshape(xw, {seq_, batch_, stacked});
-  Value rT = im_.transpose(ofDirection(r_, d), {1, 0}); // [hidden, gates*hidden]
+  w.xw = im_.reshape(w.xw, {seq_, batch_, stacked});
+  w.rT = im_.transpose(ofDirection(r_, d), {1, 0}); // [hidden, gates*hidden]
   // GRU without linear_before_reset multiplies (r ⊙ H) by Rh apart.
-  Value rzrT = rT, rhT;
   if (cell_ == Cell::Gru && !linearBeforeReset_) {
-    rzrT = im_.sliceAlong(rT, 1, 0, 2 * hidden_);
-    rhT = im_.sliceAlong(rT, 1, 2 * hidden_, hidden_);
+    w.rhT = im_.sliceAlong(w.rT, 1, 2 * hidden_, hidden_);
+    w.rT = im_.sliceAlong(w.rT, 1, 0, 2 * hidden_);
   }
-  Value peepI, peepO, peepF;
   if (peepholes_) {
     Value p = ofDirection(peepholes_, d);
     auto part = [&](int64_t i) {
       return im_.reshape(im_.sliceAlong(p, 0, i * hidden_, hidden_), {1, hidden_});
     };
-    peepI = part(0);
-    peepO = part(1);
-    peepF = part(2);
+    w.peepI = part(0);
+    w.peepO = part(1);
+    w.peepF = part(2);
   }
-  Shape state = {batch_, hidden_};
-  Value zeros = im_.zeros(im_.builder_.getF32Type(), state);
-  Value h = initialH_ ? ofDirection(initialH_, d) : zeros;
-  Value c = initialC_ ? ofDirection(initialC_, d) : zeros;
+  return w;
+}
+
+RecurrentBuilder::Step RecurrentBuilder::step(const DirectionWeights &w,
+                                              const std::vector<Activation> &act,
+                                              int64_t t, const State &before) {
+  Value xt = im_.reshape(im_.sliceAlong(w.xw, 0, t, 1), {batch_, gates_ * hidden_});
+  Value h = before.h, c = before.c;
   // A zero state needs no product by R (the first step without initial_h).
-  bool hZero = !initialH_, cZero = !initialC_;
+  Value hr = before.hZero ? Value() : matmul2d(h, w.rT);
+  auto pre = [&](int64_t index) {
+    Value g = gate(xt, index);
+    return hr ? add(g, gate(hr, index)) : g;
+  };
+  Value nextH, nextC;
+  if (cell_ == Cell::Rnn) {
+    nextH = activate(act[0], clipped(pre(0)));
+  } else if (cell_ == Cell::Gru) {
+    Value z = activate(act[0], clipped(pre(0)));
+    Value r = activate(act[0], clipped(pre(1)));
+    Value candidate = gate(xt, 2);
+    if (linearBeforeReset_) {
+      Value recurrent = hr ? gate(hr, 2) : zeros_;
+      if (w.hiddenBias)
+        recurrent = add(recurrent, w.hiddenBias);
+      candidate = add(candidate, im_.mul(r, recurrent));
+    } else if (!before.hZero) {
+      candidate = add(candidate, matmul2d(im_.mul(r, h), w.rhT));
+    }
+    Value hTilde = activate(act[1], clipped(candidate));
+    // (1 - z) ⊙ h~ + z ⊙ H = h~ + z ⊙ (H - h~)
+    nextH = add(hTilde, im_.mul(z, sub(h, hTilde)));
+  } else {
+    Value i = pre(0), o = pre(1), f = pre(2), g = pre(3);
+    if (w.peepI && !before.cZero) {
+      i = add(i, im_.mul(w.peepI, c));
+      f = add(f, im_.mul(w.peepF, c));
+    }
+    i = activate(act[0], clipped(i));
+    f = inputForget_ ? sub(im_.scalar(1.0f, 2), i) : activate(act[0], clipped(f));
+    g = activate(act[1], clipped(g));
+    nextC = add(im_.mul(f, c), im_.mul(i, g));
+    if (w.peepO)
+      o = add(o, im_.mul(w.peepO, nextC));
+    o = activate(act[0], clipped(o));
+    nextH = im_.mul(o, activate(act[2], nextC));
+  }
+  Value keptC = cell_ == Cell::Lstm ? keepPastLength(t, nextC, c) : c;
+  State after{keepPastLength(t, nextH, h), keptC, false, false};
+  return {after, keepPastLength(t, nextH, zeros_)};
+}
+
+RecurrentBuilder::DirectionResult RecurrentBuilder::runDirection(int64_t d) {
+  DirectionWeights w = directionWeights(d);
+  State state{initialH_ ? ofDirection(initialH_, d) : zeros_,
+              initialC_ ? ofDirection(initialC_, d) : zeros_, !initialH_, !initialC_};
   bool backwards = reverse_ || d == 1;
   std::vector<Value> outputs(seq_);
-  for (int64_t step = 0; step < seq_; ++step) {
-    int64_t t = backwards ? seq_ - 1 - step : step;
-    Value xt = im_.reshape(im_.sliceAlong(xw, 0, t, 1), {batch_, stacked});
-    Value hr = hZero ? Value() : matmul2d(h, rzrT);
-    auto pre = [&](int64_t index) {
-      Value g = gate(xt, index);
-      return hr ? add(g, gate(hr, index)) : g;
-    };
-    Value nextH, nextC;
-    if (cell_ == Cell::Rnn) {
-      nextH = activate(act[0], clipped(pre(0)));
-    } else if (cell_ == Cell::Gru) {
-      Value z = activate(act[0], clipped(pre(0)));
-      Value r = activate(act[0], clipped(pre(1)));
-      Value candidate = gate(xt, 2);
-      if (linearBeforeReset_) {
-        Value recurrent = hr ? gate(hr, 2) : zeros;
-        if (hiddenBias)
-          recurrent = add(recurrent, hiddenBias);
-        candidate = add(candidate, im_.mul(r, recurrent));
-      } else if (!hZero) {
-        candidate = add(candidate, matmul2d(im_.mul(r, h), rhT));
-      }
-      Value hTilde = activate(act[1], clipped(candidate));
-      // (1 - z) ⊙ h~ + z ⊙ H = h~ + z ⊙ (H - h~)
-      nextH = add(hTilde, im_.mul(z, sub(h, hTilde)));
-    } else {
-      Value i = pre(0), o = pre(1), f = pre(2), g = pre(3);
-      if (peepholes_ && !cZero) {
-        i = add(i, im_.mul(peepI, c));
-        f = add(f, im_.mul(peepF, c));
-      }
-      i = activate(act[0], clipped(i));
-      f = inputForget_ ? sub(im_.scalar(1.0f, 2), i) : activate(act[0], clipped(f));
-      g = activate(act[1], clipped(g));
-      nextC = add(im_.mul(f, c), im_.mul(i, g));
-      if (peepholes_)
-        o = add(o, im_.mul(peepO, nextC));
-      o = activate(act[0], clipped(o));
-      nextH = im_.mul(o, activate(act[2], nextC));
-      c = keepPastLength(t, nextC, c);
-      cZero = false;
-    }
-    outputs[t] = keepPastLength(t, nextH, zeros);
-    h = keepPastLength(t, nextH, h);
-    hZero = false;
+  for (int64_t i = 0; i < seq_; ++i) {
+    int64_t t = backwards ? seq_ - 1 - i : i;
+    Step next = step(w, activations_[d], t, state);
+    state = next.state;
+    outputs[t] = next.output;
   }
-  DirectionResult result{Value(), h, c};
+  DirectionResult result{Value(), state.h, state.c};
   if (!node_.outputs.empty() && !node_.outputs[0].empty()) {
     for (Value &y : outputs)
       y = im_.reshape(y, {1, batch_, hidden_});
@@ -501,6 +535,7 @@ Status RecurrentBuilder::build() {
   Shape yShape = batchFirst_ ? Shape{batch_, seq_, dirs_, hidden_}
                              : Shape{seq_, dirs_, batch_, hidden_};
   FLOWC_RETURN_IF_ERROR(im_.checkRuntimeShape(node_, yShape));
+  zeros_ = im_.zeros(im_.builder_.getF32Type(), {batch_, hidden_});
   std::vector<Value> ys, hs, cs;
   for (int64_t d = 0; d < dirs_; ++d) {
     DirectionResult result = runDirection(d);
