@@ -356,6 +356,27 @@ CASES = {
                                    np.arange(4, dtype=np.float32), "c")),
               helper.make_node("Mul", ["x", "c"], ["y"])],
         {"x": [3, 4]}, [3, 4]),
+    # Elementary functions TOSA lacks, from exp, log, sin, cos and compares;
+    # x scaled by 3 to reach each function's tails.
+    **{f"elementary_{op.lower()}": (lambda op=op, attrs=attrs: graph_case(
+        "e", [helper.make_node("Mul", ["x", "three"], ["wide"]),
+              helper.make_node(op, ["wide"], ["y"], **attrs)],
+        {"x": [4, 16]}, [4, 16],
+        [numpy_helper.from_array(np.array(3.0, np.float32), "three")]))
+       for op, attrs in (("Tan", {}), ("Sinh", {}), ("Cosh", {}), ("Asinh", {}),
+                         ("ThresholdedRelu", {"alpha": 0.4}),
+                         ("Shrink", {"bias": 0.3, "lambd": 0.8}),
+                         ("Celu", {"alpha": 2.0}))},
+    # Acosh on [1, inf) and Atanh on (-1, 1).
+    "elementary_acosh": lambda: graph_case(
+        "e", [helper.make_node("Abs", ["x"], ["a"]),
+              helper.make_node("Add", ["a", "one"], ["b"]),
+              helper.make_node("Acosh", ["b"], ["y"])],
+        {"x": [4, 16]}, [4, 16], [numpy_helper.from_array(np.array(1.0, np.float32), "one")]),
+    "elementary_atanh": lambda: graph_case(
+        "e", [helper.make_node("Tanh", ["x"], ["a"]),
+              helper.make_node("Atanh", ["a"], ["y"])],
+        {"x": [4, 16]}, [4, 16]),
 }
 
 

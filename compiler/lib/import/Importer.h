@@ -280,6 +280,9 @@ public:
   Status importConcat(const Node &node);
   Status importReduce(const Node &node);
   Status importUnary(const Node &node);
+  /// Tan, Sinh, Cosh, Asinh, Acosh, Atanh, ThresholdedRelu, Shrink, Celu,
+  /// IsNaN, IsInf.
+  Status importElementary(const Node &node);
   Status importVariadic(const Node &node);
   Status importCompare(const Node &node);
   Status importLogical(const Node &node);

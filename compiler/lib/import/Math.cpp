@@ -389,6 +389,90 @@ Status Importer::importUnary(const Node &node) {
                 build<mlir::tosa::SelectOp>(shape, {isPositive, positive, negative}));
 }
 
+/// Hyperbolic and inverse hyperbolic functions, tan, the shrinking
+/// activations and the float classes, from exp, log, sin, cos and compares
+/// (TOSA has none of them).
+Status Importer::importElementary(const Node &node) {
+  const std::string &op = node.opType;
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  Shape shape = shapeOf(x);
+  size_t rank = shape.size();
+  mlir::Type i1 = builder_.getI1Type();
+  auto add = [&](Value a, Value b) { return build<mlir::tosa::AddOp>(shape, {a, b}); };
+  auto sub = [&](Value a, Value b) { return build<mlir::tosa::SubOp>(shape, {a, b}); };
+  auto times = [&](Value a, float by) { return mul(a, scalar(by, rank)); };
+  auto exp = [&](Value a) { return build<mlir::tosa::ExpOp>(shape, {a}); };
+  auto log = [&](Value a) { return build<mlir::tosa::LogOp>(shape, {a}); };
+  auto sqrt = [&](Value a) {
+    return build<mlir::tosa::PowOp>(shape, {a, scalar(0.5f, rank)});
+  };
+  auto select = [&](Value condition, Value a, Value b) {
+    return build<mlir::tosa::SelectOp>(shape, {condition, a, b});
+  };
+  auto greater = [&](Value a, Value b) {
+    return buildTyped<mlir::tosa::GreaterOp>(i1, shape, {a, b});
+  };
+  Value one = scalar(1.0f, rank), zero = scalar(0.0f, rank);
+  if (op == "Tan")
+    return define(node, mul(build<mlir::tosa::SinOp>(shape, {x}),
+                            build<mlir::tosa::ReciprocalOp>(
+                                shape, {build<mlir::tosa::CosOp>(shape, {x})})));
+  if (op == "Sinh" || op == "Cosh") {
+    Value up = exp(x), down = exp(times(x, -1.0f));
+    return define(node, times(op == "Sinh" ? sub(up, down) : add(up, down), 0.5f));
+  }
+  if (op == "Asinh") {
+    // sign(x) · log(|x| + sqrt(x² + 1)): no cancellation for negative x.
+    Value magnitude = build<mlir::tosa::AbsOp>(shape, {x});
+    Value y = log(add(magnitude, sqrt(add(mul(x, x), one))));
+    return define(node, select(greater(zero, x), times(y, -1.0f), y));
+  }
+  if (op == "Acosh")
+    return define(node, log(add(x, sqrt(sub(mul(x, x), one)))));
+  if (op == "Atanh")
+    return define(node, times(log(mul(add(one, x), build<mlir::tosa::ReciprocalOp>(
+                                                       shape, {sub(one, x)}))),
+                              0.5f));
+  if (op == "ThresholdedRelu")
+    return define(
+        node, select(greater(x, scalar(floatAttr(node, "alpha", 1.0f), rank)), x, zero));
+  if (op == "Shrink") {
+    float bias = floatAttr(node, "bias", 0.0f), lambd = floatAttr(node, "lambd", 0.5f);
+    Value y = select(greater(x, scalar(lambd, rank)), sub(x, scalar(bias, rank)), zero);
+    return define(
+        node, select(greater(scalar(-lambd, rank), x), add(x, scalar(bias, rank)), y));
+  }
+  if (op == "Celu") {
+    // max(0, x) + min(0, alpha · (exp(x / alpha) - 1))
+    float alpha = floatAttr(node, "alpha", 1.0f);
+    if (alpha == 0.0f)
+      return nodeError(node, "alpha is 0 (Celu divides by it)");
+    Value negative = times(sub(exp(times(x, 1.0f / alpha)), one), alpha);
+    float infinity = std::numeric_limits<float>::infinity();
+    return define(node, add(clamp(x, 0.0f, infinity), clamp(negative, -infinity, 0.0f)));
+  }
+  if (op == "IsNaN")
+    return define(node,
+                  buildTyped<mlir::tosa::LogicalNotOp>(
+                      i1, shape, {buildTyped<mlir::tosa::EqualOp>(i1, shape, {x, x})}));
+  // IsInf
+  float infinity = std::numeric_limits<float>::infinity();
+  Value positive =
+      buildTyped<mlir::tosa::EqualOp>(i1, shape, {x, scalar(infinity, rank)});
+  Value negative =
+      buildTyped<mlir::tosa::EqualOp>(i1, shape, {x, scalar(-infinity, rank)});
+  bool wantPositive = intAttr(node, "detect_positive", 1) != 0;
+  bool wantNegative = intAttr(node, "detect_negative", 1) != 0;
+  if (wantPositive && wantNegative)
+    return define(node,
+                  buildTyped<mlir::tosa::LogicalOrOp>(i1, shape, {positive, negative}));
+  if (wantPositive)
+    return define(node, positive);
+  if (wantNegative)
+    return define(node, negative);
+  return define(node, buildTyped<mlir::tosa::EqualOp>(i1, shape, {zero, one}));
+}
+
 /// Max, Min, Sum and Mean of any number of broadcast inputs.
 Status Importer::importVariadic(const Node &node) {
   const std::string &op = node.opType;
@@ -518,6 +602,10 @@ constexpr OpSignature kReduce{1, 2, 1, 1};
 // The family's op table (OpRegistry.h): one entry per op and opset range.
 constexpr OpInfo kOps[] = {
     {.name = "Abs", .import = &I::importUnary, .cost = perElement<1>},
+    {.name = "Acosh",
+     .sinceVersion = 9,
+     .import = &I::importElementary,
+     .cost = perElement<5>},
     {.name = "Add",
      .signature = kBinary,
      .import = &I::importBinary,
@@ -525,13 +613,29 @@ constexpr OpInfo kOps[] = {
     {.name = "And", .signature = kBinary, .import = &I::importLogical},
     {.name = "ArgMax", .import = &I::importArgExtreme},
     {.name = "ArgMin", .import = &I::importArgExtreme},
+    {.name = "Asinh",
+     .sinceVersion = 9,
+     .import = &I::importElementary,
+     .cost = perElement<6>},
+    {.name = "Atanh",
+     .sinceVersion = 9,
+     .import = &I::importElementary,
+     .cost = perElement<5>},
     {.name = "Ceil", .import = &I::importUnary, .cost = perElement<1>},
+    {.name = "Celu",
+     .sinceVersion = 12,
+     .import = &I::importElementary,
+     .cost = perElement<5>},
     // min, max
     {.name = "Clip",
      .signature = {1, 3, 1, 1},
      .import = &I::importClip,
      .cost = perElement<2>},
     {.name = "Cos", .sinceVersion = 7, .import = &I::importUnary},
+    {.name = "Cosh",
+     .sinceVersion = 9,
+     .import = &I::importElementary,
+     .cost = perElement<4>},
     {.name = "Div",
      .signature = kBinary,
      .import = &I::importBinary,
@@ -563,6 +667,14 @@ constexpr OpInfo kOps[] = {
      .sinceVersion = 14,
      .import = &I::importActivation,
      .cost = perElement<5>},
+    {.name = "IsInf",
+     .sinceVersion = 10,
+     .import = &I::importElementary,
+     .cost = perElement<3>},
+    {.name = "IsNaN",
+     .sinceVersion = 9,
+     .import = &I::importElementary,
+     .cost = perElement<2>},
     // compare, multiply
     {.name = "LeakyRelu", .import = &I::importActivation, .cost = perElement<2>},
     {.name = "Less",
@@ -662,10 +774,18 @@ constexpr OpInfo kOps[] = {
     {.name = "Relu", .import = &I::importActivation, .cost = perElement<1>},
     {.name = "Round", .sinceVersion = 11, .import = &I::importUnary},
     {.name = "Selu", .import = &I::importUnary},
+    {.name = "Shrink",
+     .sinceVersion = 9,
+     .import = &I::importElementary,
+     .cost = perElement<4>},
     // neg, exp, add, divide
     {.name = "Sigmoid", .import = &I::importActivation, .cost = perElement<4>},
     {.name = "Sign", .sinceVersion = 9, .import = &I::importUnary},
     {.name = "Sin", .sinceVersion = 7, .import = &I::importUnary},
+    {.name = "Sinh",
+     .sinceVersion = 9,
+     .import = &I::importElementary,
+     .cost = perElement<4>},
     {.name = "Softplus", .import = &I::importUnary},
     {.name = "Softsign", .import = &I::importUnary},
     {.name = "Sqrt",
@@ -680,7 +800,15 @@ constexpr OpInfo kOps[] = {
      .signature = kVariadic,
      .import = &I::importVariadic,
      .cost = variadicFlops},
+    {.name = "Tan",
+     .sinceVersion = 7,
+     .import = &I::importElementary,
+     .cost = perElement<3>},
     {.name = "Tanh", .import = &I::importActivation, .cost = perElement<1>},
+    {.name = "ThresholdedRelu",
+     .sinceVersion = 10,
+     .import = &I::importElementary,
+     .cost = perElement<2>},
     {.name = "Where",
      .sinceVersion = 9,
      .signature = {3, 3, 1, 1},
