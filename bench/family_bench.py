@@ -37,7 +37,7 @@ FLOWC = ROOT / "build" / "bin" / "flowc"
 FAMILIES = "roberta,t5,llama,opt,bloom,mobilebert,deberta,whisper,swin"
 DECODERS = "dcgan,unet,style,espcn,groupnorm,audio"
 VIDEO = "r3d_18,mc3_18,r2plus1d_18"
-RECURRENT = "lstm_classifier,gru_tagger,rnn_relu,lstm_states"
+RECURRENT = "lstm_classifier,gru_tagger,rnn_relu,lstm_states,lstm_speech"
 
 
 def main():
@@ -71,9 +71,12 @@ def main():
 def measure(work, name, output, args, env):
     """Compiles, times and checks one exported model; prints its row."""
     model, artifact = work / f"{name}.onnx", work / f"{name}.fca"
-    # <name>_<input>.npy per input (the recurrent models take several).
+    # <name>_<input>.npy per input (the recurrent models take several), the
+    # data first: its shape is the row's.
     feeds = {path.stem[len(name) + 1:]: np.load(path)
-             for path in sorted(work.glob(f"{name}_*.npy"))}
+             for path in sorted(work.glob(f"{name}_*.npy"),
+                                key=lambda p: (p.stem[len(name) + 1:] not in ("input", "tokens"),
+                                               p.name))}
     start = time.perf_counter()
     subprocess.run([FLOWC, "--cache-dir", work / "cache", "compile", model, "-o", artifact,
                     "-O", args.opt], check=True, capture_output=True, env=env)

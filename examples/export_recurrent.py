@@ -10,7 +10,9 @@ nodes, with the shape arithmetic torch writes around them).
 - gru_tagger: a two-layer GRU over features, a linear head on every step;
 - rnn_relu: a reverse-free Elman RNN with ReLU, its final state;
 - lstm_states: an LSTM given its initial states, returning its output
-  and both final states.
+  and both final states;
+- lstm_speech: a speech encoder's size: 80 mel bands, 100 frames, batch
+  4, two LSTM layers of 256.
 
 Runs on Debian's python3-torch (scripts/setup.sh installs it). For each
 model writes OUT_DIR/<model>.onnx and OUT_DIR/<model>_<input>.npy for each
@@ -66,6 +68,15 @@ class LstmStates(nn.Module):
         return out, h, c
 
 
+class LstmSpeech(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(80, 256, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
 def inputs(name: str, generator: torch.Generator):
     """The model's example inputs, by name."""
     if name == "lstm_classifier":
@@ -74,13 +85,15 @@ def inputs(name: str, generator: torch.Generator):
         return {"input": torch.randn(9, 2, 16, generator=generator)}
     if name == "rnn_relu":
         return {"input": torch.randn(2, 15, 12, generator=generator)}
+    if name == "lstm_speech":
+        return {"input": torch.randn(4, 100, 80, generator=generator)}
     return {"input": torch.randn(7, 3, 10, generator=generator),
             "h0": torch.randn(1, 3, 16, generator=generator),
             "c0": torch.randn(1, 3, 16, generator=generator)}
 
 
 MODELS = {"lstm_classifier": LstmClassifier, "gru_tagger": GruTagger, "rnn_relu": RnnRelu,
-          "lstm_states": LstmStates}
+          "lstm_states": LstmStates, "lstm_speech": LstmSpeech}
 OUTPUTS = {"lstm_states": ["output", "h", "c"]}
 
 

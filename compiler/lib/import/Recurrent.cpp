@@ -22,6 +22,10 @@ namespace {
 /// run tens to a few hundred steps a layer.
 constexpr int64_t kMaxRecurrentSteps = 1024;
 
+/// Multiply-adds up to which a step's product by R is a loop nest of its
+/// own rather than a library call (~0.7 µs each, most of a small step).
+constexpr int64_t kMaxLoopProduct = 2048;
+
 enum class Cell { Rnn, Gru, Lstm };
 
 Cell cellOf(const std::string &op) {
@@ -136,6 +140,9 @@ private:
   Value sub(Value a, Value b);
   /// [batch, n] = [batch, k] · [k, n].
   Value matmul2d(Value a, Value b);
+  /// A step's product of the state by R: a library call costs more than
+  /// a small product itself, which runs as loops fused with the gates.
+  Value stepProduct(Value h, Value rT);
   Value gate(Value stacked, int64_t index);
   /// Where step `t` is past a sequence's length: the old state is kept.
   Value keepPastLength(int64_t t, Value updated, Value old);
@@ -354,6 +361,18 @@ Value RecurrentBuilder::matmul2d(Value a, Value b) {
   return im_.reshape(product, {as[0], bs[1]});
 }
 
+Value RecurrentBuilder::stepProduct(Value h, Value rT) {
+  Shape hs = Importer::shapeOf(h), rs = Importer::shapeOf(rT);
+  if (hs[0] * hs[1] * rs[1] > kMaxLoopProduct)
+    return matmul2d(h, rT);
+  // [batch, hidden, 1] ⊙ [1, hidden, n], summed over hidden.
+  Value terms =
+      im_.mul(im_.reshape(h, {hs[0], hs[1], 1}), im_.reshape(rT, {1, rs[0], rs[1]}));
+  Value sum = im_.build<mlir::tosa::ReduceSumOp>(
+      {hs[0], 1, rs[1]}, {terms}, {im_.attr("axis", im_.builder_.getI32IntegerAttr(1))});
+  return im_.reshape(sum, {hs[0], rs[1]});
+}
+
 Value RecurrentBuilder::gate(Value stacked, int64_t index) {
   return im_.sliceAlong(stacked, 1, index * hidden_, hidden_);
 }
@@ -465,7 +484,7 @@ RecurrentBuilder::Step RecurrentBuilder::step(const DirectionWeights &w,
   Value xt = im_.reshape(im_.sliceAlong(w.xw, 0, t, 1), {batch_, gates_ * hidden_});
   Value h = before.h, c = before.c;
   // A zero state needs no product by R (the first step without initial_h).
-  Value hr = before.hZero ? Value() : matmul2d(h, w.rT);
+  Value hr = before.hZero ? Value() : stepProduct(h, w.rT);
   auto pre = [&](int64_t index) {
     Value g = gate(xt, index);
     return hr ? add(g, gate(hr, index)) : g;
@@ -483,7 +502,7 @@ RecurrentBuilder::Step RecurrentBuilder::step(const DirectionWeights &w,
         recurrent = add(recurrent, w.hiddenBias);
       candidate = add(candidate, im_.mul(r, recurrent));
     } else if (!before.hZero) {
-      candidate = add(candidate, matmul2d(im_.mul(r, h), w.rhT));
+      candidate = add(candidate, stepProduct(im_.mul(r, h), w.rhT));
     }
     Value hTilde = activate(act[1], clipped(candidate));
     // (1 - z) ⊙ h~ + z ⊙ H = h~ + z ⊙ (H - h~)
