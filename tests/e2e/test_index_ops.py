@@ -304,3 +304,70 @@ def test_a_zero_divisor_fails_the_run_and_the_lowest_value_wraps(flowc, tmp_path
     assert result.returncode == BAD, result.stderr
     assert "node 'quotient' (Div): a divisor is zero" in result.stderr, result.stderr
     assert flowc.execute(model.with_suffix(".fca"), good)["q"].tolist() == [3, -3, lowest, -1]
+
+
+def gather_elements_model(data_type, index_type, data_shape, index_shape, axis,
+                          constant_indices=None):
+    inputs = [helper.make_tensor_value_info("data", data_type, data_shape)]
+    initializers = []
+    if constant_indices is None:
+        inputs.append(helper.make_tensor_value_info("idx", index_type, index_shape))
+    else:
+        initializers.append(numpy_helper.from_array(constant_indices, "idx"))
+    graph = helper.make_graph(
+        [helper.make_node("GatherElements", ["data", "idx"], ["y"], name="pick", axis=axis)],
+        "g", inputs, [helper.make_tensor_value_info("y", data_type, index_shape)],
+        initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                             ir_version=8)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32])
+def test_gather_elements_matches_onnxruntime(flowc, tmp_path, axis, dtype):
+    """torch.gather's export: run-time indices (negative ones too) into any
+    axis, shorter than the data off it, for each data type."""
+    rng = np.random.default_rng(5)
+    data_shape, index_shape = [3, 4, 5], [2, 3, 4]
+    index_shape[axis] = 6
+    kind = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64,
+            np.int32: TensorProto.INT32}[dtype]
+    path = save(gather_elements_model(kind, TensorProto.INT64, data_shape, index_shape, axis),
+                tmp_path / "g.onnx")
+    extent = data_shape[axis]
+    inputs = {"data": (rng.standard_normal(data_shape) * 100).astype(dtype),
+              "idx": rng.integers(-extent, extent, index_shape).astype(np.int64)}
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), inputs)["y"]
+    expected = onnxruntime_outputs(path, inputs)["y"]
+    assert ours.dtype == expected.dtype
+    np.testing.assert_array_equal(ours, expected)
+
+
+def test_gather_elements_indices_out_of_range(flowc, tmp_path):
+    """Constant indices are checked at compile time (exit 3), run-time ones
+    as the graph runs (the run fails, exit 3)."""
+    constant = np.array([[0, 2, -1], [1, 0, 0]], np.int32)
+    path = save(gather_elements_model(TensorProto.FLOAT, TensorProto.INT32, [2, 3], [2, 3], 1,
+                                      constant), tmp_path / "constant.onnx")
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    flowc.submit(path)
+    assert flowc.execute(path.with_suffix(".fca"), {"data": data})["y"].tolist() == \
+        [[0, 2, 2], [4, 3, 3]]
+    bad = gather_elements_model(TensorProto.FLOAT, TensorProto.INT32, [2, 3], [2, 3], 1,
+                                np.array([[0, 1, 2], [0, -4, 0]], np.int32))
+    (tmp_path / "bad.onnx").write_bytes(bad.SerializeToString())
+    result = flowc.run("submit", tmp_path / "bad.onnx", "-o", tmp_path / "bad.fca", check=False)
+    assert result.returncode == BAD, result.stderr
+    assert "index -4 is out of range for axis 1 of [2,3]" in result.stderr, result.stderr
+    path = save(gather_elements_model(TensorProto.FLOAT, TensorProto.INT64, [2, 3], [2, 3], 1),
+                tmp_path / "runtime.onnx")
+    flowc.submit(path)
+    np.save(tmp_path / "data.npy", data)
+    np.save(tmp_path / "idx.npy", np.array([[0, 1, 2], [3, 0, 0]], np.int64))
+    result = flowc.run("run", path.with_suffix(".fca"), "--input", f"data={tmp_path / 'data.npy'}",
+                       "--input", f"idx={tmp_path / 'idx.npy'}", "--output-dir",
+                       tmp_path / "out", check=False)
+    assert result.returncode == BAD, result.stderr
+    assert "node 'pick' (GatherElements): an index is outside [-3, 2], the range of axis 1" \
+        in result.stderr, result.stderr

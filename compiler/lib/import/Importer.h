@@ -297,6 +297,7 @@ public:
   Status importActivation(const Node &node);
   Status importSlice(const Node &node);
   Status importGather(const Node &node);
+  Status importGatherElements(const Node &node);
   Status importExpand(const Node &node);
   Status importPow(const Node &node);
   Status importCast(const Node &node);

@@ -378,6 +378,84 @@ Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indi
   return transpose(y, back);
 }
 
+/// out[i] = data[i with its `axis` coordinate replaced by indices[i]]: one
+/// gather from the flattened data, at offsets whose other coordinates'
+/// part is a constant.
+Status Importer::importGatherElements(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value indices, anyOperand(node, 1));
+  Shape shape = shapeOf(data), indexShape = shapeOf(indices);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
+  mlir::Type indexType = elementTypeOf(indices);
+  if (!indexType.isInteger(64) && !indexType.isInteger(32))
+    return nodeError(node, "indices must be int64 or int32");
+  if (static_cast<int64_t>(indexShape.size()) != rank)
+    return nodeError(node, "indices " + shapeString(indexShape) + " and data " +
+                               shapeString(shape) + " differ in rank");
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && indexShape[d] > shape[d])
+      return nodeError(node, "indices " + shapeString(indexShape) +
+                                 " are longer than data " + shapeString(shape) +
+                                 " along axis " + std::to_string(d));
+  // Constant indices are checked here, as Gather's are.
+  if (auto known = intConstant(node.inputs[1]))
+    for (int64_t index : known->values)
+      if (index < -shape[axis] || index >= shape[axis])
+        return nodeError(node, "index " + std::to_string(index) +
+                                   " is out of range for axis " + std::to_string(axis) +
+                                   " of " + shapeString(shape));
+  int64_t total = product(shape, 0, shape.size());
+  if (total > std::numeric_limits<int32_t>::max())
+    return nodeUnsupported(node, "gathers from " + std::to_string(total) +
+                                     " elements, over int32's range");
+  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, indexShape));
+  FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, indexShape));
+  // Each output element's offset in data, its axis coordinate left out.
+  Shape strides(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  std::vector<int32_t> base(static_cast<size_t>(count));
+  Shape coordinate(rank, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t offset = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      offset += d == axis ? 0 : coordinate[d] * strides[d];
+    base[i] = static_cast<int32_t>(offset);
+    for (int64_t d = rank - 1; d >= 0 && ++coordinate[d] == indexShape[d]; --d)
+      coordinate[d] = 0;
+  }
+  mlir::Type i32 = builder_.getI32Type();
+  Shape flatShape = {1, count};
+  Value flat =
+      checkedIndices(node, reshape(indices, flatShape), shape[axis],
+                     "axis " + std::to_string(axis) + " of " + shapeString(shape));
+  if (!indexType.isInteger(32))
+    flat = buildTyped<mlir::tosa::CastOp>(i32, flatShape, {flat});
+  // Negative indices count from the axis's end.
+  Value negative = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), flatShape,
+                                                     {integer(i32, 0, 2), flat});
+  flat = buildTyped<mlir::tosa::SelectOp>(
+      i32, flatShape,
+      {negative,
+       buildTyped<mlir::tosa::AddOp>(i32, flatShape,
+                                     {flat, integer(i32, shape[axis], 2)}),
+       flat});
+  auto baseType = mlir::RankedTensorType::get(flatShape, i32);
+  Value offsets = mlir::tosa::ConstOp::create(
+      builder_, loc_, baseType,
+      mlir::DenseElementsAttr::get(baseType, llvm::ArrayRef(base)));
+  flat = buildTyped<mlir::tosa::AddOp>(
+      i32, flatShape,
+      {offsets,
+       buildTyped<mlir::tosa::MulOp>(
+           i32, flatShape, {flat, integer(i32, strides[axis], 2), zeroShift()})});
+  FLOWC_ASSIGN_OR_RETURN(Value gathered, gatherRuntime(node, reshape(data, {total}),
+                                                       reshape(flat, indexShape), 0,
+                                                       /*checkIndices=*/false));
+  return define(node, gathered);
+}
+
 Status Importer::importGather(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
   Shape shape = shapeOf(data);
@@ -1219,6 +1297,11 @@ constexpr OpInfo kOps[] = {
     {.name = "Gather",
      .signature = {2, 2, 1, 1},
      .import = &I::importGather,
+     .cost = dataMovement},
+    {.name = "GatherElements",
+     .sinceVersion = 11,
+     .signature = {2, 2, 1, 1},
+     .import = &I::importGatherElements,
      .cost = dataMovement},
     {.name = "Identity", .import = &I::importIdentity, .cost = dataMovement},
     {.name = "If", .signature = {1, 1, 1, kAnyCount}, .import = &I::importIf},
