@@ -483,13 +483,25 @@ Value Importer::clamp(Value x, float low, float high) {
                                      attr("max_val", builder_.getF32FloatAttr(high))});
 }
 
-/// Elementwise product of same-rank operands (the caller broadcast them);
-/// the only builder of tosa.mul.
-Value Importer::mul(Value a, Value b) {
+Shape Importer::sameRankBroadcast(Value a, Value b) {
   Shape as = shapeOf(a), bs = shapeOf(b), out(as.size());
   for (size_t i = 0; i < as.size(); ++i)
     out[i] = std::max(as[i], bs[i]);
-  return build<mlir::tosa::MulOp>(out, {a, b, zeroShift()});
+  return out;
+}
+
+/// Elementwise product of same-rank operands (the caller broadcast them);
+/// the only builder of tosa.mul.
+Value Importer::mul(Value a, Value b) {
+  return build<mlir::tosa::MulOp>(sameRankBroadcast(a, b), {a, b, zeroShift()});
+}
+
+Value Importer::add(Value a, Value b) {
+  return build<mlir::tosa::AddOp>(sameRankBroadcast(a, b), {a, b});
+}
+
+Value Importer::sub(Value a, Value b) {
+  return build<mlir::tosa::SubOp>(sameRankBroadcast(a, b), {a, b});
 }
 
 Expected<float> Importer::scalarConstant(const Node &node, size_t index) {

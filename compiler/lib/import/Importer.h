@@ -342,6 +342,9 @@ public:
   /// so that no read leaves the data, and a run-time check (checks_) that
   /// fails the run when there was one; `what` names the indexed range.
   Value checkedIndices(const Node &node, Value flat, int64_t k, const std::string &what);
+  /// int32 indices into an axis of `k` elements, the negative ones counted
+  /// from its end (ONNX's rule).
+  Value fromEnd(Value flat, int64_t k);
   /// Fails the run with `problem` (after the node's description) where any
   /// of the bool `flags` is set: a run-time check.
   void failRunIf(const Node &node, Value flags, const std::string &problem);
@@ -386,7 +389,13 @@ public:
   Expected<Shape> axesOf(const Node &node, size_t inputIndex, int64_t rank);
   Expected<float> scalarConstant(const Node &node, size_t index);
   Value clamp(Value x, float low, float high);
+  /// The shape of an elementwise result of same-rank operands that
+  /// broadcast (each dimension the larger).
+  static Shape sameRankBroadcast(Value a, Value b);
   Value mul(Value a, Value b);
+  /// Float32 a + b and a - b of same-rank operands, as `mul`.
+  Value add(Value a, Value b);
+  Value sub(Value a, Value b);
   Value softmaxLastAxis(Value x);
   Value logSoftmaxLastAxis(Value x);
   /// Softmax and LogSoftmax: `lastAxis` applied along the node's axis, with

@@ -398,8 +398,6 @@ Status Importer::importElementary(const Node &node) {
   Shape shape = shapeOf(x);
   size_t rank = shape.size();
   mlir::Type i1 = builder_.getI1Type();
-  auto add = [&](Value a, Value b) { return build<mlir::tosa::AddOp>(shape, {a, b}); };
-  auto sub = [&](Value a, Value b) { return build<mlir::tosa::SubOp>(shape, {a, b}); };
   auto times = [&](Value a, float by) { return mul(a, scalar(by, rank)); };
   auto exp = [&](Value a) { return build<mlir::tosa::ExpOp>(shape, {a}); };
   auto log = [&](Value a) { return build<mlir::tosa::LogOp>(shape, {a}); };

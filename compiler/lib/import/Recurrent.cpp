@@ -8,7 +8,6 @@
 #include "OpCost.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -74,17 +73,6 @@ constexpr ActivationDefaults kActivations[] = {
     {"Softplus", false, false, 0, 0},
 };
 
-bool equalsIgnoringCase(const std::string &a, const char *b) {
-  size_t n = std::char_traits<char>::length(b);
-  if (a.size() != n)
-    return false;
-  for (size_t i = 0; i < n; ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  return true;
-}
-
 /// One recurrent node's operands, validated and laid out [seq, batch, ..]
 /// whatever its `layout`, and the unrolling of its directions.
 class RecurrentBuilder {
@@ -136,8 +124,6 @@ private:
   DirectionResult runDirection(int64_t d);
   Value activate(const Activation &activation, Value x);
   Value clipped(Value x);
-  Value add(Value a, Value b);
-  Value sub(Value a, Value b);
   /// [batch, n] = [batch, k] · [k, n].
   Value matmul2d(Value a, Value b);
   /// A step's product of the state by R: a library call costs more than
@@ -215,7 +201,7 @@ Status RecurrentBuilder::readActivations() {
   for (size_t i = 0; i < names.size(); ++i) {
     const ActivationDefaults *known = nullptr;
     for (const ActivationDefaults &candidate : kActivations)
-      if (equalsIgnoringCase(names[i], candidate.name))
+      if (llvm::StringRef(names[i]).equals_insensitive(candidate.name))
         known = &candidate;
     if (!known)
       return im_.nodeUnsupported(node_, "activation '" + names[i] + "' is not supported");
@@ -340,20 +326,6 @@ Value RecurrentBuilder::ofDirection(Value v, int64_t d) {
   return im_.reshape(part, Shape(shape.begin() + 1, shape.end()));
 }
 
-Value RecurrentBuilder::add(Value a, Value b) {
-  Shape as = Importer::shapeOf(a), bs = Importer::shapeOf(b), out(as.size());
-  for (size_t i = 0; i < as.size(); ++i)
-    out[i] = std::max(as[i], bs[i]);
-  return im_.build<mlir::tosa::AddOp>(out, {a, b});
-}
-
-Value RecurrentBuilder::sub(Value a, Value b) {
-  Shape as = Importer::shapeOf(a), bs = Importer::shapeOf(b), out(as.size());
-  for (size_t i = 0; i < as.size(); ++i)
-    out[i] = std::max(as[i], bs[i]);
-  return im_.build<mlir::tosa::SubOp>(out, {a, b});
-}
-
 Value RecurrentBuilder::matmul2d(Value a, Value b) {
   Shape as = Importer::shapeOf(a), bs = Importer::shapeOf(b);
   Value product =
@@ -402,7 +374,7 @@ Value RecurrentBuilder::activate(const Activation &activation, Value x) {
   if (name == "Sigmoid")
     return im_.build<mlir::tosa::SigmoidOp>(shape, {x});
   if (name == "Affine")
-    return add(scaled(x, activation.alpha), im_.scalar(activation.beta, rank));
+    return im_.add(scaled(x, activation.alpha), im_.scalar(activation.beta, rank));
   if (name == "LeakyRelu")
     return where(atLeast(x, 0.0f, false), x, scaled(x, activation.alpha));
   if (name == "ThresholdedRelu")
@@ -411,21 +383,23 @@ Value RecurrentBuilder::activate(const Activation &activation, Value x) {
     return scaled(im_.build<mlir::tosa::TanhOp>(shape, {scaled(x, activation.beta)}),
                   activation.alpha);
   if (name == "HardSigmoid")
-    return im_.clamp(add(scaled(x, activation.alpha), im_.scalar(activation.beta, rank)),
-                     0.0f, 1.0f);
+    return im_.clamp(
+        im_.add(scaled(x, activation.alpha), im_.scalar(activation.beta, rank)), 0.0f,
+        1.0f);
   if (name == "Elu") {
-    Value expm1 = sub(im_.build<mlir::tosa::ExpOp>(shape, {x}), im_.scalar(1.0f, rank));
+    Value expm1 =
+        im_.sub(im_.build<mlir::tosa::ExpOp>(shape, {x}), im_.scalar(1.0f, rank));
     return where(atLeast(x, 0.0f, false), x, scaled(expm1, activation.alpha));
   }
   Value magnitude = im_.build<mlir::tosa::AbsOp>(shape, {x});
   if (name == "Softsign")
     return im_.mul(x, im_.build<mlir::tosa::ReciprocalOp>(
-                          shape, {add(magnitude, im_.scalar(1.0f, rank))}));
+                          shape, {im_.add(magnitude, im_.scalar(1.0f, rank))}));
   // Softplus as max(x, 0) + log(1 + exp(-|x|)): exp(x) overflows past 88.
   Value tail = im_.build<mlir::tosa::LogOp>(
-      shape, {add(im_.build<mlir::tosa::ExpOp>(shape, {scaled(magnitude, -1.0f)}),
-                  im_.scalar(1.0f, rank))});
-  return add(im_.clamp(x, 0.0f, std::numeric_limits<float>::infinity()), tail);
+      shape, {im_.add(im_.build<mlir::tosa::ExpOp>(shape, {scaled(magnitude, -1.0f)}),
+                      im_.scalar(1.0f, rank))});
+  return im_.add(im_.clamp(x, 0.0f, std::numeric_limits<float>::infinity()), tail);
 }
 
 Value RecurrentBuilder::keepPastLength(int64_t t, Value updated, Value old) {
@@ -448,7 +422,7 @@ RecurrentBuilder::DirectionWeights RecurrentBuilder::directionWeights(int64_t d)
     Value bias = ofDirection(b_, d);
     Value wb = im_.sliceAlong(bias, 0, 0, stacked);
     Value rb = im_.sliceAlong(bias, 0, stacked, stacked);
-    Value both = add(wb, rb);
+    Value both = im_.add(wb, rb);
     // GRU with linear_before_reset keeps Rbh inside the reset gate's product.
     if (linearBeforeReset_) {
       w.hiddenBias =
@@ -457,7 +431,7 @@ RecurrentBuilder::DirectionWeights RecurrentBuilder::directionWeights(int64_t d)
                               im_.sliceAlong(wb, 0, 2 * hidden_, hidden_)},
                              0);
     }
-    w.xw = add(w.xw, im_.reshape(both, {1, stacked}));
+    w.xw = im_.add(w.xw, im_.reshape(both, {1, stacked}));
   }
   w.xw = im_.reshape(w.xw, {seq_, batch_, stacked});
   w.rT = im_.transpose(ofDirection(r_, d), {1, 0}); // [hidden, gates*hidden]
@@ -487,7 +461,7 @@ RecurrentBuilder::Step RecurrentBuilder::step(const DirectionWeights &w,
   Value hr = before.hZero ? Value() : stepProduct(h, w.rT);
   auto pre = [&](int64_t index) {
     Value g = gate(xt, index);
-    return hr ? add(g, gate(hr, index)) : g;
+    return hr ? im_.add(g, gate(hr, index)) : g;
   };
   Value nextH, nextC;
   if (cell_ == Cell::Rnn) {
@@ -499,26 +473,26 @@ RecurrentBuilder::Step RecurrentBuilder::step(const DirectionWeights &w,
     if (linearBeforeReset_) {
       Value recurrent = hr ? gate(hr, 2) : zeros_;
       if (w.hiddenBias)
-        recurrent = add(recurrent, w.hiddenBias);
-      candidate = add(candidate, im_.mul(r, recurrent));
+        recurrent = im_.add(recurrent, w.hiddenBias);
+      candidate = im_.add(candidate, im_.mul(r, recurrent));
     } else if (!before.hZero) {
-      candidate = add(candidate, stepProduct(im_.mul(r, h), w.rhT));
+      candidate = im_.add(candidate, stepProduct(im_.mul(r, h), w.rhT));
     }
     Value hTilde = activate(act[1], clipped(candidate));
     // (1 - z) ⊙ h~ + z ⊙ H = h~ + z ⊙ (H - h~)
-    nextH = add(hTilde, im_.mul(z, sub(h, hTilde)));
+    nextH = im_.add(hTilde, im_.mul(z, im_.sub(h, hTilde)));
   } else {
     Value i = pre(0), o = pre(1), f = pre(2), g = pre(3);
     if (w.peepI && !before.cZero) {
-      i = add(i, im_.mul(w.peepI, c));
-      f = add(f, im_.mul(w.peepF, c));
+      i = im_.add(i, im_.mul(w.peepI, c));
+      f = im_.add(f, im_.mul(w.peepF, c));
     }
     i = activate(act[0], clipped(i));
-    f = inputForget_ ? sub(im_.scalar(1.0f, 2), i) : activate(act[0], clipped(f));
+    f = inputForget_ ? im_.sub(im_.scalar(1.0f, 2), i) : activate(act[0], clipped(f));
     g = activate(act[1], clipped(g));
-    nextC = add(im_.mul(f, c), im_.mul(i, g));
+    nextC = im_.add(im_.mul(f, c), im_.mul(i, g));
     if (w.peepO)
-      o = add(o, im_.mul(w.peepO, nextC));
+      o = im_.add(o, im_.mul(w.peepO, nextC));
     o = activate(act[0], clipped(o));
     nextH = im_.mul(o, activate(act[2], nextC));
   }

@@ -319,6 +319,17 @@ void Importer::failRunIf(const Node &node, Value flags, const std::string &probl
   checks_.push_back({reshape(any, {1}), node.describe() + ": " + problem});
 }
 
+Value Importer::fromEnd(Value flat, int64_t k) {
+  mlir::Type i32 = builder_.getI32Type();
+  Shape shape = shapeOf(flat);
+  size_t rank = shape.size();
+  Value negative = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), shape,
+                                                     {integer(i32, 0, rank), flat});
+  Value wrapped =
+      buildTyped<mlir::tosa::AddOp>(i32, shape, {flat, integer(i32, k, rank)});
+  return buildTyped<mlir::tosa::SelectOp>(i32, shape, {negative, wrapped, flat});
+}
+
 Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indices,
                                         int64_t axis, bool checkIndices) {
   mlir::Type indexType = elementTypeOf(indices);
@@ -347,17 +358,7 @@ Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indi
   auto i32 = builder_.getI32Type();
   if (!indexType.isInteger(32))
     flat = buildTyped<mlir::tosa::CastOp>(i32, {1, count}, {flat});
-  // ONNX counts negative indices from the end.
-  auto i32Const = [&](int32_t value) -> Value {
-    auto type = mlir::RankedTensorType::get({1, 1}, i32);
-    return mlir::tosa::ConstOp::create(
-        builder_, loc_, type, mlir::DenseElementsAttr::get(type, llvm::ArrayRef(value)));
-  };
-  Value negative = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), {1, count},
-                                                     {i32Const(0), flat});
-  Value wrapped = buildTyped<mlir::tosa::AddOp>(
-      i32, {1, count}, {flat, i32Const(static_cast<int32_t>(k))});
-  flat = buildTyped<mlir::tosa::SelectOp>(i32, {1, count}, {negative, wrapped, flat});
+  flat = fromEnd(flat, k);
   Value gathered = buildTyped<mlir::tosa::GatherOp>(elementTypeOf(data), {1, count, rest},
                                                     {values, flat});
   // [indices..., other dims...] then the gathered dims back in place.
@@ -432,15 +433,7 @@ Status Importer::importGatherElements(const Node &node) {
                      "axis " + std::to_string(axis) + " of " + shapeString(shape));
   if (!indexType.isInteger(32))
     flat = buildTyped<mlir::tosa::CastOp>(i32, flatShape, {flat});
-  // Negative indices count from the axis's end.
-  Value negative = buildTyped<mlir::tosa::GreaterOp>(builder_.getI1Type(), flatShape,
-                                                     {integer(i32, 0, 2), flat});
-  flat = buildTyped<mlir::tosa::SelectOp>(
-      i32, flatShape,
-      {negative,
-       buildTyped<mlir::tosa::AddOp>(i32, flatShape,
-                                     {flat, integer(i32, shape[axis], 2)}),
-       flat});
+  flat = fromEnd(flat, shape[axis]);
   auto baseType = mlir::RankedTensorType::get(flatShape, i32);
   Value offsets = mlir::tosa::ConstOp::create(
       builder_, loc_, baseType,
