@@ -371,3 +371,15 @@ def test_gather_elements_indices_out_of_range(flowc, tmp_path):
     assert result.returncode == BAD, result.stderr
     assert "node 'pick' (GatherElements): an index is outside [-3, 2], the range of axis 1" \
         in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("index_shape, message", [
+    ([2, 3, 1], "indices [2,3,1] and data [2,3] differ in rank"),
+    ([3, 3], "indices [3,3] are longer than data [2,3] along axis 0"),
+])
+def test_gather_elements_malformed_indices_are_refused(flowc, tmp_path, index_shape, message):
+    model = gather_elements_model(TensorProto.FLOAT, TensorProto.INT64, [2, 3], index_shape, 1)
+    (tmp_path / "bad.onnx").write_bytes(model.SerializeToString())
+    result = flowc.run("submit", tmp_path / "bad.onnx", "-o", tmp_path / "bad.fca", check=False)
+    assert result.returncode == BAD, result.stderr
+    assert "node 'pick' (GatherElements): " + message in result.stderr, result.stderr

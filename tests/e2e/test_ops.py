@@ -496,3 +496,14 @@ def test_3d_window_op_refusals_name_the_node(flowc, tmp_path, case):
     assert result.returncode == code, result.stderr
     assert "node 'n' (" in result.stderr and message in result.stderr, result.stderr
     assert not (tmp_path / "out.fca").exists()
+
+
+def test_celu_with_alpha_zero_is_refused(flowc, tmp_path):
+    """Celu divides by alpha."""
+    model, _ = graph_case("c", [helper.make_node("Celu", ["x"], ["y"], name="n", alpha=0.0)],
+                          {"x": [2, 3]}, [2, 3], opset=12)
+    path = tmp_path / "celu.onnx"
+    path.write_bytes(model.SerializeToString())
+    result = flowc.run("submit", path, "-o", tmp_path / "out.fca", check=False)
+    assert result.returncode == 3, result.stderr
+    assert "node 'n' (Celu): alpha is 0 (Celu divides by it)" in result.stderr, result.stderr

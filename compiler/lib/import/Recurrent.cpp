@@ -280,7 +280,8 @@ Status RecurrentBuilder::readSequenceLengths() {
   if (!im_.hasOperand(node_, 4))
     return Status::ok();
   const std::string &name = node_.inputs[4];
-  if (auto known = im_.intConstant(name)) {
+  auto known = im_.intConstant(name);
+  if (known) {
     if (known->shape != Shape{batch_})
       return im_.nodeError(node_, "sequence_lens is " + shapeString(known->shape) +
                                       ", expected [" + std::to_string(batch_) + "]");
@@ -306,16 +307,19 @@ Status RecurrentBuilder::readSequenceLengths() {
     lengths = im_.buildTyped<mlir::tosa::CastOp>(im_.builder_.getI32Type(), {batch_},
                                                  {lengths});
   lengths = im_.reshape(lengths, {batch_, 1});
-  // Run-time lengths are checked as onnxruntime checks them.
-  mlir::Type flag = im_.builder_.getI1Type();
-  Value tooShort = im_.buildTyped<mlir::tosa::GreaterOp>(
-      flag, {batch_, 1}, {im_.integer(im_.builder_.getI32Type(), 1, 2), lengths});
-  Value tooLong = im_.buildTyped<mlir::tosa::GreaterOp>(
-      flag, {batch_, 1}, {lengths, im_.integer(im_.builder_.getI32Type(), seq_, 2)});
-  im_.failRunIf(
-      node_,
-      im_.buildTyped<mlir::tosa::LogicalOrOp>(flag, {batch_, 1}, {tooShort, tooLong}),
-      "a sequence_lens value is outside [1, " + std::to_string(seq_) + "]");
+  // Run-time lengths are checked as onnxruntime checks them (constant
+  // ones were, above).
+  if (!known) {
+    mlir::Type flag = im_.builder_.getI1Type();
+    Value tooShort = im_.buildTyped<mlir::tosa::GreaterOp>(
+        flag, {batch_, 1}, {im_.integer(im_.builder_.getI32Type(), 1, 2), lengths});
+    Value tooLong = im_.buildTyped<mlir::tosa::GreaterOp>(
+        flag, {batch_, 1}, {lengths, im_.integer(im_.builder_.getI32Type(), seq_, 2)});
+    im_.failRunIf(
+        node_,
+        im_.buildTyped<mlir::tosa::LogicalOrOp>(flag, {batch_, 1}, {tooShort, tooLong}),
+        "a sequence_lens value is outside [1, " + std::to_string(seq_) + "]");
+  }
   lengths_ = lengths;
   return Status::ok();
 }
