@@ -64,6 +64,7 @@ def onnx_seeds(out: pathlib.Path, work: pathlib.Path):
     import test_einsum
     import test_ops
     import test_recurrent
+    import test_selection
     models = {}
     for name, case in sorted(test_ops.CASES.items()):
         models[name] = case()[0]
@@ -71,6 +72,7 @@ def onnx_seeds(out: pathlib.Path, work: pathlib.Path):
         models[name] = test_recurrent.recurrent_model(**case)[0]
     for equation, shapes in sorted(test_einsum.CASES.items()):
         models[f"einsum {equation}"] = test_einsum.einsum_model(equation, shapes)
+    models["selection"] = test_selection.model_of(test_selection.build_cases())
     rng = np.random.default_rng(7)
     models["example_cnn"] = make_models.make_cnn(rng)
     models["example_mlp"] = make_models.make_mlp(rng)

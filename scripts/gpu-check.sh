@@ -7,11 +7,13 @@
 #      onnxruntime; trial runs become tuning records that the next session
 #      and the next compile use) and test_runtime_checks.py (a Gather index
 #      out of range fails the run on the device too), test_index_ops.py,
-#      test_transformer_families.py, test_decoders.py, test_video.py and
-#      test_recurrent.py (integer ops, casts, running sums, strided slices
-#      and scatters, nine transformer families, six decoders, R(2+1)D-18's
-#      3-D convolutions and torch's LSTM, GRU and RNN exports, compiled for
-#      this GPU and compared with onnxruntime), which on a machine
+#      test_transformer_families.py, test_decoders.py, test_video.py,
+#      test_recurrent.py, test_selection.py and test_attention.py (integer
+#      ops, casts, running sums, strided slices and scatters, nine
+#      transformer families, six decoders, R(2+1)D-18's 3-D convolutions,
+#      torch's LSTM, GRU and RNN exports, TopK, GatherND and the scatters,
+#      and an opset-23 LLaMA-style decoder layer, compiled for this GPU and
+#      compared with onnxruntime), which on a machine
 #      without a GPU skip with their reason;
 #   3. bench/gpu_bench.py: the example models, ResNet-50, BERT-base and
 #      GPT-2-small compiled for this GPU's compute capability in fp32 and
@@ -63,8 +65,9 @@ timeout 240 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_cuda.py tests/e2e/tes
   || failed+=("test_cuda.py, test_runtime_checks.py ($?)")
 timeout 300 "$TEST_PYTHON" -m pytest -q -rs tests/e2e/test_index_ops.py \
   tests/e2e/test_transformer_families.py tests/e2e/test_decoders.py tests/e2e/test_video.py \
-  tests/e2e/test_recurrent.py -k cuda || failed+=("test_index_ops.py, \
-test_transformer_families.py, test_decoders.py, test_video.py, test_recurrent.py ($?)")
+  tests/e2e/test_recurrent.py tests/e2e/test_selection.py tests/e2e/test_attention.py \
+  -k cuda || failed+=("test_index_ops.py, test_transformer_families.py, test_decoders.py, \
+test_video.py, test_recurrent.py, test_selection.py, test_attention.py ($?)")
 echo "== models on the GPU"
 "$PYTHON" bench/gpu_bench.py --profile-top 10 --memcheck cnn,resnet50 --replicas resnet50 "$@" ||
   failed+=("gpu_bench.py ($?)")

@@ -87,8 +87,8 @@ TEST_PACKAGES=(
   nginx=1.22.1-9+deb12u12
   # The web UI's browser tests (tests/web/): headless Chromium driven by
   # Selenium through Debian's driver.
-  chromium=156.0.8078.114-1~deb12u1
-  chromium-driver=156.0.8078.114-1~deb12u1
+  chromium=156.0.8078.129-1~deb12u1
+  chromium-driver=156.0.8078.129-1~deb12u1
 )
 [[ "$PROFILE" == test ]] && DEBIAN_PACKAGES+=("${TEST_PACKAGES[@]}")
 

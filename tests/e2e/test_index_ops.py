@@ -201,14 +201,9 @@ REFUSED = {
                             ("f", "i"), UNSUPPORTED, "axis must be a constant integer"),
     "cumsum_bool": (helper.make_node("CumSum", ["b", "a"], ["y"], name="n"), [ints("a", 0)],
                     ("b",), UNSUPPORTED, "CumSum is supported on float32, int32 and int64"),
-    "scatter_runtime_indices": (
+    "scatter_runtime_tuple_too_long": (
         helper.make_node("ScatterND", ["f", "i", "f"], ["y"], name="n"), [], ("f", "i"),
-        UNSUPPORTED, "indices must be a constant integer tensor"),
-    "scatter_add": (helper.make_node("ScatterND", ["f", "k", "u"], ["y"], name="n",
-                                     reduction="add"),
-                    [ints("k", [[0]]), numpy_helper.from_array(np.ones((1, 10), np.float32),
-                                                               "u")],
-                    ("f",), UNSUPPORTED, "reduction 'add' is not supported (only 'none')"),
+        BAD, "indices of shape [3,10] must end in a dimension in [1, 2]"),
     "scatter_out_of_range": (
         helper.make_node("ScatterND", ["f", "k", "u"], ["y"], name="n"),
         [ints("k", [[3]]), numpy_helper.from_array(np.ones((1, 10), np.float32), "u")],

@@ -305,6 +305,30 @@ CASES = {
         [numpy_helper.from_array(np.array(0, np.int64), "i0"),
          numpy_helper.from_array(np.array([0], np.int64), "ax0"),
          numpy_helper.from_array(np.array([-1], np.int64), "minus1")]),
+    # The decision ONNX's expanded Attention makes at import: repeat heads
+    # when their counts differ and divide; Identity, Mod, Not, And, Less,
+    # GreaterOrEqual, Or, Xor and Cast fold on the way.
+    "shape_logic_folds_into_reshape": lambda: graph_case(
+        "l", [helper.make_node("Shape", ["x"], ["s"]),
+              helper.make_node("Identity", ["s"], ["si"]),
+              helper.make_node("Slice", ["si", "one", "two"], ["heads"]),
+              helper.make_node("Equal", ["heads", "four"], ["same"]),
+              helper.make_node("Not", ["same"], ["differ"]),
+              helper.make_node("Mod", ["heads", "two"], ["rest"]),
+              helper.make_node("Equal", ["rest", "zero"], ["even"]),
+              helper.make_node("And", ["differ", "even"], ["gqa"]),
+              helper.make_node("Less", ["heads", "four"], ["fewer"]),
+              helper.make_node("GreaterOrEqual", ["heads", "two"], ["some"]),
+              helper.make_node("Or", ["fewer", "gqa"], ["either"]),
+              helper.make_node("Xor", ["either", "some"], ["neither"]),
+              helper.make_node("Cast", ["neither"], ["flag"], to=TensorProto.INT64),
+              helper.make_node("Where", ["gqa", "two", "one"], ["repeat"]),
+              helper.make_node("Add", ["repeat", "flag"], ["groups"]),
+              helper.make_node("Concat", ["groups", "minus1"], ["target"], axis=0),
+              helper.make_node("Reshape", ["x", "target"], ["y"])],
+        {"x": [3, 6, 2]}, [2, 18],
+        [numpy_helper.from_array(np.array([v], np.int64), n)
+         for n, v in (("zero", 0), ("one", 1), ("two", 2), ("four", 4), ("minus1", -1))]),
     "expand_via_constant_of_shape_where": lambda: graph_case(
         "e", [helper.make_node("ConstantOfShape", ["three"], ["ones"],
                                value=numpy_helper.from_array(np.array([1], np.int64), "v")),
@@ -507,3 +531,38 @@ def test_celu_with_alpha_zero_is_refused(flowc, tmp_path):
     result = flowc.run("submit", path, "-o", tmp_path / "out.fca", check=False)
     assert result.returncode == 3, result.stderr
     assert "node 'n' (Celu): alpha is 0 (Celu divides by it)" in result.stderr, result.stderr
+
+
+def inverse_trigonometry_inputs(op):
+    """Each function's whole domain, its ends, and (Asin, Acos) past them."""
+    if op == "Atan":
+        wide = np.logspace(-30, 30, 601)
+        values = np.concatenate([wide, -wide, np.linspace(-4, 4, 801),
+                                 [0.0, -0.0, np.inf, -np.inf, np.tan(np.pi / 12)]])
+    else:
+        near = 1 - np.logspace(-7, -1, 61)
+        values = np.concatenate([np.linspace(-1, 1, 2001), near, -near,
+                                 [1e-30, -1e-30, 0.0, 1.0, -1.0, 1.5, -3.0]])
+    return values.astype(np.float32)
+
+
+@pytest.mark.parametrize("op", ["Atan", "Asin", "Acos"])
+def test_inverse_trigonometry_is_accurate_across_its_domain(flowc, tmp_path, op):
+    """Against NumPy in float64 on the float32 inputs: within 4 units in the
+    last place of the result (relative 5e-7), NaN outside [-1, 1]."""
+    x = inverse_trigonometry_inputs(op)
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "trig",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.size])])
+    path = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                  ir_version=8), tmp_path / "trig.onnx")
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), {"x": x})["y"]
+    with np.errstate(invalid="ignore"):
+        exact = getattr(np, "arc" + op[1:].lower())(x.astype(np.float64))
+    assert np.array_equal(np.isnan(ours), np.isnan(exact))
+    finite = ~np.isnan(exact)
+    error = np.abs(ours[finite] - exact[finite])
+    bound = 5e-7 * np.maximum(np.abs(exact[finite]), 1e-37)
+    worst = np.argmax(error / bound)
+    assert np.all(error <= bound), (x[finite][worst], ours[finite][worst], exact[finite][worst])

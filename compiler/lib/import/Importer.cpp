@@ -735,7 +735,8 @@ const std::vector<OpInfo> &opTable() {
     std::vector<OpInfo> all;
     for (std::span<const OpInfo> family :
          {import::nnOps(), import::mathOps(), import::tensorOps(), import::recurrentOps(),
-          import::einsumOps()})
+          import::einsumOps(), import::selectionOps(), import::attentionOps(),
+          import::lossOps()})
       all.insert(all.end(), family.begin(), family.end());
     std::sort(all.begin(), all.end(), [](const OpInfo &a, const OpInfo &b) {
       return std::tie(a.name, a.sinceVersion) < std::tie(b.name, b.sinceVersion);

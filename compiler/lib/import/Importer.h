@@ -72,6 +72,13 @@ std::span<const OpInfo> mathOps();
 std::span<const OpInfo> tensorOps();
 std::span<const OpInfo> recurrentOps();
 std::span<const OpInfo> einsumOps();
+std::span<const OpInfo> selectionOps();
+std::span<const OpInfo> attentionOps();
+std::span<const OpInfo> lossOps();
+
+/// How a scatter combines an update with what is there (ScatterND's and
+/// ScatterElements' `reduction`).
+enum class Reduction { None, Add, Mul, Max, Min };
 
 /// Turns one ONNX graph into a func.func @main of TOSA ops. One per import;
 /// the op families are its member functions, named in the op table.
@@ -280,9 +287,12 @@ public:
   Status importConcat(const Node &node);
   Status importReduce(const Node &node);
   Status importUnary(const Node &node);
-  /// Tan, Sinh, Cosh, Asinh, Acosh, Atanh, ThresholdedRelu, Shrink, Celu,
-  /// IsNaN, IsInf.
+  /// Tan, Atan, Asin, Acos, Sinh, Cosh, Asinh, Acosh, Atanh,
+  /// ThresholdedRelu, Shrink, Celu, IsNaN, IsInf.
   Status importElementary(const Node &node);
+  /// atan2(y, x) for y >= 0 (float32, same rank, broadcast): the angle in [0, pi],
+  /// from a Taylor series after range reduction.
+  Value atan2NonNegative(Value y, Value x);
   Status importVariadic(const Node &node);
   Status importCompare(const Node &node);
   Status importLogical(const Node &node);
@@ -318,11 +328,28 @@ public:
   Status importEinsum(const Node &node);
   Status importWhere(const Node &node);
   Status importLayerNormalization(const Node &node);
+  // Attention.cpp: opset 23's Attention, RMSNormalization and
+  // RotaryEmbedding.
+  Status importAttention(const Node &node);
+  Status importRmsNormalization(const Node &node);
+  Status importRotaryEmbedding(const Node &node);
+  /// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (Loss.cpp).
+  Status importLoss(const Node &node);
+  /// A 3-D [batch, sequence, heads x size] input as [batch, heads,
+  /// sequence, size]; `what` names it in errors.
+  Expected<Value> splitHeads(const Node &node, Value x, int64_t heads, const char *what);
+  /// [batch, heads, n, m] times [batch, heads, m, p], one tosa.matmul.
+  Value headsMatmul(Value x, Value y);
   Status importChannelNormalization(const Node &node);
   Status importLrn(const Node &node);
+  /// Each row's mean and 1 / sqrt(variance + epsilon), [rows, 1].
+  struct RowStatistics {
+    Value mean, inverse;
+  };
   /// Each row of `flat` ([rows, n]) minus its mean, over its standard
-  /// deviation (variance + epsilon under the root).
-  Value normalizeRows(Value flat, float epsilon);
+  /// deviation (variance + epsilon under the root); the statistics too
+  /// when asked.
+  Value normalizeRows(Value flat, float epsilon, RowStatistics *statistics = nullptr);
   Status importSplit(const Node &node);
   Status importGelu(const Node &node);
   Status importResize(const Node &node);
@@ -330,7 +357,76 @@ public:
   Status importTile(const Node &node);
   Status importDepthSpace(const Node &node);
   Status importTrilu(const Node &node);
+  // Selection.cpp: TopK, Hardmax, OneHot, GatherND and the scatters.
+  Status importTopK(const Node &node);
+  /// TopK's picks from each row of `key` ([rows, n]; no NaN) as [rows, k]
+  /// int32 indices, best first, ties to the lower index: k selection steps,
+  /// or every element's rank (rows x n x n compares).
+  Expected<Value> topKStepwise(const Node &node, Value key, int64_t k, bool largest);
+  Expected<Value> topKRanked(const Node &node, Value key, int64_t k, bool largest);
+  Value hardmaxLastAxis(Value x);
+  Status importHardmax(const Node &node) {
+    return importSoftmaxLike(node, &Importer::hardmaxLastAxis);
+  }
+  Status importOneHot(const Node &node);
+  Status importGatherND(const Node &node);
   Status importScatterND(const Node &node);
+  Status importScatterElements(const Node &node);
+  /// The row of [product of shape[firstAxis, firstAxis + q)] each tuple of
+  /// `tuples` ([count, q] integers, checked at run time, negative ones from
+  /// the end) names: [1, count] int32.
+  Expected<Value> tupleRows(const Node &node, Value tuples, const Shape &shape,
+                            int64_t firstAxis);
+  /// Rows of `data` ([rows, width]) replaced by, or combined with, rows
+  /// of `updates` ([count, width]): update j to row targets[j], known at
+  /// import and in range.
+  Expected<Value> scatterKnown(const Node &node, Value data, Value updates,
+                               const std::vector<int64_t> &targets, Reduction reduction);
+  /// The same with `targets` ([1, count] int32, in range) known at run time.
+  Expected<Value> scatterRuntime(const Node &node, Value data, Value updates,
+                                 Value targets, Reduction reduction);
+  /// `data` ([rows, width]) with row r replaced by updates[source[r]]
+  /// where source ([rows, 1] int32) is not negative: a gather from the
+  /// updates and a select (the data is not copied into a joined source).
+  Expected<Value> mergeRows(const Node &node, Value data, Value updates, Value source);
+  /// scatterRuntime's reductions other than float32 add: the updates
+  /// `match` ([rows, count]) sends each row, reduced, then combined with it.
+  Expected<Value> reduceMatches(const Node &node, Value data, Value updates, Value match,
+                                Reduction reduction);
+  /// GatherElements' and ScatterElements' element offsets into the
+  /// flattened data: indices' coordinates with the `axis` one replaced by
+  /// the index (`indices` is the node's input 1). Whole offsets for
+  /// constant indices (checked here), else
+  /// [1, count] int32 computed at run time (checked then).
+  /// The indices' type, rank and extents against the data's (`axis` may
+  /// be any length).
+  Status checkElementIndices(const Node &node, Value indices, const Shape &shape,
+                             int64_t axis);
+  /// ScatterElements at run-time indices (checked as the graph runs).
+  Expected<Value> scatterElementsRuntime(const Node &node, Value data, Value indices,
+                                         Value updates, int64_t axis,
+                                         Reduction reduction);
+  struct ElementOffsets {
+    std::optional<std::vector<int64_t>> known;
+    Value runtime;
+  };
+  Expected<ElementOffsets> elementOffsets(const Node &node, Value indices,
+                                          const Shape &shape, int64_t axis);
+  /// The value a reduction leaves unchanged (0, 1, or the type's lowest or
+  /// highest), of `element`, shaped [1] * rank.
+  Value identityOf(mlir::Type element, Reduction reduction, size_t rank);
+  /// a and b (same rank, broadcast) combined as `reduction` does (not None).
+  Value combine(Reduction reduction, Value a, Value b);
+  /// The permutation that moves `axis` last, and its inverse.
+  static std::pair<llvm::SmallVector<int32_t>, llvm::SmallVector<int32_t>>
+  axisLast(int64_t axis, int64_t rank);
+  /// 0, 1, ..., n - 1 of `element` (integer) along `axis` of a rank-`rank`
+  /// constant, 1 elsewhere; counted as a folded constant.
+  Expected<Value> iota(const Node &node, mlir::Type element, int64_t n, size_t rank,
+                       int64_t axis);
+  /// The highest (or lowest) value of `element`, shaped [1] * rank: float32's
+  /// infinities, an integer type's limits.
+  Value extreme(mlir::Type element, bool highest, size_t rank);
   /// `x` moved `by` places along `axis`, zeros filling in.
   Value shiftAlong(Value x, int64_t axis, int64_t by);
   /// tosa.gather of `indices` (any integer type, negative ones counted from

@@ -389,6 +389,47 @@ Status Importer::importUnary(const Node &node) {
                 build<mlir::tosa::SelectOp>(shape, {isPositive, positive, negative}));
 }
 
+Value Importer::atan2NonNegative(Value y, Value x) {
+  Shape shape = sameRankBroadcast(y, x);
+  size_t rank = shape.size();
+  mlir::Type i1 = builder_.getI1Type();
+  auto constant = [&](double value) { return scalar(static_cast<float>(value), rank); };
+  auto select = [&](Value condition, Value a, Value b) {
+    return build<mlir::tosa::SelectOp>(shape, {condition, a, b});
+  };
+  auto greater = [&](Value a, Value b) {
+    return buildTyped<mlir::tosa::GreaterOp>(i1, sameRankBroadcast(a, b), {a, b});
+  };
+  auto divide = [&](Value a, Value b) {
+    return mul(a, build<mlir::tosa::ReciprocalOp>(shape, {b}));
+  };
+  const double pi = 3.14159265358979323846;
+  Value across = build<mlir::tosa::AbsOp>(shapeOf(x), {x});
+  // The angle's tangent or cotangent, whichever is in [0, 1]; 0 / 0 (at
+  // the origin) is 0, and NaN stays NaN.
+  Value steep = greater(y, across);
+  Value low = select(steep, across, y), high = select(steep, y, across);
+  Value origin =
+      buildTyped<mlir::tosa::EqualOp>(i1, shapeOf(high), {high, constant(0.0)});
+  Value t = select(origin, constant(0.0), divide(low, high));
+  // Past tan(pi/12), atan(t) = pi/6 + atan((t·√3 - 1) / (t + √3)), whose
+  // argument is within ±tan(pi/12) = ±0.268: there the odd Taylor series
+  // to u¹¹ leaves its next term, u¹³/13, below float32's resolution.
+  const double root3 = 1.73205080756887729353;
+  Value far = greater(t, constant(0.26794919243112270647));
+  Value u = select(
+      far, divide(sub(mul(t, constant(root3)), constant(1.0)), add(t, constant(root3))),
+      t);
+  Value u2 = mul(u, u);
+  Value series = constant(-1.0 / 11);
+  for (double term : {1.0 / 9, -1.0 / 7, 1.0 / 5, -1.0 / 3, 1.0})
+    series = add(mul(series, u2), constant(term));
+  Value angle = mul(u, series);
+  angle = select(far, add(angle, constant(pi / 6)), angle);
+  angle = select(steep, sub(constant(pi / 2), angle), angle);
+  return select(greater(constant(0.0), x), sub(constant(pi), angle), angle);
+}
+
 /// Hyperbolic and inverse hyperbolic functions, tan, the shrinking
 /// activations and the float classes, from exp, log, sin, cos and compares
 /// (TOSA has none of them).
@@ -411,6 +452,16 @@ Status Importer::importElementary(const Node &node) {
     return buildTyped<mlir::tosa::GreaterOp>(i1, shape, {a, b});
   };
   Value one = scalar(1.0f, rank), zero = scalar(0.0f, rank);
+  if (op == "Atan" || op == "Asin" || op == "Acos") {
+    auto atan2 = [&](Value y, Value x) { return atan2NonNegative(y, x); };
+    // sqrt(1 - x²) as sqrt((1 - x)(1 + x)): exact near |x| = 1.
+    auto cosine = [&] { return sqrt(mul(sub(one, x), add(one, x))); };
+    if (op == "Acos")
+      return define(node, atan2(cosine(), x));
+    Value magnitude = build<mlir::tosa::AbsOp>(shape, {x});
+    Value y = op == "Atan" ? atan2(magnitude, one) : atan2(magnitude, cosine());
+    return define(node, select(greater(zero, x), times(y, -1.0f), y));
+  }
   if (op == "Tan")
     return define(node, mul(build<mlir::tosa::SinOp>(shape, {x}),
                             build<mlir::tosa::ReciprocalOp>(
@@ -549,18 +600,23 @@ Status Importer::importLogical(const Node &node) {
 /// ArgMax / ArgMin (as ArgMax of -x) into int64 indices, first match.
 Status Importer::importArgExtreme(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  if (intAttr(node, "select_last_index", 0))
-    return nodeUnsupported(node, "select_last_index=1 is not supported");
   Shape shape = shapeOf(x);
   FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, 0, shape));
   if (node.opType == "ArgMin")
     x = mul(x, scalar(-1.0f, shape.size()));
+  // The last of equal extremes is the first one along the reversed axis.
+  bool last = intAttr(node, "select_last_index", 0) != 0;
+  if (last)
+    x = reverseAlong(x, axis);
   Shape reduced = shape, kept = shape;
   reduced.erase(reduced.begin() + axis);
   kept[axis] = 1;
-  Value index =
-      buildTyped<mlir::tosa::ArgMaxOp>(builder_.getI32Type(), reduced, {x},
-                                       {attr("axis", builder_.getI32IntegerAttr(axis))});
+  mlir::Type i32 = builder_.getI32Type();
+  Value index = buildTyped<mlir::tosa::ArgMaxOp>(
+      i32, reduced, {x}, {attr("axis", builder_.getI32IntegerAttr(axis))});
+  if (last)
+    index = buildTyped<mlir::tosa::SubOp>(
+        i32, reduced, {integer(i32, shape[axis] - 1, reduced.size()), index});
   Value wide = buildTyped<mlir::tosa::CastOp>(builder_.getI64Type(), reduced, {index});
   return define(node, intAttr(node, "keepdims", 1) ? reshape(wide, kept) : wide);
 }
@@ -600,6 +656,10 @@ constexpr OpSignature kReduce{1, 2, 1, 1};
 // The family's op table (OpRegistry.h): one entry per op and opset range.
 constexpr OpInfo kOps[] = {
     {.name = "Abs", .import = &I::importUnary, .cost = perElement<1>},
+    {.name = "Acos",
+     .sinceVersion = 7,
+     .import = &I::importElementary,
+     .cost = perElement<12>},
     {.name = "Acosh",
      .sinceVersion = 9,
      .import = &I::importElementary,
@@ -611,10 +671,18 @@ constexpr OpInfo kOps[] = {
     {.name = "And", .signature = kBinary, .import = &I::importLogical},
     {.name = "ArgMax", .import = &I::importArgExtreme},
     {.name = "ArgMin", .import = &I::importArgExtreme},
+    {.name = "Asin",
+     .sinceVersion = 7,
+     .import = &I::importElementary,
+     .cost = perElement<12>},
     {.name = "Asinh",
      .sinceVersion = 9,
      .import = &I::importElementary,
      .cost = perElement<6>},
+    {.name = "Atan",
+     .sinceVersion = 7,
+     .import = &I::importElementary,
+     .cost = perElement<10>},
     {.name = "Atanh",
      .sinceVersion = 9,
      .import = &I::importElementary,

@@ -774,13 +774,7 @@ Status Importer::importSoftmaxLike(const Node &node, Value (Importer::*lastAxis)
   if (axis == rank - 1)
     return define(node, (this->*lastAxis)(x));
   // Move `axis` last, normalize, move it back.
-  llvm::SmallVector<int32_t> perms, inverse(rank);
-  for (int64_t i = 0; i < rank; ++i)
-    if (i != axis)
-      perms.push_back(static_cast<int32_t>(i));
-  perms.push_back(static_cast<int32_t>(axis));
-  for (int64_t i = 0; i < rank; ++i)
-    inverse[perms[i]] = static_cast<int32_t>(i);
+  auto [perms, inverse] = axisLast(axis, rank);
   return define(node, transpose((this->*lastAxis)(transpose(x, perms)), inverse));
 }
 
@@ -820,7 +814,7 @@ Status Importer::importBatchNormalization(const Node &node) {
 
 /// (x - mean) / sqrt(var + epsilon) * scale + bias over the axes from `axis`
 /// on, computed on an [outer, inner] view.
-Value Importer::normalizeRows(Value flat, float epsilon) {
+Value Importer::normalizeRows(Value flat, float epsilon, RowStatistics *statistics) {
   Shape shape = shapeOf(flat);
   int64_t outer = shape[0], inner = shape[1];
   auto axisAttr = attr("axis", builder_.getI32IntegerAttr(1));
@@ -832,7 +826,10 @@ Value Importer::normalizeRows(Value flat, float epsilon) {
       build<mlir::tosa::ReduceSumOp>({outer, 1}, {mul(centered, centered)}, {axisAttr}),
       meanScale);
   Value shifted = build<mlir::tosa::AddOp>({outer, 1}, {variance, scalar(epsilon, 2)});
-  return mul(centered, build<mlir::tosa::RsqrtOp>({outer, 1}, {shifted}));
+  Value inverse = build<mlir::tosa::RsqrtOp>({outer, 1}, {shifted});
+  if (statistics)
+    *statistics = {mean, inverse};
+  return mul(centered, inverse);
 }
 
 /// InstanceNormalization: each (n, c) plane normalized over its spatial
@@ -924,14 +921,19 @@ Status Importer::importLayerNormalization(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value scale, operand(node, 1));
   Shape shape = shapeOf(x);
   FLOWC_ASSIGN_OR_RETURN(int64_t axis, axisOf(node, -1, shape));
-  if (node.outputs.size() > 1 &&
-      std::any_of(node.outputs.begin() + 1, node.outputs.end(),
-                  [](const std::string &name) { return !name.empty(); }))
-    return nodeUnsupported(node, "the Mean and InvStdDev outputs are not supported");
   int64_t outer = product(shape, 0, axis), inner = product(shape, axis, shape.size());
-  Value y = reshape(
-      normalizeRows(reshape(x, {outer, inner}), floatAttr(node, "epsilon", 1e-5f)),
-      shape);
+  RowStatistics statistics;
+  Value y = reshape(normalizeRows(reshape(x, {outer, inner}),
+                                  floatAttr(node, "epsilon", 1e-5f), &statistics),
+                    shape);
+  // Mean and InvStdDev keep x's rank, 1 along the normalized axes.
+  Shape kept = shape;
+  std::fill(kept.begin() + axis, kept.end(), 1);
+  for (size_t output : {1, 2})
+    if (output < node.outputs.size() && !node.outputs[output].empty())
+      FLOWC_RETURN_IF_ERROR(defineOutput(
+          node, output,
+          reshape(output == 1 ? statistics.mean : statistics.inverse, kept)));
   FLOWC_ASSIGN_OR_RETURN(Shape scaled, broadcastShape(node, shape, shapeOf(scale)));
   if (scaled != shape)
     return nodeError(node, "scale " + shapeString(shapeOf(scale)) +

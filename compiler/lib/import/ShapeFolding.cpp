@@ -241,7 +241,16 @@ Expected<bool> Importer::tryFold(const Node &node) {
                                                  "Cast",
                                                  "Expand",
                                                  "Mod",
-                                                 "Transpose"};
+                                                 "Transpose",
+                                                 "Identity",
+                                                 "Not",
+                                                 "And",
+                                                 "Or",
+                                                 "Xor",
+                                                 "Less",
+                                                 "LessOrEqual",
+                                                 "Greater",
+                                                 "GreaterOrEqual"};
   if (!foldable.count(op))
     return false;
   std::vector<std::optional<IntTensor>> inputs;
@@ -310,6 +319,27 @@ Expected<bool> Importer::tryFold(const Node &node) {
     FLOWC_ASSIGN_OR_RETURN(result, foldBinary(node, a, *inputs[1], fn));
     if (op == "Equal")
       result.dtype = DType::Bool;
+  } else if (op == "And" || op == "Or" || op == "Xor" || op == "Less" ||
+             op == "LessOrEqual" || op == "Greater" || op == "GreaterOrEqual") {
+    if (inputs.size() != 2)
+      return nodeError(node, op + " needs two inputs");
+    using Fn = int64_t (*)(int64_t, int64_t);
+    Fn fn = op == "And"    ? Fn([](int64_t x, int64_t y) { return int64_t{x && y}; })
+            : op == "Or"   ? Fn([](int64_t x, int64_t y) { return int64_t{x || y}; })
+            : op == "Xor"  ? Fn([](int64_t x, int64_t y) { return int64_t{!x != !y}; })
+            : op == "Less" ? Fn([](int64_t x, int64_t y) { return int64_t{x < y}; })
+            : op == "LessOrEqual"
+                ? Fn([](int64_t x, int64_t y) { return int64_t{x <= y}; })
+            : op == "Greater" ? Fn([](int64_t x, int64_t y) { return int64_t{x > y}; })
+                              : Fn([](int64_t x, int64_t y) { return int64_t{x >= y}; });
+    FLOWC_ASSIGN_OR_RETURN(result, foldBinary(node, a, *inputs[1], fn));
+    result.dtype = DType::Bool;
+  } else if (op == "Not") {
+    for (int64_t &value : result.values)
+      value = value == 0;
+    result.dtype = DType::Bool;
+  } else if (op == "Identity") {
+    // result is the input.
   } else if (op == "Mod") {
     if (inputs.size() != 2)
       return nodeError(node, "Mod needs two inputs");
@@ -362,6 +392,11 @@ Expected<bool> Importer::tryFold(const Node &node) {
     }
     if (to != DType::I64 && to != DType::I32 && to != DType::Bool)
       return false;
+    // A bool holds 0 or 1, an int32 wraps.
+    for (int64_t &value : result.values)
+      value = to == DType::Bool  ? int64_t{value != 0}
+              : to == DType::I32 ? int64_t{static_cast<int32_t>(value)}
+                                 : value;
     result.dtype = to == DType::Bool ? DType::Bool : DType::I64;
   } else if (op == "Reshape" || op == "Unsqueeze" || op == "Squeeze") {
     FLOWC_ASSIGN_OR_RETURN(

@@ -379,15 +379,10 @@ Expected<Value> Importer::gatherRuntime(const Node &node, Value data, Value indi
   return transpose(y, back);
 }
 
-/// out[i] = data[i with its `axis` coordinate replaced by indices[i]]: one
-/// gather from the flattened data, at offsets whose other coordinates'
-/// part is a constant.
-Status Importer::importGatherElements(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value indices, anyOperand(node, 1));
-  Shape shape = shapeOf(data), indexShape = shapeOf(indices);
+Status Importer::checkElementIndices(const Node &node, Value indices, const Shape &shape,
+                                     int64_t axis) {
+  Shape indexShape = shapeOf(indices);
   int64_t rank = static_cast<int64_t>(shape.size());
-  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
   mlir::Type indexType = elementTypeOf(indices);
   if (!indexType.isInteger(64) && !indexType.isInteger(32))
     return nodeError(node, "indices must be int64 or int32");
@@ -399,34 +394,52 @@ Status Importer::importGatherElements(const Node &node) {
       return nodeError(node, "indices " + shapeString(indexShape) +
                                  " are longer than data " + shapeString(shape) +
                                  " along axis " + std::to_string(d));
-  // Constant indices are checked here, as Gather's are.
-  if (auto known = intConstant(node.inputs[1]))
+  int64_t total = product(shape, 0, shape.size());
+  if (total > std::numeric_limits<int32_t>::max())
+    return nodeUnsupported(node, "indexes " + std::to_string(total) +
+                                     " elements, over int32's range");
+  return checkRuntimeShape(node, indexShape);
+}
+
+Expected<Importer::ElementOffsets> Importer::elementOffsets(const Node &node,
+                                                            Value indices,
+                                                            const Shape &shape,
+                                                            int64_t axis) {
+  FLOWC_RETURN_IF_ERROR(checkElementIndices(node, indices, shape, axis));
+  Shape indexShape = shapeOf(indices);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, indexShape));
+  Shape strides(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  // Constant indices are checked here, as Gather's are, and give whole
+  // offsets.
+  auto known = intConstant(node.inputs[1]);
+  if (known)
     for (int64_t index : known->values)
       if (index < -shape[axis] || index >= shape[axis])
         return nodeError(node, "index " + std::to_string(index) +
                                    " is out of range for axis " + std::to_string(axis) +
                                    " of " + shapeString(shape));
-  int64_t total = product(shape, 0, shape.size());
-  if (total > std::numeric_limits<int32_t>::max())
-    return nodeUnsupported(node, "gathers from " + std::to_string(total) +
-                                     " elements, over int32's range");
-  FLOWC_RETURN_IF_ERROR(checkRuntimeShape(node, indexShape));
-  FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, indexShape));
-  // Each output element's offset in data, its axis coordinate left out.
-  Shape strides(rank, 1);
-  for (int64_t d = rank - 2; d >= 0; --d)
-    strides[d] = strides[d + 1] * shape[d + 1];
-  std::vector<int32_t> base(static_cast<size_t>(count));
+  // Each element's offset in data, its axis coordinate left out (known
+  // indices: put in).
+  std::vector<int64_t> base(static_cast<size_t>(count));
   Shape coordinate(rank, 0);
   for (int64_t i = 0; i < count; ++i) {
     int64_t offset = 0;
     for (int64_t d = 0; d < rank; ++d)
       offset += d == axis ? 0 : coordinate[d] * strides[d];
-    base[i] = static_cast<int32_t>(offset);
+    if (known) {
+      int64_t index = known->values[i];
+      offset += (index < 0 ? index + shape[axis] : index) * strides[axis];
+    }
+    base[i] = offset;
     for (int64_t d = rank - 1; d >= 0 && ++coordinate[d] == indexShape[d]; --d)
       coordinate[d] = 0;
   }
-  mlir::Type i32 = builder_.getI32Type();
+  if (known)
+    return ElementOffsets{std::move(base), {}};
+  mlir::Type i32 = builder_.getI32Type(), indexType = elementTypeOf(indices);
   Shape flatShape = {1, count};
   Value flat =
       checkedIndices(node, reshape(indices, flatShape), shape[axis],
@@ -434,18 +447,38 @@ Status Importer::importGatherElements(const Node &node) {
   if (!indexType.isInteger(32))
     flat = buildTyped<mlir::tosa::CastOp>(i32, flatShape, {flat});
   flat = fromEnd(flat, shape[axis]);
+  std::vector<int32_t> narrow(base.begin(), base.end());
   auto baseType = mlir::RankedTensorType::get(flatShape, i32);
   Value offsets = mlir::tosa::ConstOp::create(
       builder_, loc_, baseType,
-      mlir::DenseElementsAttr::get(baseType, llvm::ArrayRef(base)));
+      mlir::DenseElementsAttr::get(baseType, llvm::ArrayRef(narrow)));
   flat = buildTyped<mlir::tosa::AddOp>(
       i32, flatShape,
       {offsets,
        buildTyped<mlir::tosa::MulOp>(
            i32, flatShape, {flat, integer(i32, strides[axis], 2), zeroShift()})});
-  FLOWC_ASSIGN_OR_RETURN(Value gathered, gatherRuntime(node, reshape(data, {total}),
-                                                       reshape(flat, indexShape), 0,
-                                                       /*checkIndices=*/false));
+  return ElementOffsets{std::nullopt, flat};
+}
+
+/// out[i] = data[i with its `axis` coordinate replaced by indices[i]]: one
+/// gather from the flattened data.
+Status Importer::importGatherElements(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value indices, anyOperand(node, 1));
+  Shape shape = shapeOf(data), indexShape = shapeOf(indices);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
+  FLOWC_ASSIGN_OR_RETURN(ElementOffsets offsets,
+                         elementOffsets(node, indices, shape, axis));
+  Value flatData = reshape(data, {product(shape, 0, shape.size())});
+  if (offsets.known) {
+    std::vector<int32_t> table(offsets.known->begin(), offsets.known->end());
+    FLOWC_ASSIGN_OR_RETURN(Value gathered, gatherConstant(node, flatData, 0, table));
+    return define(node, reshape(gathered, indexShape));
+  }
+  FLOWC_ASSIGN_OR_RETURN(
+      Value gathered, gatherRuntime(node, flatData, reshape(offsets.runtime, indexShape),
+                                    0, /*checkIndices=*/false));
   return define(node, gathered);
 }
 
@@ -1084,69 +1117,6 @@ Status Importer::importCumSum(const Node &node) {
   return define(node, reverse ? reverseAlong(x, axis) : x);
 }
 
-/// ScatterND with constant indices: each row of the result (the leading q
-/// dimensions of data, q = indices' last dimension) comes either from
-/// data or from one row of updates, known at import. So the result is one
-/// gather from updates' rows followed by data's, through a constant table.
-/// Duplicate indices (undefined in ONNX) take the last update.
-Status Importer::importScatterND(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value data, anyOperand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value updates, anyOperand(node, 2));
-  std::string reduction = stringAttr(node, "reduction", "none");
-  if (reduction != "none")
-    return nodeUnsupported(node, "reduction '" + reduction +
-                                     "' is not supported (only 'none')");
-  auto indices = hasOperand(node, 1) ? intConstant(node.inputs[1]) : std::nullopt;
-  if (!indices)
-    return nodeUnsupported(node, "indices must be a constant integer tensor (run-time "
-                                 "indices are not supported)");
-  if (elementTypeOf(updates) != elementTypeOf(data))
-    return nodeError(node, "updates are " + dtypeName(dtypeOf(updates)) + ", data " +
-                               dtypeName(dtypeOf(data)));
-  Shape shape = shapeOf(data);
-  const Shape &indexShape = indices->shape;
-  int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t q = indexShape.empty() ? 0 : indexShape.back();
-  if (q < 1 || q > rank)
-    return nodeError(node, "indices of shape " + shapeString(indexShape) +
-                               " must end in a dimension in [1, " + std::to_string(rank) +
-                               "], the rank of data " + shapeString(shape));
-  Shape expected(indexShape.begin(), indexShape.end() - 1);
-  expected.insert(expected.end(), shape.begin() + q, shape.end());
-  if (shapeOf(updates) != expected)
-    return nodeError(node, "updates have shape " + shapeString(shapeOf(updates)) +
-                               "; indices " + shapeString(indexShape) + " into data " +
-                               shapeString(shape) + " need " + shapeString(expected));
-  int64_t rows = product(shape, 0, q), width = product(shape, q, rank);
-  int64_t count = product(indexShape, 0, indexShape.size() - 1);
-  if (count == 0)
-    return define(node, data);
-  if (rows + count > std::numeric_limits<int32_t>::max())
-    return nodeUnsupported(node, "scatters into " + std::to_string(rows) +
-                                     " rows, over int32's range");
-  // table[r]: row r of [updates rows; data rows]; a constant like a
-  // folded one, and bounded as one.
-  FLOWC_RETURN_IF_ERROR(reserveFolded(node, {rows}).status());
-  std::vector<int32_t> table(static_cast<size_t>(rows));
-  std::iota(table.begin(), table.end(), static_cast<int32_t>(count));
-  for (int64_t j = 0; j < count; ++j) {
-    int64_t row = 0;
-    for (int64_t d = 0; d < q; ++d) {
-      int64_t index = indices->values[j * q + d];
-      if (index < -shape[d] || index >= shape[d])
-        return nodeError(node, "index " + std::to_string(index) + " (update " +
-                                   std::to_string(j) + ") is out of range for axis " +
-                                   std::to_string(d) + " of " + shapeString(shape));
-      row = row * shape[d] + (index < 0 ? index + shape[d] : index);
-    }
-    table[row] = static_cast<int32_t>(j);
-  }
-  Value both =
-      concatAlong({reshape(updates, {count, width}), reshape(data, {rows, width})}, 0);
-  FLOWC_ASSIGN_OR_RETURN(Value picked, gatherConstant(node, both, 0, table));
-  return define(node, reshape(picked, shape));
-}
-
 /// Tile with constant repeats: tosa.tile, any element type.
 Status Importer::importTile(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
@@ -1311,11 +1281,6 @@ constexpr OpInfo kOps[] = {
      .sinceVersion = 11,
      .signature = {1, 4, 1, 1},
      .import = &I::importResize,
-     .cost = dataMovement},
-    {.name = "ScatterND",
-     .sinceVersion = 11,
-     .signature = {3, 3, 1, 1},
-     .import = &I::importScatterND,
      .cost = dataMovement},
     {.name = "Shape", .cost = dataMovement},
     {.name = "Size"},
