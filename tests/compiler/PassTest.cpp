@@ -258,6 +258,22 @@ TEST_F(PassTest, AttentionScaleAndMaskBecomePostOpsOfTheProduct) {
   EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 0);
 }
 
+TEST_F(PassTest, ACausalMaskStaysOutsideTheProduct) {
+  // A mask that differs by row would run the product on oneDNN's
+  // reference implementation: only the scale is absorbed.
+  std::string causal = kAttentionScores;
+  for (size_t at; (at = causal.find("1x1x1x8xf32")) != std::string::npos;)
+    causal.replace(at, 11, "1x1x8x8xf32");
+  auto module = run(causal, createOutlineLibraryKernelsPass());
+  ASSERT_TRUE(module);
+  std::vector<LibraryKernel> kernels = collectLibraryKernels(*module);
+  ASSERT_EQ(kernels.size(), 1u);
+  const runtime::MatMulParams p = paramsOf<runtime::MatMulParams>(kernels[0]);
+  EXPECT_EQ(runtime::paramFloat(p.scale), 0.5f);
+  EXPECT_EQ(p.hasMask, 0);
+  EXPECT_EQ(count<mlir::tosa::AddOp>(main(*module)), 1);
+}
+
 TEST_F(PassTest, MasksVaryingAlongTheBatchStayInGeneratedCode) {
   // A per-head mask [1, 2, 1, 8]: not a broadcast over the product's batch.
   std::string ir = kAttentionScores;

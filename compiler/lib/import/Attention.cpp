@@ -21,13 +21,15 @@ Expected<Value> Importer::splitHeads(const Node &node, Value x, int64_t heads,
                    {0, 2, 1, 3});
 }
 
-/// `x` ([batch, heads, n, m]) times `y` ([batch, heads, m, p]) as one
-/// tosa.matmul over batch x heads.
+/// `x` ([batch, heads, n, m]) times `y` ([batch, heads / group, m, p]),
+/// each of y's heads serving `group` consecutive heads of x (grouped-query
+/// attention; 1 otherwise): one tosa.matmul over batch x y's heads, with
+/// the group's rows of x stacked, so y is never repeated.
 Value Importer::headsMatmul(Value x, Value y) {
   Shape xs = shapeOf(x), ys = shapeOf(y);
-  int64_t batch = xs[0] * xs[1];
-  Value product =
-      matmul3d(reshape(x, {batch, xs[2], xs[3]}), reshape(y, {batch, ys[2], ys[3]}));
+  int64_t group = xs[1] / ys[1], batch = xs[0] * ys[1];
+  Value product = matmul3d(reshape(x, {batch, group * xs[2], xs[3]}),
+                           reshape(y, {batch, ys[2], ys[3]}));
   return reshape(product, {xs[0], xs[1], xs[2], ys[3]});
 }
 
@@ -91,20 +93,6 @@ Status Importer::importAttention(const Node &node) {
       FLOWC_RETURN_IF_ERROR(defineOutput(node, output, output == 1 ? k : v));
     }
   int64_t total = shapeOf(k)[2];
-  // Grouped-query heads: each key/value head serves qHeads / kvHeads
-  // consecutive query heads.
-  if (kvHeads != qHeads) {
-    int64_t group = qHeads / kvHeads;
-    auto repeat = [&](Value x) {
-      Shape s = shapeOf(x);
-      Value lifted = reshape(x, {s[0], s[1], 1, s[2], s[3]});
-      Value tiled = build<mlir::tosa::TileOp>({s[0], s[1], group, s[2], s[3]},
-                                              {lifted, constShape({1, 1, group, 1, 1})});
-      return reshape(tiled, {s[0], s[1] * group, s[2], s[3]});
-    };
-    k = repeat(k);
-    v = repeat(v);
-  }
   float scale = floatAttr(node, "scale", 1.0f / std::sqrt(static_cast<float>(size)));
   Shape scores = {batch, qHeads, qLength, total};
   Value logits = mul(headsMatmul(q, transpose(k, {0, 1, 3, 2})), scalar(scale, 4));
@@ -118,17 +106,17 @@ Status Importer::importAttention(const Node &node) {
     if (ms.empty() || ms.size() > 4 || ms.back() > total)
       return nodeError(node, "attn_mask " + shapeString(ms) +
                                  " does not fit the scores " + shapeString(scores));
-    if (elementTypeOf(mask).isInteger(1))
-      mask = build<mlir::tosa::SelectOp>(
-          ms, {mask, scalar(0.0f, ms.size()), scalar(-infinity, ms.size())});
-    else if (!elementTypeOf(mask).isF32())
+    bool keeps = elementTypeOf(mask).isInteger(1);
+    if (!keeps && !elementTypeOf(mask).isF32())
       return nodeUnsupported(node, "attn_mask is " + dtypeName(dtypeOf(mask)) +
                                        " (bool and float32 are supported)");
     if (ms.back() < total) {
       Shape filler = ms;
       filler.back() = total - ms.back();
-      Value fill = build<mlir::tosa::TileOp>(
-          filler, {scalar(-infinity, ms.size()), constShape(filler)});
+      Value fill = keeps
+                       ? zeros(builder_.getI1Type(), filler)
+                       : build<mlir::tosa::TileOp>(
+                             filler, {scalar(-infinity, ms.size()), constShape(filler)});
       mask = concatAlong({mask, fill}, static_cast<int64_t>(ms.size()) - 1);
     }
     FLOWC_ASSIGN_OR_RETURN(mask, broadcastTo(node, mask, 4));
@@ -137,19 +125,25 @@ Status Importer::importAttention(const Node &node) {
       return nodeError(node, "attn_mask " + shapeString(ms) +
                                  " does not broadcast to the scores " +
                                  shapeString(scores));
-    logits = add(logits, mask);
+    // A bool mask selects (-inf where false, as adding it would): an
+    // added constant or broadcast mask is absorbed into the product's
+    // oneDNN call, whose implementation for it is the slow reference one.
+    logits =
+        keeps ? build<mlir::tosa::SelectOp>(scores, {mask, logits, scalar(-infinity, 4)})
+              : add(logits, mask);
   }
   if (intAttr(node, "is_causal", 0)) {
     // Query i (after the past) sees keys up to past + i: upper-left aligned.
     FLOWC_RETURN_IF_ERROR(reserveFolded(node, {qLength, total}).status());
-    std::vector<float> causal(static_cast<size_t>(qLength * total), 0.0f);
+    llvm::SmallVector<bool> visible;
+    visible.reserve(static_cast<size_t>(qLength * total));
     for (int64_t i = 0; i < qLength; ++i)
-      for (int64_t j = pastLength + i + 1; j < total; ++j)
-        causal[i * total + j] = -infinity;
-    auto type = f32({1, 1, qLength, total});
-    logits = add(logits, mlir::tosa::ConstOp::create(
-                             builder_, loc_, type,
-                             mlir::DenseElementsAttr::get(type, llvm::ArrayRef(causal))));
+      for (int64_t j = 0; j < total; ++j)
+        visible.push_back(j <= pastLength + i);
+    auto type = mlir::RankedTensorType::get({1, 1, qLength, total}, builder_.getI1Type());
+    Value keep = mlir::tosa::ConstOp::create(builder_, loc_, type,
+                                             mlir::DenseElementsAttr::get(type, visible));
+    logits = build<mlir::tosa::SelectOp>(scores, {keep, logits, scalar(-infinity, 4)});
   }
   if (hasOperand(node, 6)) {
     FLOWC_ASSIGN_OR_RETURN(Value lengths, anyOperand(node, 6));

@@ -338,7 +338,9 @@ public:
   /// A 3-D [batch, sequence, heads x size] input as [batch, heads,
   /// sequence, size]; `what` names it in errors.
   Expected<Value> splitHeads(const Node &node, Value x, int64_t heads, const char *what);
-  /// [batch, heads, n, m] times [batch, heads, m, p], one tosa.matmul.
+  /// [batch, heads, n, m] times [batch, heads / group, m, p] (each of the
+  /// second's heads serving `group` consecutive heads of the first), one
+  /// tosa.matmul.
   Value headsMatmul(Value x, Value y);
   Status importChannelNormalization(const Node &node);
   Status importLrn(const Node &node);

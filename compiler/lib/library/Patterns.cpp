@@ -100,10 +100,12 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
 
 /// Attention scores, (Q x K^T) * scale + mask: a product whose only user
 /// multiplies it by a splat constant, optionally followed by the add of a
-/// mask that varies at most along the last two dimensions (BERT's padding
-/// mask [1, 1, 1, S]). Both become post-ops of the product (after its bias
-/// and residual, which such a product does not have). Returns whether it
-/// absorbed the scale.
+/// mask that is the same for every batch and row (BERT's padding mask [1,
+/// 1, 1, S]). Both become post-ops of the product (after its bias and
+/// residual, which such a product does not have). A mask that varies by
+/// row (a causal [1, 1, S, S]) stays a separate add: oneDNN 2.6 runs a
+/// product with such a binary post-op on its reference implementation,
+/// hundreds of times slower. Returns whether it absorbed the scale.
 bool absorbScaleAndMask(Candidate &candidate) {
   auto &params = std::get<runtime::MatMulParams>(candidate.params);
   Operation *user = soleUser(candidate.result);
@@ -124,9 +126,9 @@ bool absorbScaleAndMask(Candidate &candidate) {
   size_t rank = shape.size();
   bool broadcastOverBatch =
       llvm::all_of(maskShape.drop_back(2), [](int64_t d) { return d == 1; });
-  bool rowsFit = maskShape[rank - 2] == 1 || maskShape[rank - 2] == shape[rank - 2];
+  bool sameForEveryRow = maskShape[rank - 2] == 1;
   bool columnsFit = maskShape[rank - 1] == 1 || maskShape[rank - 1] == shape[rank - 1];
-  if (!broadcastOverBatch || !rowsFit || !columnsFit)
+  if (!broadcastOverBatch || !sameForEveryRow || !columnsFit)
     return true;
   candidate.ops.push_back(add);
   candidate.result = add.getOutput();
