@@ -419,6 +419,8 @@ public:
   Value identityOf(mlir::Type element, Reduction reduction, size_t rank);
   /// a and b (same rank, broadcast) combined as `reduction` does (not None).
   Value combine(Reduction reduction, Value a, Value b);
+  /// `x` reduced along `axis` (kept, as 1) as `reduction` combines (not None).
+  Value reduceAlong(Reduction reduction, Value x, int32_t axis);
   /// The permutation that moves `axis` last, and its inverse.
   static std::pair<llvm::SmallVector<int32_t>, llvm::SmallVector<int32_t>>
   axisLast(int64_t axis, int64_t rank);

@@ -103,6 +103,23 @@ Value Importer::combine(Reduction reduction, Value a, Value b) {
   }
 }
 
+Value Importer::reduceAlong(Reduction reduction, Value x, int32_t axis) {
+  mlir::Type element = elementTypeOf(x);
+  Shape reduced = shapeOf(x);
+  reduced[axis] = 1;
+  auto along = attr("axis", builder_.getI32IntegerAttr(axis));
+  switch (reduction) {
+  case Reduction::Add:
+    return buildTyped<mlir::tosa::ReduceSumOp>(element, reduced, {x}, {along});
+  case Reduction::Mul:
+    return buildTyped<mlir::tosa::ReduceProductOp>(element, reduced, {x}, {along});
+  case Reduction::Max:
+    return buildTyped<mlir::tosa::ReduceMaxOp>(element, reduced, {x}, {along});
+  default:
+    return buildTyped<mlir::tosa::ReduceMinOp>(element, reduced, {x}, {along});
+  }
+}
+
 // TopK ----------------------------------------------------------------------
 
 /// The order TopK picks from each row of `key` ([rows, n], no NaN): k
@@ -577,27 +594,12 @@ Expected<Value> Importer::reduceMatches(const Node &node, Value data, Value upda
                                      std::to_string(kMaxPairs) + " masked elements");
   mlir::Type element = elementTypeOf(data), i1 = builder_.getI1Type();
   Value identity = identityOf(element, reduction, 3);
-  Shape masked = {rows, count, width}, reduced = {rows, 1, width};
+  Shape masked = {rows, count, width};
   Value chosen = buildTyped<mlir::tosa::SelectOp>(
       element, masked,
       {reshape(match, {rows, count, 1}), reshape(updates, {1, count, width}), identity});
   auto axis1 = attr("axis", builder_.getI32IntegerAttr(1));
-  Value gathered;
-  switch (reduction) {
-  case Reduction::Add:
-    gathered = buildTyped<mlir::tosa::ReduceSumOp>(element, reduced, {chosen}, {axis1});
-    break;
-  case Reduction::Mul:
-    gathered =
-        buildTyped<mlir::tosa::ReduceProductOp>(element, reduced, {chosen}, {axis1});
-    break;
-  case Reduction::Max:
-    gathered = buildTyped<mlir::tosa::ReduceMaxOp>(element, reduced, {chosen}, {axis1});
-    break;
-  default:
-    gathered = buildTyped<mlir::tosa::ReduceMinOp>(element, reduced, {chosen}, {axis1});
-    break;
-  }
+  Value gathered = reduceAlong(reduction, chosen, 1);
   Value combined = combine(reduction, data, reshape(gathered, shape));
   Value reached = buildTyped<mlir::tosa::ReduceAnyOp>(i1, {rows, 1}, {match}, {axis1});
   return buildTyped<mlir::tosa::SelectOp>(element, shape, {reached, combined, data});
@@ -770,22 +772,7 @@ Expected<Value> Importer::scatterElementsRuntime(const Node &node, Value data,
   } else {
     Value masked = buildTyped<mlir::tosa::SelectOp>(
         element, pairs, {match, lineUpdates, identityOf(element, reduction, 4)});
-    Value folded;
-    switch (reduction) {
-    case Reduction::Add:
-      folded = buildTyped<mlir::tosa::ReduceSumOp>(element, reduced, {masked}, {axis2});
-      break;
-    case Reduction::Mul:
-      folded =
-          buildTyped<mlir::tosa::ReduceProductOp>(element, reduced, {masked}, {axis2});
-      break;
-    case Reduction::Max:
-      folded = buildTyped<mlir::tosa::ReduceMaxOp>(element, reduced, {masked}, {axis2});
-      break;
-    default:
-      folded = buildTyped<mlir::tosa::ReduceMinOp>(element, reduced, {masked}, {axis2});
-      break;
-    }
+    Value folded = reduceAlong(reduction, masked, 2);
     arriving = combine(reduction, base, reshape(folded, flat));
   }
   return reshape(
