@@ -269,3 +269,27 @@ def test_a_position_past_the_cache_fails_the_run(flowc, tmp_path):
     assert result.returncode == BAD, result.stderr
     assert "node 'rope' (RotaryEmbedding): an index is outside [-8, 7]" in result.stderr, \
         result.stderr
+
+
+@pytest.mark.parametrize("op, inputs, message", [
+    ("RMSNormalization", ["x", "wide"],
+     "scale [2,3,4,6] does not broadcast to the input [3,4,6]"),
+    ("LayerNormalization", ["x", "g", "wide"],
+     "bias [2,3,4,6] does not broadcast to the input [3,4,6]"),
+    ("RMSNormalization", ["x", "five"], "shapes [3,4,6] and [5] cannot be broadcast"),
+])
+def test_a_scale_or_bias_that_does_not_fit_is_refused(flowc, tmp_path, op, inputs, message):
+    """A scale or bias may broadcast up to the input, never widen it."""
+    inits = [numpy_helper.from_array(np.ones([2, 3, 4, 6], np.float32), "wide"),
+             numpy_helper.from_array(np.ones(5, np.float32), "five"),
+             numpy_helper.from_array(np.ones(6, np.float32), "g")]
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"], name="norm")], "g",
+                              [helper.make_tensor_value_info("x", FLOAT, [3, 4, 6])],
+                              [helper.make_tensor_value_info("y", FLOAT, None)], inits)
+    path = tmp_path / "norm.onnx"
+    # Unchecked: ONNX's checker refuses it itself.
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)],
+                                       ir_version=10).SerializeToString())
+    result = flowc.run("submit", path, "-o", tmp_path / "out.fca", check=False)
+    assert result.returncode == BAD, result.stderr
+    assert f"node 'norm' ({op}): {message}" in result.stderr, result.stderr

@@ -199,11 +199,7 @@ Status Importer::importRmsNormalization(const Node &node) {
   Value inverse = build<mlir::tosa::RsqrtOp>(
       {outer, 1}, {add(meanSquare, scalar(floatAttr(node, "epsilon", 1e-5f), 2))});
   Value y = reshape(mul(flat, inverse), shape);
-  FLOWC_ASSIGN_OR_RETURN(Shape scaled, broadcastShape(node, shape, shapeOf(scale)));
-  if (scaled != shape)
-    return nodeError(node, "scale " + shapeString(shapeOf(scale)) +
-                               " does not broadcast to the input " + shapeString(shape));
-  FLOWC_ASSIGN_OR_RETURN(scale, broadcastTo(node, scale, shape.size()));
+  FLOWC_ASSIGN_OR_RETURN(scale, broadcastToInput(node, scale, shape, "scale"));
   return define(node, mul(y, scale));
 }
 

@@ -210,6 +210,10 @@ public:
   Value fitWindows(Value nhwc, std::array<int64_t, 4> &pads, const Shape &kernel,
                    const Shape &strides, const Shape &dilations);
   Expected<Value> broadcastTo(const Node &node, Value v, size_t rank);
+  /// `v` (the node's `what`: scale, bias) at the rank of an input of
+  /// `shape`, which it must broadcast to without widening it.
+  Expected<Value> broadcastToInput(const Node &node, Value v, const Shape &shape,
+                                   const char *what);
   Expected<Shape> broadcastShape(const Node &node, const Shape &a, const Shape &b);
   /// Add, Sub, Mul, Div of two broadcast float32 tensors.
   Expected<Value> elementwise(const Node &node);

@@ -916,6 +916,15 @@ Status Importer::importLrn(const Node &node) {
   return define(node, mul(x, build<mlir::tosa::ReciprocalOp>(shape, {denominator})));
 }
 
+Expected<Value> Importer::broadcastToInput(const Node &node, Value v, const Shape &shape,
+                                           const char *what) {
+  FLOWC_ASSIGN_OR_RETURN(Shape out, broadcastShape(node, shape, shapeOf(v)));
+  if (out != shape)
+    return nodeError(node, std::string(what) + " " + shapeString(shapeOf(v)) +
+                               " does not broadcast to the input " + shapeString(shape));
+  return broadcastTo(node, v, shape.size());
+}
+
 Status Importer::importLayerNormalization(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value scale, operand(node, 1));
@@ -934,20 +943,11 @@ Status Importer::importLayerNormalization(const Node &node) {
       FLOWC_RETURN_IF_ERROR(defineOutput(
           node, output,
           reshape(output == 1 ? statistics.mean : statistics.inverse, kept)));
-  FLOWC_ASSIGN_OR_RETURN(Shape scaled, broadcastShape(node, shape, shapeOf(scale)));
-  if (scaled != shape)
-    return nodeError(node, "scale " + shapeString(shapeOf(scale)) +
-                               " does not broadcast to the input " + shapeString(shape));
-  FLOWC_ASSIGN_OR_RETURN(scale, broadcastTo(node, scale, shape.size()));
+  FLOWC_ASSIGN_OR_RETURN(scale, broadcastToInput(node, scale, shape, "scale"));
   y = mul(y, scale);
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(Value bias, operand(node, 2));
-    FLOWC_ASSIGN_OR_RETURN(Shape biased, broadcastShape(node, shape, shapeOf(bias)));
-    if (biased != shape)
-      return nodeError(node, "bias " + shapeString(shapeOf(bias)) +
-                                 " does not broadcast to the input " +
-                                 shapeString(shape));
-    FLOWC_ASSIGN_OR_RETURN(bias, broadcastTo(node, bias, shape.size()));
+    FLOWC_ASSIGN_OR_RETURN(bias, broadcastToInput(node, bias, shape, "bias"));
     y = build<mlir::tosa::AddOp>(shape, {y, bias});
   }
   return define(node, y);
