@@ -262,12 +262,15 @@ Status Importer::importTopK(const Node &node) {
   Shape movedOut = out;
   for (int64_t i = 0; i < rank; ++i)
     movedOut[i] = out[perms[i]];
-  auto back = [&](Value v) {
-    v = reshape(v, movedOut);
-    return axis == rank - 1 ? v : transpose(v, inverse);
-  };
-  FLOWC_RETURN_IF_ERROR(defineOutput(node, 0, back(values)));
-  return defineOutput(node, 1, back(indices));
+  // Each output back in place (a loop: clang 14 lambdas cannot capture
+  // structured bindings).
+  Value outputs[] = {values, indices};
+  for (size_t i = 0; i < 2; ++i) {
+    Value v = reshape(outputs[i], movedOut);
+    FLOWC_RETURN_IF_ERROR(
+        defineOutput(node, i, axis == rank - 1 ? v : transpose(v, inverse)));
+  }
+  return Status::ok();
 }
 
 // Hardmax, OneHot -----------------------------------------------------------
