@@ -160,6 +160,8 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
   // and the epilogue around it, which linalg would have split into loops.
   if (enabled(options, OptionalPass::OutlineLibraryKernels))
     pm.addPass(createOutlineLibraryKernelsPass(options.precision));
+  else
+    pm.addPass(createInlineLibraryCallsPass());
   // After outlining, so that no kernel's epilogue is split: per-channel
   // arithmetic after a concatenation runs on each input where it lies.
   if (enabled(options, OptionalPass::DistributeOverConcat))

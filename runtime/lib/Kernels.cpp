@@ -1,4 +1,5 @@
 #include "Kernels.h"
+#include "TopK.h"
 
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/KernelAbi.h"
@@ -1007,6 +1008,27 @@ void layerNormKernel(void *context, int64_t site, const int64_t *params, void **
                                            createLayerNorm, runLayerNorm);
 }
 
+/// TopK runs flowc's own selection (TopK.h), no oneDNN primitive.
+void topKKernel(void *opaque, int64_t index, const int64_t *words, void **buffers) {
+  auto &context = *static_cast<KernelContext *>(opaque);
+  if (!context.failure.isOk())
+    return;
+  if (index < 0 || static_cast<size_t>(index) >= context.sites.size()) {
+    context.failure =
+        internalError("topk kernel at site " + std::to_string(index) + ": the code has " +
+                      std::to_string(context.sites.size()) + " sites");
+    return;
+  }
+  TopKParams params;
+  std::memcpy(&params, words, sizeof(TopKParams));
+  std::unique_ptr<Site> &slot = context.sites[static_cast<size_t>(index)];
+  if (!slot) {
+    slot = std::make_unique<Site>();
+    slot->implementation = "flowc:select";
+  }
+  topKRows(params, buffers[0], static_cast<int32_t *>(buffers[1]));
+}
+
 KernelFunction kernelFor(KernelKind kind) {
   switch (kind) {
   case KernelKind::Conv2d:
@@ -1019,6 +1041,8 @@ KernelFunction kernelFor(KernelKind kind) {
     return softmaxKernel;
   case KernelKind::LayerNorm:
     return layerNormKernel;
+  case KernelKind::TopK:
+    return topKKernel;
   }
   return nullptr;
 }

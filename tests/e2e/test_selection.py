@@ -6,6 +6,8 @@ cases, one output each; exact comparison (these ops only pick and move,
 except the scatters' additions). Run-time indices out of range fail the
 run naming the node; what flowc refuses fails the compile in one line."""
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -199,6 +201,36 @@ def test_every_case_compiles_for_cuda_and_matches_there(flowc, tmp_path):
     inputs = feeds()
     assert not mismatches(c, flowc.execute(artifact, inputs),
                           onnxruntime_outputs(model, inputs))
+
+
+def test_topk_runs_the_selection_kernel_and_o0_its_loops_agree(flowc, tmp_path):
+    """TopK's order is a library call (`topk` in the profile, flowc's own
+    selection); -O0 inlines the call's TOSA body instead, and both give
+    onnxruntime's outputs for every TopK case of the model."""
+    c = build_cases()
+    model = save(model_of(c), tmp_path / "selection.onnx")
+    topk = [name for n in c.nodes if n.op_type == "TopK" for name in n.output
+            if name in c.outputs]
+    inputs = feeds(5)
+    expected = onnxruntime_outputs(model, inputs)
+    for level in ("-O2", "-O0"):
+        artifact = tmp_path / f"selection{level}.fca"
+        flowc.submit(model, artifact, level)
+        ours = flowc.execute(artifact, inputs)
+        assert all(np.array_equal(ours[n], expected[n]) for n in topk), level
+        args = []
+        for i, (name, value) in enumerate(inputs.items()):
+            np.save(tmp_path / f"in{i}.npy", value)
+            args += ["--input", f"{name}={tmp_path / f'in{i}.npy'}"]
+        report = json.loads(flowc.run("run", artifact, *args, "--profile", "--json").stdout)
+        kernels = [call for call in report["profile"]["calls"] if call["kind"] == "topk"]
+        if level == "-O0":
+            assert not kernels
+            continue
+        # One kernel per TopK node, each naming its node.
+        assert len(kernels) == sum(n.op_type == "TopK" for n in c.nodes)
+        assert all(call["ops"] == ["TopK"] for call in kernels)
+        assert {call["implementation"] for call in kernels} == {"flowc:select"}
 
 
 def single_node_model(tmp_path, name, node, inputs, output_type, inits=(), opset=18):

@@ -110,6 +110,11 @@ constexpr std::array kLayerNormFields = {
     FLOWC_INT_FIELD(LayerNormParams, hasScale),
     FLOWC_INT_FIELD(LayerNormParams, hasShift),
 };
+constexpr std::array kTopKFields = {
+    FLOWC_INT_FIELD(TopKParams, rows),    FLOWC_INT_FIELD(TopKParams, n),
+    FLOWC_INT_FIELD(TopKParams, k),       FLOWC_INT_FIELD(TopKParams, largest),
+    FLOWC_INT_FIELD(TopKParams, keyType),
+};
 
 #undef FLOWC_INT_FIELD
 #undef FLOWC_FLOAT_FIELD
@@ -130,6 +135,7 @@ static_assert(namesEveryWord<runtime::MatMulParams>(kMatMulFields));
 static_assert(namesEveryWord<runtime::Pool2dParams>(kPool2dFields));
 static_assert(namesEveryWord<runtime::SoftmaxParams>(kSoftmaxFields));
 static_assert(namesEveryWord<runtime::LayerNormParams>(kLayerNormFields));
+static_assert(namesEveryWord<runtime::TopKParams>(kTopKFields));
 
 /// The fields of `kind`'s params struct, in word order.
 llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
@@ -144,6 +150,8 @@ llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
     return kSoftmaxFields;
   case runtime::KernelKind::LayerNorm:
     return kLayerNormFields;
+  case runtime::KernelKind::TopK:
+    return kTopKFields;
   }
   return {};
 }
@@ -268,7 +276,9 @@ static_assert(static_cast<int64_t>(LibraryKernelKind::Conv2d) ==
                   static_cast<int64_t>(runtime::KernelKind::Softmax) &&
               static_cast<int64_t>(LibraryKernelKind::LayerNorm) ==
                   static_cast<int64_t>(runtime::KernelKind::LayerNorm) &&
-              runtime::kKernelKindCount == 5);
+              static_cast<int64_t>(LibraryKernelKind::TopK) ==
+                  static_cast<int64_t>(runtime::KernelKind::TopK) &&
+              runtime::kKernelKindCount == 6);
 
 void FlowcDialect::initialize() {
   addOperations<
@@ -304,6 +314,10 @@ std::optional<size_t> expectedInputs(LibraryCallOp call) {
     if (auto p = runtime::paramsFromWords<runtime::LayerNormParams>(words))
       return 1 + (p->hasScale != 0) + (p->hasShift != 0);
     break;
+  case LibraryKernelKind::TopK:
+    if (runtime::paramsFromWords<runtime::TopKParams>(words))
+      return 1;
+    break;
   }
   return std::nullopt;
 }
@@ -317,11 +331,36 @@ int64_t sourceRank(LibraryKernelKind kind) {
     return 4;
   case LibraryKernelKind::MatMul:
     return 3;
+  case LibraryKernelKind::TopK:
+    return 2;
   case LibraryKernelKind::Softmax:
   case LibraryKernelKind::LayerNorm:
     return 0;
   }
   return 0;
+}
+
+/// TopK's key and index tensors against its params: the kernel reads and
+/// writes exactly those extents.
+mlir::LogicalResult verifyTopK(LibraryCallOp call) {
+  auto p = *runtime::paramsFromWords<runtime::TopKParams>(call.getParams());
+  auto keys = mlir::cast<mlir::RankedTensorType>(call.getInputs()[0].getType());
+  auto indices = mlir::cast<mlir::RankedTensorType>(call.getResult().getType());
+  mlir::Type key = keys.getElementType();
+  bool typeMatches = (p.keyType == runtime::KeyType::F32 && key.isF32()) ||
+                     (p.keyType == runtime::KeyType::I32 && key.isInteger(32)) ||
+                     (p.keyType == runtime::KeyType::I64 && key.isInteger(64));
+  if (!typeMatches)
+    return call.emitOpError() << "keys " << keys << " do not have the params' key type "
+                              << static_cast<int64_t>(p.keyType);
+  if (keys.getShape() != llvm::ArrayRef<int64_t>{p.rows, p.n} ||
+      indices.getShape() != llvm::ArrayRef<int64_t>{p.rows, p.k} ||
+      !indices.getElementType().isInteger(32) || p.k < 1 || p.k > p.n)
+    return call.emitOpError() << "a topk of k = " << p.k << " over [" << p.rows << ", "
+                              << p.n << "] maps keys of that shape to i32 indices ["
+                              << p.rows << ", k], 1 <= k <= n; got " << keys << " -> "
+                              << indices;
+  return mlir::success();
 }
 
 } // namespace
@@ -343,6 +382,8 @@ mlir::LogicalResult LibraryCallOp::verify() {
     return emitOpError() << "input 0 of a " << stringifyLibraryKernelKind(getKind())
                          << " kernel must have rank " << rank << ", got "
                          << getInputs()[0].getType();
+  if (getKind() == LibraryKernelKind::TopK)
+    return verifyTopK(*this);
   return mlir::success();
 }
 

@@ -9,9 +9,11 @@
 #include "../SourceNodes.h"
 
 #include "flowc/compiler/GraphIr.h"
+#include "flowc/compiler/dialect/FlowcDialect.h"
 #include "flowc/support/PhysicalMemory.h"
 
 #include "mlir/Bytecode/BytecodeWriter.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -769,7 +771,10 @@ Expected<ImportedGraph> importOnnx(const OnnxModel &model, const ImportLimits &l
   // The loader validated a parsed model; one built in memory is checked too.
   FLOWC_RETURN_IF_ERROR(validateGraph(model));
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
-  context.loadDialect<mlir::func::FuncDialect, mlir::tosa::TosaDialect>();
+  // Flowc's library calls (TopK's kernel) and bufferization's argument
+  // attribute on their callees.
+  context.loadDialect<mlir::func::FuncDialect, mlir::tosa::TosaDialect, FlowcDialect,
+                      mlir::bufferization::BufferizationDialect>();
   std::string diagnostics;
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diag) {
     diagnostics += diag.str() + "\n";

@@ -370,6 +370,10 @@ public:
   /// or every element's rank (rows x n x n compares).
   Expected<Value> topKStepwise(const Node &node, Value key, int64_t k, bool largest);
   Expected<Value> topKRanked(const Node &node, Value key, int64_t k, bool largest);
+  /// TopK's order through the runtime's selection kernel: a library call
+  /// whose callee is the same order in TOSA (ranked or stepwise).
+  Expected<Value> topKOrder(const Node &node, Value key, int64_t k, bool largest,
+                            bool ranks);
   Value hardmaxLastAxis(Value x);
   Status importHardmax(const Node &node) {
     return importSoftmaxLike(node, &Importer::hardmaxLastAxis);
@@ -536,6 +540,8 @@ public:
   /// Returned after the graph's outputs.
   std::vector<std::pair<Value, std::string>> checks_;
   std::set<std::string> initializerNames_;
+  /// Library-kernel functions the importer made (TopK's), for their names.
+  int libraryFunctions_ = 0;
   /// Initializers already counted as some node's parameters.
   std::set<std::string> countedParameters_;
   /// Bytes that constants computed at import may take, and have taken.

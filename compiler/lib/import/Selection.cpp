@@ -5,6 +5,12 @@
 #include "Importer.h"
 #include "OpCost.h"
 
+#include "flowc/compiler/dialect/FlowcDialect.h"
+#include "flowc/runtime/KernelAbi.h"
+
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
 #include <numeric>
 
 namespace flowc::compiler::import {
@@ -199,6 +205,43 @@ Expected<Value> Importer::topKRanked(const Node &node, Value key, int64_t k,
                  {rows, k});
 }
 
+Expected<Value> Importer::topKOrder(const Node &node, Value key, int64_t k, bool largest,
+                                    bool ranks) {
+  Shape shape = shapeOf(key);
+  auto indices = mlir::RankedTensorType::get({shape[0], k}, builder_.getI32Type());
+  auto main = mlir::cast<mlir::func::FuncOp>(entry_->getParentOp());
+  mlir::func::FuncOp function;
+  {
+    mlir::OpBuilder::InsertionGuard guard(builder_);
+    builder_.setInsertionPoint(main);
+    function = mlir::func::FuncOp::create(
+        builder_, loc_, "flowc_topk_" + std::to_string(libraryFunctions_++),
+        builder_.getFunctionType({key.getType()}, {indices}));
+    function.setPrivate();
+    // The kernel writes only its indices (as the outline pass's functions).
+    function.setArgAttr(0, mlir::bufferization::BufferizationDialect::kWritableAttrName,
+                        builder_.getBoolAttr(false));
+    builder_.setInsertionPointToStart(function.addEntryBlock());
+    Value keys = function.getArgument(0);
+    FLOWC_ASSIGN_OR_RETURN(Value order, ranks ? topKRanked(node, keys, k, largest)
+                                              : topKStepwise(node, keys, k, largest));
+    mlir::func::ReturnOp::create(builder_, loc_, order);
+  }
+  mlir::Type element = elementTypeOf(key);
+  runtime::TopKParams params{};
+  params.rows = shape[0];
+  params.n = shape[1];
+  params.k = k;
+  params.largest = largest;
+  params.keyType = element.isF32()         ? runtime::KeyType::F32
+                   : element.isInteger(32) ? runtime::KeyType::I32
+                                           : runtime::KeyType::I64;
+  return Value(LibraryCallOp::create(builder_, loc_, indices, LibraryKernelKind::TopK,
+                                     function.getSymName(), runtime::paramWords(params),
+                                     mlir::ValueRange{key}, /*arg_attrs=*/nullptr,
+                                     /*res_attrs=*/nullptr));
+}
+
 /// TopK of float32, int32 or int64 along any axis, with a constant k.
 /// Values come from a gather at the picked indices, so NaN, which picks
 /// as +infinity does (after every finite value), shows as NaN.
@@ -253,8 +296,7 @@ Status Importer::importTopK(const Node &node) {
                   std::to_string(rows) + " rows is past both limits: " +
                   std::to_string(kMaxTopKSteps) + " steps, or " +
                   std::to_string(kMaxPairs) + " compared pairs (rows x n x n)");
-  FLOWC_ASSIGN_OR_RETURN(Value order, ranks ? topKRanked(node, key, k, largest)
-                                            : topKStepwise(node, key, k, largest));
+  FLOWC_ASSIGN_OR_RETURN(Value order, topKOrder(node, key, k, largest, ranks));
   Value values = buildTyped<mlir::tosa::GatherOp>(element, {rows, k, 1},
                                                   {reshape(flat, {rows, n, 1}), order});
   Value indices =

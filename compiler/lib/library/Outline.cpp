@@ -15,6 +15,7 @@
 #include "mlir/Pass/Pass.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
 #include <map>
@@ -22,6 +23,7 @@
 namespace flowc::compiler {
 
 #define GEN_PASS_DEF_OUTLINELIBRARYKERNELSPASS
+#define GEN_PASS_DEF_INLINELIBRARYCALLSPASS
 #define GEN_PASS_DEF_LOWERLIBRARYCALLSPASS
 #define GEN_PASS_DEF_MARKSIXTEENBITBUFFERSPASS
 #include "flowc/compiler/Passes.h.inc"
@@ -218,6 +220,33 @@ struct LowerLibraryCallsPass : impl::LowerLibraryCallsPassBase<LowerLibraryCalls
       call.erase();
       ++callsLowered;
     }
+  }
+};
+
+struct InlineLibraryCallsPass : impl::InlineLibraryCallsPassBase<InlineLibraryCallsPass> {
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    mlir::SymbolTable symbols(module);
+    llvm::SmallVector<LibraryCallOp> calls;
+    module.walk([&](LibraryCallOp call) { calls.push_back(call); });
+    llvm::SetVector<mlir::func::FuncOp> callees;
+    for (LibraryCallOp call : calls) {
+      auto callee = symbols.lookup<mlir::func::FuncOp>(call.getCallee());
+      mlir::Block &body = callee.getBody().front();
+      mlir::IRMapping mapping;
+      mapping.map(body.getArguments(), call.getInputs());
+      mlir::OpBuilder builder(call);
+      for (Operation &op : body.without_terminator())
+        builder.clone(op, mapping);
+      Value result = mapping.lookup(body.getTerminator()->getOperand(0));
+      call.getResult().replaceAllUsesWith(result);
+      call.erase();
+      callees.insert(callee);
+      ++callsInlined;
+    }
+    for (mlir::func::FuncOp callee : callees)
+      if (mlir::SymbolTable::symbolKnownUseEmpty(callee, module))
+        callee.erase();
   }
 };
 

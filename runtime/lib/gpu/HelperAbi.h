@@ -86,6 +86,16 @@ struct RowArgs {
   double epsilon;
 };
 
+/// TopK's order of each row of a dense [rows, n] key buffer into the
+/// dense int32 [rows, k] `out` (KernelAbi.h's TopKParams), one block per
+/// row. The key type is the kernel's: flowc_topk_f32, _i32 or _i64.
+struct TopKArgs {
+  int32_t *out;
+  const void *in;
+  int64_t rows, n, k;
+  int64_t largest;
+};
+
 /// Threads per block of every helper kernel; the row kernels' reductions
 /// assume it.
 inline constexpr int64_t kHelperBlock = 256;
@@ -95,5 +105,8 @@ inline constexpr const char *kEpilogueKernel = "flowc_epilogue";
 inline constexpr const char *kPoolKernel = "flowc_pool2d";
 inline constexpr const char *kSoftmaxKernel = "flowc_softmax";
 inline constexpr const char *kLayerNormKernel = "flowc_layernorm";
+inline constexpr const char *kTopKF32Kernel = "flowc_topk_f32";
+inline constexpr const char *kTopKI32Kernel = "flowc_topk_i32";
+inline constexpr const char *kTopKI64Kernel = "flowc_topk_i64";
 
 } // namespace flowc::runtime::gpu

@@ -1,7 +1,8 @@
 // The runtime's own CUDA kernels: what surrounds the cuDNN and cuBLASLt
 // calls of library kernels (layout changes, epilogues the libraries do not
 // fuse) and the kernels no library call fits (pooling of any layout, and
-// softmax and layer normalization fused into one pass per row). Built by
+// softmax and layer normalization fused into one pass per row, and TopK's
+// selection). Built by
 // nvcc into a fat binary for every supported architecture, embedded in the
 // runtime and loaded into a session's context with its first library
 // kernel. Arguments: HelperAbi.h.
@@ -135,7 +136,82 @@ template <bool Maximum> __device__ float blockReduce(float value, float *shared)
   return value;
 }
 
+/// TopK's order: NaN ranks as +infinity.
+__device__ float rankKey(float key) {
+  return isnan(key) ? __int_as_float(0x7f800000) : key;
+}
+__device__ int32_t rankKey(int32_t key) { return key; }
+__device__ long long rankKey(long long key) { return key; }
+
+/// Whether key x at index i ranks before key y at index j; index -1 is no
+/// element, after every element.
+template <typename Key>
+__device__ bool ranksBefore(Key x, long long i, Key y, long long j, bool largest) {
+  if (j < 0 || i < 0)
+    return i >= 0 && j < 0;
+  if (x != y)
+    return largest ? x > y : x < y;
+  return i < j;
+}
+
+/// One block per row. Step p picks the best key that ranks after step
+/// p - 1's pick: the order is total (equal keys rank by index), so no
+/// element needs marking and no scratch grows with the row. k passes over
+/// a row that stays in L1/L2.
+template <typename Key> __device__ void topKRows(const TopKArgs &a) {
+  __shared__ Key warpKeys[32];
+  __shared__ long long warpIndices[32];
+  bool largest = a.largest != 0;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const Key *in = static_cast<const Key *>(a.in) + row * a.n;
+    Key lastKey = Key();
+    long long last = -1;
+    for (int64_t p = 0; p < a.k; ++p) {
+      Key best = Key();
+      long long bestIndex = -1;
+      for (long long i = threadIdx.x; i < a.n; i += blockDim.x) {
+        Key key = rankKey(in[i]);
+        if (last >= 0 && !ranksBefore(lastKey, last, key, i, largest))
+          continue;
+        if (ranksBefore(key, i, best, bestIndex, largest)) {
+          best = key;
+          bestIndex = i;
+        }
+      }
+      for (int offset = 16; offset > 0; offset /= 2) {
+        Key otherKey = __shfl_xor_sync(0xffffffffu, best, offset);
+        long long otherIndex = __shfl_xor_sync(0xffffffffu, bestIndex, offset);
+        if (ranksBefore(otherKey, otherIndex, best, bestIndex, largest)) {
+          best = otherKey;
+          bestIndex = otherIndex;
+        }
+      }
+      if (lane == 0) {
+        warpKeys[warp] = best;
+        warpIndices[warp] = bestIndex;
+      }
+      __syncthreads();
+      // Every thread reduces the warps' picks itself: no broadcast.
+      for (int w = 0; w < warps; ++w)
+        if (ranksBefore(warpKeys[w], warpIndices[w], best, bestIndex, largest)) {
+          best = warpKeys[w];
+          bestIndex = warpIndices[w];
+        }
+      __syncthreads(); // the next step overwrites the warps' picks
+      lastKey = best;
+      last = bestIndex;
+      if (threadIdx.x == 0)
+        a.out[row * a.k + p] = static_cast<int32_t>(bestIndex);
+    }
+  }
+}
+
 } // namespace
+
+extern "C" __global__ void flowc_topk_f32(TopKArgs a) { topKRows<float>(a); }
+extern "C" __global__ void flowc_topk_i32(TopKArgs a) { topKRows<int32_t>(a); }
+extern "C" __global__ void flowc_topk_i64(TopKArgs a) { topKRows<long long>(a); }
 
 extern "C" __global__ void flowc_gather(GatherArgs a) {
   forEachElement(a.shape, [&](const int64_t at[4]) {

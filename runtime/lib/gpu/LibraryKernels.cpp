@@ -736,6 +736,7 @@ public:
   void pool(int64_t site, const int64_t *words, void **buffers);
   void softmax(int64_t site, const int64_t *words, void **buffers);
   void layerNorm(int64_t site, const int64_t *words, void **buffers);
+  void topK(int64_t site, const int64_t *words, void **buffers);
 
   std::vector<GpuKernelChoice> choices() const;
 
@@ -1930,6 +1931,23 @@ void LibraryKernels::layerNorm(int64_t site, const int64_t *words, void **buffer
   launch(kLayerNormKernel, std::clamp<uint64_t>(p->rows, 1, 65535), args);
 }
 
+void LibraryKernels::topK(int64_t site, const int64_t *words, void **buffers) {
+  std::optional<TopKParams> p = paramsOf<TopKParams>(site, words, "topk");
+  if (!p)
+    return;
+  TopKArgs args{};
+  args.in = buffers[0];
+  args.out = static_cast<int32_t *>(buffers[1]);
+  args.rows = p->rows;
+  args.n = p->n;
+  args.k = p->k;
+  args.largest = p->largest;
+  const char *kernel = p->keyType == KeyType::I64   ? kTopKI64Kernel
+                       : p->keyType == KeyType::I32 ? kTopKI32Kernel
+                                                    : kTopKF32Kernel;
+  launch(kernel, std::clamp<uint64_t>(p->rows, 1, 65535), args);
+}
+
 namespace {
 
 // The table's functions (KernelAbi.h's KernelFunction).
@@ -1959,7 +1977,7 @@ std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &kernels) {
 }
 
 void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
-  static_assert(kKernelKindCount == 5, "every KernelKind has a slot below");
+  static_assert(kKernelKindCount == 6, "every KernelKind has a slot below");
   auto slot = [&](KernelKind kind, KernelFunction function) {
     table[static_cast<int64_t>(kind)] = reinterpret_cast<void *>(function);
   };
@@ -1968,6 +1986,7 @@ void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
   slot(KernelKind::Pool2d, tableEntry<&LibraryKernels::pool>);
   slot(KernelKind::Softmax, tableEntry<&LibraryKernels::softmax>);
   slot(KernelKind::LayerNorm, tableEntry<&LibraryKernels::layerNorm>);
+  slot(KernelKind::TopK, tableEntry<&LibraryKernels::topK>);
   *context = &kernels;
 }
 

@@ -65,3 +65,29 @@ func.func @main(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   %y = flowc.library_call softmax @missing(%x) params <rows = 1, channels = 8> : (tensor<1x8xf32>) -> tensor<1x8xf32>
   return %y : tensor<1x8xf32>
 }
+
+// -----
+
+// TopK's keys must be of the params' key type (0: f32).
+func.func private @k(%x: tensor<2x8xi32>) -> tensor<2x3xi32> {
+  %c = "tosa.const"() <{values = dense<0> : tensor<2x3xi32>}> : () -> tensor<2x3xi32>
+  return %c : tensor<2x3xi32>
+}
+func.func @main(%x: tensor<2x8xi32>) -> tensor<2x3xi32> {
+  // expected-error @+1 {{'flowc.library_call' op keys 'tensor<2x8xi32>' do not have the params' key type 0}}
+  %y = flowc.library_call topk @k(%x) params <rows = 2, n = 8, k = 3, largest = 1, keyType = 0> : (tensor<2x8xi32>) -> tensor<2x3xi32>
+  return %y : tensor<2x3xi32>
+}
+
+// -----
+
+// TopK's indices are [rows, k] of i32: the kernel writes exactly that.
+func.func private @k(%x: tensor<2x8xf32>) -> tensor<2x4xi32> {
+  %c = "tosa.const"() <{values = dense<0> : tensor<2x4xi32>}> : () -> tensor<2x4xi32>
+  return %c : tensor<2x4xi32>
+}
+func.func @main(%x: tensor<2x8xf32>) -> tensor<2x4xi32> {
+  // expected-error @+1 {{'flowc.library_call' op a topk of k = 3 over [2, 8] maps keys of that shape to i32 indices [2, k], 1 <= k <= n; got 'tensor<2x8xf32>' -> 'tensor<2x4xi32>'}}
+  %y = flowc.library_call topk @k(%x) params <rows = 2, n = 8, k = 3, largest = 1, keyType = 0> : (tensor<2x8xf32>) -> tensor<2x4xi32>
+  return %y : tensor<2x4xi32>
+}

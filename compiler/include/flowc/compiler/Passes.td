@@ -166,6 +166,22 @@ def LowerLibraryCallsPass
   ];
 }
 
+def InlineLibraryCallsPass
+    : Pass<"flowc-inline-library-calls", "::mlir::ModuleOp"> {
+  let summary = "Put each flowc.library_call's TOSA body back in its place";
+  let description = [{
+    The importer calls some kernels itself (TopK's selection) instead of
+    leaving a pattern for the outline pass. Where the outline pass does not
+    run (-O0, or `--disable-pass flowc-outline-library-kernels`), this
+    pass replaces each such call with its callee's body, so that the code
+    is generated loops throughout, the reference the kernels are checked
+    against.
+  }];
+  let statistics = [
+    Statistic<"callsInlined", "calls-inlined", "Library calls inlined">
+  ];
+}
+
 def MarkSixteenBitBuffersPass
     : Pass<"flowc-mark-16-bit-buffers", "::mlir::ModuleOp"> {
   let summary = "AMP on cuda: convolution results that only convolutions "

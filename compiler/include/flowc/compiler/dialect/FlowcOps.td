@@ -15,7 +15,8 @@ def Flowc_LibraryKernelKind : I64EnumAttr<"LibraryKernelKind", "a library kernel
     I64EnumAttrCase<"MatMul", 1, "matmul">,
     I64EnumAttrCase<"Pool2d", 2, "pool2d">,
     I64EnumAttrCase<"Softmax", 3, "softmax">,
-    I64EnumAttrCase<"LayerNorm", 4, "layernorm">]> {
+    I64EnumAttrCase<"LayerNorm", 4, "layernorm">,
+    I64EnumAttrCase<"TopK", 5, "topk">]> {
   let cppNamespace = "::flowc::compiler";
 }
 
@@ -23,7 +24,8 @@ def Flowc_LibraryCallOp : Op<Flowc_Dialect, "library_call", [
     CallOpInterface, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "a call of one of the runtime's library kernels";
   let description = [{
-    What the outline pass leaves in @main for each match: `callee` is the
+    What the outline pass leaves in @main for each match (and the importer
+    for each TopK): `callee` is the
     private function whose body is the exact TOSA the kernel replaces (it
     bufferizes like any function and so fixes the kernel's buffer ABI),
     `kind` the runtime kernel, `params` that kind's params struct of

@@ -61,7 +61,8 @@ inline constexpr const char *kKernelSitesSymbol = "flowc_kernel_sites";
 inline constexpr const char *kKernelAbiSymbol = "flowc_kernel_abi";
 /// 2: matrix products gained the attention scale and mask. 3: convolutions
 /// gained 16-bit source, residual and destination buffers (AMP on cuda).
-inline constexpr int64_t kKernelAbiVersion = 3;
+/// 4: TopK's selection kernel.
+inline constexpr int64_t kKernelAbiVersion = 4;
 
 /// Profile marks. The graph calls `flowc_profile_mark(2*i)` right before
 /// its kernel call i (a loop kernel or a library kernel) and
@@ -90,8 +91,10 @@ enum class KernelKind : int64_t {
   Softmax = 3,
   /// Buffers: source, [scale], [shift], destination.
   LayerNorm = 4,
+  /// Buffers: keys, destination (int32 indices).
+  TopK = 5,
 };
-inline constexpr int64_t kKernelKindCount = 5;
+inline constexpr int64_t kKernelKindCount = 6;
 
 inline const char *kernelKindName(KernelKind kind) {
   switch (kind) {
@@ -105,6 +108,8 @@ inline const char *kernelKindName(KernelKind kind) {
     return "softmax";
   case KernelKind::LayerNorm:
     return "layernorm";
+  case KernelKind::TopK:
+    return "topk";
   }
   return "unknown";
 }
@@ -249,6 +254,21 @@ struct LayerNormParams {
   int64_t hasScale, hasShift;
 };
 static_assert(isKernelParams<LayerNormParams>() && sizeof(LayerNormParams) == 5 * 8);
+
+/// The element type of TopK's keys.
+enum class KeyType : int64_t { F32 = 0, I32 = 1, I64 = 2 };
+
+/// ONNX TopK's order: destination[row, p] (int32) is the index of the
+/// element ranked p in row `row` of a dense [rows, n] key buffer. With
+/// `largest` the best element is the greatest, otherwise the least; equal
+/// keys rank by index, lower first. A float NaN ranks as +infinity (the
+/// importer passes keys without NaN; the kernels agree anyway).
+struct TopKParams {
+  int64_t rows, n, k;
+  int64_t largest;
+  KeyType keyType;
+};
+static_assert(isKernelParams<TopKParams>() && sizeof(TopKParams) == 5 * 8);
 
 /// The words of `params`, as the compiler emits them.
 template <typename Params> std::vector<int64_t> paramWords(const Params &params) {
