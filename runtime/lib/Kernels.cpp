@@ -1,5 +1,5 @@
 #include "Kernels.h"
-#include "TopK.h"
+#include "Selection.h"
 
 #include "flowc/runtime/Artifact.h"
 #include "flowc/runtime/KernelAbi.h"
@@ -1008,25 +1008,43 @@ void layerNormKernel(void *context, int64_t site, const int64_t *params, void **
                                            createLayerNorm, runLayerNorm);
 }
 
-/// TopK runs flowc's own selection (TopK.h), no oneDNN primitive.
-void topKKernel(void *opaque, int64_t index, const int64_t *words, void **buffers) {
+/// A kernel of flowc's own (Selection.h): no oneDNN primitive; the site
+/// records `implementation` for --profile.
+template <typename Params, typename Run>
+void ownKernel(void *opaque, int64_t index, const int64_t *words, const char *what,
+               const char *implementation, Run run) {
   auto &context = *static_cast<KernelContext *>(opaque);
   if (!context.failure.isOk())
     return;
   if (index < 0 || static_cast<size_t>(index) >= context.sites.size()) {
-    context.failure =
-        internalError("topk kernel at site " + std::to_string(index) + ": the code has " +
-                      std::to_string(context.sites.size()) + " sites");
+    context.failure = internalError(std::string(what) + " kernel at site " +
+                                    std::to_string(index) + ": the code has " +
+                                    std::to_string(context.sites.size()) + " sites");
     return;
   }
-  TopKParams params;
-  std::memcpy(&params, words, sizeof(TopKParams));
+  Params params;
+  std::memcpy(&params, words, sizeof(Params));
   std::unique_ptr<Site> &slot = context.sites[static_cast<size_t>(index)];
   if (!slot) {
     slot = std::make_unique<Site>();
-    slot->implementation = "flowc:select";
+    slot->implementation = implementation;
   }
-  topKRows(params, buffers[0], static_cast<int32_t *>(buffers[1]));
+  run(params);
+}
+
+void topKKernel(void *context, int64_t site, const int64_t *words, void **buffers) {
+  ownKernel<TopKParams>(context, site, words, "topk", "flowc:select",
+                        [&](const TopKParams &p) {
+                          topKRows(p, buffers[0], static_cast<int32_t *>(buffers[1]));
+                        });
+}
+
+void scatterKernel(void *context, int64_t site, const int64_t *words, void **buffers) {
+  ownKernel<ScatterRowsParams>(
+      context, site, words, "scatter", "flowc:scatter", [&](const ScatterRowsParams &p) {
+        scatterRows(p, buffers[0], buffers[1], static_cast<const int32_t *>(buffers[2]),
+                    buffers[3]);
+      });
 }
 
 KernelFunction kernelFor(KernelKind kind) {
@@ -1043,6 +1061,8 @@ KernelFunction kernelFor(KernelKind kind) {
     return layerNormKernel;
   case KernelKind::TopK:
     return topKKernel;
+  case KernelKind::ScatterRows:
+    return scatterKernel;
   }
   return nullptr;
 }

@@ -203,34 +203,40 @@ def test_every_case_compiles_for_cuda_and_matches_there(flowc, tmp_path):
                           onnxruntime_outputs(model, inputs))
 
 
-def test_topk_runs_the_selection_kernel_and_o0_its_loops_agree(flowc, tmp_path):
-    """TopK's order is a library call (`topk` in the profile, flowc's own
-    selection); -O0 inlines the call's TOSA body instead, and both give
-    onnxruntime's outputs for every TopK case of the model."""
+def test_importer_kernels_run_and_o0_inlines_their_loops(flowc, tmp_path):
+    """TopK's order and the run-time scatters are library calls (`topk` and
+    `scatter` in the profile: flowc's own selection and row scatter); -O0
+    inlines each call's TOSA body instead. Both give onnxruntime's outputs
+    for every case of the model."""
     c = build_cases()
     model = save(model_of(c), tmp_path / "selection.onnx")
-    topk = [name for n in c.nodes if n.op_type == "TopK" for name in n.output
-            if name in c.outputs]
     inputs = feeds(5)
     expected = onnxruntime_outputs(model, inputs)
+    args = []
+    for i, (name, value) in enumerate(inputs.items()):
+        np.save(tmp_path / f"in{i}.npy", value)
+        args += ["--input", f"{name}={tmp_path / f'in{i}.npy'}"]
+    constant = {init.name for init in c.inits}
+    runtime_scatters = [n for n in c.nodes if n.op_type in ("ScatterND", "ScatterElements")
+                        and n.input[1] not in constant]
+    assert runtime_scatters
     for level in ("-O2", "-O0"):
         artifact = tmp_path / f"selection{level}.fca"
         flowc.submit(model, artifact, level)
-        ours = flowc.execute(artifact, inputs)
-        assert all(np.array_equal(ours[n], expected[n]) for n in topk), level
-        args = []
-        for i, (name, value) in enumerate(inputs.items()):
-            np.save(tmp_path / f"in{i}.npy", value)
-            args += ["--input", f"{name}={tmp_path / f'in{i}.npy'}"]
+        assert not mismatches(c, flowc.execute(artifact, inputs), expected), level
         report = json.loads(flowc.run("run", artifact, *args, "--profile", "--json").stdout)
-        kernels = [call for call in report["profile"]["calls"] if call["kind"] == "topk"]
+        calls = report["profile"]["calls"]
+        kernels = {kind: [call for call in calls if call["kind"] == kind]
+                   for kind in ("topk", "scatter")}
         if level == "-O0":
-            assert not kernels
+            assert not kernels["topk"] and not kernels["scatter"]
             continue
-        # One kernel per TopK node, each naming its node.
-        assert len(kernels) == sum(n.op_type == "TopK" for n in c.nodes)
-        assert all(call["ops"] == ["TopK"] for call in kernels)
-        assert {call["implementation"] for call in kernels} == {"flowc:select"}
+        # One kernel per TopK node and per scatter at run-time indices.
+        assert len(kernels["topk"]) == sum(n.op_type == "TopK" for n in c.nodes)
+        assert len(kernels["scatter"]) == len(runtime_scatters)
+        assert all(call["ops"] == ["TopK"] for call in kernels["topk"])
+        assert {call["implementation"] for call in kernels["topk"]} == {"flowc:select"}
+        assert {call["implementation"] for call in kernels["scatter"]} == {"flowc:scatter"}
 
 
 def single_node_model(tmp_path, name, node, inputs, output_type, inits=(), opset=18):

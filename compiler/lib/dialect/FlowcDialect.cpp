@@ -115,6 +115,13 @@ constexpr std::array kTopKFields = {
     FLOWC_INT_FIELD(TopKParams, k),       FLOWC_INT_FIELD(TopKParams, largest),
     FLOWC_INT_FIELD(TopKParams, keyType),
 };
+constexpr std::array kScatterRowsFields = {
+    FLOWC_INT_FIELD(ScatterRowsParams, rows),
+    FLOWC_INT_FIELD(ScatterRowsParams, width),
+    FLOWC_INT_FIELD(ScatterRowsParams, count),
+    FLOWC_INT_FIELD(ScatterRowsParams, reduction),
+    FLOWC_INT_FIELD(ScatterRowsParams, type),
+};
 
 #undef FLOWC_INT_FIELD
 #undef FLOWC_FLOAT_FIELD
@@ -136,6 +143,7 @@ static_assert(namesEveryWord<runtime::Pool2dParams>(kPool2dFields));
 static_assert(namesEveryWord<runtime::SoftmaxParams>(kSoftmaxFields));
 static_assert(namesEveryWord<runtime::LayerNormParams>(kLayerNormFields));
 static_assert(namesEveryWord<runtime::TopKParams>(kTopKFields));
+static_assert(namesEveryWord<runtime::ScatterRowsParams>(kScatterRowsFields));
 
 /// The fields of `kind`'s params struct, in word order.
 llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
@@ -152,6 +160,8 @@ llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
     return kLayerNormFields;
   case runtime::KernelKind::TopK:
     return kTopKFields;
+  case runtime::KernelKind::ScatterRows:
+    return kScatterRowsFields;
   }
   return {};
 }
@@ -278,7 +288,9 @@ static_assert(static_cast<int64_t>(LibraryKernelKind::Conv2d) ==
                   static_cast<int64_t>(runtime::KernelKind::LayerNorm) &&
               static_cast<int64_t>(LibraryKernelKind::TopK) ==
                   static_cast<int64_t>(runtime::KernelKind::TopK) &&
-              runtime::kKernelKindCount == 6);
+              static_cast<int64_t>(LibraryKernelKind::ScatterRows) ==
+                  static_cast<int64_t>(runtime::KernelKind::ScatterRows) &&
+              runtime::kKernelKindCount == 7);
 
 void FlowcDialect::initialize() {
   addOperations<
@@ -318,6 +330,10 @@ std::optional<size_t> expectedInputs(LibraryCallOp call) {
     if (runtime::paramsFromWords<runtime::TopKParams>(words))
       return 1;
     break;
+  case LibraryKernelKind::ScatterRows:
+    if (runtime::paramsFromWords<runtime::ScatterRowsParams>(words))
+      return 3;
+    break;
   }
   return std::nullopt;
 }
@@ -332,6 +348,7 @@ int64_t sourceRank(LibraryKernelKind kind) {
   case LibraryKernelKind::MatMul:
     return 3;
   case LibraryKernelKind::TopK:
+  case LibraryKernelKind::ScatterRows:
     return 2;
   case LibraryKernelKind::Softmax:
   case LibraryKernelKind::LayerNorm:
@@ -340,17 +357,25 @@ int64_t sourceRank(LibraryKernelKind kind) {
   return 0;
 }
 
+bool isOfType(mlir::Type element, runtime::ScalarType type) {
+  switch (type) {
+  case runtime::ScalarType::F32:
+    return element.isF32();
+  case runtime::ScalarType::I32:
+    return element.isInteger(32);
+  case runtime::ScalarType::I64:
+    return element.isInteger(64);
+  }
+  return false;
+}
+
 /// TopK's key and index tensors against its params: the kernel reads and
 /// writes exactly those extents.
 mlir::LogicalResult verifyTopK(LibraryCallOp call) {
   auto p = *runtime::paramsFromWords<runtime::TopKParams>(call.getParams());
   auto keys = mlir::cast<mlir::RankedTensorType>(call.getInputs()[0].getType());
   auto indices = mlir::cast<mlir::RankedTensorType>(call.getResult().getType());
-  mlir::Type key = keys.getElementType();
-  bool typeMatches = (p.keyType == runtime::KeyType::F32 && key.isF32()) ||
-                     (p.keyType == runtime::KeyType::I32 && key.isInteger(32)) ||
-                     (p.keyType == runtime::KeyType::I64 && key.isInteger(64));
-  if (!typeMatches)
+  if (!isOfType(keys.getElementType(), p.keyType))
     return call.emitOpError() << "keys " << keys << " do not have the params' key type "
                               << static_cast<int64_t>(p.keyType);
   if (keys.getShape() != llvm::ArrayRef<int64_t>{p.rows, p.n} ||
@@ -361,6 +386,36 @@ mlir::LogicalResult verifyTopK(LibraryCallOp call) {
                               << p.rows << ", k], 1 <= k <= n; got " << keys << " -> "
                               << indices;
   return mlir::success();
+}
+
+/// A row scatter's data, updates, targets and result against its params.
+mlir::LogicalResult verifyScatterRows(LibraryCallOp call) {
+  auto p = *runtime::paramsFromWords<runtime::ScatterRowsParams>(call.getParams());
+  auto typeOf = [&](mlir::Value value) {
+    return mlir::cast<mlir::RankedTensorType>(value.getType());
+  };
+  mlir::RankedTensorType data = typeOf(call.getInputs()[0]),
+                         updates = typeOf(call.getInputs()[1]),
+                         targets = typeOf(call.getInputs()[2]);
+  bool fits = isOfType(data.getElementType(), p.type) &&
+              updates.getElementType() == data.getElementType() &&
+              data.getShape() == llvm::ArrayRef<int64_t>{p.rows, p.width} &&
+              updates.getShape() == llvm::ArrayRef<int64_t>{p.count, p.width} &&
+              targets.getShape() == llvm::ArrayRef<int64_t>{1, p.count} &&
+              targets.getElementType().isInteger(32) &&
+              call.getResult().getType() == data &&
+              static_cast<uint64_t>(p.reduction) <= 4;
+  if (fits)
+    return mlir::success();
+  return call.emitOpError()
+         << "a scatter of " << p.count << " rows of " << p.width << " into " << p.rows
+         << " (type " << static_cast<int64_t>(p.type) << ", reduction "
+         << static_cast<int64_t>(p.reduction)
+         << ") takes data [rows, width], updates [count, width] of the "
+            "same type and i32 targets [1, count], and gives the data's "
+            "type; got "
+         << data << ", " << updates << ", " << targets << " -> "
+         << call.getResult().getType();
 }
 
 } // namespace
@@ -384,6 +439,8 @@ mlir::LogicalResult LibraryCallOp::verify() {
                          << getInputs()[0].getType();
   if (getKind() == LibraryKernelKind::TopK)
     return verifyTopK(*this);
+  if (getKind() == LibraryKernelKind::ScatterRows)
+    return verifyScatterRows(*this);
   return mlir::success();
 }
 

@@ -5,6 +5,7 @@
 
 #include "flowc/compiler/Compiler.h"
 #include "flowc/compiler/OpRegistry.h"
+#include "flowc/runtime/KernelAbi.h"
 
 #include "flowc/support/Format.h"
 
@@ -14,6 +15,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -370,10 +372,19 @@ public:
   /// or every element's rank (rows x n x n compares).
   Expected<Value> topKStepwise(const Node &node, Value key, int64_t k, bool largest);
   Expected<Value> topKRanked(const Node &node, Value key, int64_t k, bool largest);
-  /// TopK's order through the runtime's selection kernel: a library call
-  /// whose callee is the same order in TOSA (ranked or stepwise).
-  Expected<Value> topKOrder(const Node &node, Value key, int64_t k, bool largest,
-                            bool ranks);
+  /// A call of the runtime's library kernel `kind` with `params` on
+  /// `inputs` (the importer's own kernels: TopK's order, a run-time
+  /// scatter). Its callee's body, which `body` builds from the callee's
+  /// arguments, is the same result in TOSA: it fixes the kernel's buffers,
+  /// and -O0 inlines it instead. The body may add no run-time check.
+  Expected<Value>
+  libraryCall(runtime::KernelKind kind, std::vector<int64_t> params,
+              llvm::ArrayRef<Value> inputs, mlir::Type result,
+              const std::function<Expected<Value>(mlir::ValueRange)> &body);
+  /// scatterRuntime through the runtime's row scatter, for float32, int32
+  /// and int64 data.
+  Expected<Value> scatterRows(const Node &node, Value data, Value updates, Value targets,
+                              Reduction reduction);
   Value hardmaxLastAxis(Value x);
   Status importHardmax(const Node &node) {
     return importSoftmaxLike(node, &Importer::hardmaxLastAxis);
@@ -412,8 +423,13 @@ public:
   /// be any length).
   Status checkElementIndices(const Node &node, Value indices, const Shape &shape,
                              int64_t axis);
-  /// ScatterElements at run-time indices (checked as the graph runs).
-  Expected<Value> scatterElementsRuntime(const Node &node, Value data, Value indices,
+  /// ScatterElements at run-time indices (checked as the graph runs),
+  /// through the runtime's row scatter.
+  Expected<Value> scatterElementsAt(const Node &node, Value data, Value indices,
+                                    Value updates, int64_t axis, Reduction reduction);
+  /// ScatterElements in TOSA at `index` (int32, in range, from the axis's
+  /// start; the indices' shape).
+  Expected<Value> scatterElementsRuntime(const Node &node, Value data, Value index,
                                          Value updates, int64_t axis,
                                          Reduction reduction);
   struct ElementOffsets {
@@ -540,7 +556,7 @@ public:
   /// Returned after the graph's outputs.
   std::vector<std::pair<Value, std::string>> checks_;
   std::set<std::string> initializerNames_;
-  /// Library-kernel functions the importer made (TopK's), for their names.
+  /// Library-kernel functions the importer made, for their names.
   int libraryFunctions_ = 0;
   /// Initializers already counted as some node's parameters.
   std::set<std::string> countedParameters_;

@@ -6,7 +6,6 @@
 #include "OpCost.h"
 
 #include "flowc/compiler/dialect/FlowcDialect.h"
-#include "flowc/runtime/KernelAbi.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -126,6 +125,57 @@ Value Importer::reduceAlong(Reduction reduction, Value x, int32_t axis) {
   }
 }
 
+Expected<Value>
+Importer::libraryCall(runtime::KernelKind kind, std::vector<int64_t> params,
+                      llvm::ArrayRef<Value> inputs, mlir::Type result,
+                      const std::function<Expected<Value>(mlir::ValueRange)> &body) {
+  llvm::SmallVector<mlir::Type> argTypes;
+  for (Value input : inputs)
+    argTypes.push_back(input.getType());
+  auto main = mlir::cast<mlir::func::FuncOp>(entry_->getParentOp());
+  size_t checks = checks_.size();
+  mlir::func::FuncOp function;
+  {
+    mlir::OpBuilder::InsertionGuard guard(builder_);
+    builder_.setInsertionPoint(main);
+    function =
+        mlir::func::FuncOp::create(builder_, loc_,
+                                   std::string("flowc_") + runtime::kernelKindName(kind) +
+                                       "_" + std::to_string(libraryFunctions_++),
+                                   builder_.getFunctionType(argTypes, {result}));
+    function.setPrivate();
+    // The kernel writes only its result (as the outline pass's functions).
+    for (unsigned i = 0; i < argTypes.size(); ++i)
+      function.setArgAttr(i, mlir::bufferization::BufferizationDialect::kWritableAttrName,
+                          builder_.getBoolAttr(false));
+    builder_.setInsertionPointToStart(function.addEntryBlock());
+    FLOWC_ASSIGN_OR_RETURN(Value computed, body(function.getArguments()));
+    mlir::func::ReturnOp::create(builder_, loc_, computed);
+  }
+  // A check's flag would be a value of the callee, which @main cannot return.
+  if (checks_.size() != checks)
+    return internalError(std::string("the body of a ") + runtime::kernelKindName(kind) +
+                         " kernel added a run-time check");
+  return Value(LibraryCallOp::create(builder_, loc_, result,
+                                     static_cast<LibraryKernelKind>(kind),
+                                     function.getSymName(), params, inputs,
+                                     /*arg_attrs=*/nullptr, /*res_attrs=*/nullptr));
+}
+
+namespace {
+
+std::optional<runtime::ScalarType> scalarTypeOf(mlir::Type element) {
+  if (element.isF32())
+    return runtime::ScalarType::F32;
+  if (element.isInteger(32))
+    return runtime::ScalarType::I32;
+  if (element.isInteger(64))
+    return runtime::ScalarType::I64;
+  return std::nullopt;
+}
+
+} // namespace
+
 // TopK ----------------------------------------------------------------------
 
 /// The order TopK picks from each row of `key` ([rows, n], no NaN): k
@@ -205,43 +255,6 @@ Expected<Value> Importer::topKRanked(const Node &node, Value key, int64_t k,
                  {rows, k});
 }
 
-Expected<Value> Importer::topKOrder(const Node &node, Value key, int64_t k, bool largest,
-                                    bool ranks) {
-  Shape shape = shapeOf(key);
-  auto indices = mlir::RankedTensorType::get({shape[0], k}, builder_.getI32Type());
-  auto main = mlir::cast<mlir::func::FuncOp>(entry_->getParentOp());
-  mlir::func::FuncOp function;
-  {
-    mlir::OpBuilder::InsertionGuard guard(builder_);
-    builder_.setInsertionPoint(main);
-    function = mlir::func::FuncOp::create(
-        builder_, loc_, "flowc_topk_" + std::to_string(libraryFunctions_++),
-        builder_.getFunctionType({key.getType()}, {indices}));
-    function.setPrivate();
-    // The kernel writes only its indices (as the outline pass's functions).
-    function.setArgAttr(0, mlir::bufferization::BufferizationDialect::kWritableAttrName,
-                        builder_.getBoolAttr(false));
-    builder_.setInsertionPointToStart(function.addEntryBlock());
-    Value keys = function.getArgument(0);
-    FLOWC_ASSIGN_OR_RETURN(Value order, ranks ? topKRanked(node, keys, k, largest)
-                                              : topKStepwise(node, keys, k, largest));
-    mlir::func::ReturnOp::create(builder_, loc_, order);
-  }
-  mlir::Type element = elementTypeOf(key);
-  runtime::TopKParams params{};
-  params.rows = shape[0];
-  params.n = shape[1];
-  params.k = k;
-  params.largest = largest;
-  params.keyType = element.isF32()         ? runtime::KeyType::F32
-                   : element.isInteger(32) ? runtime::KeyType::I32
-                                           : runtime::KeyType::I64;
-  return Value(LibraryCallOp::create(builder_, loc_, indices, LibraryKernelKind::TopK,
-                                     function.getSymName(), runtime::paramWords(params),
-                                     mlir::ValueRange{key}, /*arg_attrs=*/nullptr,
-                                     /*res_attrs=*/nullptr));
-}
-
 /// TopK of float32, int32 or int64 along any axis, with a constant k.
 /// Values come from a gather at the picked indices, so NaN, which picks
 /// as +infinity does (after every finite value), shows as NaN.
@@ -296,7 +309,17 @@ Status Importer::importTopK(const Node &node) {
                   std::to_string(rows) + " rows is past both limits: " +
                   std::to_string(kMaxTopKSteps) + " steps, or " +
                   std::to_string(kMaxPairs) + " compared pairs (rows x n x n)");
-  FLOWC_ASSIGN_OR_RETURN(Value order, topKOrder(node, key, k, largest, ranks));
+  // The order through the runtime's selection kernel; its callee's body is
+  // the same order in TOSA.
+  runtime::TopKParams params{rows, n, k, largest, *scalarTypeOf(element)};
+  FLOWC_ASSIGN_OR_RETURN(
+      Value order,
+      libraryCall(runtime::KernelKind::TopK, runtime::paramWords(params), {key},
+                  mlir::RankedTensorType::get({rows, k}, builder_.getI32Type()),
+                  [&](mlir::ValueRange keys) {
+                    return ranks ? topKRanked(node, keys[0], k, largest)
+                                 : topKStepwise(node, keys[0], k, largest);
+                  }));
   Value values = buildTyped<mlir::tosa::GatherOp>(element, {rows, k, 1},
                                                   {reshape(flat, {rows, n, 1}), order});
   Value indices =
@@ -607,6 +630,27 @@ Expected<Value> Importer::scatterRuntime(const Node &node, Value data, Value upd
   return mergeRows(node, data, updates, last);
 }
 
+static_assert(static_cast<int>(Reduction::Add) ==
+                  static_cast<int>(runtime::ScatterReduction::Add) &&
+              static_cast<int>(Reduction::Min) ==
+                  static_cast<int>(runtime::ScatterReduction::Min));
+
+Expected<Value> Importer::scatterRows(const Node &node, Value data, Value updates,
+                                      Value targets, Reduction reduction) {
+  std::optional<runtime::ScalarType> type = scalarTypeOf(elementTypeOf(data));
+  if (!type)
+    return scatterRuntime(node, data, updates, targets, reduction);
+  Shape shape = shapeOf(data);
+  runtime::ScatterRowsParams params{shape[0], shape[1], shapeOf(targets)[1],
+                                    static_cast<runtime::ScatterReduction>(reduction),
+                                    *type};
+  return libraryCall(runtime::KernelKind::ScatterRows, runtime::paramWords(params),
+                     {data, updates, targets}, data.getType(),
+                     [&](mlir::ValueRange args) {
+                       return scatterRuntime(node, args[0], args[1], args[2], reduction);
+                     });
+}
+
 Expected<Value> Importer::mergeRows(const Node &node, Value data, Value updates,
                                     Value source) {
   Shape shape = shapeOf(data);
@@ -684,8 +728,8 @@ Status Importer::importScatterND(const Node &node) {
   if (!known) {
     FLOWC_ASSIGN_OR_RETURN(Value targets,
                            tupleRows(node, reshape(indices, {count, q}), shape, 0));
-    FLOWC_ASSIGN_OR_RETURN(
-        Value scattered, scatterRuntime(node, flatData, flatUpdates, targets, reduction));
+    FLOWC_ASSIGN_OR_RETURN(Value scattered,
+                           scatterRows(node, flatData, flatUpdates, targets, reduction));
     return define(node, reshape(scattered, shape));
   }
   std::vector<int64_t> targets(static_cast<size_t>(count));
@@ -721,10 +765,8 @@ Status Importer::importScatterElements(const Node &node) {
   int64_t rank = static_cast<int64_t>(shape.size());
   FLOWC_ASSIGN_OR_RETURN(int64_t axis, rankAxis(node, intAttr(node, "axis", 0), rank));
   if (!intConstant(node.inputs[1])) {
-    FLOWC_RETURN_IF_ERROR(checkElementIndices(node, indices, shape, axis));
-    FLOWC_ASSIGN_OR_RETURN(
-        Value scattered,
-        scatterElementsRuntime(node, data, indices, updates, axis, reduction));
+    FLOWC_ASSIGN_OR_RETURN(Value scattered, scatterElementsAt(node, data, indices,
+                                                              updates, axis, reduction));
     return define(node, scattered);
   }
   FLOWC_ASSIGN_OR_RETURN(ElementOffsets offsets,
@@ -737,14 +779,62 @@ Status Importer::importScatterElements(const Node &node) {
   return define(node, reshape(scattered, shape));
 }
 
-/// ScatterElements at run-time indices: an update can only land in the
-/// data's line along `axis` through its own other coordinates, so each
-/// line compares its positions with its updates' indices ([outer, A, J,
-/// inner]: the data's elements times the updates per line).
-Expected<Value> Importer::scatterElementsRuntime(const Node &node, Value data,
-                                                 Value indices, Value updates,
-                                                 int64_t axis, Reduction reduction) {
+/// ScatterElements at run-time indices: each update's offset in the data
+/// (checked as the graph runs) is its row in the runtime's row scatter
+/// (one element per row), whose callee's body is scatterElementsRuntime.
+/// Bool data stays generated code.
+Expected<Value> Importer::scatterElementsAt(const Node &node, Value data, Value indices,
+                                            Value updates, int64_t axis,
+                                            Reduction reduction) {
   Shape shape = shapeOf(data), indexShape = shapeOf(indices);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t total = product(shape, 0, rank), count = product(indexShape, 0, rank);
+  int64_t extent = shape[axis], inner = product(shape, axis + 1, rank);
+  FLOWC_ASSIGN_OR_RETURN(ElementOffsets offsets,
+                         elementOffsets(node, indices, shape, axis));
+  // An offset's coordinate along the axis: (offset / inner) mod extent.
+  mlir::Type i32 = builder_.getI32Type();
+  auto lineIndex = [&](Value offset) {
+    Shape flat = {1, count};
+    Value line =
+        buildTyped<mlir::tosa::IntDivOp>(i32, flat, {offset, integer(i32, inner, 2)});
+    Value lines =
+        buildTyped<mlir::tosa::IntDivOp>(i32, flat, {line, integer(i32, extent, 2)});
+    Value start = buildTyped<mlir::tosa::MulOp>(
+        i32, flat, {lines, integer(i32, extent, 2), zeroShift()});
+    return reshape(buildTyped<mlir::tosa::SubOp>(i32, flat, {line, start}), indexShape);
+  };
+  std::optional<runtime::ScalarType> type = scalarTypeOf(elementTypeOf(data));
+  if (!type)
+    return scatterElementsRuntime(node, data, lineIndex(offsets.runtime), updates, axis,
+                                  reduction);
+  runtime::ScatterRowsParams params{
+      total, 1, count, static_cast<runtime::ScatterReduction>(reduction), *type};
+  Value rows = reshape(data, {total, 1});
+  FLOWC_ASSIGN_OR_RETURN(
+      Value scattered,
+      libraryCall(runtime::KernelKind::ScatterRows, runtime::paramWords(params),
+                  {rows, reshape(updates, {count, 1}), offsets.runtime}, rows.getType(),
+                  [&](mlir::ValueRange args) -> Expected<Value> {
+                    FLOWC_ASSIGN_OR_RETURN(
+                        Value result,
+                        scatterElementsRuntime(
+                            node, reshape(args[0], shape), lineIndex(args[2]),
+                            reshape(args[1], indexShape), axis, reduction));
+                    return reshape(result, {total, 1});
+                  }));
+  return reshape(scattered, shape);
+}
+
+/// ScatterElements with `index` (int32, in range, counted from the axis's
+/// start): an update can only land in the data's line along `axis` through
+/// its own other coordinates, so each line compares its positions with its
+/// updates' indices ([outer, A, J, inner]: the data's elements times the
+/// updates per line).
+Expected<Value> Importer::scatterElementsRuntime(const Node &node, Value data,
+                                                 Value index, Value updates, int64_t axis,
+                                                 Reduction reduction) {
+  Shape shape = shapeOf(data), indexShape = shapeOf(index);
   size_t rank = shape.size();
   mlir::Type element = elementTypeOf(data), i1 = builder_.getI1Type(),
              i32 = builder_.getI32Type();
@@ -761,16 +851,8 @@ Expected<Value> Importer::scatterElementsRuntime(const Node &node, Value data,
                                      "indices into " +
                                      std::to_string(total) + " elements are over " +
                                      std::to_string(kMaxPairs) + " compared pairs");
-  // Indices checked and counted from the axis's start, as int32; where
-  // the updates are shorter than the data off the axis, padded with -1,
-  // which matches no position.
-  int64_t count = product(indexShape, 0, rank);
-  Value index =
-      checkedIndices(node, reshape(indices, {1, count}), extent,
-                     "axis " + std::to_string(axis) + " of " + shapeString(shape));
-  if (!elementTypeOf(index).isInteger(32))
-    index = buildTyped<mlir::tosa::CastOp>(i32, {1, count}, {index});
-  index = reshape(fromEnd(index, extent), indexShape);
+  // Where the updates are shorter than the data off the axis, the indices
+  // are padded with -1, which matches no position.
   Shape lines = shape;
   lines[axis] = perLine;
   if (lines != indexShape) {

@@ -96,6 +96,26 @@ struct TopKArgs {
   int64_t largest;
 };
 
+/// out[i] = in[i] for `words` 4-byte words (a scatter's copy of its data).
+struct CopyArgs {
+  void *out;
+  const void *in;
+  int64_t words;
+};
+
+/// A row scatter's updates (KernelAbi.h's ScatterRowsParams) onto `out`,
+/// which already holds the data. One block per update: the block of the
+/// first update to a row applies every update to that row, in order (each
+/// thread its own columns), and the others leave. The element type is the
+/// kernel's: flowc_scatter_f32, _i32 or _i64.
+struct ScatterArgs {
+  void *out;
+  const void *updates;
+  const int32_t *targets;
+  int64_t rows, width, count;
+  int64_t reduction;
+};
+
 /// Threads per block of every helper kernel; the row kernels' reductions
 /// assume it.
 inline constexpr int64_t kHelperBlock = 256;
@@ -108,5 +128,9 @@ inline constexpr const char *kLayerNormKernel = "flowc_layernorm";
 inline constexpr const char *kTopKF32Kernel = "flowc_topk_f32";
 inline constexpr const char *kTopKI32Kernel = "flowc_topk_i32";
 inline constexpr const char *kTopKI64Kernel = "flowc_topk_i64";
+inline constexpr const char *kCopyWordsKernel = "flowc_copy_words";
+inline constexpr const char *kScatterF32Kernel = "flowc_scatter_f32";
+inline constexpr const char *kScatterI32Kernel = "flowc_scatter_i32";
+inline constexpr const char *kScatterI64Kernel = "flowc_scatter_i64";
 
 } // namespace flowc::runtime::gpu

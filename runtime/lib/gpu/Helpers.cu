@@ -1,8 +1,8 @@
 // The runtime's own CUDA kernels: what surrounds the cuDNN and cuBLASLt
 // calls of library kernels (layout changes, epilogues the libraries do not
 // fuse) and the kernels no library call fits (pooling of any layout, and
-// softmax and layer normalization fused into one pass per row, and TopK's
-// selection). Built by
+// softmax and layer normalization fused into one pass per row, TopK's
+// selection and the row scatter). Built by
 // nvcc into a fat binary for every supported architecture, embedded in the
 // runtime and loaded into a session's context with its first library
 // kernel. Arguments: HelperAbi.h.
@@ -13,6 +13,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 using namespace flowc::runtime::gpu;
 
@@ -207,7 +208,69 @@ template <typename Key> __device__ void topKRows(const TopKArgs &a) {
   }
 }
 
+/// `row` met by `update` as KernelAbi.h's ScatterReduction `reduction`
+/// says (not 0, none): integers wrap; a float NaN wins a maximum or minimum.
+__device__ float combine(int64_t reduction, float row, float update) {
+  switch (reduction) {
+  case 1:
+    return row + update;
+  case 2:
+    return row * update;
+  case 3:
+    return isnan(row) || isnan(update) ? __int_as_float(0x7fc00000) : fmaxf(row, update);
+  default:
+    return isnan(row) || isnan(update) ? __int_as_float(0x7fc00000) : fminf(row, update);
+  }
+}
+template <typename T> __device__ T combine(int64_t reduction, T row, T update) {
+  using Unsigned = typename std::make_unsigned<T>::type;
+  switch (reduction) {
+  case 1:
+    return static_cast<T>(static_cast<Unsigned>(row) + static_cast<Unsigned>(update));
+  case 2:
+    return static_cast<T>(static_cast<Unsigned>(row) * static_cast<Unsigned>(update));
+  case 3:
+    return row > update ? row : update;
+  default:
+    return row < update ? row : update;
+  }
+}
+
+template <typename T> __device__ void scatterRows(const ScatterArgs &a) {
+  for (int64_t j = blockIdx.x; j < a.count; j += gridDim.x) {
+    int32_t row = a.targets[j];
+    if (row < 0 || row >= a.rows)
+      continue;
+    // Every thread reads the same targets: the block leaves as one.
+    bool first = true;
+    for (int64_t earlier = 0; earlier < j && first; ++earlier)
+      first = a.targets[earlier] != row;
+    if (!first)
+      continue;
+    T *line = static_cast<T *>(a.out) + row * a.width;
+    for (int64_t u = j; u < a.count; ++u) {
+      if (a.targets[u] != row)
+        continue;
+      const T *update = static_cast<const T *>(a.updates) + u * a.width;
+      for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x)
+        line[c] = a.reduction == 0 ? update[c] : combine(a.reduction, line[c], update[c]);
+    }
+  }
+}
+
 } // namespace
+
+extern "C" __global__ void flowc_copy_words(CopyArgs a) {
+  const uint32_t *in = static_cast<const uint32_t *>(a.in);
+  uint32_t *out = static_cast<uint32_t *>(a.out);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < a.words; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = in[i];
+}
+
+extern "C" __global__ void flowc_scatter_f32(ScatterArgs a) { scatterRows<float>(a); }
+extern "C" __global__ void flowc_scatter_i32(ScatterArgs a) { scatterRows<int32_t>(a); }
+extern "C" __global__ void flowc_scatter_i64(ScatterArgs a) { scatterRows<long long>(a); }
 
 extern "C" __global__ void flowc_topk_f32(TopKArgs a) { topKRows<float>(a); }
 extern "C" __global__ void flowc_topk_i32(TopKArgs a) { topKRows<int32_t>(a); }

@@ -737,6 +737,7 @@ public:
   void softmax(int64_t site, const int64_t *words, void **buffers);
   void layerNorm(int64_t site, const int64_t *words, void **buffers);
   void topK(int64_t site, const int64_t *words, void **buffers);
+  void scatter(int64_t site, const int64_t *words, void **buffers);
 
   std::vector<GpuKernelChoice> choices() const;
 
@@ -1942,10 +1943,32 @@ void LibraryKernels::topK(int64_t site, const int64_t *words, void **buffers) {
   args.n = p->n;
   args.k = p->k;
   args.largest = p->largest;
-  const char *kernel = p->keyType == KeyType::I64   ? kTopKI64Kernel
-                       : p->keyType == KeyType::I32 ? kTopKI32Kernel
-                                                    : kTopKF32Kernel;
+  const char *kernel = p->keyType == ScalarType::I64   ? kTopKI64Kernel
+                       : p->keyType == ScalarType::I32 ? kTopKI32Kernel
+                                                       : kTopKF32Kernel;
   launch(kernel, std::clamp<uint64_t>(p->rows, 1, 65535), args);
+}
+
+void LibraryKernels::scatter(int64_t site, const int64_t *words, void **buffers) {
+  std::optional<ScatterRowsParams> p =
+      paramsOf<ScatterRowsParams>(site, words, "scatter");
+  if (!p)
+    return;
+  int64_t elementBytes = p->type == ScalarType::I64 ? 8 : 4;
+  CopyArgs copy{buffers[3], buffers[0], p->rows * p->width * elementBytes / 4};
+  launch(kCopyWordsKernel, blocksFor(copy.words), copy);
+  ScatterArgs args{};
+  args.out = buffers[3];
+  args.updates = buffers[1];
+  args.targets = static_cast<const int32_t *>(buffers[2]);
+  args.rows = p->rows;
+  args.width = p->width;
+  args.count = p->count;
+  args.reduction = static_cast<int64_t>(p->reduction);
+  const char *kernel = p->type == ScalarType::I64   ? kScatterI64Kernel
+                       : p->type == ScalarType::I32 ? kScatterI32Kernel
+                                                    : kScatterF32Kernel;
+  launch(kernel, std::clamp<uint64_t>(p->count, 1, 65535), args);
 }
 
 namespace {
@@ -1977,7 +2000,7 @@ std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &kernels) {
 }
 
 void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
-  static_assert(kKernelKindCount == 6, "every KernelKind has a slot below");
+  static_assert(kKernelKindCount == 7, "every KernelKind has a slot below");
   auto slot = [&](KernelKind kind, KernelFunction function) {
     table[static_cast<int64_t>(kind)] = reinterpret_cast<void *>(function);
   };
@@ -1987,6 +2010,7 @@ void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
   slot(KernelKind::Softmax, tableEntry<&LibraryKernels::softmax>);
   slot(KernelKind::LayerNorm, tableEntry<&LibraryKernels::layerNorm>);
   slot(KernelKind::TopK, tableEntry<&LibraryKernels::topK>);
+  slot(KernelKind::ScatterRows, tableEntry<&LibraryKernels::scatter>);
   *context = &kernels;
 }
 

@@ -91,3 +91,15 @@ func.func @main(%x: tensor<2x8xf32>) -> tensor<2x4xi32> {
   %y = flowc.library_call topk @k(%x) params <rows = 2, n = 8, k = 3, largest = 1, keyType = 0> : (tensor<2x8xf32>) -> tensor<2x4xi32>
   return %y : tensor<2x4xi32>
 }
+
+// -----
+
+// A scatter's targets are i32 [1, count]: the kernel reads them as such.
+func.func private @k(%d: tensor<4x2xf32>, %u: tensor<3x2xf32>, %t: tensor<1x3xi64>) -> tensor<4x2xf32> {
+  return %d : tensor<4x2xf32>
+}
+func.func @main(%d: tensor<4x2xf32>, %u: tensor<3x2xf32>, %t: tensor<1x3xi64>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'flowc.library_call' op a scatter of 3 rows of 2 into 4 (type 0, reduction 1) takes data [rows, width], updates [count, width] of the same type and i32 targets [1, count], and gives the data's type; got 'tensor<4x2xf32>', 'tensor<3x2xf32>', 'tensor<1x3xi64>' -> 'tensor<4x2xf32>'}}
+  %y = flowc.library_call scatter @k(%d, %u, %t) params <rows = 4, width = 2, count = 3, reduction = 1, type = 0> : (tensor<4x2xf32>, tensor<3x2xf32>, tensor<1x3xi64>) -> tensor<4x2xf32>
+  return %y : tensor<4x2xf32>
+}

@@ -16,7 +16,8 @@ def Flowc_LibraryKernelKind : I64EnumAttr<"LibraryKernelKind", "a library kernel
     I64EnumAttrCase<"Pool2d", 2, "pool2d">,
     I64EnumAttrCase<"Softmax", 3, "softmax">,
     I64EnumAttrCase<"LayerNorm", 4, "layernorm">,
-    I64EnumAttrCase<"TopK", 5, "topk">]> {
+    I64EnumAttrCase<"TopK", 5, "topk">,
+    I64EnumAttrCase<"ScatterRows", 6, "scatter">]> {
   let cppNamespace = "::flowc::compiler";
 }
 
@@ -25,7 +26,7 @@ def Flowc_LibraryCallOp : Op<Flowc_Dialect, "library_call", [
   let summary = "a call of one of the runtime's library kernels";
   let description = [{
     What the outline pass leaves in @main for each match (and the importer
-    for each TopK): `callee` is the
+    for each TopK, and each scatter at run-time indices): `callee` is the
     private function whose body is the exact TOSA the kernel replaces (it
     bufferizes like any function and so fixes the kernel's buffer ABI),
     `kind` the runtime kernel, `params` that kind's params struct of

@@ -61,7 +61,7 @@ inline constexpr const char *kKernelSitesSymbol = "flowc_kernel_sites";
 inline constexpr const char *kKernelAbiSymbol = "flowc_kernel_abi";
 /// 2: matrix products gained the attention scale and mask. 3: convolutions
 /// gained 16-bit source, residual and destination buffers (AMP on cuda).
-/// 4: TopK's selection kernel.
+/// 4: TopK's selection and the row scatter.
 inline constexpr int64_t kKernelAbiVersion = 4;
 
 /// Profile marks. The graph calls `flowc_profile_mark(2*i)` right before
@@ -93,8 +93,10 @@ enum class KernelKind : int64_t {
   LayerNorm = 4,
   /// Buffers: keys, destination (int32 indices).
   TopK = 5,
+  /// Buffers: data, updates, targets (int32), destination.
+  ScatterRows = 6,
 };
-inline constexpr int64_t kKernelKindCount = 6;
+inline constexpr int64_t kKernelKindCount = 7;
 
 inline const char *kernelKindName(KernelKind kind) {
   switch (kind) {
@@ -110,6 +112,8 @@ inline const char *kernelKindName(KernelKind kind) {
     return "layernorm";
   case KernelKind::TopK:
     return "topk";
+  case KernelKind::ScatterRows:
+    return "scatter";
   }
   return "unknown";
 }
@@ -255,8 +259,8 @@ struct LayerNormParams {
 };
 static_assert(isKernelParams<LayerNormParams>() && sizeof(LayerNormParams) == 5 * 8);
 
-/// The element type of TopK's keys.
-enum class KeyType : int64_t { F32 = 0, I32 = 1, I64 = 2 };
+/// The element type of TopK's keys and of a scatter's rows.
+enum class ScalarType : int64_t { F32 = 0, I32 = 1, I64 = 2 };
 
 /// ONNX TopK's order: destination[row, p] (int32) is the index of the
 /// element ranked p in row `row` of a dense [rows, n] key buffer. With
@@ -266,9 +270,27 @@ enum class KeyType : int64_t { F32 = 0, I32 = 1, I64 = 2 };
 struct TopKParams {
   int64_t rows, n, k;
   int64_t largest;
-  KeyType keyType;
+  ScalarType keyType;
 };
 static_assert(isKernelParams<TopKParams>() && sizeof(TopKParams) == 5 * 8);
+
+/// How a scatter's update meets its row: replaces it, or is added,
+/// multiplied, or taken the maximum or minimum with (a NaN operand gives
+/// NaN, as TOSA's maximum and minimum do).
+enum class ScatterReduction : int64_t { None = 0, Add = 1, Mul = 2, Max = 3, Min = 4 };
+
+/// ONNX's ScatterND (and ScatterElements, one element per row) at run-time
+/// indices: destination = data ([rows, width]), then each update j in
+/// order meets row targets[j] (int32 [1, count]) of the destination: a
+/// later update to the same row replaces an earlier one, or combines with
+/// the result so far. A target outside [0, rows) is skipped: the graph
+/// checks the indices itself and fails the run.
+struct ScatterRowsParams {
+  int64_t rows, width, count;
+  ScatterReduction reduction;
+  ScalarType type;
+};
+static_assert(isKernelParams<ScatterRowsParams>() && sizeof(ScatterRowsParams) == 5 * 8);
 
 /// The words of `params`, as the compiler emits them.
 template <typename Params> std::vector<int64_t> paramWords(const Params &params) {
