@@ -11,8 +11,9 @@
 #      test_recurrent.py, test_selection.py and test_attention.py (integer
 #      ops, casts, running sums, strided slices and scatters, nine
 #      transformer families, six decoders, R(2+1)D-18's 3-D convolutions,
-#      torch's LSTM, GRU and RNN exports, TopK, GatherND and the scatters,
-#      and an opset-23 LLaMA-style decoder layer, compiled for this GPU and
+#      torch's LSTM, GRU and RNN exports, TopK (the runtime's flowc_topk_*
+#      kernels), GatherND and the scatters (flowc_scatter_* at run-time
+#      indices), and an opset-23 LLaMA-style decoder layer, compiled for this GPU and
 #      compared with onnxruntime), which on a machine
 #      without a GPU skip with their reason;
 #   3. bench/gpu_bench.py: the example models, ResNet-50, BERT-base and

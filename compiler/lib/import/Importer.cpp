@@ -771,8 +771,8 @@ Expected<ImportedGraph> importOnnx(const OnnxModel &model, const ImportLimits &l
   // The loader validated a parsed model; one built in memory is checked too.
   FLOWC_RETURN_IF_ERROR(validateGraph(model));
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
-  // Flowc's library calls (TopK's kernel) and bufferization's argument
-  // attribute on their callees.
+  // Flowc's library calls (TopK's and the scatters' kernels) and
+  // bufferization's argument attribute on their callees.
   context.loadDialect<mlir::func::FuncDialect, mlir::tosa::TosaDialect, FlowcDialect,
                       mlir::bufferization::BufferizationDialect>();
   std::string diagnostics;
