@@ -219,13 +219,15 @@ TEST(LoopCandidatesTest, DefaultIsTheEmptyCandidateAndOthersChangeTheCode) {
     bool vector = candidate.rfind("vector=", 0) == 0;
     vectorCandidates += vector;
     vectorChanges += vector && *object != *empty;
-    if (candidate == "default")
+    if (candidate == "default") {
       EXPECT_TRUE(*object == *empty);
-    else if (!vector)
+    } else if (!vector) {
       EXPECT_TRUE(*object != *empty) << candidate << " lowers as the default";
+    }
   }
-  if (vectorCandidates > 0)
+  if (vectorCandidates > 0) {
     EXPECT_GE(vectorChanges, 1u) << "every vector width lowers as the default";
+  }
   // Every candidate is its own object in the kernel cache; no candidate is
   // the plan's key.
   EXPECT_EQ(keys.size(), candidates.size());

@@ -48,7 +48,9 @@ protected:
     return {};
   }
   Expected<std::shared_ptr<Artifact>> open(Verification verification) const {
-    return Artifact::open(path_, {verification});
+    OpenOptions options;
+    options.verification = verification;
+    return Artifact::open(path_, options);
   }
 
   TempDir dir_;
@@ -178,7 +180,7 @@ TEST_F(ArtifactIntegrityTest, NonZeroPaddingIsRefused) {
 }
 
 TEST_F(ArtifactIntegrityTest, CodeThatIsNoSharedObjectIsRefusedAtOpen) {
-  for (const std::string code : {std::string("code bytes"), std::string(100, '\x7f')}) {
+  for (const std::string &code : {std::string("code bytes"), std::string(100, '\x7f')}) {
     ASSERT_TRUE(testing::writeArtifact(path_, code, addPlan()));
     EXPECT_THAT(open(Verification::BoundsOnly),
                 StatusIs(StatusCode::DataLoss, "code section: "));

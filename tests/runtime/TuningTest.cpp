@@ -414,12 +414,14 @@ TEST(LibraryCandidatesTest, WinogradIsTheDefaultWhereItPays) {
     bool pays = c.name.starts_with("3x3 64 channels");
     EXPECT_EQ(isWinograd(candidates->front()), offered && pays)
         << c.name << ": " << candidates->front();
-    if (c.name.ends_with("ohwi weights"))
+    if (c.name.ends_with("ohwi weights")) {
       EXPECT_FALSE(offered) << c.name;
+    }
     bool shape = c.name.starts_with("3x3 ") || c.name.starts_with("residual") ||
                  c.name.starts_with("bf16");
-    if (!shape)
+    if (!shape) {
       EXPECT_FALSE(offered) << c.name;
+    }
   }
 }
 

@@ -36,8 +36,9 @@ TEST(ConcurrentlyTest, CallsEachIndexOnceAndAtMostWidthAtATime) {
       EXPECT_EQ(calls[i].load(), 1) << "index " << i << ", width " << width;
     EXPECT_LE(most.load(), width);
     EXPECT_LE(threads.size(), width);
-    if (width == 1)
+    if (width == 1) {
       EXPECT_EQ(*threads.begin(), std::this_thread::get_id());
+    }
   }
 }
 
