@@ -7,7 +7,7 @@ run, same thread count. Prints figures; asserts nothing.
         [--cases top5,top50,...]
 
 Each case is a one-node model at realistic sizes: a classifier's top-5 and
-a sampler's top-50 over 8 rows of 1000 logits, a static KV cache [1, 12,
+top-50 over 8 rows of 1000 logits, a sampler's top-50 over GPT-2's 50257, a static KV cache [1, 12,
 1024, 64] written at a run-time position, the last token's hidden state
 picked per sequence, torch's scatter_ of run-time indices, one-hot labels,
 and opset 23's Attention with grouped-query heads. Each is compiled with `flowc compile` and timed with `flowc run
@@ -58,6 +58,7 @@ def ints(name, value):
 def cases(rng):
     """name -> (what, model, feeds)."""
     logits = rng.standard_normal((8, 1000)).astype(np.float32)
+    vocabulary = rng.standard_normal((1, 50257)).astype(np.float32)
     hidden = rng.standard_normal((8, 128, 768)).astype(np.float32)
     scores = rng.standard_normal((64, 512)).astype(np.float32)
     return {
@@ -70,6 +71,11 @@ def cases(rng):
                         [("x", FLOAT, [8, 1000])],
                         [("v", FLOAT, [8, 50]), ("i", INT64, [8, 50])], [ints("k", [50])]),
                   {"x": logits}),
+        "sample50": ("TopK k=50 of [1, 50257] (a sampler over GPT-2's vocabulary)",
+                     model(helper.make_node("TopK", ["x", "k"], ["v", "i"]),
+                           [("x", FLOAT, [1, 50257])],
+                           [("v", FLOAT, [1, 50]), ("i", INT64, [1, 50])], [ints("k", [50])]),
+                     {"x": vocabulary}),
         "kv_cache": ("ScatterND of [1, 12, 1, 64] into [1, 12, 1024, 64] at a run-time row",
                      model(helper.make_node("ScatterND", ["cache", "where", "new"], ["y"]),
                            [("cache", FLOAT, [1, 12, 1024, 64]), ("where", INT64, [1, 12, 1, 3]),
@@ -129,7 +135,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--cases", default="top5,top50,kv_cache,last_token,scatter_elements,"
+    parser.add_argument("--cases", default="top5,top50,sample50,kv_cache,last_token,scatter_elements,"
                                            "one_hot,attention")
     args = parser.parse_args()
     print(cpu_line())

@@ -24,6 +24,21 @@ template <typename Key> struct Entry {
   int32_t index;
 };
 
+/// Keys a TopK row reads between two looks at its bar.
+constexpr int64_t kBlock = 64;
+
+/// Whether any of `count` keys ranks strictly before `bar`.
+template <bool Largest, typename Key>
+bool anyBeats(const Key *keys, int64_t count, Key bar) {
+  bool any = false;
+#pragma omp simd reduction(| : any)
+  for (int64_t i = 0; i < count; ++i) {
+    Key key = rankKey(keys[i]);
+    any |= Largest ? key > bar : key < bar;
+  }
+  return any;
+}
+
 /// One row's order into `out`. Candidates collect in `buffer`; when it
 /// holds 2k, the best k are kept (nth_element) and the worst of them
 /// becomes the bar a later key must beat strictly (at an equal key the
@@ -43,17 +58,24 @@ void topKRow(const Key *keys, int64_t n, int64_t k, int32_t *out,
   buffer.reserve(capacity);
   bool barred = false;
   auto bar = Key();
-  for (int64_t i = 0; i < n; ++i) {
-    auto key = rankKey(keys[i]);
-    if (barred && !(Largest ? key > bar : key < bar))
+  for (int64_t start = 0; start < n; start += kBlock) {
+    int64_t end = std::min(n, start + kBlock);
+    // Once the bar is set, a block that nothing in it beats costs one
+    // vectorized pass.
+    if (barred && !anyBeats<Largest>(keys + start, end - start, bar))
       continue;
-    buffer.push_back({key, static_cast<int32_t>(i)});
-    if (buffer.size() < capacity)
-      continue;
-    std::nth_element(buffer.begin(), buffer.begin() + (keep - 1), buffer.end(), before);
-    buffer.resize(keep);
-    bar = buffer[keep - 1].key;
-    barred = true;
+    for (int64_t i = start; i < end; ++i) {
+      auto key = rankKey(keys[i]);
+      if (barred && !(Largest ? key > bar : key < bar))
+        continue;
+      buffer.push_back({key, static_cast<int32_t>(i)});
+      if (buffer.size() < capacity)
+        continue;
+      std::nth_element(buffer.begin(), buffer.begin() + (keep - 1), buffer.end(), before);
+      buffer.resize(keep);
+      bar = buffer[keep - 1].key;
+      barred = true;
+    }
   }
   std::partial_sort(buffer.begin(), buffer.begin() + keep, buffer.end(), before);
   for (size_t p = 0; p < keep; ++p)

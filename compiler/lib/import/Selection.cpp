@@ -293,14 +293,17 @@ Status Importer::importTopK(const Node &node) {
   Value moved = axis == rank - 1 ? x : transpose(x, perms);
   int64_t rows = product(shape, 0, shape.size()) / n;
   Value flat = reshape(moved, {rows, n});
-  Value key = flat;
-  if (element.isF32()) {
+  // The TOSA order needs keys without NaN: NaN becomes +infinity, which
+  // it ranks as. The kernel ranks NaN so itself and reads the data.
+  auto keysOf = [&](Value data) {
+    if (!element.isF32())
+      return data;
     mlir::Type i1 = builder_.getI1Type();
     Value isNan = buildTyped<mlir::tosa::LogicalNotOp>(
-        i1, {rows, n}, {buildTyped<mlir::tosa::EqualOp>(i1, {rows, n}, {flat, flat})});
-    key =
-        build<mlir::tosa::SelectOp>({rows, n}, {isNan, extreme(element, true, 2), flat});
-  }
+        i1, {rows, n}, {buildTyped<mlir::tosa::EqualOp>(i1, {rows, n}, {data, data})});
+    return build<mlir::tosa::SelectOp>({rows, n},
+                                       {isNan, extreme(element, true, 2), data});
+  };
   // Stepwise costs k passes over a row, ranking n: ranking from k > 16 on.
   bool ranks = k > kMaxStepwiseK && rows <= kMaxPairs / n / n;
   if (!ranks && k > kMaxTopKSteps)
@@ -314,11 +317,12 @@ Status Importer::importTopK(const Node &node) {
   runtime::TopKParams params{rows, n, k, largest, *scalarTypeOf(element)};
   FLOWC_ASSIGN_OR_RETURN(
       Value order,
-      libraryCall(runtime::KernelKind::TopK, runtime::paramWords(params), {key},
+      libraryCall(runtime::KernelKind::TopK, runtime::paramWords(params), {flat},
                   mlir::RankedTensorType::get({rows, k}, builder_.getI32Type()),
-                  [&](mlir::ValueRange keys) {
-                    return ranks ? topKRanked(node, keys[0], k, largest)
-                                 : topKStepwise(node, keys[0], k, largest);
+                  [&](mlir::ValueRange data) {
+                    Value keys = keysOf(data[0]);
+                    return ranks ? topKRanked(node, keys, k, largest)
+                                 : topKStepwise(node, keys, k, largest);
                   }));
   Value values = buildTyped<mlir::tosa::GatherOp>(element, {rows, k, 1},
                                                   {reshape(flat, {rows, n, 1}), order});
