@@ -39,17 +39,22 @@ class Flowc:
         out = out or model.with_suffix(".fca")
         return json.loads(self.run("submit", model, "-o", out, "--json", *options).stdout)
 
-    def execute(self, artifact: pathlib.Path, inputs: dict) -> dict:
-        """Runs `artifact` with `inputs` (name -> array); returns name -> array."""
-        out_dir = self.tmp / ("out_" + artifact.stem)
+    def input_args(self, artifact: pathlib.Path, inputs: dict) -> list:
+        """`--input NAME=FILE.npy` for each of `inputs` (name -> array),
+        saved beside the other temporaries; floats as float32."""
         args = []
         for i, (name, value) in enumerate(inputs.items()):
             path = self.tmp / f"{artifact.stem}_in{i}.npy"
             keep = value.dtype in (np.int64, np.int32, np.bool_)
             np.save(path, value if keep else value.astype(np.float32))
             args += ["--input", f"{name}={path}"]
-        report = json.loads(self.run("run", artifact, *args, "--output-dir", out_dir,
-                                     "--json").stdout)
+        return args
+
+    def execute(self, artifact: pathlib.Path, inputs: dict) -> dict:
+        """Runs `artifact` with `inputs` (name -> array); returns name -> array."""
+        out_dir = self.tmp / ("out_" + artifact.stem)
+        report = json.loads(self.run("run", artifact, *self.input_args(artifact, inputs),
+                                     "--output-dir", out_dir, "--json").stdout)
         return {o["name"]: np.load(o["file"]) for o in report["outputs"]}
 
 

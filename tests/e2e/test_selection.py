@@ -212,10 +212,6 @@ def test_importer_kernels_run_and_o0_inlines_their_loops(flowc, tmp_path):
     model = save(model_of(c), tmp_path / "selection.onnx")
     inputs = feeds(5)
     expected = onnxruntime_outputs(model, inputs)
-    args = []
-    for i, (name, value) in enumerate(inputs.items()):
-        np.save(tmp_path / f"in{i}.npy", value)
-        args += ["--input", f"{name}={tmp_path / f'in{i}.npy'}"]
     constant = {init.name for init in c.inits}
     runtime_scatters = [n for n in c.nodes if n.op_type in ("ScatterND", "ScatterElements")
                         and n.input[1] not in constant]
@@ -224,7 +220,8 @@ def test_importer_kernels_run_and_o0_inlines_their_loops(flowc, tmp_path):
         artifact = tmp_path / f"selection{level}.fca"
         flowc.submit(model, artifact, level)
         assert not mismatches(c, flowc.execute(artifact, inputs), expected), level
-        report = json.loads(flowc.run("run", artifact, *args, "--profile", "--json").stdout)
+        report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, inputs),
+                                      "--profile", "--json").stdout)
         calls = report["profile"]["calls"]
         kernels = {kind: [call for call in calls if call["kind"] == kind]
                    for kind in ("topk", "scatter")}

@@ -357,25 +357,13 @@ int64_t sourceRank(LibraryKernelKind kind) {
   return 0;
 }
 
-bool isOfType(mlir::Type element, runtime::ScalarType type) {
-  switch (type) {
-  case runtime::ScalarType::F32:
-    return element.isF32();
-  case runtime::ScalarType::I32:
-    return element.isInteger(32);
-  case runtime::ScalarType::I64:
-    return element.isInteger(64);
-  }
-  return false;
-}
-
 /// TopK's key and index tensors against its params: the kernel reads and
 /// writes exactly those extents.
 mlir::LogicalResult verifyTopK(LibraryCallOp call) {
   auto p = *runtime::paramsFromWords<runtime::TopKParams>(call.getParams());
   auto keys = mlir::cast<mlir::RankedTensorType>(call.getInputs()[0].getType());
   auto indices = mlir::cast<mlir::RankedTensorType>(call.getResult().getType());
-  if (!isOfType(keys.getElementType(), p.keyType))
+  if (scalarTypeOf(keys.getElementType()) != p.keyType)
     return call.emitOpError() << "keys " << keys << " do not have the params' key type "
                               << static_cast<int64_t>(p.keyType);
   if (keys.getShape() != llvm::ArrayRef<int64_t>{p.rows, p.n} ||
@@ -397,7 +385,7 @@ mlir::LogicalResult verifyScatterRows(LibraryCallOp call) {
   mlir::RankedTensorType data = typeOf(call.getInputs()[0]),
                          updates = typeOf(call.getInputs()[1]),
                          targets = typeOf(call.getInputs()[2]);
-  bool fits = isOfType(data.getElementType(), p.type) &&
+  bool fits = scalarTypeOf(data.getElementType()) == p.type &&
               updates.getElementType() == data.getElementType() &&
               data.getShape() == llvm::ArrayRef<int64_t>{p.rows, p.width} &&
               updates.getShape() == llvm::ArrayRef<int64_t>{p.count, p.width} &&
@@ -419,6 +407,16 @@ mlir::LogicalResult verifyScatterRows(LibraryCallOp call) {
 }
 
 } // namespace
+
+std::optional<runtime::ScalarType> scalarTypeOf(mlir::Type element) {
+  if (element.isF32())
+    return runtime::ScalarType::F32;
+  if (element.isInteger(32))
+    return runtime::ScalarType::I32;
+  if (element.isInteger(64))
+    return runtime::ScalarType::I64;
+  return std::nullopt;
+}
 
 mlir::LogicalResult LibraryCallOp::verify() {
   auto kind = static_cast<runtime::KernelKind>(getKind());

@@ -162,20 +162,6 @@ Importer::libraryCall(runtime::KernelKind kind, std::vector<int64_t> params,
                                      /*arg_attrs=*/nullptr, /*res_attrs=*/nullptr));
 }
 
-namespace {
-
-std::optional<runtime::ScalarType> scalarTypeOf(mlir::Type element) {
-  if (element.isF32())
-    return runtime::ScalarType::F32;
-  if (element.isInteger(32))
-    return runtime::ScalarType::I32;
-  if (element.isInteger(64))
-    return runtime::ScalarType::I64;
-  return std::nullopt;
-}
-
-} // namespace
-
 // TopK ----------------------------------------------------------------------
 
 /// The order TopK picks from each row of `key` ([rows, n], no NaN): k

@@ -9,8 +9,20 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/CallInterfaces.h"
 
+#include "flowc/runtime/KernelAbi.h"
+
+#include <optional>
+
 #include "flowc/compiler/dialect/FlowcDialect.h.inc"
 #include "flowc/compiler/dialect/FlowcEnums.h.inc"
 
 #define GET_OP_CLASSES
 #include "flowc/compiler/dialect/FlowcOps.h.inc"
+
+namespace flowc::compiler {
+
+/// The library kernels' name for `element` (TopK's keys, a scatter's rows),
+/// if they take it: float32, int32 or int64.
+std::optional<runtime::ScalarType> scalarTypeOf(mlir::Type element);
+
+} // namespace flowc::compiler

@@ -266,7 +266,7 @@ enum class ScalarType : int64_t { F32 = 0, I32 = 1, I64 = 2 };
 /// element ranked p in row `row` of a dense [rows, n] key buffer. With
 /// `largest` the best element is the greatest, otherwise the least; equal
 /// keys rank by index, lower first. A float NaN ranks as +infinity (the
-/// importer passes keys without NaN; the kernels agree anyway).
+/// importer passes the data as it is).
 struct TopKParams {
   int64_t rows, n, k;
   int64_t largest;
