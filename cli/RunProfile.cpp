@@ -177,7 +177,11 @@ json profileJson(const runtime::RunProfile &before, const runtime::RunProfile &a
       names.push_back(nodes[node].name);
       ops.push_back(nodes[node].op);
     }
-    uint64_t bytes = boundaryBytes(call.nodes, nodes, readers, outputs);
+    // The call's own buffers; code compiled before they were counted has
+    // only its nodes' tensors, which a node split into several calls
+    // credits to each of them in full.
+    uint64_t bytes =
+        call.bytes ? *call.bytes : boundaryBytes(call.nodes, nodes, readers, outputs);
     json entry = {{"call", i},
                   {"kernel", call.kernel},
                   {"kind", call.kind},

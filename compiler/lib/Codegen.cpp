@@ -130,7 +130,8 @@ std::string markKernelCalls(mlir::ModuleOp module, const std::vector<KernelModul
   }
   nlohmann::json calls = nlohmann::json::array();
   for (const ProfiledCall &call : addProfileMarks(module, kernels, libraryNodes)) {
-    nlohmann::json entry = {{"kernel", call.callee}, {"nodes", call.nodes}};
+    nlohmann::json entry = {
+        {"kernel", call.callee}, {"nodes", call.nodes}, {"bytes", call.bytes}};
     if (auto site = sites.find(call.callee); site != sites.end()) {
       entry["site"] = site->second;
       entry["kind"] = runtime::kernelKindName(library[site->second].kind);

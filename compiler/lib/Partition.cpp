@@ -15,6 +15,7 @@
 #include "mlir/Transforms/RegionUtils.h"
 
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/xxhash.h"
 
@@ -175,6 +176,25 @@ std::map<std::string, std::vector<int32_t>> kernelSourceNodes(mlir::ModuleOp mod
   return sources;
 }
 
+namespace {
+
+/// Bytes of `call`'s distinct buffer operands of static shape (an i1
+/// element is a byte in memory).
+uint64_t operandBytes(mlir::func::CallOp call) {
+  llvm::SmallPtrSet<mlir::Value, 8> seen;
+  uint64_t bytes = 0;
+  for (mlir::Value operand : call.getOperands()) {
+    auto type = mlir::dyn_cast<mlir::MemRefType>(operand.getType());
+    if (!type || !type.hasStaticShape() || !seen.insert(operand).second)
+      continue;
+    uint64_t elementBytes = (type.getElementTypeBitWidth() + 7) / 8;
+    bytes += static_cast<uint64_t>(type.getNumElements()) * elementBytes;
+  }
+  return bytes;
+}
+
+} // namespace
+
 std::vector<ProfiledCall>
 addProfileMarks(mlir::ModuleOp module, const std::set<std::string> &kernels,
                 const std::map<std::string, std::vector<int32_t>> &calleeNodes) {
@@ -208,7 +228,8 @@ addProfileMarks(mlir::ModuleOp module, const std::set<std::string> &kernels,
     addSourceNodes(call.getLoc(), nodes);
     if (auto found = calleeNodes.find(call.getCallee().str()); found != calleeNodes.end())
       nodes.insert(found->second.begin(), found->second.end());
-    profiled.push_back({call.getCallee().str(), {nodes.begin(), nodes.end()}});
+    profiled.push_back(
+        {call.getCallee().str(), {nodes.begin(), nodes.end()}, operandBytes(call)});
     builder.setInsertionPoint(call);
     emit(2 * static_cast<int64_t>(index));
     builder.setInsertionPointAfter(call);

@@ -56,6 +56,9 @@ struct ProfiledCall {
   std::string callee;
   /// The graph nodes this call computes (SourceNodes.h).
   std::vector<int32_t> nodes;
+  /// Bytes of the buffers it is passed, each once: at most what it reads
+  /// and writes.
+  uint64_t bytes = 0;
 };
 
 /// Declares `@<kProfileMarkFunction>(i64)` and calls it around each call of

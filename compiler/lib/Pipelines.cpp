@@ -38,6 +38,7 @@ enum class OptionalPass {
   DistributeOverConcat,
   FuseElementwiseOps,
   EliminateEmptyTensors,
+  WriteOutputsInPlace,
   PlanActivationMemory,
   ApproximateMath,
   PartitionKernels,
@@ -56,6 +57,7 @@ constexpr CreatePass kOptionalPasses[] = {
     createDistributeOverConcatPass,
     createFuseElementwiseOpsPass,
     mlir::bufferization::createEmptyTensorEliminationPass,
+    createWriteOutputsInPlacePass,
     createPlanActivationMemoryPass,
     createApproximateMathPass,
     createPartitionKernelsPass,
@@ -203,6 +205,10 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
   outParams.modifyPublicFunctions = true;
   outParams.hoistStaticAllocs = true;
   pm.addPass(mlir::bufferization::createBufferResultsToOutParamsPass(outParams));
+  // It hoists only a result that is the allocation itself; one returned
+  // through reshapes (a kernel's [rows, n] result) would be copied at the end.
+  if (enabled(options, OptionalPass::WriteOutputsInPlace))
+    pm.addPass(createWriteOutputsInPlacePass());
   // Each slice written in place is then copied onto itself: equal subviews
   // merge and the copies fold away. Not before the out-params: CSE would
   // merge the copies that give a value returned twice a buffer per result.

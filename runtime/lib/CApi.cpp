@@ -118,6 +118,33 @@ flowc_status tensorInfo(const char *function, const flowc_artifact *artifact,
   return FLOWC_OK;
 }
 
+/// Whether the byte ranges [a, a + aBytes) and [b, b + bBytes) share a byte.
+bool overlaps(const void *a, uint64_t aBytes, const void *b, uint64_t bBytes) {
+  auto first = reinterpret_cast<uintptr_t>(a);
+  auto second = reinterpret_cast<uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && first < second + bBytes && second < first + aBytes;
+}
+
+/// Refuses an output buffer that overlaps an input or another output. The
+/// code writes a result into its output buffer as soon as it is computed,
+/// while later kernels still read the inputs.
+Status checkSeparate(const runtime::Plan &plan, const std::vector<const void *> &inputs,
+                     const std::vector<void *> &outputs) {
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    uint64_t bytes = plan.outputs[o].byteSize();
+    std::string what = "output '" + plan.outputs[o].name + "' overlaps ";
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (overlaps(outputs[o], bytes, inputs[i], plan.inputs[i].byteSize()))
+        return flowc::invalidArgument(what + "input '" + plan.inputs[i].name +
+                                      "': outputs need memory of their own");
+    for (size_t other = 0; other < o; ++other)
+      if (overlaps(outputs[o], bytes, outputs[other], plan.outputs[other].byteSize()))
+        return flowc::invalidArgument(what + "output '" + plan.outputs[other].name +
+                                      "': outputs need memory of their own");
+  }
+  return Status::ok();
+}
+
 /// OK when `tensor` is a buffer for `spec`: same dtype, shape and size,
 /// data present and aligned. `what` names it ("input 'x'").
 Status checkTensor(const flowc_tensor &tensor, const runtime::TensorSpec &spec,
@@ -326,6 +353,7 @@ flowc_status flowc_session_run(flowc_session *session, const flowc_tensor *input
       FLOWC_RETURN_IF_ERROR(checkTensor(outputs[i], spec, "output '" + spec.name + "'"));
       outputBuffers.push_back(outputs[i].data);
     }
+    FLOWC_RETURN_IF_ERROR(checkSeparate(plan, inputBuffers, outputBuffers));
     std::lock_guard lock(session->mutex);
     return session->session->runInPlace(inputBuffers, outputBuffers);
   });

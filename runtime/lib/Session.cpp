@@ -190,6 +190,11 @@ Expected<std::vector<KernelCallTiming>> profiledCalls(const char *text,
         return bad("entry " + std::to_string(calls.size()) + " has a bad node index");
       call.nodes.push_back(node.get<int32_t>());
     }
+    if (entry.contains("bytes")) {
+      if (!entry["bytes"].is_number_unsigned())
+        return bad("entry " + std::to_string(calls.size()) + " has a bad byte count");
+      call.bytes = entry["bytes"].get<uint64_t>();
+    }
     if (entry.contains("site")) {
       if (!entry["site"].is_number_integer() || !entry.contains("kind") ||
           !entry["kind"].is_string())

@@ -141,6 +141,19 @@ def save(model, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def leaky_cnn(rng, batch=1):
+    """make_models' CNN with its second activation a LeakyRelu, which no
+    convolution kernel absorbs: one generated loop kernel (a codegen task)
+    besides the library calls. The plain CNN is library calls only."""
+    import make_models
+    model = make_models.make_cnn(rng, batch)
+    for node in model.graph.node:
+        if node.name == "relu2":
+            node.op_type = "LeakyRelu"
+            node.attribute.append(onnx.helper.make_attribute("alpha", 0.1))
+    return model
+
+
 TORCHVISION_MODELS = ["resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0",
                       "squeezenet1_1", "vit_b_16", "convnext_tiny",
                       "lraspp_mobilenet_v3_large"]

@@ -75,9 +75,10 @@ def test_compiles_for_each_chip_and_says_what_it_is_for(flowc, models, tmp_path,
     assert result["cache"] == "miss"
     assert result["kernels_compiled"] >= 5
     # From -O1 convolutions, products, pooling and softmax are library
-    # kernels: fewer generated ones remain.
+    # kernels: fewer generated ones remain (none, once the softmax writes
+    # the graph's output itself).
     library = flowc.submit(path, tmp_path / "library.fca", "--target", target)
-    assert 1 <= library["kernels_compiled"] < result["kernels_compiled"]
+    assert library["kernels_compiled"] < result["kernels_compiled"]
     inspected = flowc.run("inspect", artifact).stdout
     chip = "sm_90" if target == "cuda" else target.split(":")[1]
     assert f"target=cuda:{chip}" in inspected

@@ -188,7 +188,7 @@ def test_version_names_the_build_and_its_libraries(program):
                             env=environment(), timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(f"{program} 0.6.0"), result.stdout
+    assert lines[0].startswith(f"{program} 0.6.1"), result.stdout
     assert any(line.startswith("build id: ") for line in lines), result.stdout
     assert any(line.startswith("MLIR/LLVM: 22.") for line in lines), result.stdout
     assert any(line.startswith("oneDNN: ") and "CPU ISA " in line for line in lines), \
@@ -589,13 +589,15 @@ def test_submit_reports_kernels_timings_and_transfer(flowc, tmp_path, models):
                     str(ROOT / "examples" / "make_models.py"), str(other), "--seed", "7"],
                    check=True, capture_output=True, timeout=300)
     for name in ("mlp", "cnn"):
-        # First compile at -O2: generated loop kernels compiled.
+        # First compile at -O2: the MLP's generated loop kernels compiled
+        # (every node of the CNN is a library kernel, the last writing into
+        # the output buffer: it may have none).
         first = submit_json(flowc, models / f"{name}.onnx", tmp_path / f"{name}.fca", "-O", "2")
         for key in ("kernels_compiled", "kernels_reused", "seconds", "daemon_seconds",
                     "artifact_transfer"):
             assert key in first, key
         assert first["cache"] == "miss" and first["code_cache"] == "miss"
-        assert first["kernels_compiled"] >= 1, first
+        assert first["kernels_compiled"] >= (1 if name == "mlp" else 0), first
         assert isinstance(first["kernels_reused"], int)
         assert first["seconds"] >= first["daemon_seconds"] > 0
         # Other weight values: a new artifact, the same code, nothing compiled.

@@ -14,8 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import make_models
-from conftest import BIN, ROOT, save
+from conftest import BIN, ROOT, leaky_cnn, save
 
 BAD, USAGE = 3, 2
 DOC = ROOT / "docs" / "progress.md"
@@ -76,7 +75,8 @@ def flowc_cmd(flowc, *args):
 
 
 def cnn(tmp_path, seed=0):
-    return save(make_models.make_cnn(np.random.default_rng(seed)), tmp_path / "cnn.onnx")
+    """A CNN with one generated kernel: compiles have a codegen phase."""
+    return save(leaky_cnn(np.random.default_rng(seed)), tmp_path / "cnn.onnx")
 
 
 def zero_strides_model(path):

@@ -21,7 +21,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import make_models
-from conftest import BIN, assert_close, onnxruntime_outputs, save
+from conftest import BIN, assert_close, leaky_cnn, onnxruntime_outputs, save
 
 # The default quiet period (cli/WatchCommand.cpp, docs/watch.md).
 DEBOUNCE_S = 0.150
@@ -108,12 +108,12 @@ def weights_variant(template: onnx.ModelProto, seed: int) -> onnx.ModelProto:
 
 
 def one_layer_edit(template: onnx.ModelProto) -> onnx.ModelProto:
-    """The CNN with its second activation changed (Relu -> LeakyRelu): one
-    layer's code changes, the rest is reused."""
+    """The CNN with its first activation changed (Relu -> LeakyRelu): one
+    layer's code changes, the second activation's kernel is reused."""
     model = onnx.ModelProto()
     model.CopyFrom(template)
     for node in model.graph.node:
-        if node.name == "relu2":
+        if node.name == "relu1":
             node.op_type = "LeakyRelu"
             node.attribute.append(helper.make_attribute("alpha", 0.1))
     onnx.checker.check_model(model, full_check=True)
@@ -135,7 +135,7 @@ def check_artifact(flowc, artifact, model_path):
 
 @pytest.fixture
 def cnn(tmp_path):
-    template = make_models.make_cnn(np.random.default_rng(0))
+    template = leaky_cnn(np.random.default_rng(0))
     return template, save(template, tmp_path / "cnn.onnx")
 
 

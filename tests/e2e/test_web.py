@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import make_models
-from conftest import BIN, save
+from conftest import BIN, leaky_cnn, save
 from test_front_door import TOKENS, Daemon, pki, tokens_file  # noqa: F401 (pki: a fixture)
 from test_progress import zero_strides_model
 from webclient import SPEC, Web, check
 
 
 def cnn(tmp_path, seed=5):
-    return save(make_models.make_cnn(np.random.default_rng(seed)), tmp_path / f"cnn{seed}.onnx")
+    """A CNN with one generated kernel: its jobs have a codegen task."""
+    return save(leaky_cnn(np.random.default_rng(seed)), tmp_path / f"cnn{seed}.onnx")
 
 
 def metrics(web):

@@ -17,7 +17,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 import make_models
-from conftest import save
+from conftest import leaky_cnn, save
 from test_progress import zero_strides_model
 from webclient import Web
 
@@ -62,7 +62,7 @@ def test_a_job_appears_and_finishes_live(flowc, tmp_path, browser):
     wait = waiter(browser, 60)
     wait.until(lambda d: d.find_element(By.ID, "live").text == "live")
     browser.execute_script("window.flowcNoReload = 42;")
-    model = save(make_models.make_cnn(np.random.default_rng(11)), tmp_path / "live.onnx")
+    model = save(leaky_cnn(np.random.default_rng(11)), tmp_path / "live.onnx")
     submit = threading.Thread(target=flowc.submit, args=(model,))
     submit.start()
     row = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]"))[0]

@@ -14,8 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import make_models
-from conftest import save
+from conftest import leaky_cnn, save
 from webclient import Web, check
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
@@ -58,7 +57,7 @@ def quoted(digest):
 
 def test_a_compiled_model_has_a_view_with_costs_kernels_and_entries(flowc, tmp_path):
     web = Web.of(flowc)
-    model = save(make_models.make_cnn(np.random.default_rng(5)), tmp_path / "cnn.onnx")
+    model = save(leaky_cnn(np.random.default_rng(5)), tmp_path / "cnn.onnx")
     result = flowc.submit(model)
     digest = result["model_digest"]
     jobs = web.json("/api/jobs", "JobList")["jobs"]

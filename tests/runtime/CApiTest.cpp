@@ -140,7 +140,8 @@ TEST(CApiTest, OpenRefusesFilesThatAreNoArtifact) {
 
 // Every way a run's tensors can disagree with the plan is refused before
 // anything runs, naming the tensor and what is wrong; the output buffer is
-// left untouched.
+// left untouched. That includes an output overlapping an input: the code
+// writes results while it still reads inputs.
 TEST(CApiTest, RunRefusesTensorsThatDoNotMatchThePlan) {
   TempDir dir;
   Opened opened;
@@ -190,6 +191,8 @@ TEST(CApiTest, RunRefusesTensorsThatDoNotMatchThePlan) {
       {{misaligned}, output, "input 'x': data is not aligned to its 4-byte elements"},
       {{good}, wrongOutput, "output 0 is 'y', not 'z'"},
       {{good}, int32Output, "output 'y' is int32, the model expects float32"},
+      {{good}, floatTensor(nullptr, x), "output 'y' overlaps input 'x'"},
+      {{good}, floatTensor(nullptr, x + 1), "output 'y' overlaps input 'x'"},
   };
   for (const Case &c : cases) {
     EXPECT_EQ(

@@ -266,6 +266,33 @@ def CopyWideConcatsPass : Pass<"flowc-copy-wide-concats", "::mlir::ModuleOp"> {
   ];
 }
 
+def WriteOutputsInPlacePass
+    : Pass<"flowc-write-outputs-in-place", "::mlir::ModuleOp"> {
+  let summary = "A result reaching an output through reshapes is computed "
+                "in the output buffer";
+  let description = [{
+    Runs right after `buffer-results-to-out-params`, which computes a
+    result in its caller-provided output buffer only when the returned
+    value is the allocation itself. A result returned through reshapes
+    (`memref.expand_shape`, `memref.collapse_shape`: a kernel's [rows, n]
+    result that is the graph's [1, heads, tokens, dim] output) is
+    otherwise computed in a buffer of its own and copied into the output
+    at the end: a second pass over the whole tensor (an LLM decode step's
+    KV cache, every step). Here the allocation becomes a view of the
+    output buffer and the copy goes.
+
+    Only when nothing can tell the difference: the allocation has a static
+    shape and an identity layout, lies in the copy's block, and nothing
+    uses it or a view of it after the copy; the output argument has no
+    other use. Outputs must not overlap inputs (the runtime's contract).
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+  let statistics = [
+    Statistic<"outputsWrittenInPlace", "outputs-written-in-place",
+              "Output copies removed">
+  ];
+}
+
 def PlanActivationMemoryPass
     : Pass<"flowc-plan-activation-memory", "::mlir::ModuleOp"> {
   let summary = "Place @main's temporary buffers in one activation arena";

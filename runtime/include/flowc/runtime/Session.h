@@ -92,6 +92,9 @@ struct KernelCallTiming {
   std::string kind = "loops";
   /// Graph nodes it computes (indices in graph order).
   std::vector<int32_t> nodes;
+  /// Bytes of the buffers it is passed, each once (at most what it reads
+  /// and writes); nullopt for code compiled before the count.
+  std::optional<uint64_t> bytes;
   /// What ran: the library's implementation (oneDNN's impl_info_str), or
   /// "generated".
   std::string implementation = "generated";
@@ -185,8 +188,10 @@ public:
 
   /// Runs the graph once on caller memory: `inputs[i]` holds plan().inputs[i]
   /// and the code writes plan().outputs[i] into `outputs[i]`, each buffer
-  /// dense, of exactly its spec's size and aligned to its element size (the
-  /// caller checks; this does not: the C API and run() do). A bool input
+  /// dense, of exactly its spec's size, aligned to its element size, and
+  /// each output overlapping no input and no other output: results are
+  /// written as soon as they are computed (the caller checks; this does
+  /// not: the C API and run() do). A bool input
   /// byte other than 0 or 1 is InvalidArgument naming the input and the
   /// element (readNpy turns numpy's non-zero bytes into 1). A run whose
   /// values the graph does not accept (a Gather index out of range) fails

@@ -156,9 +156,10 @@ FLOWC_C_API void flowc_session_close(flowc_session *session);
  * in any order. `outputs`: the plan's outputs in plan order; the code writes
  * each result straight into `outputs[i].data` (no copy, no allocation held
  * past the call). Every tensor's dtype, shape and byte_size must match the
- * plan: FLOWC_INVALID_ARGUMENT naming the tensor otherwise (and nothing is
- * run). Other codes: a library kernel's failure (FLOWC_INTERNAL,
- * FLOWC_RESOURCE_EXHAUSTED). */
+ * plan, and no output may overlap an input or another output (the code
+ * writes each result as soon as it is computed): FLOWC_INVALID_ARGUMENT
+ * naming the tensor otherwise (and nothing is run). Other codes: a library
+ * kernel's failure (FLOWC_INTERNAL, FLOWC_RESOURCE_EXHAUSTED). */
 FLOWC_C_API flowc_status flowc_session_run(flowc_session *session,
                                            const flowc_tensor *inputs, size_t input_count,
                                            const flowc_tensor *outputs,

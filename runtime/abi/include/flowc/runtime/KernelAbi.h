@@ -70,8 +70,10 @@ inline constexpr int64_t kKernelAbiVersion = 4;
 /// `flowc_profile_hook` with the event when that is not null (a session
 /// that profiles sets it; otherwise a mark is a load and a branch).
 /// `flowc_profile_calls` is a NUL-terminated JSON array with one object per
-/// call: {"kernel": callee symbol, "nodes": [graph node indices]} and, for
-/// a library call, "site" and "kind" (kernelKindName).
+/// call: {"kernel": callee symbol, "nodes": [graph node indices], "bytes":
+/// the sizes of the buffers it is passed, each once} and, for a library
+/// call, "site" and "kind" (kernelKindName). Code from before "bytes" lacks
+/// it.
 inline constexpr const char *kProfileMarkFunction = "flowc_profile_mark";
 inline constexpr const char *kProfileHookSymbol = "flowc_profile_hook";
 inline constexpr const char *kProfileCallsSymbol = "flowc_profile_calls";
