@@ -29,13 +29,19 @@ int64_t Tensor::elementCount() const {
 
 Tensor Tensor::zeros(const std::string &dtype, const std::vector<int64_t> &shape) {
   Tensor tensor{dtype, shape, {}};
+  tensor.bytes.assign(static_cast<size_t>(tensor.elementCount()) * dtypeBytes(dtype), 0);
+  return tensor;
+}
+
+Tensor Tensor::uninitialized(const std::string &dtype, const std::vector<int64_t> &shape) {
+  Tensor tensor{dtype, shape, {}};
   tensor.bytes.resize(static_cast<size_t>(tensor.elementCount()) * dtypeBytes(dtype));
   return tensor;
 }
 
 Tensor Tensor::fromFloats(const std::vector<int64_t> &shape,
                           const std::vector<float> &values) {
-  Tensor tensor{"float32", shape, std::vector<uint8_t>(values.size() * 4)};
+  Tensor tensor{"float32", shape, TensorBytes(values.size() * 4)};
   std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
   return tensor;
 }

@@ -445,7 +445,8 @@ Expected<std::vector<Tensor>> Session::run(const std::map<std::string, Tensor> &
   try {
     outputs.reserve(plan.outputs.size());
     for (const TensorSpec &spec : plan.outputs)
-      outputs.push_back(Tensor::zeros(spec.dtype, spec.shape));
+      // The code writes every byte of every output.
+      outputs.push_back(Tensor::uninitialized(spec.dtype, spec.shape));
   } catch (const std::bad_alloc &) {
     return resourceExhausted("cannot allocate the outputs of '" + artifact_->path() +
                              "'");

@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flowc::runtime {
@@ -15,14 +17,37 @@ namespace flowc::runtime {
 /// carry float32, int64, int32 and bool.
 size_t dtypeBytes(const std::string &dtype);
 
+/// std::allocator, except that resizing leaves new elements uninitialized
+/// instead of zeroing them: a run's outputs are written whole by the code,
+/// and zeroing them first was one more pass over every output (a third of a
+/// one-thread KV-cache update).
+template <typename T> struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U> struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U> DefaultInitAllocator(const DefaultInitAllocator<U> &) {}
+  template <typename U, typename... Args> void construct(U *at, Args &&...args) {
+    if constexpr (sizeof...(Args) == 0)
+      ::new (static_cast<void *>(at)) U;
+    else
+      ::new (static_cast<void *>(at)) U(std::forward<Args>(args)...);
+  }
+};
+
+/// A tensor's bytes: `resize` leaves new bytes unset; `assign(n, 0)` zeroes.
+using TensorBytes = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+
 /// A dense, row-major tensor in host memory.
 struct Tensor {
   std::string dtype = "float32";
   std::vector<int64_t> shape;
   /// Little-endian elements; bool is one byte, 0 or 1.
-  std::vector<uint8_t> bytes;
+  TensorBytes bytes;
 
   static Tensor zeros(const std::string &dtype, const std::vector<int64_t> &shape);
+  /// A tensor whose bytes are not set: for what the caller writes whole.
+  static Tensor uninitialized(const std::string &dtype, const std::vector<int64_t> &shape);
   static Tensor fromFloats(const std::vector<int64_t> &shape,
                            const std::vector<float> &values);
 
