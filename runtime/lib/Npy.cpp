@@ -33,7 +33,8 @@ Tensor Tensor::zeros(const std::string &dtype, const std::vector<int64_t> &shape
   return tensor;
 }
 
-Tensor Tensor::uninitialized(const std::string &dtype, const std::vector<int64_t> &shape) {
+Tensor Tensor::uninitialized(const std::string &dtype,
+                             const std::vector<int64_t> &shape) {
   Tensor tensor{dtype, shape, {}};
   tensor.bytes.resize(static_cast<size_t>(tensor.elementCount()) * dtypeBytes(dtype));
   return tensor;

@@ -22,9 +22,7 @@ size_t dtypeBytes(const std::string &dtype);
 /// and zeroing them first was one more pass over every output (a third of a
 /// one-thread KV-cache update).
 template <typename T> struct DefaultInitAllocator : std::allocator<T> {
-  template <typename U> struct rebind {
-    using other = DefaultInitAllocator<U>;
-  };
+  template <typename U> struct rebind { using other = DefaultInitAllocator<U>; };
   DefaultInitAllocator() = default;
   template <typename U> DefaultInitAllocator(const DefaultInitAllocator<U> &) {}
   template <typename U, typename... Args> void construct(U *at, Args &&...args) {
@@ -47,7 +45,8 @@ struct Tensor {
 
   static Tensor zeros(const std::string &dtype, const std::vector<int64_t> &shape);
   /// A tensor whose bytes are not set: for what the caller writes whole.
-  static Tensor uninitialized(const std::string &dtype, const std::vector<int64_t> &shape);
+  static Tensor uninitialized(const std::string &dtype,
+                              const std::vector<int64_t> &shape);
   static Tensor fromFloats(const std::vector<int64_t> &shape,
                            const std::vector<float> &values);
 
