@@ -42,7 +42,7 @@ mlir::memref::AllocOp reshapedAllocation(mlir::Value value) {
 /// Whether every use of `buffer` and of the views made of it happens
 /// before `copy` in its block (nested uses count where their ancestor in
 /// that block is). A use after the copy could write the buffer after the
-/// output took its value, or read an output buffer the caller has reused.
+/// output took its value.
 bool usedOnlyBefore(mlir::Value buffer, mlir::Operation *copy) {
   llvm::SmallVector<mlir::Value> pending{buffer};
   while (!pending.empty()) {

@@ -191,9 +191,9 @@ public:
   /// dense, of exactly its spec's size, aligned to its element size, and
   /// each output overlapping no input and no other output: results are
   /// written as soon as they are computed (the caller checks; this does
-  /// not: the C API and run() do). A bool input
-  /// byte other than 0 or 1 is InvalidArgument naming the input and the
-  /// element (readNpy turns numpy's non-zero bytes into 1). A run whose
+  /// not: the C API and run() do). A bool input byte other than 0 or 1 is
+  /// InvalidArgument naming the input and the element (readNpy turns
+  /// numpy's non-zero bytes into 1). A run whose
   /// values the graph does not accept (a Gather index out of range) fails
   /// with InvalidArgument naming the node; its outputs are then
   /// unspecified, but no read or write left their buffers. For CUDA code
