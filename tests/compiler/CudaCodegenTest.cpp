@@ -18,6 +18,7 @@
 #include <elf.h>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -70,15 +71,19 @@ Expected<std::string> compileConvPoolSoftmax(const CompileOptions &options,
   return compileToSharedObject(graph.irBytecode, options, dir.path(), &report);
 }
 
-/// How many parameters the kernel `name` of `cubin` takes: its
-/// EIATTR_KPARAM_INFO entries in section .nv.info.<name> (each entry a
-/// format byte, an attribute byte and either two bytes of value or, for
-/// format 4, a two-byte size and that many bytes); -1 without the section.
-int cubinKernelParams(const std::string &cubin, const std::string &name) {
+/// The parameters the kernel `name` of `cubin` takes, by ordinal: the byte
+/// size of each, from its EIATTR_KPARAM_INFO entry in section
+/// .nv.info.<name> (each entry a format byte, an attribute byte and either
+/// two bytes of value or, for format 4, a two-byte size and that many
+/// bytes; a parameter's entry holds its index, its ordinal and offset as
+/// two 16-bit values, then its size in bits 18-31 of a 32-bit word).
+/// nullopt without the section.
+std::optional<std::vector<uint16_t>> cubinKernelParams(const std::string &cubin,
+                                                       const std::string &name) {
   constexpr uint8_t kSizedFormat = 4, kParamInfo = 0x17;
   Elf64_Ehdr header;
   if (cubin.size() < sizeof header)
-    return -1;
+    return std::nullopt;
   std::memcpy(&header, cubin.data(), sizeof header);
   auto section = [&](size_t index) {
     Elf64_Shdr shdr{};
@@ -93,26 +98,35 @@ int cubinKernelParams(const std::string &cubin, const std::string &name) {
     if (names.sh_offset + shdr.sh_name >= cubin.size() ||
         std::string(cubin.c_str() + names.sh_offset + shdr.sh_name) != ".nv.info." + name)
       continue;
-    int params = 0;
+    std::vector<uint16_t> params;
     for (size_t at = shdr.sh_offset; at + 4 <= shdr.sh_offset + shdr.sh_size;) {
       uint8_t format = static_cast<uint8_t>(cubin[at]);
       uint8_t attribute = static_cast<uint8_t>(cubin[at + 1]);
       uint16_t size = 0;
       std::memcpy(&size, cubin.data() + at + 2, sizeof size);
-      params += attribute == kParamInfo;
+      if (format == kSizedFormat && attribute == kParamInfo && size >= 12 &&
+          at + 4 + size <= cubin.size()) {
+        uint16_t ordinal = 0;
+        uint32_t word = 0;
+        std::memcpy(&ordinal, cubin.data() + at + 8, sizeof ordinal);
+        std::memcpy(&word, cubin.data() + at + 12, sizeof word);
+        if (ordinal >= params.size())
+          params.resize(ordinal + 1);
+        params[ordinal] = static_cast<uint16_t>(word >> 18);
+      }
       at += 4 + (format == kSizedFormat ? size : 0);
     }
     return params;
   }
-  return -1;
+  return std::nullopt;
 }
 
 /// A GPU table that records what CUDA code asks of it, for a machine
 /// without a GPU: modules are the cubins' bytes, functions the parameter
-/// counts of their kernels, device memory made-up addresses never read.
+/// sizes of their kernels, device memory made-up addresses never read.
 namespace recorder {
 std::vector<std::unique_ptr<std::string>> modules;
-std::vector<std::unique_ptr<int>> functions;
+std::vector<std::unique_ptr<std::optional<std::vector<uint16_t>>>> functions;
 /// (parameters the kernel takes, parameters the launch passes).
 std::vector<std::pair<int, uint64_t>> launches;
 /// Parameters that are addresses in a loaded object (the code's constants,
@@ -128,14 +142,19 @@ void *load(void *data, uint64_t bytes) {
 void unload(void *) {}
 void *function(void *module, const char *name) {
   return functions
-      .emplace_back(std::make_unique<int>(
+      .emplace_back(std::make_unique<std::optional<std::vector<uint16_t>>>(
           cubinKernelParams(*static_cast<std::string *>(module), name)))
       .get();
 }
 void launch(void *function, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int32_t,
             void *, void **params, void **, uint64_t paramCount) {
-  launches.emplace_back(*static_cast<int *>(function), paramCount);
+  const auto &sizes = *static_cast<std::optional<std::vector<uint16_t>> *>(function);
+  launches.emplace_back(sizes ? static_cast<int>(sizes->size()) : -1, paramCount);
   for (uint64_t i = 0; i < paramCount; ++i) {
+    // Only a pointer-sized parameter can be an address; reading 8 bytes of
+    // a 4-byte one (a fill's float) would take in whatever follows it.
+    if (!sizes || i >= sizes->size() || (*sizes)[i] != sizeof(void *))
+      continue;
     void *value = nullptr;
     std::memcpy(&value, params[i], sizeof value);
     Dl_info info;
