@@ -63,6 +63,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "build" / "bin"
 sys.path.insert(0, str(ROOT / "bench"))
 from hostinfo import cpu_line  # noqa: E402
+from timing import median_p90  # noqa: E402
 
 # The exporters' interpreters: .venv-export (transformers over Debian's
 # torch) and Debian's python3 (torchvision); BENCH_EXPORT_PYTHON names one
@@ -109,18 +110,6 @@ def export(model, batch, out_dir):
         name = npy.stem[len(base) + 1:]
         inputs["input" if name == "input" else name] = npy
     return onnx_path, inputs
-
-
-def median_p90(fn, runs, warmup=3):
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    samples.sort()
-    return samples[len(samples) // 2], samples[len(samples) * 9 // 10]
 
 
 def max_rel_error(output, reference):

@@ -1,6 +1,8 @@
 #include "DerivedWeights.h"
 #include "transforms/Passes.h"
 
+#include "flowc/support/Half.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/Dialect/Tosa/Utils/ConversionUtils.h"
@@ -35,18 +37,39 @@ mlir::RankedTensorType staticF32Tensor(mlir::Type type) {
                                                                               : nullptr;
 }
 
+/// A float16 or bfloat16 weight of a static shape: a source a recipe widens.
+mlir::RankedTensorType staticHalfTensor(mlir::Type type) {
+  auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(type);
+  return tensor && tensor.hasStaticShape() &&
+                 (tensor.getElementType().isF16() || tensor.getElementType().isBF16())
+             ? tensor
+             : nullptr;
+}
+
+/// A half weight widened to float32 (the importer's float16 and bfloat16
+/// models): exact, so a recipe computes it once instead of every run.
+bool isWidening(Operation *op) {
+  auto cast = mlir::dyn_cast<mlir::tosa::CastOp>(op);
+  return cast && staticHalfTensor(cast.getInput().getType()) &&
+         staticF32Tensor(cast.getType());
+}
+
 /// Ops a recipe may hold: what evaluateDerivedWeight implements.
 bool isRecipeOp(Operation *op) {
   return mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp, mlir::tosa::ReshapeOp,
                    mlir::tosa::TransposeOp, mlir::tosa::ReverseOp, mlir::tosa::PadOp,
                    mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
                    mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp>(
-      op);
+             op) ||
+         isWidening(op);
 }
 
 /// Ops that compute, or reorder so that no library takes the weight as it
 /// is (a ConvTranspose's flipped or phase-split kernel): the rest only move
-/// or name values.
+/// or name values. A widening computes too, but deriveWidenedWeights
+/// derives it alone, before the moves after it: those stay in the graph,
+/// where a library reads them into its own layout as it does a float32
+/// weight's.
 bool isArithmetic(Operation *op) {
   return mlir::isa<mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
                    mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp,
@@ -81,7 +104,8 @@ public:
 private:
   bool classify(Value value) {
     if (mlir::isa<mlir::BlockArgument>(value))
-      return isWeightArgument(value) && staticF32Tensor(value.getType());
+      return isWeightArgument(value) &&
+             (staticF32Tensor(value.getType()) || staticHalfTensor(value.getType()));
     Operation *producer = value.getDefiningOp();
     if (mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp>(producer))
       return true;
@@ -246,6 +270,8 @@ struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
       return;
     foldAffines(main);
     deriveWeights(main);
+    eraseDeadRecipeOps(main);
+    deriveWidenedWeights(main);
     dropDeadWeights(main);
   }
 
@@ -271,6 +297,27 @@ struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
         if (weightOnly(operand) && computes(operand))
           roots.insert(operand);
     });
+    derive(main, roots,
+           [&](mlir::OpOperand &use) { return !weightOnly.op(use.getOwner()); });
+  }
+
+  /// Each half weight widened in the graph (the arithmetic after a widening
+  /// is derived already) becomes a float32 weight of its own.
+  void deriveWidenedWeights(mlir::func::FuncOp main) {
+    WeightOnly weightOnly(main);
+    llvm::SetVector<Value> roots;
+    main.walk([&](Operation *op) {
+      if (isWidening(op) && weightOnly.isWeightArgument(op->getOperand(0)))
+        roots.insert(op->getResult(0));
+    });
+    // Every reader: the moves after it too.
+    derive(main, roots, [](mlir::OpOperand &) { return true; });
+  }
+
+  /// Makes each of `roots` a derived weight: a new @main argument, which
+  /// the readers of the root that `reads` accepts read instead.
+  void derive(mlir::func::FuncOp main, const llvm::SetVector<Value> &roots,
+              llvm::function_ref<bool(mlir::OpOperand &)> reads) {
     mlir::Builder builder(main.getContext());
     for (Value root : roots) {
       llvm::SetVector<Value> sources;
@@ -294,13 +341,12 @@ struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
       }
       ++weightsDerived;
       Value argument = main.getArgument(index);
-      root.replaceUsesWithIf(
-          argument, [&](mlir::OpOperand &use) { return !weightOnly.op(use.getOwner()); });
+      root.replaceUsesWithIf(argument, reads);
     }
   }
 
-  /// Weight-only ops and weight arguments nothing reads any more.
-  void dropDeadWeights(mlir::func::FuncOp main) {
+  /// Weight-only ops nothing reads any more: the recipes derived.
+  void eraseDeadRecipeOps(mlir::func::FuncOp main) {
     // Users come after their operands: in reverse order, a chain of dead
     // ops goes in one sweep.
     llvm::SmallVector<Operation *> ops;
@@ -311,6 +357,11 @@ struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
     for (Operation *op : llvm::reverse(ops))
       if (op->use_empty())
         op->erase();
+  }
+
+  /// Weight-only ops and weight arguments nothing reads any more.
+  void dropDeadWeights(mlir::func::FuncOp main) {
+    eraseDeadRecipeOps(main);
     WeightOnly weightOnly(main);
     llvm::BitVector dead(main.getNumArguments());
     for (mlir::BlockArgument arg : main.getArguments())
@@ -486,6 +537,9 @@ Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
     return out;
   }
   FLOWC_ASSIGN_OR_RETURN(const Array *a, operand(0));
+  // A half source was widened as it was read.
+  if (isWidening(op))
+    return *a;
   if (mlir::isa<mlir::tosa::ReshapeOp>(op)) {
     auto type = staticF32Tensor(op->getResult(0).getType());
     return Array{llvm::SmallVector<int64_t>(type.getShape()), a->data};
@@ -569,16 +623,34 @@ Expected<std::string> evaluateDerivedWeight(const DerivedWeight &weight,
                            std::to_string(inputs.size()));
   llvm::DenseMap<Value, Array> values;
   for (unsigned i = 0; i < inputs.size(); ++i) {
-    auto type = staticF32Tensor(derive.getArgument(i).getType());
-    if (!type || inputs[i].size() != static_cast<size_t>(type.getNumElements()) * 4)
+    mlir::Type argType = derive.getArgument(i).getType();
+    auto type = staticF32Tensor(argType);
+    auto half = staticHalfTensor(argType);
+    if (half)
+      type = half;
+    size_t elementBytes = half ? 2 : 4;
+    const char *wanted = !half                           ? "float32"
+                         : half.getElementType().isF16() ? "float16"
+                                                         : "bfloat16";
+    if (!type ||
+        inputs[i].size() != static_cast<size_t>(type.getNumElements()) * elementBytes)
       return invalidArgument(
           "derived weight '" + weight.key + "': source weight '" + weight.inputs[i] +
-          "' has " + std::to_string(inputs[i].size()) +
-          " bytes, the recipe expects a float32 tensor of " +
-          std::to_string(type ? type.getNumElements() : 0) + " elements");
+          "' has " + std::to_string(inputs[i].size()) + " bytes, the recipe expects a " +
+          wanted + " tensor of " + std::to_string(type ? type.getNumElements() : 0) +
+          " elements");
     Array array{llvm::SmallVector<int64_t>(type.getShape()),
                 std::vector<float>(type.getNumElements())};
-    std::memcpy(array.data.data(), inputs[i].data(), inputs[i].size());
+    if (!half) {
+      std::memcpy(array.data.data(), inputs[i].data(), inputs[i].size());
+    } else {
+      bool f16 = half.getElementType().isF16();
+      for (size_t k = 0; k < array.data.size(); ++k) {
+        uint16_t bits;
+        std::memcpy(&bits, inputs[i].data() + 2 * k, 2);
+        array.data[k] = f16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
+      }
+    }
     values[derive.getArgument(i)] = std::move(array);
   }
   for (Operation &op : derive.getBody().front()) {

@@ -1,5 +1,6 @@
 #include "flowc/runtime/Tensor.h"
 
+#include "flowc/support/Half.h"
 #include "flowc/support/MappedFile.h"
 
 #include <charconv>
@@ -70,6 +71,11 @@ double Tensor::element(size_t i) const {
     std::memcpy(&value, at, 4);
     return value;
   }
+  if (dtype == "float16") {
+    uint16_t bits;
+    std::memcpy(&bits, at, 2);
+    return halfToFloat(bits);
+  }
   return *at;
 }
 
@@ -79,6 +85,8 @@ namespace {
 std::string npyDescr(const std::string &dtype) {
   if (dtype == "float32")
     return "<f4";
+  if (dtype == "float16")
+    return "<f2";
   if (dtype == "int64")
     return "<i8";
   if (dtype == "int32")
@@ -89,7 +97,7 @@ std::string npyDescr(const std::string &dtype) {
 }
 
 std::string dtypeOfDescr(const std::string &descr) {
-  for (const char *dtype : {"float32", "int64", "int32", "bool"})
+  for (const char *dtype : {"float32", "float16", "int64", "int32", "bool"})
     if (npyDescr(dtype) == descr)
       return dtype;
   return "";
@@ -150,8 +158,8 @@ Expected<Tensor> readNpy(const std::string &path) {
   if (dtype.empty())
     return bad(
         "dtype '" + descr +
-        "' is not supported; flowc run takes float32, int64, int32 and bool arrays "
-        "('<f4', '<i8', '<i4', '|b1')");
+        "' is not supported; flowc run takes float32, float16, int64, int32 and bool "
+        "arrays ('<f4', '<f2', '<i8', '<i4', '|b1')");
   if (headerField(header, "fortran_order") != "False")
     return bad("Fortran-order arrays are not supported");
   std::string shapeText = headerField(header, "shape");

@@ -721,6 +721,38 @@ func.func @derive(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>) -> tensor<3x2xf32> {
               StatusIs(StatusCode::InvalidArgument, "does not parse"));
 }
 
+TEST(DerivedWeightTest, WidensHalfSources) {
+  DerivedWeight weight;
+  weight.key = "flowc.derived/0";
+  weight.inputs = {"h", "b"};
+  weight.recipe = R"mlir(
+func.func @derive(%h: tensor<2xf16>, %b: tensor<2xbf16>) -> tensor<2xf32> {
+  %h32 = tosa.cast %h : (tensor<2xf16>) -> tensor<2xf32>
+  %b32 = tosa.cast %b : (tensor<2xbf16>) -> tensor<2xf32>
+  %s = tosa.add %h32, %b32 : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return %s : tensor<2xf32>
+}
+)mlir";
+  // float16 1.5 and -0.25; bfloat16 2.0 and 1/3 rounded (0x3eab).
+  uint16_t half[] = {0x3e00, 0xb400}, bfloat[] = {0x4000, 0x3eab};
+  std::string_view halfBytes(reinterpret_cast<const char *>(half), sizeof half);
+  std::string_view bfloatBytes(reinterpret_cast<const char *>(bfloat), sizeof bfloat);
+  auto result = evaluateDerivedWeight(weight, {halfBytes, bfloatBytes});
+  ASSERT_TRUE(result) << result.status().toString();
+  ASSERT_EQ(result->size(), 2 * sizeof(float));
+  float out[2];
+  std::memcpy(out, result->data(), sizeof out);
+  EXPECT_EQ(out[0], 3.5f);
+  EXPECT_EQ(out[1], -0.25f + 0.333984375f);
+  // A float32 source where the recipe wants half is refused by its size.
+  float single[] = {1, 2};
+  std::string_view singleBytes(reinterpret_cast<const char *>(single), sizeof single);
+  EXPECT_THAT(evaluateDerivedWeight(weight, {singleBytes, bfloatBytes}),
+              StatusIs(StatusCode::InvalidArgument,
+                       "source weight 'h' has 8 bytes, the recipe expects a float16 "
+                       "tensor of 2 elements"));
+}
+
 TEST(DerivedWeightTest, PadsWithItsValueAndRejectsANegativePad) {
   // A transposed convolution's kernel padded to whole phases.
   DerivedWeight weight;

@@ -90,6 +90,15 @@ TEST(OnnxModelTest, UnstoredDataTypeIsUnsupportedNotMalformed) {
                "strings.onnx: graph.initializer[0] 's': unsupported tensor data type"));
 }
 
+TEST(OnnxModelTest, NamesEveryOnnxDataTypeInMessages) {
+  EXPECT_EQ(dtypeName(DType::F16), "float16");
+  EXPECT_EQ(dtypeName(DType::BF16), "bfloat16");
+  EXPECT_EQ(dtypeName(static_cast<DType>(8)), "string");
+  EXPECT_EQ(dtypeName(static_cast<DType>(17)), "float8e4m3fn");
+  EXPECT_EQ(dtypeName(static_cast<DType>(23)), "float4e2m1");
+  EXPECT_EQ(dtypeName(static_cast<DType>(99)), "dtype(99)");
+}
+
 TEST(OnnxModelTest, RejectsAModelWithoutAnyOpsetImport) {
   ProtoWriter graph;
   graph.bytes(2, "g");

@@ -119,6 +119,28 @@ def test_a_model_proto_compiles(client, tmp_path):
     assert flowc.compile(path, progress=False).result["cache_hit"] is True
 
 
+def test_a_float16_model_takes_and_returns_float16_arrays(client, tmp_path):
+    import flowc
+    import to_float16
+
+    proto = to_float16.to_float16(make_models.make_cnn(np.random.default_rng(5)))
+    path = save(proto, tmp_path / "half.onnx")
+    artifact = flowc.compile(path, progress=False)
+    assert [(s.name, s.dtype) for s in artifact.inputs] == [("image", "float16")]
+    x = cnn_input().astype(np.float16)
+    expected = onnxruntime_outputs(path, {"image": x})
+    outputs = artifact.run(image=x)
+    for name, value in outputs.items():
+        assert value.dtype == np.float16
+        assert_close(value.astype(np.float32), expected[name].astype(np.float32), 1e-2)
+    # An array keeps its dtype: float32 for a float16 input is named.
+    with pytest.raises(flowc.InvalidModel,
+                       match="input 'image' is float32, the model expects float16"):
+        artifact.run(image=x.astype(np.float32))
+    # A big-endian float16 copy is made native first.
+    np.testing.assert_array_equal(artifact.run(image=x.astype(">f2"))[name], value)
+
+
 def test_a_model_proto_with_external_data_is_saved_as_external_data(client, tmp_path,
                                                                      monkeypatch):
     import flowc

@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <fstream>
 
 namespace flowc::runtime {
@@ -234,6 +235,21 @@ TEST(NpyTest, RoundTripsIntegerAndBoolTensors) {
     EXPECT_EQ(read->bytes, tensor.bytes);
     EXPECT_EQ(read->element(1), 1.0);
   }
+}
+
+TEST(NpyTest, RoundTripsFloat16AsNumpysHalf) {
+  TempDir dir;
+  Tensor tensor = Tensor::zeros("float16", {2});
+  uint16_t bits[] = {0x3c00, 0xc500}; // 1.0, -5.0
+  std::memcpy(tensor.bytes.data(), bits, sizeof bits);
+  ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
+  EXPECT_NE(readFileToString(dir.file("t.npy"))->find("'<f2'"), std::string::npos);
+  auto read = readNpy(dir.file("t.npy"));
+  ASSERT_TRUE(read) << read.status().toString();
+  EXPECT_EQ(read->dtype, "float16");
+  EXPECT_EQ(read->bytes, tensor.bytes);
+  EXPECT_EQ(read->element(0), 1.0);
+  EXPECT_EQ(read->element(1), -5.0);
 }
 
 TEST(NpyTest, RoundTripsOneDimensionalAndScalarShapes) {

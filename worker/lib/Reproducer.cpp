@@ -3,6 +3,7 @@
 #include "flowc/compiler/GraphIr.h"
 #include "flowc/compiler/OpRegistry.h"
 #include "flowc/support/Format.h"
+#include "flowc/support/Half.h"
 #include "flowc/support/MappedFile.h"
 #include "flowc/support/PhysicalMemory.h"
 
@@ -503,42 +504,6 @@ uint64_t splitMix(uint64_t seed, uint64_t index) {
   return z ^ (z >> 31);
 }
 
-/// Round-to-nearest-even float -> IEEE half (overflow to infinity).
-uint16_t toHalf(float value) {
-  uint32_t x;
-  std::memcpy(&x, &value, 4);
-  uint32_t sign = (x >> 16) & 0x8000, exponent = (x >> 23) & 0xff,
-           mantissa = x & 0x7fffff;
-  if (exponent == 0xff)
-    return static_cast<uint16_t>(sign | 0x7c00 | (mantissa ? 0x200 : 0));
-  int32_t biased = static_cast<int32_t>(exponent) - 127 + 15;
-  if (biased >= 31)
-    return static_cast<uint16_t>(sign | 0x7c00);
-  uint32_t shift = 13, bits;
-  if (biased <= 0) {
-    if (biased < -10)
-      return static_cast<uint16_t>(sign);
-    mantissa |= 0x800000;
-    shift = static_cast<uint32_t>(14 - biased);
-    bits = mantissa >> shift;
-  } else {
-    bits = (static_cast<uint32_t>(biased) << 10) | (mantissa >> shift);
-  }
-  uint32_t rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (bits & 1)))
-    ++bits; // a carry into the exponent is the correct rounding
-  return static_cast<uint16_t>(sign | bits);
-}
-
-uint16_t toBfloat16(float value) {
-  uint32_t x;
-  std::memcpy(&x, &value, 4);
-  if ((x & 0x7fffffff) > 0x7f800000)
-    return static_cast<uint16_t>((x >> 16) | 0x40);
-  x += 0x7fff + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
-
 /// Stores `value` (already in range) as one element of `dtype` at `out`.
 void store(DType dtype, double value, char *out) {
   auto put = [out](auto v) { std::memcpy(out, &v, sizeof v); };
@@ -548,9 +513,9 @@ void store(DType dtype, double value, char *out) {
   case DType::F64:
     return put(value);
   case DType::F16:
-    return put(toHalf(static_cast<float>(value)));
+    return put(floatToHalf(static_cast<float>(value)));
   case DType::BF16:
-    return put(toBfloat16(static_cast<float>(value)));
+    return put(floatToBfloat16(static_cast<float>(value)));
   case DType::I64:
     return put(static_cast<int64_t>(value));
   case DType::U64:

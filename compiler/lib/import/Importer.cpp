@@ -10,6 +10,7 @@
 
 #include "flowc/compiler/GraphIr.h"
 #include "flowc/compiler/dialect/FlowcDialect.h"
+#include "flowc/support/Half.h"
 #include "flowc/support/PhysicalMemory.h"
 
 #include "mlir/Bytecode/BytecodeWriter.h"
@@ -151,18 +152,21 @@ Expected<Value> Importer::weightArgument(const Node &node, const TensorData &ten
   if (!element)
     return nodeUnsupported(node, "tensor '" + tensor.info.name + "' has dtype " +
                                      dtypeName(tensor.info.dtype) +
-                                     "; supported: float32, int64, int32, bool");
+                                     "; supported: " + kCarriedDtypes);
   // Small-constant folding: a float scalar (GELU's sqrt(2), LayerNorm's
   // epsilon, a 0.5) is part of the graph's arithmetic, not a weight a
   // fine-tune changes; as an IR constant it folds and lets passes see the
   // formula it belongs to.
-  if (tensor.info.dtype == DType::F32 && tensor.info.elementCount() == 1 &&
-      tensor.bytes.size() == sizeof(float)) {
-    float value;
-    std::memcpy(&value, tensor.bytes.data(), sizeof value);
+  // A widened half constant is small too, and as float32 it is no weight
+  // of the model's.
+  bool widened = widenedCopies_.count(&tensor) > 0;
+  if (tensor.info.dtype == DType::F32 && (tensor.info.elementCount() == 1 || widened) &&
+      tensor.bytes.size() == sizeof(float) * tensor.info.elementCount()) {
+    std::vector<float> values(tensor.bytes.size() / sizeof(float));
+    std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
     auto type = mlir::RankedTensorType::get(tensor.info.shape, element);
     Value constant = mlir::tosa::ConstOp::create(
-        builder_, loc_, type, mlir::DenseElementsAttr::get(type, value));
+        builder_, loc_, type, mlir::DenseElementsAttr::get(type, llvm::ArrayRef(values)));
     values_[tensor.info.name] = constant;
     return constant;
   }
@@ -569,13 +573,136 @@ Status Importer::importNode(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(bool folded, tryFold(node));
   if (folded)
     return Status::ok();
-  if (info->import)
+  if (info->import) {
+    mlir::Type half = halfInputType(node);
+    if (half && op != "Cast" && op != "CastLike")
+      return importWidened(node, info->import, half);
     return (this->*info->import)(node);
+  }
   --opCounts_[op];
   return nodeUnsupported(node, "unsupported op '" + op + "' (domain '" +
                                    (node.domain.empty() ? "ai.onnx" : node.domain) +
                                    "', opset " + std::to_string(model_.opsetVersion) +
                                    ")");
+}
+
+mlir::Type Importer::halfInputType(const Node &node) const {
+  for (const std::string &input : node.inputs)
+    if (DType dtype = describeValue(input).dtype; isHalf(dtype))
+      return dtype == DType::F16 ? mlir::Type(mlir::Float16Type::get(&ctx_))
+                                 : mlir::Type(mlir::BFloat16Type::get(&ctx_));
+  return {};
+}
+
+const TensorData &Importer::widenedConstant(const TensorData &tensor) {
+  if (auto it = widened_.find(&tensor); it != widened_.end())
+    return *it->second;
+  size_t count = tensor.bytes.size() / 2;
+  std::string bytes(count * sizeof(float), '\0');
+  for (size_t i = 0; i < count; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, tensor.bytes.data() + 2 * i, 2);
+    float value =
+        tensor.info.dtype == DType::F16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
+    std::memcpy(bytes.data() + sizeof(float) * i, &value, sizeof(float));
+  }
+  TensorData &copy = folded_.emplace_back();
+  copy.info = {tensor.info.name, DType::F32, tensor.info.shape};
+  copy.owned = std::make_shared<std::string>(std::move(bytes));
+  copy.bytes = *copy.owned;
+  widened_[&tensor] = &copy;
+  widenedCopies_.insert(&copy);
+  return copy;
+}
+
+void Importer::narrowConstant(const TensorData &tensor, DType half) {
+  size_t count = tensor.bytes.size() / sizeof(float);
+  auto bytes = std::make_shared<std::string>(count * 2, '\0');
+  for (size_t i = 0; i < count; ++i) {
+    float value;
+    std::memcpy(&value, tensor.bytes.data() + sizeof(float) * i, sizeof(float));
+    uint16_t bits = half == DType::F16 ? floatToHalf(value) : floatToBfloat16(value);
+    std::memcpy(bytes->data() + 2 * i, &bits, 2);
+  }
+  addFolded(tensor.info.name, half, tensor.info.shape, std::move(bytes));
+}
+
+Status Importer::importWidened(const Node &node, Status (Importer::*import)(const Node &),
+                               mlir::Type half) {
+  // Widened values are bound for this node only: later nodes (Cast) still
+  // see the half ones. A value another widened node rounded is read
+  // unrounded: from one node to the next the graph stays float32, so that
+  // nothing stands between a convolution and its epilogue. Constants of a
+  // few elements (a scale, a clip bound) widen at import, so that ops that
+  // take constants find float32 data; larger ones stay half weights,
+  // widened in the graph, which the derived weights pass then computes
+  // once.
+  constexpr int64_t kWidenedConstantElements = 64;
+  struct Saved {
+    std::string name;
+    std::optional<Value> value;
+    const TensorData *constant = nullptr;
+  };
+  std::vector<Saved> saved;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const std::string &name = node.inputs[i];
+    if (name.empty() || !isHalf(describeValue(name).dtype) ||
+        std::any_of(saved.begin(), saved.end(),
+                    [&](const Saved &s) { return s.name == name; }))
+      continue;
+    Saved &entry = saved.emplace_back();
+    entry.name = name;
+    auto value = values_.find(name);
+    if (value != values_.end())
+      entry.value = value->second;
+    auto constant = constants_.find(name);
+    if (constant != constants_.end()) {
+      entry.constant = constant->second;
+      if (constant->second->info.elementCount() <= kWidenedConstantElements) {
+        constant->second = &widenedConstant(*entry.constant);
+        if (!entry.value)
+          continue;
+      }
+    }
+    FLOWC_ASSIGN_OR_RETURN(Value x, entry.value ? *entry.value : anyOperand(node, i));
+    if (!entry.value)
+      entry.value = x;
+    auto unrounded = unrounded_.find(x);
+    values_[name] =
+        unrounded != unrounded_.end()
+            ? unrounded->second
+            : buildTyped<mlir::tosa::CastOp>(builder_.getF32Type(), shapeOf(x), {x});
+  }
+  Status status = (this->*import)(node);
+  for (const Saved &entry : saved) {
+    if (entry.value)
+      values_[entry.name] = *entry.value;
+    else
+      values_.erase(entry.name);
+    if (entry.constant)
+      constants_[entry.name] = entry.constant;
+  }
+  FLOWC_RETURN_IF_ERROR(status);
+  DType halfDtype = half.isF16() ? DType::F16 : DType::BF16;
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    const std::string &name = node.outputs[i];
+    // LayerNormalization's mean and inverse deviation are of its stash
+    // type, float32 unless it says otherwise.
+    if (name.empty() || (node.opType == "LayerNormalization" && i > 0))
+      continue;
+    if (auto value = values_.find(name); value != values_.end()) {
+      Value result = value->second;
+      if (!elementTypeOf(result).isF32())
+        continue;
+      value->second = buildTyped<mlir::tosa::CastOp>(half, shapeOf(result), {result});
+      unrounded_[value->second] = result;
+      continue;
+    }
+    if (auto constant = constants_.find(name);
+        constant != constants_.end() && constant->second->info.dtype == DType::F32)
+      narrowConstant(*constant->second, halfDtype);
+  }
+  return Status::ok();
 }
 
 TensorInfo Importer::describeValue(const std::string &name) const {
@@ -620,10 +747,9 @@ Expected<ImportedGraph> Importer::run() {
   ImportedGraph graph;
   for (const TensorInfo &input : model_.inputs) {
     mlir::Type element = elementType(input.dtype);
-    if (!element)
+    if (!element || input.dtype == DType::BF16)
       return unimplemented(model_.path + ": input '" + input.name + "' has dtype " +
-                           dtypeName(input.dtype) +
-                           "; supported: float32, int64, int32, bool");
+                           dtypeName(input.dtype) + "; supported: " + kIoDtypes);
     bool symbolic = std::any_of(input.shape.begin(), input.shape.end(),
                                 [](int64_t dim) { return dim < 0; });
     if (!symbolic && (input.shape.size() > kMaxRank || input.elementCount() < 0 ||
@@ -678,6 +804,9 @@ Expected<ImportedGraph> Importer::run() {
                              "' is not computed by any node");
     TensorInfo info = output;
     info.dtype = dtypeOf(it->second);
+    if (info.dtype == DType::BF16)
+      return unimplemented(model_.path + ": graph output '" + output.name +
+                           "' is bfloat16; supported: " + kIoDtypes);
     info.shape = shapeOf(it->second);
     if (!output.shape.empty() && output.shape.size() == info.shape.size())
       for (size_t i = 0; i < info.shape.size(); ++i)

@@ -43,6 +43,14 @@ inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 47;
 /// code is quadratic in the rank in places.
 inline constexpr size_t kMaxRank = 64;
 
+/// What the importer carries, for messages: element types of values and
+/// weights, and of graph inputs and outputs (numpy, which feeds them, has no
+/// bfloat16).
+inline constexpr const char *kCarriedDtypes =
+    "float32, float16, bfloat16, int64, int32, bool";
+inline constexpr const char *kIoDtypes =
+    "float32, float16, int64, int32, bool (bfloat16 inside the graph only)";
+
 /// The product of shape[begin, end).
 int64_t product(const Shape &shape, size_t begin, size_t end);
 
@@ -149,6 +157,8 @@ public:
   static DType dtypeOf(Value v) {
     mlir::Type element = elementTypeOf(v);
     return element.isF32()         ? DType::F32
+           : element.isF16()       ? DType::F16
+           : element.isBF16()      ? DType::BF16
            : element.isInteger(64) ? DType::I64
            : element.isInteger(32) ? DType::I32
            : element.isInteger(1)  ? DType::Bool
@@ -158,11 +168,16 @@ public:
     return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType();
   }
   /// The MLIR element type of a runtime tensor of `dtype`; null for dtypes
-  /// the importer cannot carry (float32, int64, int32 and bool).
+  /// the importer cannot carry (it carries float32, float16, bfloat16,
+  /// int64, int32 and bool).
   mlir::Type elementType(DType dtype) {
     switch (dtype) {
     case DType::F32:
       return builder_.getF32Type();
+    case DType::F16:
+      return builder_.getF16Type();
+    case DType::BF16:
+      return builder_.getBF16Type();
     case DType::I64:
       return builder_.getI64Type();
     case DType::I32:
@@ -219,6 +234,23 @@ public:
   Expected<Shape> broadcastShape(const Node &node, const Shape &a, const Shape &b);
   /// Add, Sub, Mul, Div of two broadcast float32 tensors.
   Expected<Value> elementwise(const Node &node);
+
+  // Half precision -----------------------------------------------------
+  // float16 and bfloat16 are storage types: a node that reads them computes
+  // in float32 (importWidened), and the graph rounds to half where it
+  // stores half values: at its outputs and where a Cast or CastLike asks.
+  static bool isHalf(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
+  /// The half element type among the node's inputs; null when it has none.
+  mlir::Type halfInputType(const Node &node) const;
+  /// Imports `node` (through `import`) with its half inputs widened to
+  /// float32, and rounds its float32 results to `half`.
+  Status importWidened(const Node &node, Status (Importer::*import)(const Node &),
+                       mlir::Type half);
+  /// `tensor` (small, half) as float32 data, made once per tensor.
+  const TensorData &widenedConstant(const TensorData &tensor);
+  /// Replaces the constant `tensor` (float32) by its values rounded to
+  /// `half`.
+  void narrowConstant(const TensorData &tensor, DType half);
 
   // Ops ----------------------------------------------------------------
   Status importNode(const Node &node);
@@ -549,6 +581,12 @@ public:
   std::vector<WeightRef> weights_;
   /// Constants computed at import time; a deque so pointers stay valid.
   std::deque<TensorData> folded_;
+  /// Small half constants as float32 (in folded_), by their source tensor:
+  /// IR constants wherever a widened node reads them.
+  std::map<const TensorData *, const TensorData *> widened_;
+  std::set<const TensorData *> widenedCopies_;
+  /// Each widened node's rounded (half) result -> its float32 value.
+  llvm::DenseMap<Value, Value> unrounded_;
   std::map<std::string, int> opCounts_;
   std::vector<NodeRecord> records_;
   /// Run-time checks (KernelAbi.h, kChecksSymbol): a bool [1] value that is

@@ -270,14 +270,24 @@ Expected<bool> Importer::tryFold(const Node &node) {
     if (value && value->info.elementCount() != 1)
       return nodeError(node, "value must hold one element, it has shape " +
                                  shapeString(value->info.shape));
-    if (value && value->info.dtype != DType::F32 && !toInts(*value))
+    if (value && value->info.dtype != DType::F32 && !isHalf(value->info.dtype) &&
+        !toInts(*value))
       return nodeUnsupported(node, "a " + dtypeName(value->info.dtype) +
-                                       " value is not supported (float32, int64, int32, "
-                                       "bool)");
+                                       " value is not supported (" + kCarriedDtypes +
+                                       ")");
     if (a.shape.size() != 1)
       return nodeError(node, "shape input must be 1-D, got " + shapeString(a.shape));
     Shape shape(a.values.begin(), a.values.end());
     FLOWC_ASSIGN_OR_RETURN(int64_t count, reserveFolded(node, shape));
+    if (value && isHalf(value->info.dtype)) {
+      if (node.outputs.empty())
+        return nodeError(node, "node has no output");
+      auto bytes = std::make_shared<std::string>(static_cast<size_t>(count) * 2, '\0');
+      for (size_t i = 0; i < static_cast<size_t>(count); ++i)
+        std::memcpy(bytes->data() + 2 * i, value->bytes.data(), 2);
+      addFolded(node.outputs[0], value->info.dtype, shape, std::move(bytes));
+      return true;
+    }
     // Without a value, ONNX fills with float32 zeros.
     if (!value || value->info.dtype == DType::F32) {
       float fill = 0.0f;

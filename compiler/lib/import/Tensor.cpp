@@ -652,6 +652,21 @@ Status Importer::importCastTo(const Node &node, DType to) {
   if (target == source)
     return define(node, x);
   Shape shape = shapeOf(x);
+  mlir::Type f32 = builder_.getF32Type();
+  // Half to anything goes through float32, which holds every half value:
+  // the rules below are float32's. Anything to half goes to float32 first
+  // and rounds once from there (to nearest even).
+  if (source.isF16() || source.isBF16()) {
+    x = buildTyped<mlir::tosa::CastOp>(f32, shape, {x});
+    source = f32;
+    if (target == source)
+      return define(node, x);
+  }
+  if (target.isF16() || target.isBF16()) {
+    if (!source.isF32())
+      x = buildTyped<mlir::tosa::CastOp>(f32, shape, {x});
+    return define(node, buildTyped<mlir::tosa::CastOp>(target, shape, {x}));
+  }
   auto i1 = builder_.getI1Type();
   Value zero = zeros(source, Shape(shape.size(), 1));
   if (target.isInteger(1)) {

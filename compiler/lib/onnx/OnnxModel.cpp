@@ -79,7 +79,33 @@ std::string dtypeName(DType type) {
   case DType::Undefined:
     break;
   }
-  return "dtype(" + std::to_string(static_cast<int32_t>(type)) + ")";
+  // ONNX's other types, which flowc stores nowhere: named in refusals.
+  switch (static_cast<int32_t>(type)) {
+  case 8:
+    return "string";
+  case 14:
+    return "complex64";
+  case 15:
+    return "complex128";
+  case 17:
+    return "float8e4m3fn";
+  case 18:
+    return "float8e4m3fnuz";
+  case 19:
+    return "float8e5m2";
+  case 20:
+    return "float8e5m2fnuz";
+  case 21:
+    return "uint4";
+  case 22:
+    return "int4";
+  case 23:
+    return "float4e2m1";
+  case 24:
+    return "float8e8m0";
+  default:
+    return "dtype(" + std::to_string(static_cast<int32_t>(type)) + ")";
+  }
 }
 
 std::optional<int64_t> checkedElementCount(const std::vector<int64_t> &shape) {

@@ -80,3 +80,35 @@ func.func @main(%x: tensor<1x4x4x1xf32>, %w: tensor<2x3x3x1xf32> {flowc.weight =
   %c = tosa.conv2d %x, %r2, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x4x4x1xf32>, tensor<2x3x3x1xf32>, tensor<2xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x4x4x2xf32>
   return %c : tensor<1x4x4x2xf32>
 }
+
+// -----
+
+// A float16 model's weights: each widening is a derived weight of its own,
+// and the transpose after it stays in the graph (a library reads it into
+// its layout as it does a float32 weight). A widening that feeds arithmetic
+// belongs to that arithmetic's recipe instead; nothing widens `s` alone.
+// The half sources are dropped from @main.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<1x6x6x8xf32>,
+// CHECK-SAME: %[[S:[^:]*]]: tensor<1x1x1x4xf32> {flowc.recipe = "{{[^"]*}}tosa.cast{{[^"]*}}tosa.mul{{[^"]*}}", flowc.recipe_inputs = ["s"], flowc.weight = "flowc.derived/0"},
+// CHECK-SAME: %[[W:[^:]*]]: tensor<4x8x3x3xf32> {flowc.recipe = "{{[^"]*}}tosa.cast{{[^"]*}}", flowc.recipe_inputs = ["w"], flowc.weight = "flowc.derived/1"},
+// CHECK-SAME: %[[B:[^:]*]]: tensor<4xf32> {flowc.recipe = "{{[^"]*}}", flowc.recipe_inputs = ["b"], flowc.weight = "flowc.derived/2"})
+// CHECK-NOT: f16
+// CHECK: %[[WT:.*]] = tosa.transpose %[[W]]
+// CHECK: %[[C:.*]] = tosa.conv2d %[[X]], %[[WT]], %[[B]]
+// CHECK: tosa.mul %[[C]], %[[S]]
+func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xf16> {flowc.weight = "w"},
+                %b: tensor<4xbf16> {flowc.weight = "b"},
+                %s: tensor<1x1x1x4xf16> {flowc.weight = "s"}) -> tensor<1x6x6x4xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %two = "tosa.const"() <{values = dense<2.0> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %w32 = tosa.cast %w : (tensor<4x8x3x3xf16>) -> tensor<4x8x3x3xf32>
+  %b32 = tosa.cast %b : (tensor<4xbf16>) -> tensor<4xf32>
+  %s32 = tosa.cast %s : (tensor<1x1x1x4xf16>) -> tensor<1x1x1x4xf32>
+  %wt = tosa.transpose %w32 {perms = array<i32: 0, 2, 3, 1>} : (tensor<4x8x3x3xf32>) -> tensor<4x3x3x8xf32>
+  %c = tosa.conv2d %x, %wt, %b32, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x3x3x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  %f = tosa.mul %s32, %two, %shift : (tensor<1x1x1x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x1x1x4xf32>
+  %y = tosa.mul %c, %f, %shift : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>, tensor<1xi8>) -> tensor<1x6x6x4xf32>
+  return %y : tensor<1x6x6x4xf32>
+}

@@ -37,7 +37,8 @@ enum class DType : int32_t {
 
 /// Bytes per element, 0 for types flowc cannot store.
 size_t dtypeSize(DType type);
-/// "float32", "int64", ... ; "dtype(N)" for others.
+/// "float32", "int64", ..., ONNX's names of the types flowc does not store
+/// ("float8e4m3fn", "string"); "dtype(N)" for codes ONNX does not define.
 std::string dtypeName(DType type);
 
 /// The ONNX versions the importer reads: the default-domain opsets and IR
