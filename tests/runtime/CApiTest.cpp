@@ -207,6 +207,48 @@ TEST(CApiTest, RunRefusesTensorsThatDoNotMatchThePlan) {
   EXPECT_EQ(y[0], -1) << "a refused run wrote its output";
 }
 
+// Two outputs sharing memory are refused as well: one kernel's result may be
+// written straight into an output while another output is still read.
+TEST(CApiTest, RunRefusesOutputsThatOverlapEachOther) {
+  TempDir dir;
+  Plan plan = testing::addPlan();
+  plan.outputs.push_back({"z", "float32", {4}});
+  auto code = testing::compileCode(
+      dir.path(),
+      "void flowc_entry(void **args) {\n"
+      "  const float *x = args[0], *w = args[1];\n"
+      "  float *y = args[2], *z = args[3];\n"
+      "  for (int i = 0; i < 4; ++i) { y[i] = x[i] + w[i]; z[i] = x[i] - w[i]; }\n"
+      "}\n");
+  ASSERT_TRUE(code) << code.status().toString();
+  std::string path = dir.file("two.fca");
+  ASSERT_TRUE(testing::writeArtifact(path, *code, plan));
+  Opened opened;
+  ASSERT_EQ(
+      flowc_artifact_open(path.c_str(), nullptr, FLOWC_VERIFY_DIGESTS, &opened.artifact),
+      FLOWC_OK)
+      << flowc_last_error();
+  ASSERT_EQ(flowc_session_create(opened.artifact, 0, &opened.session), FLOWC_OK);
+  float x[4] = {1, 2, 3, 4};
+  float shared[6] = {-1, -1, -1, -1, -1, -1};
+  flowc_tensor input = floatTensor("x", x);
+  flowc_tensor overlapping[2] = {floatTensor(nullptr, shared),
+                                 floatTensor(nullptr, shared + 2)};
+  EXPECT_EQ(flowc_session_run(opened.session, &input, 1, overlapping, 2),
+            FLOWC_INVALID_ARGUMENT);
+  EXPECT_THAT(flowc_last_error(),
+              HasSubstr("output 'z' overlaps output 'y': outputs need "
+                        "memory of their own"));
+  EXPECT_EQ(shared[0], -1) << "a refused run wrote its output";
+  // Apart, both are written.
+  float y[4], z[4];
+  flowc_tensor apart[2] = {floatTensor(nullptr, y), floatTensor(nullptr, z)};
+  ASSERT_EQ(flowc_session_run(opened.session, &input, 1, apart, 2), FLOWC_OK)
+      << flowc_last_error();
+  EXPECT_EQ(y[3], 44);
+  EXPECT_EQ(z[3], -36);
+}
+
 // NULL handles and out-pointers are refused with the argument named; the
 // closers take NULL.
 TEST(CApiTest, NullPointersAreRefusedNotDereferenced) {
