@@ -188,6 +188,64 @@ TEST(KernelAbiTest, CodeForAnotherKernelAbiIsRefused) {
   }
 }
 
+// The code's table of profiled calls (KernelAbi.h) is read when a session
+// profiles; a malformed one is DataLoss naming the artifact and the entry,
+// never a crash or a profile with made-up rows.
+TEST(ProfileCallsTest, MalformedTablesAreRefusedNamingTheEntry) {
+  TempDir dir;
+  auto artifactWith = [&](const std::string &calls) -> std::shared_ptr<Artifact> {
+    std::string source = "#include <stdint.h>\n"
+                         "void (*flowc_profile_hook)(int64_t);\n"
+                         "const char flowc_profile_calls[] = \"" +
+                         calls + "\";\nvoid flowc_entry(void **args) { (void)args; }\n";
+    auto code = testing::compileCode(dir.path(), source);
+    EXPECT_TRUE(code) << code.status().toString();
+    std::string path = dir.file("profiled.fca");
+    Plan plan;
+    plan.entry = "flowc_entry";
+    auto writer = ArtifactWriter::create(path);
+    EXPECT_TRUE(writer);
+    EXPECT_TRUE((*writer)->addSection(SectionKind::Metadata, "{}"));
+    EXPECT_TRUE((*writer)->addSection(SectionKind::Code, code ? *code : ""));
+    EXPECT_TRUE((*writer)->addSection(SectionKind::Plan, plan.toJson().dump()));
+    EXPECT_TRUE((*writer)->finish());
+    auto artifact = Artifact::open(path);
+    EXPECT_TRUE(artifact) << artifact.status().toString();
+    return artifact ? *artifact : nullptr;
+  };
+  SessionOptions profiled;
+  profiled.profile = true;
+  const std::pair<const char *, const char *> cases[] = {
+      {"{}", "not a JSON array"},
+      {"[1]", "entry 0 lacks kernel or nodes"},
+      {R"([{\"kernel\": \"k\"}])", "entry 0 lacks kernel or nodes"},
+      {R"([{\"kernel\": \"k\", \"nodes\": [0]}, {\"kernel\": \"k\", \"nodes\": [-1]}])",
+       "entry 1 has a bad node index"},
+      {R"([{\"kernel\": \"k\", \"nodes\": [], \"bytes\": -8}])",
+       "entry 0 has a bad byte count"},
+      {R"([{\"kernel\": \"k\", \"nodes\": [], \"bytes\": \"8\"}])",
+       "entry 0 has a bad byte count"},
+      {R"([{\"kernel\": \"k\", \"nodes\": [], \"site\": 0}])",
+       "entry 0 has a bad site or kind"},
+  };
+  for (const auto &[calls, message] : cases) {
+    auto artifact = artifactWith(calls);
+    ASSERT_TRUE(artifact);
+    EXPECT_THAT(Session::create(artifact, profiled),
+                StatusIs(StatusCode::DataLoss,
+                         "'" + dir.file("profiled.fca") +
+                             "': the code's profile calls are malformed: " + message))
+        << calls;
+  }
+  // A well-formed table profiles: one row per call, its byte count kept.
+  auto artifact = artifactWith(R"([{\"kernel\": \"k\", \"nodes\": [0], \"bytes\": 64}])");
+  ASSERT_TRUE(artifact);
+  auto session = Session::create(artifact, profiled);
+  ASSERT_TRUE(session) << session.status().toString();
+  ASSERT_EQ((*session)->profile().calls.size(), 1u);
+  EXPECT_EQ((*session)->profile().calls[0].bytes, std::optional<uint64_t>(64));
+}
+
 // A kernel's params struct is the int64 words generated code passes: the
 // words the compiler writes read back as the same struct, and words of
 // another count are no struct of that kind.
