@@ -1,7 +1,8 @@
 """Resize against onnxruntime: every coordinate_transformation_mode and
-nearest_mode flowc takes, upsampling and downsampling by scales and by
-sizes, in one model of one Resize node per combination; what it refuses
-fails in one line naming the node."""
+nearest_mode flowc takes (and cubic's coefficient and exclude_outside),
+upsampling and downsampling by scales and by sizes, in one model of one
+Resize node per combination; what it refuses fails in one line naming the
+node."""
 import itertools
 
 import numpy as np
@@ -78,9 +79,39 @@ def test_every_supported_combination_matches_onnxruntime(flowc, tmp_path):
     assert len(cases) == 150
 
 
+CUBIC_TRANSFORMS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                    "half_pixel_symmetric"]
+# onnxruntime's default (-0.75, edge taps kept) and PyTorch's bicubic's
+# coefficient with the taps outside the axis dropped.
+CUBIC_KERNELS = [{}, {"cubic_coeff_a": -0.5, "exclude_outside": 1}]
+
+
+def test_cubic_matches_onnxruntime(flowc, tmp_path):
+    nodes, inits, cases = [], [], []
+    for transform, spec, kernel in itertools.product(CUBIC_TRANSFORMS, SPECS, CUBIC_KERNELS):
+        index = len(cases)
+        node, node_inits = resize_node(index, "cubic", transform, "round_prefer_floor", spec)
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in kernel.items())
+        nodes.append(node)
+        inits += node_inits
+        cases.append((transform, spec, kernel))
+    model = save(model_of(nodes, inits, [f"y{i}" for i in range(len(cases))]),
+                 tmp_path / "cubic.onnx")
+    flowc.submit(model)
+    x = np.random.default_rng(6).standard_normal((1, 2, 5, 7)).astype(np.float32)
+    ours = flowc.execute(model.with_suffix(".fca"), {"x": x})
+    expected = onnxruntime_outputs(model, {"x": x})
+    wrong = [(case, float(np.max(np.abs(ours[f"y{i}"] - expected[f"y{i}"]))))
+             for i, case in enumerate(cases)
+             if ours[f"y{i}"].shape != expected[f"y{i}"].shape
+             or np.max(np.abs(ours[f"y{i}"] - expected[f"y{i}"])) > 1e-5]
+    assert not wrong, wrong
+    assert len(cases) == 60
+
+
 REFUSED = {
-    "cubic": ({"mode": "cubic"}, {"scales": [1, 1, 2, 2]}, UNSUPPORTED,
-              "mode 'cubic' is not supported (nearest, linear)"),
+    "area": ({"mode": "area"}, {"scales": [1, 1, 2, 2]}, UNSUPPORTED,
+             "mode 'area' is not supported (nearest, linear, cubic)"),
     "antialias": ({"mode": "linear", "antialias": 1}, {"scales": [1, 1, 0.5, 0.5]},
                   UNSUPPORTED, "antialias is not supported"),
     "crop_and_resize": ({"coordinate_transformation_mode": "tf_crop_and_resize"},

@@ -5,6 +5,7 @@
 #include "OpCost.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -840,6 +841,17 @@ Expected<Value> Importer::padAlong(const Node &node, Value x, int64_t axis,
 
 namespace {
 
+/// The cubic convolution kernel (Keys) at `distance` from a tap, with
+/// Resize's cubic_coeff_a `a`: 1 at 0, 0 at 1 and from 2 on.
+float cubicKernel(float distance, float a) {
+  float d = std::fabs(distance);
+  if (d <= 1)
+    return ((a + 2) * d - (a + 3)) * d * d + 1;
+  if (d < 2)
+    return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+  return 0;
+}
+
 /// Where output coordinate `x` of an axis resized from `in` to `out`
 /// elements (scale `scale`) reads the input, by Resize's
 /// coordinate_transformation_mode. In float, as onnxruntime computes it:
@@ -909,12 +921,41 @@ Expected<Value> Importer::resizeAxis(const Node &node, Value x, int64_t axis, in
   FLOWC_RETURN_IF_ERROR(reserveFolded(node, {out}).status());
   std::vector<int32_t> first(out), second(out);
   std::vector<float> weights(out);
+  // Cubic: four taps around each coordinate, x[floor - 1 .. floor + 2].
+  std::array<std::vector<int32_t>, 4> cubicTaps;
+  std::array<std::vector<float>, 4> cubicWeights;
+  for (int k = 0; k < 4; ++k) {
+    cubicTaps[k].resize(out);
+    cubicWeights[k].resize(out);
+  }
+  float cubicA = floatAttr(node, "cubic_coeff_a", -0.75f);
+  bool excludeOutside = intAttr(node, "exclude_outside", 0) != 0;
   for (int64_t j = 0; j < out; ++j) {
     std::optional<float> source =
         sourceCoordinate(transform, static_cast<float>(j), scale, in, out);
     if (!source)
       return nodeUnsupported(node, "coordinate_transformation_mode '" + transform +
                                        "' is not supported");
+    if (mode == "cubic") {
+      // Past a few elements outside the axis every tap is an edge element
+      // (or, excluded, nothing): the clamp only keeps the cast defined.
+      float at = std::clamp(*source, -8.0f, static_cast<float>(in + 8));
+      float base = std::floor(at), t = at - base;
+      std::array<float, 4> distance = {t + 1, t, 1 - t, 2 - t};
+      float sum = 0;
+      for (int k = 0; k < 4; ++k) {
+        int64_t index = static_cast<int64_t>(base) - 1 + k;
+        bool outside = index < 0 || index >= in;
+        float w = excludeOutside && outside ? 0.0f : cubicKernel(distance[k], cubicA);
+        cubicTaps[k][j] = static_cast<int32_t>(std::clamp<int64_t>(index, 0, in - 1));
+        cubicWeights[k][j] = w;
+        sum += w;
+      }
+      if (excludeOutside && sum != 0)
+        for (int k = 0; k < 4; ++k)
+          cubicWeights[k][j] /= sum;
+      continue;
+    }
     if (mode == "nearest") {
       std::optional<int64_t> index = nearestIndex(rounding, *source);
       if (!index)
@@ -951,19 +992,31 @@ Expected<Value> Importer::resizeAxis(const Node &node, Value x, int64_t axis, in
       return reshape(repeated, resized);
     }
   }
+  Shape weightShape(shape.size(), 1);
+  weightShape[axis] = out;
+  auto weightType = f32(weightShape);
+  auto weightConstant = [&](const std::vector<float> &values) -> Value {
+    return mlir::tosa::ConstOp::create(
+        builder_, loc_, weightType,
+        mlir::DenseElementsAttr::get(weightType, llvm::ArrayRef(values)));
+  };
+  if (mode == "cubic") {
+    Value sum;
+    for (int k = 0; k < 4; ++k) {
+      FLOWC_ASSIGN_OR_RETURN(Value tap, gatherConstant(node, x, axis, cubicTaps[k]));
+      Value term = mul(tap, weightConstant(cubicWeights[k]));
+      sum = sum ? add(sum, term) : term;
+    }
+    return sum;
+  }
   FLOWC_ASSIGN_OR_RETURN(Value low, gatherConstant(node, x, axis, first));
   if (mode == "nearest" ||
       std::all_of(weights.begin(), weights.end(), [](float w) { return w == 0; }))
     return low;
   FLOWC_ASSIGN_OR_RETURN(Value high, gatherConstant(node, x, axis, second));
-  Shape resized = shapeOf(low), weightShape(shape.size(), 1);
-  weightShape[axis] = out;
-  auto weightType = f32(weightShape);
-  Value weight = mlir::tosa::ConstOp::create(
-      builder_, loc_, weightType,
-      mlir::DenseElementsAttr::get(weightType, llvm::ArrayRef(weights)));
+  Shape resized = shapeOf(low);
   Value step = build<mlir::tosa::SubOp>(resized, {high, low});
-  return build<mlir::tosa::AddOp>(resized, {low, mul(step, weight)});
+  return build<mlir::tosa::AddOp>(resized, {low, mul(step, weightConstant(weights))});
 }
 
 /// Resize at opset 11 and up, nearest and linear, its scales or sizes
@@ -975,9 +1028,9 @@ Status Importer::importResize(const Node &node) {
   Shape shape = shapeOf(x);
   int64_t rank = static_cast<int64_t>(shape.size());
   std::string mode = stringAttr(node, "mode", "nearest");
-  if (mode != "nearest" && mode != "linear")
-    return nodeUnsupported(node,
-                           "mode '" + mode + "' is not supported (nearest, linear)");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return nodeUnsupported(node, "mode '" + mode +
+                                     "' is not supported (nearest, linear, cubic)");
   if (intAttr(node, "antialias", 0) != 0)
     return nodeUnsupported(node, "antialias is not supported");
   if (std::string policy = stringAttr(node, "keep_aspect_ratio_policy", "stretch");
