@@ -38,6 +38,7 @@ Expected<worker::CompileRequest> compileRequest(const std::string &model,
 }
 
 int runCompile(const CompileCommandOptions &options, GlobalOptions &global) {
+  reportToStderrIfStandardOutput(options.output);
   auto request = compileRequest(options.model, options.compile);
   if (!request)
     return reportError(request.status());

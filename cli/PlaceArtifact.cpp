@@ -1,9 +1,12 @@
 #include "PlaceArtifact.h"
 
+#include "flowc/support/AtomicFile.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
+#include <iostream>
 #include <linux/fs.h>
 #include <random>
 #include <sys/ioctl.h>
@@ -77,6 +80,73 @@ Expected<Placement> cloneOrCopy(const std::string &source, uint64_t size,
 
 } // namespace
 
+void reportToStderrIfStandardOutput(const std::string &output) {
+  struct stat target, standardOutput;
+  if (output.empty() || ::stat(output.c_str(), &target) != 0 ||
+      ::fstat(STDOUT_FILENO, &standardOutput) != 0 || S_ISREG(target.st_mode))
+    return;
+  if (target.st_dev == standardOutput.st_dev && target.st_ino == standardOutput.st_ino)
+    std::cout.rdbuf(std::cerr.rdbuf());
+}
+
+Expected<int> openWritten(const std::string &target, bool fifo) {
+  int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+  if (fd < 0)
+    return errnoStatus(errno, fifo && errno == ENXIO
+                                  ? "cannot write '" + target + "': no process reads it"
+                                  : "cannot write '" + target + "'");
+  if (fifo && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    int error = errno;
+    ::close(fd);
+    return errnoStatus(error, "cannot write '" + target + "'");
+  }
+  return fd;
+}
+
+namespace {
+
+/// Writes the cache file `source` into the device or pipe `target`.
+Status writeInto(const std::string &source, uint64_t size, const std::string &target,
+                 bool fifo) {
+  int in = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return errnoStatus(errno, "cannot read the cached artifact '" + source + "'");
+  Expected<int> out = openWritten(target, fifo);
+  if (!out) {
+    ::close(in);
+    return out.status();
+  }
+  Status status = Status::ok();
+  char buffer[1 << 16];
+  for (uint64_t done = 0; done < size && status;) {
+    ssize_t got = ::read(in, buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      status = errnoStatus(got < 0 ? errno : EIO, "cannot read the cached artifact");
+      break;
+    }
+    status = writeAll(*out, std::string_view(buffer, static_cast<size_t>(got)), target);
+    done += static_cast<uint64_t>(got);
+  }
+  ::close(in);
+  ::close(*out);
+  return status;
+}
+
+} // namespace
+
+Expected<std::optional<bool>> existingStream(const std::string &target) {
+  struct stat existing;
+  if (::stat(target.c_str(), &existing) != 0 || S_ISREG(existing.st_mode))
+    return std::optional<bool>();
+  if (S_ISCHR(existing.st_mode) || S_ISFIFO(existing.st_mode))
+    return std::optional<bool>(S_ISFIFO(existing.st_mode));
+  return invalidArgument("-o '" + target + "' is " + fileKindName(existing.st_mode) +
+                         "; name the artifact file (or a character device or pipe to "
+                         "write it into)");
+}
+
 const char *placementName(Placement placement) {
   switch (placement) {
   case Placement::Unchanged:
@@ -87,6 +157,8 @@ const char *placementName(Placement placement) {
     return "cloned";
   case Placement::Copied:
     return "copied";
+  case Placement::Written:
+    return "written";
   }
   return "?";
 }
@@ -102,6 +174,13 @@ Expected<Placement> placeLocalArtifact(const std::string &source, uint64_t size,
   if (::stat(target.c_str(), &existing) == 0 && existing.st_dev == cached.st_dev &&
       existing.st_ino == cached.st_ino)
     return Placement::Unchanged;
+  // A device or a pipe (-o /dev/null, -o /dev/stdout) gets the bytes: a
+  // rename would replace it by the file.
+  FLOWC_ASSIGN_OR_RETURN(std::optional<bool> stream, existingStream(target));
+  if (stream) {
+    FLOWC_RETURN_IF_ERROR(writeInto(source, size, target, *stream));
+    return Placement::Written;
+  }
 
   std::string temp = tempPathBeside(target);
   Placement placement = Placement::Linked;
@@ -127,6 +206,9 @@ Status checkOutputPath(const std::string &output) {
   std::error_code ec;
   if (fs::is_directory(output, ec))
     return invalidArgument("-o '" + output + "' is a directory; name the artifact file");
+  FLOWC_ASSIGN_OR_RETURN(std::optional<bool> stream, existingStream(output));
+  if (stream)
+    return Status::ok();
   if (!fs::is_directory(parent, ec))
     return invalidArgument(
         "cannot write -o '" + output + "': '" + parent.string() +

@@ -15,9 +15,41 @@ namespace flowc::cli {
 
 namespace {
 
+/// Streams the artifact into the device or pipe `path`, in order.
+Status downloadInto(DaemonClient &client, const std::string &digest,
+                    const std::string &path, bool fifo) {
+  FLOWC_ASSIGN_OR_RETURN(int fd, openWritten(path, fifo));
+  grpc::ClientContext context;
+  flowc::v1::FetchArtifactRequest request;
+  request.set_digest(digest);
+  auto reader = client.compiler().FetchArtifact(&context, request);
+  flowc::v1::ArtifactChunk chunk;
+  Status status;
+  uint64_t written = 0;
+  while (status.isOk() && reader->Read(&chunk)) {
+    if (chunk.offset() != written) {
+      status = dataLoss("fetch artifact " + digest + ": a chunk at offset " +
+                        std::to_string(chunk.offset()) + " where " +
+                        std::to_string(written) + " was next");
+      break;
+    }
+    status = writeAll(fd, chunk.data(), path);
+    written += chunk.data().size();
+  }
+  if (!status.isOk())
+    context.TryCancel();
+  grpc::Status rpc = reader->Finish();
+  ::close(fd);
+  FLOWC_RETURN_IF_ERROR(status);
+  return fromGrpc(rpc, "fetch artifact " + digest);
+}
+
 /// Streams the artifact into `path` (AtomicFile: no partial artifact).
 Status downloadArtifact(DaemonClient &client, const std::string &digest,
                         const std::string &path) {
+  FLOWC_ASSIGN_OR_RETURN(std::optional<bool> stream, existingStream(path));
+  if (stream)
+    return downloadInto(client, digest, path, *stream);
   FLOWC_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
   grpc::ClientContext context;
   flowc::v1::FetchArtifactRequest request;

@@ -124,6 +124,7 @@ nlohmann::json resultJson(const SubmitOptions &options, const std::string &outpu
 
 int runSubmit(SubmitOptions options, GlobalOptions &global) {
   global.resolve();
+  reportToStderrIfStandardOutput(options.output);
   ProgressMode mode =
       chooseProgressMode(options.progress, options.json, isatty(STDERR_FILENO));
   // From here every error, too, is one NDJSON event.

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace flowc {
@@ -42,7 +43,27 @@ Status writeAll(int fd, std::string_view bytes, const std::string &path) {
   return Status::ok();
 }
 
+const char *fileKindName(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "a file";
+}
+
 Expected<AtomicFile> AtomicFile::create(const std::string &path, mode_t mode) {
+  // The rename would replace a device or a pipe by a file (as root, even
+  // /dev/null): only files are replaced.
+  struct stat existing;
+  if (::stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+    return failedPrecondition("'" + path + "' is " + fileKindName(existing.st_mode) +
+                              ", not a file: it is not replaced");
   std::string prefix = path + ".tmp." + std::to_string(::getpid()) + ".";
   // A name left by a killed process with a reused pid is skipped, not
   // truncated: O_EXCL never writes into someone else's file.

@@ -10,6 +10,7 @@ import pathlib
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -640,6 +641,52 @@ def test_cache_hits_link_or_copy_the_cached_artifact(flowc, tmp_path, models):
     assert report["artifact_transfer"] == "linked"
     # The linked artifact runs.
     assert_close(flowc.execute(linked, {"x": x})["y"], expected)
+
+
+def test_a_device_or_pipe_as_output_gets_the_bytes_and_stays(flowc, tmp_path, models):
+    """-o /dev/null, -o /dev/stdout into a pipe, -o a FIFO: the artifact is
+    written into it. A rename over it would replace the device by a file
+    (as root, /dev/null itself)."""
+    model = models / "cnn.onnx"
+    submit_json(flowc, model, tmp_path / "cnn.fca")
+    expected = (tmp_path / "cnn.fca").read_bytes()
+    # A null device of this test's own: a regression replaces it, not /dev/null.
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        null = None
+    if null is not None:
+        report = submit_json(flowc, model, null)
+        assert report["artifact_transfer"] == "written", report
+        assert stat.S_ISCHR(os.stat(null).st_mode)
+    # Our stdout is a pipe: the artifact goes there, the report to stderr.
+    base = [str(BIN / "flowc"), "--cache-dir", str(flowc.cache_dir), "--socket",
+            str(flowc.socket)]
+    piped = subprocess.run(base + ["submit", str(model), "-o", "/dev/stdout"],
+                           capture_output=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == expected
+    assert b"cache hit" in piped.stderr and b"/dev/stdout" in piped.stderr
+    # A FIFO with a reader gets the bytes; one without fails at once.
+    fifo = tmp_path / "artifact.fifo"
+    os.mkfifo(fifo)
+    result = flowc.run("submit", model, "-o", fifo, check=False)
+    assert result.returncode != 0
+    assert f"cannot write '{fifo}': no process reads it" in result.stderr
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    time.sleep(0.2)
+    assert flowc.run("submit", model, "-o", fifo).returncode == 0
+    assert reader.communicate(timeout=60)[0] == expected
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    # A socket is no place for an artifact: refused before compiling.
+    import socket
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "s.sock"))
+    result = flowc.run("submit", models / "mlp.onnx", "-o", tmp_path / "s.sock", check=False)
+    listener.close()
+    assert result.returncode == BAD, result.stderr
+    assert "is a socket; name the artifact file" in one_line(result.stderr)
 
 
 # --- 14. --precision bf16 ---------------------------------------------------------

@@ -28,6 +28,21 @@ size_t entries(const std::string &dir) {
 
 // The target shows the old bytes until commit, the new ones after, and no
 // temp file is left.
+// A rename would replace a device or a pipe by the new file (as root, even
+// /dev/null): such a target is refused, and stays what it was.
+TEST(AtomicFileTest, ADeviceOrPipeIsNotReplaced) {
+  TempDir dir;
+  std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(AtomicFile::create(fifo),
+              StatusIs(StatusCode::FailedPrecondition,
+                       "'" + fifo + "' is a FIFO, not a file: it is not replaced"));
+  struct stat after;
+  ASSERT_EQ(::stat(fifo.c_str(), &after), 0);
+  EXPECT_TRUE(S_ISFIFO(after.st_mode));
+  EXPECT_STREQ(fileKindName(S_IFCHR), "a character device");
+}
+
 TEST(AtomicFileTest, ReplacesTheTargetOnlyAtCommit) {
   TempDir dir;
   std::string path = dir.file("out.bin");
@@ -101,10 +116,11 @@ TEST(AtomicFileTest, NamesThePathItCannotCreate) {
 TEST(AtomicFileTest, AFailedRenameNamesBothPathsAndCleansUp) {
   TempDir dir;
   std::string path = dir.file("taken");
-  std::filesystem::create_directories(path + "/inside");
   {
     auto file = AtomicFile::create(path);
     ASSERT_TRUE(file);
+    // A directory takes the name meanwhile: the rename cannot replace it.
+    std::filesystem::create_directories(path + "/inside");
     Status committed = file->commit();
     ASSERT_FALSE(committed);
     EXPECT_THAT(committed.message(),

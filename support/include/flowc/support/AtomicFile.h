@@ -13,6 +13,10 @@
 
 namespace flowc {
 
+/// What a stat mode is, for messages: "a directory", "a character device",
+/// "a block device", "a FIFO", "a socket", "a file".
+const char *fileKindName(mode_t mode);
+
 /// Writes all of `bytes` to `fd`, retrying short and interrupted writes;
 /// the error names `path` (ENOSPC is ResourceExhausted). `bytes` inside a
 /// MappedFile whose file shrank is DataLoss naming that file instead.
@@ -21,7 +25,9 @@ namespace flowc {
 class AtomicFile {
 public:
   /// Creates a fresh temp file (O_EXCL) in `path`'s directory with `mode`
-  /// (less the umask). The error names the temp path.
+  /// (less the umask). The error names the temp path. FailedPrecondition
+  /// when `path` exists and is no regular file (a device, a pipe): the
+  /// rename would replace it.
   [[nodiscard]] static Expected<AtomicFile> create(const std::string &path,
                                                    mode_t mode = 0644);
 
