@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Selection and scatter ops (TopK, GatherND, ScatterND, ScatterElements,
-OneHot: docs/compiler.md, Selection and scatters) next to onnxruntime, same
-run, same thread count. Prints figures; asserts nothing.
+OneHot: docs/compiler.md, Selection and scatters), and Resize's three modes,
+next to onnxruntime, same run, same thread count. Prints figures; asserts
+nothing.
 
     .venv/bin/python bench/selection_bench.py [--runs 200] [--threads 2]
         [--cases top5,top50,...]
@@ -10,7 +11,8 @@ Each case is a one-node model at realistic sizes: a classifier's top-5 and
 top-50 over 8 rows of 1000 logits, a sampler's top-50 over GPT-2's 50257, a static KV cache [1, 12,
 1024, 64] written at a run-time position, the last token's hidden state
 picked per sequence, torch's scatter_ of run-time indices, one-hot labels,
-and opset 23's Attention with grouped-query heads. Each is compiled with `flowc compile` and timed with `flowc run
+and opset 23's Attention with grouped-query heads, and an image upscaled 2x
+nearest, linear and cubic. Each is compiled with `flowc compile` and timed with `flowc run
 --bench` (median); onnxruntime's median is over the same number of runs.
 Each line ends with the largest difference between the two outputs.
 """
@@ -61,7 +63,19 @@ def cases(rng):
     vocabulary = rng.standard_normal((1, 50257)).astype(np.float32)
     hidden = rng.standard_normal((8, 128, 768)).astype(np.float32)
     scores = rng.standard_normal((64, 512)).astype(np.float32)
+    image = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+
+    def resize(mode):
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode)
+        scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+        return (f"Resize {mode} x2 of [1, 3, 224, 224] (an image upscaled)",
+                model(node, [("x", FLOAT, [1, 3, 224, 224])], [("y", FLOAT, [1, 3, 448, 448])],
+                      [scales]), {"x": image})
+
     return {
+        "resize_nearest": resize("nearest"),
+        "resize_linear": resize("linear"),
+        "resize_cubic": resize("cubic"),
         "top5": ("TopK k=5 of [8, 1000]",
                  model(helper.make_node("TopK", ["x", "k"], ["v", "i"]),
                        [("x", FLOAT, [8, 1000])], [("v", FLOAT, [8, 5]), ("i", INT64, [8, 5])],
@@ -136,7 +150,8 @@ def main():
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cases", default="top5,top50,sample50,kv_cache,last_token,scatter_elements,"
-                                           "one_hot,attention")
+                                           "one_hot,attention,resize_nearest,resize_linear,"
+                                           "resize_cubic")
     args = parser.parse_args()
     print(cpu_line())
     print(f"{args.threads} threads, median of {args.runs} runs; onnxruntime "
