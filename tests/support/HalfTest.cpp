@@ -49,8 +49,9 @@ TEST(HalfTest, Bfloat16KeepsTheTopBitsRoundedToEven) {
   EXPECT_TRUE(std::isnan(bfloat16ToFloat(floatToBfloat16(std::nanf("")))));
   for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
     float value = bfloat16ToFloat(static_cast<uint16_t>(bits));
-    if (!std::isnan(value))
+    if (!std::isnan(value)) {
       EXPECT_EQ(floatToBfloat16(value), bits) << bits;
+    }
   }
 }
 
