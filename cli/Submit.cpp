@@ -8,6 +8,7 @@
 #include "flowc/support/SearchBudget.h"
 
 #include <cstdlib>
+#include <functional>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -15,33 +16,41 @@ namespace flowc::cli {
 
 namespace {
 
-/// Streams the artifact into the device or pipe `path`, in order.
-Status downloadInto(DaemonClient &client, const std::string &digest,
-                    const std::string &path, bool fifo) {
-  FLOWC_ASSIGN_OR_RETURN(int fd, openWritten(path, fifo));
+/// Fetches the artifact `digest` from the daemon, handing each chunk to
+/// `write`; the first error (of `write` or of the stream) is the result.
+Status fetchChunks(DaemonClient &client, const std::string &digest,
+                   const std::function<Status(const flowc::v1::ArtifactChunk &)> &write) {
   grpc::ClientContext context;
   flowc::v1::FetchArtifactRequest request;
   request.set_digest(digest);
   auto reader = client.compiler().FetchArtifact(&context, request);
   flowc::v1::ArtifactChunk chunk;
   Status status;
-  uint64_t written = 0;
-  while (status.isOk() && reader->Read(&chunk)) {
-    if (chunk.offset() != written) {
-      status = dataLoss("fetch artifact " + digest + ": a chunk at offset " +
-                        std::to_string(chunk.offset()) + " where " +
-                        std::to_string(written) + " was next");
-      break;
-    }
-    status = writeAll(fd, chunk.data(), path);
-    written += chunk.data().size();
-  }
+  while (status.isOk() && reader->Read(&chunk))
+    status = write(chunk);
   if (!status.isOk())
     context.TryCancel();
   grpc::Status rpc = reader->Finish();
-  ::close(fd);
   FLOWC_RETURN_IF_ERROR(status);
   return fromGrpc(rpc, "fetch artifact " + digest);
+}
+
+/// Streams the artifact into the device or pipe `path`, in order.
+Status downloadInto(DaemonClient &client, const std::string &digest,
+                    const std::string &path, bool fifo) {
+  FLOWC_ASSIGN_OR_RETURN(int fd, openWritten(path, fifo));
+  uint64_t written = 0;
+  Status status =
+      fetchChunks(client, digest, [&](const flowc::v1::ArtifactChunk &chunk) -> Status {
+        if (chunk.offset() != written)
+          return dataLoss("fetch artifact " + digest + ": a chunk at offset " +
+                          std::to_string(chunk.offset()) + " where " +
+                          std::to_string(written) + " was next");
+        written += chunk.data().size();
+        return writeAll(fd, chunk.data(), path);
+      });
+  ::close(fd);
+  return status;
 }
 
 /// Streams the artifact into `path` (AtomicFile: no partial artifact).
@@ -51,21 +60,15 @@ Status downloadArtifact(DaemonClient &client, const std::string &digest,
   if (stream)
     return downloadInto(client, digest, path, *stream);
   FLOWC_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
-  grpc::ClientContext context;
-  flowc::v1::FetchArtifactRequest request;
-  request.set_digest(digest);
-  auto reader = client.compiler().FetchArtifact(&context, request);
-  flowc::v1::ArtifactChunk chunk;
-  Status status;
-  while (status.isOk() && reader->Read(&chunk)) {
-    const std::string &data = chunk.data();
-    if (::pwrite(file.fd(), data.data(), data.size(),
-                 static_cast<off_t>(chunk.offset())) != static_cast<ssize_t>(data.size()))
-      status = errnoStatus(errno, "cannot write '" + file.tempPath() + "'");
-  }
-  grpc::Status rpc = reader->Finish();
-  FLOWC_RETURN_IF_ERROR(status);
-  FLOWC_RETURN_IF_ERROR(fromGrpc(rpc, "fetch artifact " + digest));
+  FLOWC_RETURN_IF_ERROR(
+      fetchChunks(client, digest, [&](const flowc::v1::ArtifactChunk &chunk) -> Status {
+        const std::string &data = chunk.data();
+        if (::pwrite(file.fd(), data.data(), data.size(),
+                     static_cast<off_t>(chunk.offset())) !=
+            static_cast<ssize_t>(data.size()))
+          return errnoStatus(errno, "cannot write '" + file.tempPath() + "'");
+        return Status::ok();
+      }));
   return file.commit();
 }
 
