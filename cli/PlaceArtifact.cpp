@@ -78,33 +78,6 @@ Expected<Placement> cloneOrCopy(const std::string &source, uint64_t size,
   return placement;
 }
 
-} // namespace
-
-void reportToStderrIfStandardOutput(const std::string &output) {
-  struct stat target, standardOutput;
-  if (output.empty() || ::stat(output.c_str(), &target) != 0 ||
-      ::fstat(STDOUT_FILENO, &standardOutput) != 0 || S_ISREG(target.st_mode))
-    return;
-  if (target.st_dev == standardOutput.st_dev && target.st_ino == standardOutput.st_ino)
-    std::cout.rdbuf(std::cerr.rdbuf());
-}
-
-Expected<int> openWritten(const std::string &target, bool fifo) {
-  int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
-  if (fd < 0)
-    return errnoStatus(errno, fifo && errno == ENXIO
-                                  ? "cannot write '" + target + "': no process reads it"
-                                  : "cannot write '" + target + "'");
-  if (fifo && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    int error = errno;
-    ::close(fd);
-    return errnoStatus(error, "cannot write '" + target + "'");
-  }
-  return fd;
-}
-
-namespace {
-
 /// Writes the cache file `source` into the device or pipe `target`.
 Status writeInto(const std::string &source, uint64_t size, const std::string &target,
                  bool fifo) {
@@ -135,6 +108,29 @@ Status writeInto(const std::string &source, uint64_t size, const std::string &ta
 }
 
 } // namespace
+
+void reportToStderrIfStandardOutput(const std::string &output) {
+  struct stat target, standardOutput;
+  if (output.empty() || ::stat(output.c_str(), &target) != 0 ||
+      ::fstat(STDOUT_FILENO, &standardOutput) != 0 || S_ISREG(target.st_mode))
+    return;
+  if (target.st_dev == standardOutput.st_dev && target.st_ino == standardOutput.st_ino)
+    std::cout.rdbuf(std::cerr.rdbuf());
+}
+
+Expected<int> openWritten(const std::string &target, bool fifo) {
+  int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+  if (fd < 0)
+    return errnoStatus(errno, fifo && errno == ENXIO
+                                  ? "cannot write '" + target + "': no process reads it"
+                                  : "cannot write '" + target + "'");
+  if (fifo && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    int error = errno;
+    ::close(fd);
+    return errnoStatus(error, "cannot write '" + target + "'");
+  }
+  return fd;
+}
 
 Expected<std::optional<bool>> existingStream(const std::string &target) {
   struct stat existing;
