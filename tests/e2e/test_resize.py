@@ -58,23 +58,34 @@ def model_of(nodes, inits, outputs, opset=19):
                              ir_version=9)
 
 
-def test_every_supported_combination_matches_onnxruntime(flowc, tmp_path):
-    cases = list(combinations())
+def mismatches(flowc, path, cases, seed):
+    """One model of one Resize node per case ((mode, transform, rounding,
+    spec), extra attributes), run by flowc and onnxruntime: the cases whose
+    output differs in shape or by more than 1e-5."""
     nodes, inits = [], []
-    for index, case in enumerate(cases):
+    for index, (case, attributes) in enumerate(cases):
         node, node_inits = resize_node(index, *case)
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in attributes.items())
         nodes.append(node)
         inits += node_inits
-    model = save(model_of(nodes, inits, [f"y{i}" for i in range(len(cases))]),
-                 tmp_path / "resize.onnx")
+    model = save(model_of(nodes, inits, [f"y{i}" for i in range(len(cases))]), path)
     flowc.submit(model)
-    x = np.random.default_rng(5).standard_normal((1, 2, 5, 7)).astype(np.float32)
+    x = np.random.default_rng(seed).standard_normal((1, 2, 5, 7)).astype(np.float32)
     ours = flowc.execute(model.with_suffix(".fca"), {"x": x})
     expected = onnxruntime_outputs(model, {"x": x})
-    wrong = [(case, ours[f"y{i}"].shape, expected[f"y{i}"].shape)
-             for i, case in enumerate(cases)
-             if ours[f"y{i}"].shape != expected[f"y{i}"].shape
-             or np.max(np.abs(ours[f"y{i}"] - expected[f"y{i}"])) > 1e-5]
+    wrong = []
+    for i, case in enumerate(cases):
+        got, want = ours[f"y{i}"], expected[f"y{i}"]
+        if got.shape != want.shape:
+            wrong.append((case, got.shape, want.shape))
+        elif np.max(np.abs(got - want)) > 1e-5:
+            wrong.append((case, float(np.max(np.abs(got - want)))))
+    return wrong
+
+
+def test_every_supported_combination_matches_onnxruntime(flowc, tmp_path):
+    cases = [(case, {}) for case in combinations()]
+    wrong = mismatches(flowc, tmp_path / "resize.onnx", cases, seed=5)
     assert not wrong, wrong
     assert len(cases) == 150
 
@@ -87,24 +98,10 @@ CUBIC_KERNELS = [{}, {"cubic_coeff_a": -0.5, "exclude_outside": 1}]
 
 
 def test_cubic_matches_onnxruntime(flowc, tmp_path):
-    nodes, inits, cases = [], [], []
-    for transform, spec, kernel in itertools.product(CUBIC_TRANSFORMS, SPECS, CUBIC_KERNELS):
-        index = len(cases)
-        node, node_inits = resize_node(index, "cubic", transform, "round_prefer_floor", spec)
-        node.attribute.extend(helper.make_attribute(k, v) for k, v in kernel.items())
-        nodes.append(node)
-        inits += node_inits
-        cases.append((transform, spec, kernel))
-    model = save(model_of(nodes, inits, [f"y{i}" for i in range(len(cases))]),
-                 tmp_path / "cubic.onnx")
-    flowc.submit(model)
-    x = np.random.default_rng(6).standard_normal((1, 2, 5, 7)).astype(np.float32)
-    ours = flowc.execute(model.with_suffix(".fca"), {"x": x})
-    expected = onnxruntime_outputs(model, {"x": x})
-    wrong = [(case, float(np.max(np.abs(ours[f"y{i}"] - expected[f"y{i}"]))))
-             for i, case in enumerate(cases)
-             if ours[f"y{i}"].shape != expected[f"y{i}"].shape
-             or np.max(np.abs(ours[f"y{i}"] - expected[f"y{i}"])) > 1e-5]
+    cases = [(("cubic", transform, "round_prefer_floor", spec), kernel)
+             for transform, spec, kernel in
+             itertools.product(CUBIC_TRANSFORMS, SPECS, CUBIC_KERNELS)]
+    wrong = mismatches(flowc, tmp_path / "cubic.onnx", cases, seed=6)
     assert not wrong, wrong
     assert len(cases) == 60
 
