@@ -16,9 +16,9 @@ CommandRunner addRunCommand(CLI::App &app, GlobalOptions &global) {
   CLI::App *cmd = app.add_subcommand(
       "run", "Run an artifact (CPU code, or CUDA code on an NVIDIA GPU)");
   cmd->add_option("artifact", options->artifact, "Artifact (.fca)")->required();
-  cmd->add_option(
-      "-i,--input", options->inputs,
-      "NAME=FILE.npy (float32, float16, int64, int32 or bool), once per input");
+  cmd->add_option("-i,--input", options->inputs,
+                  "NAME=FILE.npy (float32, float16, int64, int32, int8, uint8 or bool), "
+                  "once per input");
   cmd->add_option("--output-dir", options->outputDir,
                   "Write OUTPUT_NAME.npy files here (default: write nothing, print the "
                   "outputs)");

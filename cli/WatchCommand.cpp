@@ -974,10 +974,10 @@ CommandRunner addWatchCommand(CLI::App &app, GlobalOptions &global) {
   cmd->add_flag("--run", options->run,
                 "After each compile, run the artifact on --input and print its outputs' "
                 "summary and latency (one model)");
-  cmd->add_option(
-      "-i,--input", options->inputs,
-      "NAME=FILE.npy (float32, float16, int64, int32 or bool), once per input; with "
-      "--run");
+  cmd->add_option("-i,--input", options->inputs,
+                  "NAME=FILE.npy (float32, float16, int64, int32, int8, uint8 or bool), "
+                  "once per input; with "
+                  "--run");
   cmd->add_option("--print", options->printCount,
                   "Values printed per output with --run (default 8)");
   cmd->add_option("--threads", options->threads,

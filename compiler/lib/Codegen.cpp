@@ -5,6 +5,7 @@
 // object. Weights stay function arguments throughout, so no object carries weight data.
 #include "flowc/compiler/Compiler.h"
 #include "flowc/compiler/GraphIr.h"
+#include "flowc/compiler/dialect/FlowcDialect.h"
 #include "flowc/compiler/PassObserver.h"
 
 #include "DerivedWeights.h"
@@ -618,7 +619,8 @@ Expected<std::string> printGraphIr(const std::string &irBytecode) {
 
 /// A statically shaped tensor of an element type the runtime can bind, as
 /// a TensorInfo; InvalidArgument naming `what` otherwise.
-static Expected<TensorInfo> describeBoundType(mlir::Type type, const std::string &what) {
+static Expected<TensorInfo> describeBoundType(mlir::Type type, const std::string &what,
+                                              bool isUnsigned) {
   std::string text;
   llvm::raw_string_ostream(text) << type;
   auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(type);
@@ -645,6 +647,13 @@ static Expected<TensorInfo> describeBoundType(mlir::Type type, const std::string
   if (info.dtype == DType::Undefined)
     return invalidArgument(what + " has element type " + text +
                            ", which flowc cannot bind");
+  if (isUnsigned) {
+    if (info.dtype != DType::I8)
+      return invalidArgument(what + " is marked " +
+                             FlowcDialect::UnsignedAttrHelper::getNameStr().str() +
+                             " but has type " + text + "; only i8 holds uint8");
+    info.dtype = DType::U8;
+  }
   return info;
 }
 
@@ -705,8 +714,12 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
   GraphSignature signature;
   for (unsigned i = 0; i < main.getNumArguments(); ++i) {
     std::string what = "@main argument " + std::to_string(i);
-    FLOWC_ASSIGN_OR_RETURN(TensorInfo info,
-                           describeBoundType(main.getArgument(i).getType(), what));
+    FLOWC_ASSIGN_OR_RETURN(
+        TensorInfo info,
+        describeBoundType(
+            main.getArgument(i).getType(), what,
+            main.getArgAttr(i, FlowcDialect::UnsignedAttrHelper::getNameStr()) !=
+                nullptr));
     auto key = main.getArgAttrOfType<mlir::StringAttr>(i, "flowc.weight");
     if (key) {
       info.name = key.str();
@@ -724,7 +737,10 @@ Expected<GraphSignature> readGraphSignature(const std::string &irBytecode) {
   for (unsigned i = 0; i < main.getNumResults() - signature.checks.size(); ++i) {
     FLOWC_ASSIGN_OR_RETURN(
         TensorInfo info,
-        describeBoundType(main.getResultTypes()[i], "@main result " + std::to_string(i)));
+        describeBoundType(
+            main.getResultTypes()[i], "@main result " + std::to_string(i),
+            main.getResultAttr(i, FlowcDialect::UnsignedAttrHelper::getNameStr()) !=
+                nullptr));
     signature.outputs.push_back(std::move(info));
   }
   return signature;

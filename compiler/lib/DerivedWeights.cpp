@@ -37,20 +37,23 @@ mlir::RankedTensorType staticF32Tensor(mlir::Type type) {
                                                                               : nullptr;
 }
 
-/// A float16 or bfloat16 weight of a static shape: a source a recipe widens.
-mlir::RankedTensorType staticHalfTensor(mlir::Type type) {
+/// A float16, bfloat16 or 8-bit integer weight of a static shape: a source
+/// a recipe widens (float16 and quantized models). An i8 weight is read as
+/// int8; the importer widens uint8 ones with float arithmetic after.
+mlir::RankedTensorType staticNarrowTensor(mlir::Type type) {
   auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(type);
-  return tensor && tensor.hasStaticShape() &&
-                 (tensor.getElementType().isF16() || tensor.getElementType().isBF16())
-             ? tensor
-             : nullptr;
+  if (!tensor || !tensor.hasStaticShape())
+    return nullptr;
+  mlir::Type element = tensor.getElementType();
+  return element.isF16() || element.isBF16() || element.isSignlessInteger(8) ? tensor
+                                                                             : nullptr;
 }
 
-/// A half weight widened to float32 (the importer's float16 and bfloat16
-/// models): exact, so a recipe computes it once instead of every run.
+/// A narrow weight widened to float32: exact, so a recipe computes it once
+/// instead of every run.
 bool isWidening(Operation *op) {
   auto cast = mlir::dyn_cast<mlir::tosa::CastOp>(op);
-  return cast && staticHalfTensor(cast.getInput().getType()) &&
+  return cast && staticNarrowTensor(cast.getInput().getType()) &&
          staticF32Tensor(cast.getType());
 }
 
@@ -59,8 +62,8 @@ bool isRecipeOp(Operation *op) {
   return mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp, mlir::tosa::ReshapeOp,
                    mlir::tosa::TransposeOp, mlir::tosa::ReverseOp, mlir::tosa::PadOp,
                    mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
-                   mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp>(
-             op) ||
+                   mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp,
+                   mlir::tosa::ClampOp>(op) ||
          isWidening(op);
 }
 
@@ -73,7 +76,7 @@ bool isRecipeOp(Operation *op) {
 bool isArithmetic(Operation *op) {
   return mlir::isa<mlir::tosa::AddOp, mlir::tosa::SubOp, mlir::tosa::MulOp,
                    mlir::tosa::RsqrtOp, mlir::tosa::ReciprocalOp, mlir::tosa::NegateOp,
-                   mlir::tosa::ReverseOp, mlir::tosa::PadOp>(op);
+                   mlir::tosa::ClampOp, mlir::tosa::ReverseOp, mlir::tosa::PadOp>(op);
 }
 
 /// Which values of @main depend on weights and constants only.
@@ -105,7 +108,7 @@ private:
   bool classify(Value value) {
     if (mlir::isa<mlir::BlockArgument>(value))
       return isWeightArgument(value) &&
-             (staticF32Tensor(value.getType()) || staticHalfTensor(value.getType()));
+             (staticF32Tensor(value.getType()) || staticNarrowTensor(value.getType()));
     Operation *producer = value.getDefiningOp();
     if (mlir::isa<mlir::tosa::ConstOp, mlir::tosa::ConstShapeOp>(producer))
       return true;
@@ -127,6 +130,16 @@ bool computes(Value value) {
   if (isArithmetic(producer))
     return true;
   return llvm::any_of(producer->getOperands(), computes);
+}
+
+/// Whether computing `value` widens a narrow weight.
+bool widens(Value value) {
+  Operation *producer = value.getDefiningOp();
+  if (!producer)
+    return false;
+  if (isWidening(producer))
+    return true;
+  return llvm::any_of(producer->getOperands(), widens);
 }
 
 mlir::tosa::ConstOp zeroShift(mlir::ImplicitLocOpBuilder &builder) {
@@ -269,6 +282,7 @@ struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
     if (!main || main.isExternal())
       return;
     foldAffines(main);
+    deriveDequantizedWeights(main);
     deriveWeights(main);
     eraseDeadRecipeOps(main);
     deriveWidenedWeights(main);
@@ -284,6 +298,25 @@ struct DeriveWeightsPass : impl::DeriveWeightsPassBase<DeriveWeightsPass> {
       if (foldAffineIntoConv(add, weightOnly))
         ++affinesFolded;
     }
+  }
+
+  /// A quantized model's weight: arithmetic (its dequantization) on a
+  /// widened 8-bit or half weight, then layout moves. The arithmetic becomes
+  /// a derived weight of its own and the moves after it stay in the graph,
+  /// where a library reads them into its own layout (Winograd's included)
+  /// as it does a float32 weight's.
+  void deriveDequantizedWeights(mlir::func::FuncOp main) {
+    WeightOnly weightOnly(main);
+    llvm::SetVector<Value> roots;
+    main.walk([&](Operation *op) {
+      if (!mlir::isa<mlir::tosa::TransposeOp, mlir::tosa::ReshapeOp>(op))
+        return;
+      Value moved = op->getOperand(0);
+      Operation *producer = moved.getDefiningOp();
+      if (producer && isArithmetic(producer) && weightOnly(moved) && widens(moved))
+        roots.insert(moved);
+    });
+    derive(main, roots, [](mlir::OpOperand &) { return true; });
   }
 
   void deriveWeights(mlir::func::FuncOp main) {
@@ -537,7 +570,7 @@ Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
     return out;
   }
   FLOWC_ASSIGN_OR_RETURN(const Array *a, operand(0));
-  // A half source was widened as it was read.
+  // A narrow source was widened as it was read.
   if (isWidening(op))
     return *a;
   if (mlir::isa<mlir::tosa::ReshapeOp>(op)) {
@@ -561,6 +594,14 @@ Expected<Array> evaluate(Operation *op, llvm::DenseMap<Value, Array> &values) {
     return unary(*a, [](float x) { return 1.0f / x; });
   if (mlir::isa<mlir::tosa::NegateOp>(op))
     return unary(*a, [](float x) { return -x; });
+  if (auto c = mlir::dyn_cast<mlir::tosa::ClampOp>(op)) {
+    auto low = mlir::dyn_cast<mlir::FloatAttr>(c.getMinValAttr());
+    auto high = mlir::dyn_cast<mlir::FloatAttr>(c.getMaxValAttr());
+    if (!low || !high)
+      return invalidArgument("derived weight recipe: a clamp without float bounds");
+    float lo = low.getValueAsDouble(), hi = high.getValueAsDouble();
+    return unary(*a, [=](float x) { return std::min(std::max(x, lo), hi); });
+  }
   FLOWC_ASSIGN_OR_RETURN(const Array *b, operand(1));
   if (mlir::isa<mlir::tosa::AddOp>(op))
     return binary(op, *a, *b, [](float x, float y) { return x + y; });
@@ -625,13 +666,15 @@ Expected<std::string> evaluateDerivedWeight(const DerivedWeight &weight,
   for (unsigned i = 0; i < inputs.size(); ++i) {
     mlir::Type argType = derive.getArgument(i).getType();
     auto type = staticF32Tensor(argType);
-    auto half = staticHalfTensor(argType);
-    if (half)
-      type = half;
-    size_t elementBytes = half ? 2 : 4;
-    const char *wanted = !half                           ? "float32"
-                         : half.getElementType().isF16() ? "float16"
-                                                         : "bfloat16";
+    auto narrow = staticNarrowTensor(argType);
+    if (narrow)
+      type = narrow;
+    mlir::Type element = type ? type.getElementType() : mlir::Type();
+    size_t elementBytes = !narrow ? 4 : element.isSignlessInteger(8) ? 1 : 2;
+    const char *wanted = !narrow            ? "float32"
+                         : element.isF16()  ? "float16"
+                         : element.isBF16() ? "bfloat16"
+                                            : "8-bit";
     if (!type ||
         inputs[i].size() != static_cast<size_t>(type.getNumElements()) * elementBytes)
       return invalidArgument(
@@ -641,10 +684,13 @@ Expected<std::string> evaluateDerivedWeight(const DerivedWeight &weight,
           " elements");
     Array array{llvm::SmallVector<int64_t>(type.getShape()),
                 std::vector<float>(type.getNumElements())};
-    if (!half) {
+    if (!narrow) {
       std::memcpy(array.data.data(), inputs[i].data(), inputs[i].size());
+    } else if (elementBytes == 1) {
+      for (size_t k = 0; k < array.data.size(); ++k)
+        array.data[k] = static_cast<float>(static_cast<int8_t>(inputs[i][k]));
     } else {
-      bool f16 = half.getElementType().isF16();
+      bool f16 = element.isF16();
       for (size_t k = 0; k < array.data.size(); ++k) {
         uint16_t bits;
         std::memcpy(&bits, inputs[i].data() + 2 * k, 2);

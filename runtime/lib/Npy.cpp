@@ -76,7 +76,9 @@ double Tensor::element(size_t i) const {
     std::memcpy(&bits, at, 2);
     return halfToFloat(bits);
   }
-  return *at;
+  if (dtype == "int8")
+    return static_cast<int8_t>(*at);
+  return *at; // uint8, bool
 }
 
 namespace {
@@ -91,13 +93,18 @@ std::string npyDescr(const std::string &dtype) {
     return "<i8";
   if (dtype == "int32")
     return "<i4";
+  if (dtype == "int8")
+    return "|i1";
+  if (dtype == "uint8")
+    return "|u1";
   if (dtype == "bool")
     return "|b1";
   return "";
 }
 
 std::string dtypeOfDescr(const std::string &descr) {
-  for (const char *dtype : {"float32", "float16", "int64", "int32", "bool"})
+  for (const char *dtype :
+       {"float32", "float16", "int64", "int32", "int8", "uint8", "bool"})
     if (npyDescr(dtype) == descr)
       return dtype;
   return "";
@@ -158,8 +165,8 @@ Expected<Tensor> readNpy(const std::string &path) {
   if (dtype.empty())
     return bad(
         "dtype '" + descr +
-        "' is not supported; flowc run takes float32, float16, int64, int32 and bool "
-        "arrays ('<f4', '<f2', '<i8', '<i4', '|b1')");
+        "' is not supported; flowc run takes float32, float16, int64, int32, int8, uint8 "
+        "and bool arrays ('<f4', '<f2', '<i8', '<i4', '|i1', '|u1', '|b1')");
   if (headerField(header, "fortran_order") != "False")
     return bad("Fortran-order arrays are not supported");
   std::string shapeText = headerField(header, "shape");

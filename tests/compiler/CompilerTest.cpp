@@ -753,6 +753,49 @@ func.func @derive(%h: tensor<2xf16>, %b: tensor<2xbf16>) -> tensor<2xf32> {
                        "tensor of 2 elements"));
 }
 
+TEST(DerivedWeightTest, DequantizesInt8AndUint8Sources) {
+  // The importer's dequantization of an int8 weight, and of a uint8 one
+  // (i8 bytes; 256 added to the negatives with a clamp), as a recipe.
+  DerivedWeight weight;
+  weight.key = "flowc.derived/0";
+  weight.inputs = {"q", "u"};
+  weight.recipe = R"mlir(
+func.func @derive(%q: tensor<3xi8>, %u: tensor<3xi8>) -> tensor<3xf32> {
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %zp = "tosa.const"() <{values = dense<-2.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %scale = "tosa.const"() <{values = dense<0.5> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %k = "tosa.const"() <{values = dense<256.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %q32 = tosa.cast %q : (tensor<3xi8>) -> tensor<3xf32>
+  %centered = tosa.sub %q32, %zp : (tensor<3xf32>, tensor<1xf32>) -> tensor<3xf32>
+  %dq = tosa.mul %centered, %scale, %shift : (tensor<3xf32>, tensor<1xf32>, tensor<1xi8>) -> tensor<3xf32>
+  %s32 = tosa.cast %u : (tensor<3xi8>) -> tensor<3xf32>
+  %negative = tosa.clamp %s32 {min_val = -1.0 : f32, max_val = 0.0 : f32} : (tensor<3xf32>) -> tensor<3xf32>
+  %wrap = tosa.mul %negative, %k, %shift : (tensor<3xf32>, tensor<1xf32>, tensor<1xi8>) -> tensor<3xf32>
+  %u32 = tosa.sub %s32, %wrap : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  %sum = tosa.add %dq, %u32 : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return %sum : tensor<3xf32>
+}
+)mlir";
+  int8_t q[] = {-128, 0, 127};
+  uint8_t u[] = {255, 0, 128};
+  auto result = evaluateDerivedWeight(
+      weight, {std::string_view(reinterpret_cast<const char *>(q), sizeof q),
+               std::string_view(reinterpret_cast<const char *>(u), sizeof u)});
+  ASSERT_TRUE(result) << result.status().toString();
+  ASSERT_EQ(result->size(), 3 * sizeof(float));
+  float out[3];
+  std::memcpy(out, result->data(), sizeof out);
+  EXPECT_EQ(out[0], (-128 + 2) * 0.5f + 255);
+  EXPECT_EQ(out[1], (0 + 2) * 0.5f + 0);
+  EXPECT_EQ(out[2], (127 + 2) * 0.5f + 128);
+  // Bytes where float32 is due are refused by their size.
+  EXPECT_THAT(evaluateDerivedWeight(weight, {std::string_view("\1\2\3\4", 4),
+                                             std::string_view("\1\2\3", 3)}),
+              StatusIs(StatusCode::InvalidArgument,
+                       "source weight 'q' has 4 bytes, the recipe expects a 8-bit "
+                       "tensor of 3 elements"));
+}
+
 TEST(DerivedWeightTest, PadsWithItsValueAndRejectsANegativePad) {
   // A transposed convolution's kernel padded to whole phases.
   DerivedWeight weight;

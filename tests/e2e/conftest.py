@@ -42,11 +42,11 @@ class Flowc:
     def input_args(self, artifact: pathlib.Path, inputs: dict) -> list:
         """`--input NAME=FILE.npy` for each of `inputs` (name -> array),
         saved beside the other temporaries; floats other than float16 as
-        float32."""
+        float32 (the dtypes `flowc run` reads stay as they are)."""
         args = []
         for i, (name, value) in enumerate(inputs.items()):
             path = self.tmp / f"{artifact.stem}_in{i}.npy"
-            keep = value.dtype in (np.int64, np.int32, np.bool_, np.float16)
+            keep = value.dtype in (np.int64, np.int32, np.int8, np.uint8, np.bool_, np.float16)
             np.save(path, value if keep else value.astype(np.float32))
             args += ["--input", f"{name}={path}"]
         return args

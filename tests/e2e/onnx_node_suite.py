@@ -65,7 +65,7 @@ EXIT_UNSUPPORTED = 4
 EXIT_UNAVAILABLE = 5
 #: Input dtypes `flowc run` takes.
 RUN_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int64),
-              np.dtype(np.int32), np.dtype(np.bool_))
+              np.dtype(np.int32), np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.bool_))
 RTOL = 1e-3
 ATOL = 1e-5
 COMMAND_TIMEOUT_S = 300

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from client_fixtures import (BIN, ROOT, TORCH_PYTHON, assert_close, client,  # noqa: F401
                              device_target, flowc_package, onnxruntime_outputs, save)
@@ -139,6 +139,33 @@ def test_a_float16_model_takes_and_returns_float16_arrays(client, tmp_path):
         artifact.run(image=x.astype(np.float32))
     # A big-endian float16 copy is made native first.
     np.testing.assert_array_equal(artifact.run(image=x.astype(">f2"))[name], value)
+
+
+def test_a_quantized_model_takes_uint8_and_returns_int8_arrays(client, tmp_path):
+    import flowc
+
+    nodes = [helper.make_node("DequantizeLinear", ["image", "s", "z"], ["x"]),
+             helper.make_node("QuantizeLinear", ["x", "t", "zt"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "requantize", [helper.make_tensor_value_info("image", TensorProto.UINT8, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [2, 3])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+         numpy_helper.from_array(np.array(128, np.uint8), "z"),
+         numpy_helper.from_array(np.array(0.25, np.float32), "t"),
+         numpy_helper.from_array(np.array(-3, np.int8), "zt")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = save(model, tmp_path / "requantize.onnx")
+    artifact = flowc.compile(path, progress=False)
+    assert [(s.name, s.dtype) for s in artifact.inputs] == [("image", "uint8")]
+    assert [(s.name, s.dtype) for s in artifact.outputs] == [("y", "int8")]
+    image = np.array([[0, 100, 127], [128, 140, 255]], np.uint8)
+    y = artifact.run(image=image)["y"]
+    assert y.dtype == np.int8
+    np.testing.assert_array_equal(y, onnxruntime_outputs(path, {"image": image})["y"])
+    with pytest.raises(flowc.InvalidModel,
+                       match="input 'image' is int8, the model expects uint8"):
+        artifact.run(image=image.astype(np.int8))
 
 
 def test_a_model_proto_with_external_data_is_saved_as_external_data(client, tmp_path,

@@ -310,6 +310,25 @@ TEST(NpyTest, RoundTripsFloat16AsNumpysHalf) {
   EXPECT_EQ(read->element(1), -5.0);
 }
 
+TEST(NpyTest, RoundTripsInt8AndUint8) {
+  TempDir dir;
+  for (const char *dtype : {"int8", "uint8"}) {
+    Tensor tensor = Tensor::zeros(dtype, {3});
+    uint8_t bytes[] = {0x00, 0x7f, 0xff};
+    std::memcpy(tensor.bytes.data(), bytes, sizeof bytes);
+    ASSERT_TRUE(writeNpy(dir.file("t.npy"), tensor));
+    bool isSigned = std::string(dtype) == "int8";
+    EXPECT_NE(readFileToString(dir.file("t.npy"))->find(isSigned ? "'|i1'" : "'|u1'"),
+              std::string::npos);
+    auto read = readNpy(dir.file("t.npy"));
+    ASSERT_TRUE(read) << read.status().toString();
+    EXPECT_EQ(read->dtype, dtype);
+    EXPECT_EQ(read->bytes, tensor.bytes);
+    EXPECT_EQ(read->element(1), 127.0);
+    EXPECT_EQ(read->element(2), isSigned ? -1.0 : 255.0);
+  }
+}
+
 TEST(NpyTest, RoundTripsOneDimensionalAndScalarShapes) {
   TempDir dir;
   for (const std::vector<int64_t> &shape :

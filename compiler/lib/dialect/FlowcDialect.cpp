@@ -512,10 +512,23 @@ FlowcDialect::verifyOperationAttribute(mlir::Operation *op,
     return mlir::success();
   }
   if (name == WeightAttrHelper::getNameStr() || name == RecipeAttrHelper::getNameStr() ||
-      name == RecipeInputsAttrHelper::getNameStr())
+      name == RecipeInputsAttrHelper::getNameStr() ||
+      name == UnsignedAttrHelper::getNameStr())
     return op->emitOpError() << "attribute '" << name
                              << "' belongs on a function argument, not on an op";
   return op->emitOpError() << "has unknown flowc attribute '" << name << "'";
+}
+
+/// `flowc.unsigned` is a unit attribute. The type it marks is i8 until
+/// lowering makes buffers pointers; readGraphSignature checks it.
+static mlir::LogicalResult verifyUnsigned(mlir::Operation *op, llvm::StringRef what,
+                                          unsigned index,
+                                          mlir::NamedAttribute attribute) {
+  if (mlir::isa<mlir::UnitAttr>(attribute.getValue()))
+    return mlir::success();
+  return op->emitOpError() << what << " " << index << ": attribute '"
+                           << attribute.getName().getValue()
+                           << "' must be a unit attribute";
 }
 
 mlir::LogicalResult
@@ -543,9 +556,21 @@ FlowcDialect::verifyRegionArgAttribute(mlir::Operation *op, unsigned region,
       return fail("must be an array of weight keys (strings)");
     return mlir::success();
   }
+  if (name == UnsignedAttrHelper::getNameStr())
+    return verifyUnsigned(op, "argument", argument, attribute);
   return op->emitOpError() << "argument " << argument << " of region " << region
                            << " has attribute '" << name
                            << "', which is not a flowc argument attribute";
+}
+
+mlir::LogicalResult
+FlowcDialect::verifyRegionResultAttribute(mlir::Operation *op, unsigned, unsigned result,
+                                          mlir::NamedAttribute attribute) {
+  if (attribute.getName().getValue() == UnsignedAttrHelper::getNameStr())
+    return verifyUnsigned(op, "result", result, attribute);
+  return op->emitOpError() << "result " << result << " has attribute '"
+                           << attribute.getName().getValue()
+                           << "', which is not a flowc result attribute";
 }
 
 } // namespace flowc::compiler

@@ -170,8 +170,9 @@ Expected<Value> Importer::weightArgument(const Node &node, const TensorData &ten
     values_[tensor.info.name] = constant;
     return constant;
   }
-  Value arg =
-      entry_->addArgument(mlir::RankedTensorType::get(tensor.info.shape, element), loc_);
+  Value arg = markBytes(
+      entry_->addArgument(mlir::RankedTensorType::get(tensor.info.shape, element), loc_),
+      tensor.info.dtype);
   weights_.push_back(
       WeightRef{tensor.info.name, tensor.info, tensor.bytes, tensor.owned});
   values_[tensor.info.name] = arg;
@@ -328,6 +329,9 @@ std::optional<Attribute::Kind> expectedKind(const std::string &name) {
                                                     {"training_mode", Kind::Int},
                                                     {"num_outputs", Kind::Int},
                                                     {"value_int", Kind::Int},
+                                                    {"block_size", Kind::Int},
+                                                    {"output_dtype", Kind::Int},
+                                                    {"saturate", Kind::Int},
                                                     {"alpha", Kind::Float},
                                                     {"beta", Kind::Float},
                                                     {"gamma", Kind::Float},
@@ -570,6 +574,7 @@ Status Importer::importNode(const Node &node) {
                                      "', opset " + std::to_string(model_.opsetVersion) +
                                      ")");
   ++opCounts_[op];
+  FLOWC_RETURN_IF_ERROR(checkByteInputs(node));
   FLOWC_ASSIGN_OR_RETURN(bool folded, tryFold(node));
   if (folded)
     return Status::ok();
@@ -577,7 +582,9 @@ Status Importer::importNode(const Node &node) {
     mlir::Type half = halfInputType(node);
     if (half && op != "Cast" && op != "CastLike")
       return importWidened(node, info->import, half);
-    return (this->*info->import)(node);
+    FLOWC_RETURN_IF_ERROR((this->*info->import)(node));
+    inheritSignedness(node);
+    return Status::ok();
   }
   --opCounts_[op];
   return nodeUnsupported(node, "unsupported op '" + op + "' (domain '" +
@@ -770,8 +777,9 @@ Expected<ImportedGraph> Importer::run() {
           model_.path + ": input '" + input.name + "' has shape " +
           shapeString(input.shape) +
           ", with no elements; flowc compiles inputs that have elements");
-    values_[input.name] =
-        entry_->addArgument(mlir::RankedTensorType::get(input.shape, element), loc_);
+    values_[input.name] = markBytes(
+        entry_->addArgument(mlir::RankedTensorType::get(input.shape, element), loc_),
+        input.dtype);
     graph.inputs.push_back(input);
   }
   for (const TensorData &tensor : model_.initializers) {
@@ -833,6 +841,14 @@ Expected<ImportedGraph> Importer::run() {
   for (size_t i = 0; i < weights_.size(); ++i)
     func.setArgAttr(firstWeight + i, "flowc.weight",
                     builder_.getStringAttr(weights_[i].key));
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (unsignedBytes_.contains(func.getArgument(i)))
+      func.setArgAttr(i, FlowcDialect::UnsignedAttrHelper::getNameStr(),
+                      builder_.getUnitAttr());
+  for (size_t i = 0; i < graph.outputs.size(); ++i)
+    if (graph.outputs[i].dtype == DType::U8)
+      func.setResultAttr(i, FlowcDialect::UnsignedAttrHelper::getNameStr(),
+                         builder_.getUnitAttr());
 
   if (mlir::failed(mlir::verify(*module)))
     return internalError(model_.path + ": imported IR does not verify");
@@ -867,7 +883,7 @@ const std::vector<OpInfo> &opTable() {
     for (std::span<const OpInfo> family :
          {import::nnOps(), import::mathOps(), import::tensorOps(), import::recurrentOps(),
           import::einsumOps(), import::selectionOps(), import::attentionOps(),
-          import::lossOps()})
+          import::lossOps(), import::quantizeOps()})
       all.insert(all.end(), family.begin(), family.end());
     std::sort(all.begin(), all.end(), [](const OpInfo &a, const OpInfo &b) {
       return std::tie(a.name, a.sinceVersion) < std::tie(b.name, b.sinceVersion);

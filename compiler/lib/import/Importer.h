@@ -9,6 +9,7 @@
 
 #include "flowc/support/Format.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/MLIRContext.h"
@@ -47,9 +48,10 @@ inline constexpr size_t kMaxRank = 64;
 /// weights, and of graph inputs and outputs (numpy, which feeds them, has no
 /// bfloat16).
 inline constexpr const char *kCarriedDtypes =
-    "float32, float16, bfloat16, int64, int32, bool";
+    "float32, float16, bfloat16, int64, int32, int8, uint8, bool";
 inline constexpr const char *kIoDtypes =
-    "float32, float16, int64, int32, bool (bfloat16 inside the graph only)";
+    "float32, float16, int64, int32, int8, uint8, bool "
+    "(bfloat16 inside the graph only)";
 
 /// The product of shape[begin, end).
 int64_t product(const Shape &shape, size_t begin, size_t end);
@@ -85,6 +87,7 @@ std::span<const OpInfo> einsumOps();
 std::span<const OpInfo> selectionOps();
 std::span<const OpInfo> attentionOps();
 std::span<const OpInfo> lossOps();
+std::span<const OpInfo> quantizeOps();
 
 /// How a scatter combines an update with what is there (ScatterND's and
 /// ScatterElements' `reduction`).
@@ -154,13 +157,14 @@ public:
   mlir::RankedTensorType f32(const Shape &shape) {
     return mlir::RankedTensorType::get(shape, builder_.getF32Type());
   }
-  static DType dtypeOf(Value v) {
+  DType dtypeOf(Value v) const {
     mlir::Type element = elementTypeOf(v);
     return element.isF32()         ? DType::F32
            : element.isF16()       ? DType::F16
            : element.isBF16()      ? DType::BF16
            : element.isInteger(64) ? DType::I64
            : element.isInteger(32) ? DType::I32
+           : element.isInteger(8)  ? (unsignedBytes_.contains(v) ? DType::U8 : DType::I8)
            : element.isInteger(1)  ? DType::Bool
                                    : DType::Undefined;
   }
@@ -182,6 +186,10 @@ public:
       return builder_.getI64Type();
     case DType::I32:
       return builder_.getI32Type();
+    // Both are bytes; unsignedBytes_ tells them apart.
+    case DType::I8:
+    case DType::U8:
+      return builder_.getI8Type();
     case DType::Bool:
       return builder_.getI1Type();
     default:
@@ -252,6 +260,39 @@ public:
   /// `half`.
   void narrowConstant(const TensorData &tensor, DType half);
 
+  // 8-bit integers (Quantize.cpp) ---------------------------------------
+  // int8 and uint8 are i8 in the IR; unsignedBytes_ holds the uint8 ones.
+  // They carry quantized values: nodes that compute on them are the
+  // quantization ops and Cast, and the rest only move them (kByteOps).
+  static bool isByte(DType dtype) { return dtype == DType::I8 || dtype == DType::U8; }
+  /// Marks `v` (i8) as uint8 where `dtype` says so; returns it.
+  Value markBytes(Value v, DType dtype);
+  /// Bytes `x` (int8 or uint8, as dtypeOf says) as float32: exact.
+  Value widenBytes(Value x);
+  /// Integral float32 `x` saturated to the range of `to` (int8 or uint8),
+  /// as bytes.
+  Value narrowToBytes(Value x, DType to);
+  /// x / y (float32, broadcast), correctly rounded: the quotient
+  /// quantization rounds to an integer.
+  Value divideExactly(Value x, Value y);
+  /// A refusal naming the first int8 or uint8 input of a node whose op
+  /// only floats or wider integers reach; ok for the ops that take bytes.
+  Status checkByteInputs(const Node &node) const;
+  /// Marks the byte outputs of a node that moves bytes as uint8 where its
+  /// byte inputs are.
+  void inheritSignedness(const Node &node);
+  /// QuantizeLinear's or DequantizeLinear's scale or zero point (input
+  /// `index`) for `x` of `shape`: a scalar, one value per `axis` entry, or
+  /// (blockSize > 0) one per block of `axis`; as float32, broadcast against
+  /// `x` at its rank. `zero` when the input is absent.
+  Expected<Value> quantizationParameter(const Node &node, size_t index,
+                                        const Shape &shape, int64_t axis,
+                                        int64_t blockSize, float zero);
+  Status importQuantizeLinear(const Node &node);
+  Status importDequantizeLinear(const Node &node);
+  Status importDynamicQuantizeLinear(const Node &node);
+  Status importMatMulInteger(const Node &node);
+
   // Ops ----------------------------------------------------------------
   Status importNode(const Node &node);
   Status importConv(const Node &node);
@@ -317,6 +358,8 @@ public:
   Status importGlobalAveragePool(const Node &node);
   Status importGemm(const Node &node);
   Status importMatMul(const Node &node);
+  /// MatMul of float32 `a` and `b` (the node's, for messages).
+  Expected<Value> matmulValues(const Node &node, Value a, Value b);
   Status importReshape(const Node &node);
   Status importFlatten(const Node &node);
   Status importTranspose(const Node &node);
@@ -587,6 +630,8 @@ public:
   std::set<const TensorData *> widenedCopies_;
   /// Each widened node's rounded (half) result -> its float32 value.
   llvm::DenseMap<Value, Value> unrounded_;
+  /// The i8 values that hold uint8.
+  llvm::DenseSet<Value> unsignedBytes_;
   std::map<std::string, int> opCounts_;
   std::vector<NodeRecord> records_;
   /// Run-time checks (KernelAbi.h, kChecksSymbol): a bool [1] value that is

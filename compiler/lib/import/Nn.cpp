@@ -707,6 +707,11 @@ Status Importer::importGemm(const Node &node) {
 Status Importer::importMatMul(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  FLOWC_ASSIGN_OR_RETURN(Value y, matmulValues(node, a, b));
+  return define(node, y);
+}
+
+Expected<Value> Importer::matmulValues(const Node &node, Value a, Value b) {
   Shape as = shapeOf(a), bs = shapeOf(b);
   if (as.size() < 2 || bs.size() < 2)
     return nodeUnsupported(node, "1-D MatMul operands are not supported yet");
@@ -720,8 +725,7 @@ Status Importer::importMatMul(const Node &node) {
     int64_t rows = product(as, 0, as.size() - 1);
     out.push_back(m);
     out.push_back(n);
-    Value y = matmul3d(reshape(a, {1, rows, k}), reshape(b, {1, k, n}));
-    return define(node, reshape(y, out));
+    return reshape(matmul3d(reshape(a, {1, rows, k}), reshape(b, {1, k, n})), out);
   }
   Shape aBatch(as.begin(), as.end() - 2), bBatch(bs.begin(), bs.end() - 2);
   if (aBatch != bBatch)
@@ -730,8 +734,7 @@ Status Importer::importMatMul(const Node &node) {
   int64_t batch = product(aBatch, 0, aBatch.size());
   out.push_back(m);
   out.push_back(n);
-  Value y = matmul3d(reshape(a, {batch, m, k}), reshape(b, {batch, k, n}));
-  return define(node, reshape(y, out));
+  return reshape(matmul3d(reshape(a, {batch, m, k}), reshape(b, {batch, k, n})), out);
 }
 
 Value Importer::softmaxLastAxis(Value x) {
@@ -1009,16 +1012,6 @@ std::optional<uint64_t> gemmFlops(const NodeRecord &record, const Node *) {
   uint64_t k = elements(record.inputs[0]) / m;
   uint64_t out = outputElements(record);
   return 2 * out * k + (present(record, 2) ? out : 0);
-}
-
-/// Y[..., M, N] = A[..., M, K] · B[..., K, N], batch dimensions broadcast:
-/// every output element is a dot product of length K.
-std::optional<uint64_t> matMulFlops(const NodeRecord &record, const Node *) {
-  if (record.inputs.size() < 2 || !hasShape(record.inputs[0]) ||
-      record.inputs[0].shape.empty() || record.outputs.empty())
-    return std::nullopt;
-  uint64_t k = static_cast<uint64_t>(record.inputs[0].shape.back());
-  return 2 * outputElements(record) * k;
 }
 
 /// Every output element reads its window once (a compare or an add).

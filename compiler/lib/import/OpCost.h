@@ -45,6 +45,16 @@ std::optional<uint64_t> perElement(const NodeRecord &record, const Node *) {
   return Flops * outputElements(record);
 }
 
+/// Y[..., M, N] = A[..., M, K] · B[..., K, N], batch dimensions broadcast:
+/// every output element is a dot product of length K.
+inline std::optional<uint64_t> matMulFlops(const NodeRecord &record, const Node *) {
+  if (record.inputs.size() < 2 || !hasShape(record.inputs[0]) ||
+      record.inputs[0].shape.empty() || record.outputs.empty())
+    return std::nullopt;
+  uint64_t k = static_cast<uint64_t>(record.inputs[0].shape.back());
+  return 2 * outputElements(record) * k;
+}
+
 /// Ops that only move or reinterpret data: no arithmetic.
 inline std::optional<uint64_t> dataMovement(const NodeRecord &, const Node *) {
   return 0;

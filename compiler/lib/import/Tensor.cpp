@@ -650,10 +650,26 @@ Status Importer::importCastTo(const Node &node, DType to) {
   if (!target)
     return nodeUnsupported(node, "casting to " + dtypeName(to) + " is not supported");
   mlir::Type source = elementTypeOf(x);
-  if (target == source)
+  DType from = dtypeOf(x);
+  if (from == to)
     return define(node, x);
   Shape shape = shapeOf(x);
   mlir::Type f32 = builder_.getF32Type();
+  // Between int8 and uint8 the bytes stay (numpy's and onnxruntime's
+  // wrap-around): a value of its own, marked as the target is.
+  if (isByte(from) && isByte(to))
+    return define(node, markBytes(buildTyped<mlir::tosa::ReshapeOp>(
+                                      target, shape, {x, constShape(shape)}),
+                                  to));
+  // Other casts from bytes go through float32, which holds every int8 and
+  // uint8 value; the rules below are float32's (truncation towards zero,
+  // saturation).
+  if (isByte(from)) {
+    x = widenBytes(x);
+    source = f32;
+    if (target == source)
+      return define(node, x);
+  }
   // Half to anything goes through float32, which holds every half value:
   // the rules below are float32's. Anything to half goes to float32 first
   // and rounds once from there (to nearest even).
@@ -682,6 +698,14 @@ Status Importer::importCastTo(const Node &node, DType to) {
     x = build<mlir::tosa::SelectOp>(shape,
                                     {negative, build<mlir::tosa::CeilOp>(shape, {x}),
                                      build<mlir::tosa::FloorOp>(shape, {x})});
+  }
+  if (isByte(to)) {
+    // Wider integers keep their low byte (two's complement wraps, as in
+    // onnxruntime); floats saturate.
+    if (!source.isF32())
+      return define(node,
+                    markBytes(buildTyped<mlir::tosa::CastOp>(target, shape, {x}), to));
+    return define(node, narrowToBytes(x, to));
   }
   return define(node, buildTyped<mlir::tosa::CastOp>(target, shape, {x}));
 }

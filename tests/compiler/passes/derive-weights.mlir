@@ -112,3 +112,29 @@ func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xf16> {flowc.weight =
   %y = tosa.mul %c, %f, %shift : (tensor<1x6x6x4xf32>, tensor<1x1x1x4xf32>, tensor<1xi8>) -> tensor<1x6x6x4xf32>
   return %y : tensor<1x6x6x4xf32>
 }
+
+// -----
+
+// A quantized model's weight: an int8 weight dequantized per output channel
+// ((q - zero point) * scale), then moved into the convolution's layout. The
+// dequantization is a derived weight of its own and the transpose after it
+// stays in the graph, as for a float32 weight; the int8 source is dropped.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<1x6x6x8xf32>,
+// CHECK-SAME: %[[W:[^:]*]]: tensor<4x8x3x3xf32> {flowc.recipe = "{{[^"]*}}tosa.cast{{[^"]*}}tosa.sub{{[^"]*}}tosa.mul{{[^"]*}}", flowc.recipe_inputs = ["w"], flowc.weight = "flowc.derived/0"}
+// CHECK-NOT: xi8> {flowc.weight
+// CHECK: %[[WT:.*]] = tosa.transpose %[[W]]
+// CHECK: tosa.conv2d %[[X]], %[[WT]]
+func.func @main(%x: tensor<1x6x6x8xf32>, %w: tensor<4x8x3x3xi8> {flowc.weight = "w"},
+                %b: tensor<4xf32> {flowc.weight = "b"}) -> tensor<1x6x6x4xf32> {
+  %zp = "tosa.const"() <{values = dense<0.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %wzp = "tosa.const"() <{values = dense<3.0> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %scale = "tosa.const"() <{values = dense<[[[[0.5]]], [[[0.25]]], [[[0.125]]], [[[1.0]]]]> : tensor<4x1x1x1xf32>}> : () -> tensor<4x1x1x1xf32>
+  %w32 = tosa.cast %w : (tensor<4x8x3x3xi8>) -> tensor<4x8x3x3xf32>
+  %centered = tosa.sub %w32, %wzp : (tensor<4x8x3x3xf32>, tensor<1x1x1x1xf32>) -> tensor<4x8x3x3xf32>
+  %dq = tosa.mul %centered, %scale, %shift : (tensor<4x8x3x3xf32>, tensor<4x1x1x1xf32>, tensor<1xi8>) -> tensor<4x8x3x3xf32>
+  %wt = tosa.transpose %dq {perms = array<i32: 0, 2, 3, 1>} : (tensor<4x8x3x3xf32>) -> tensor<4x3x3x8xf32>
+  %c = tosa.conv2d %x, %wt, %b, %zp, %zp {acc_type = f32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xf32>, tensor<4x3x3x8xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x6x6x4xf32>
+  return %c : tensor<1x6x6x4xf32>
+}

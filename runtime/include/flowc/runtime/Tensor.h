@@ -14,7 +14,7 @@ namespace flowc::runtime {
 
 /// Bytes per element of a dtype named as in artifacts ("float32", "int64",
 /// "bool", "float16", ...); 0 for an unknown name. Tensors and `.npy` files
-/// carry float32, float16, int64, int32 and bool.
+/// carry float32, float16, int64, int32, int8, uint8 and bool.
 size_t dtypeBytes(const std::string &dtype);
 
 /// std::allocator, except that resizing leaves new elements uninitialized
@@ -60,7 +60,7 @@ struct Tensor {
 };
 
 /// Reads a little-endian C-order `.npy` file (versions 1-3) of float32, float16,
-/// int64, int32 or bool. InvalidArgument naming the file for other dtypes,
+/// int64, int32, int8, uint8 or bool. InvalidArgument naming the file for other dtypes,
 /// Fortran order or a truncated payload.
 Expected<Tensor> readNpy(const std::string &path);
 

@@ -19,6 +19,8 @@ def Flowc_Dialect : Dialect {
     - on @main's arguments: `flowc.weight` (the weight key the argument
       binds), and on a derived weight `flowc.recipe` (the MLIR text of the
       module that computes it) with `flowc.recipe_inputs` (the keys it reads);
+    - `flowc.unsigned` on an i8 argument or result of @main that holds
+      uint8 (TOSA's integers are signless: int8 and uint8 are both i8);
     - on an outlined library kernel function: `flowc.kernel` (the kind, as
       runtime::kernelKindName spells it) and `flowc.kernel_params` (the
       kind's params struct of KernelAbi.h as int64 words);
@@ -37,10 +39,12 @@ def Flowc_Dialect : Dialect {
     "::mlir::UnitAttr":$loop_kernel,
     "::mlir::UnitAttr":$parallel,
     "::mlir::IntegerAttr":$arena_bytes,
-    "::mlir::ArrayAttr":$checks
+    "::mlir::ArrayAttr":$checks,
+    "::mlir::UnitAttr":$unsigned
   );
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 #endif // FLOWC_DIALECT_TD

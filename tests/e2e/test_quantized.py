@@ -1,0 +1,237 @@
+"""Quantized models (docs/compiler.md, Quantized models): int8 and uint8
+values, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and
+MatMulInteger. Real models are the torchvision and transformer exports
+quantized by onnxruntime's own tools (examples/quantize.py), checked
+against onnxruntime running the same file; small graphs check the ops'
+arithmetic exactly."""
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import ROOT, assert_close, onnxruntime_outputs, save
+
+# A quantized graph rounds every activation to one of 256 steps: a
+# float32 difference in a sum's order moves a value near a step's boundary
+# to the next step, and the error travels through the layers. onnxruntime's
+# own int8 kernels differ from its float reference by 1.6% (ResNet-18) and
+# 0.9% (BERT) of the output's scale here; flowc's float32 arithmetic by
+# 1.6% and 1.8%.
+QUANTIZED_RTOL = 4e-2
+
+
+def quantize(mode, source, target, *options):
+    subprocess.run([sys.executable, str(ROOT / "examples" / "quantize.py"), mode, str(source),
+                    str(target), *options], check=True, capture_output=True, timeout=600)
+    return target
+
+
+def reference_outputs(path, inputs):
+    """onnxruntime's outputs without its graph rewrites: each QuantizeLinear
+    and DequantizeLinear computed as ONNX defines it, not fused into int8
+    kernels."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, inputs)))
+
+
+def model_inputs(directory, name):
+    return {path.name[len(name) + 1:-4]: np.load(path)
+            for path in sorted(directory.glob(f"{name}_*.npy"))}
+
+
+@pytest.mark.parametrize("name,mode,options", [
+    ("resnet18", "static", []),
+    ("mobilenet_v3_small", "static", ["--per-channel", "--uint8"]),
+    ("bert", "dynamic", []),
+])
+def test_quantized_model_matches_onnxruntime(flowc, real_models, tmp_path, name, mode, options):
+    path = quantize(mode, real_models[17] / f"{name}.onnx", tmp_path / f"{name}_{mode}.onnx",
+                    *options)
+    inputs = model_inputs(real_models[17], name)
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), inputs)
+    reference = reference_outputs(path, inputs)
+    assert ours.keys() == reference.keys()
+    for key, expected in reference.items():
+        assert ours[key].dtype == expected.dtype
+        assert_close(ours[key], expected, QUANTIZED_RTOL)
+
+
+def test_quantized_weights_are_dequantized_once_at_link(flowc, real_models, tmp_path):
+    """ResNet-18's int8 convolution weights become float32 weights derived at
+    link, before their layout moves: nothing dequantizes a weight at run
+    time, and the convolutions read them packed as a float32 model's."""
+    path = quantize("static", real_models[17] / "resnet18.onnx", tmp_path / "r18_qdq.onnx")
+    artifact = path.with_suffix(".fca")
+    flowc.submit(path)
+    args = flowc.input_args(artifact, model_inputs(real_models[17], "resnet18"))
+    report = json.loads(flowc.run("run", artifact, *args, "--json").stdout)
+    assert report["packed_weights_in_place"] >= 20
+    ir = flowc.run("submit", path, "-o", tmp_path / "again.fca", "--print-ir-after",
+                   "flowc-derive-weights").stderr
+    main = next(line for line in ir.splitlines() if "func.func @main" in line)
+    signature = re.sub(r'flowc\.recipe = "[^"]*"', "", main)
+    assert not re.findall(r"tensor<[^>]*xi8>", signature), signature[:400]
+    assert main.count("flowc.recipe =") >= 20
+
+
+def run_both(flowc, tmp_path, model, inputs):
+    path = save(model, tmp_path / f"{model.graph.name}.onnx")
+    flowc.submit(path)
+    return flowc.execute(path.with_suffix(".fca"), inputs), onnxruntime_outputs(path, inputs)
+
+
+def test_per_axis_and_blocked_parameters_and_uint8_io_are_exact(flowc, tmp_path):
+    """A uint8 image in, per-channel int8 weights, a blocked dequantization
+    whose last block is short (opset 21), and a uint8 output: equal to
+    onnxruntime, element for element."""
+    rng = np.random.default_rng(7)
+    weight = rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+    blocked = rng.integers(0, 256, (4, 10)).astype(np.uint8)
+    initializers = [
+        numpy_helper.from_array(np.array(1 / 255, np.float32), "pixel_scale"),
+        numpy_helper.from_array(weight, "w"),
+        numpy_helper.from_array(np.array([0.01, 0.02, 0.005, 0.04], np.float32), "w_scale"),
+        numpy_helper.from_array(np.zeros(4, np.int8), "w_zero"),
+        numpy_helper.from_array(blocked, "table"),
+        # Blocks of 4 along axis 1: 10 columns are blocks of 4, 4 and 2.
+        numpy_helper.from_array(rng.uniform(0.01, 0.1, (4, 3)).astype(np.float32),
+                                "table_scale"),
+        numpy_helper.from_array(rng.integers(100, 156, (4, 3)).astype(np.uint8), "table_zero"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "y_scale"),
+        numpy_helper.from_array(np.array(128, np.uint8), "y_zero"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["image"], ["pixels"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["pixels", "pixel_scale"], ["x"]),
+        helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zero"], ["wf"], axis=0),
+        helper.make_node("Conv", ["x", "wf"], ["conv"], pads=[1, 1, 1, 1]),
+        helper.make_node("DequantizeLinear", ["table", "table_scale", "table_zero"], ["tf"],
+                         axis=1, block_size=4),
+        helper.make_node("GlobalAveragePool", ["conv"], ["pooled4"]),
+        helper.make_node("Flatten", ["pooled4"], ["pooled"]),
+        helper.make_node("MatMul", ["pooled", "tf"], ["mixed"]),
+        helper.make_node("QuantizeLinear", ["mixed", "y_scale", "y_zero"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "quantized_io",
+        [helper.make_tensor_value_info("image", TensorProto.UINT8, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 10])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    image = rng.integers(0, 256, (1, 3, 8, 8)).astype(np.uint8)
+    ours, reference = run_both(flowc, tmp_path, model, {"image": image})
+    assert ours["y"].dtype == np.uint8
+    assert 0 < reference["y"].min() and reference["y"].max() < 255, "saturation only"
+    np.testing.assert_array_equal(ours["y"], reference["y"])
+
+
+def test_quantize_rounds_halves_to_even_and_saturates(flowc, tmp_path):
+    """Quotients exactly halfway, others within a float32 step of halfway
+    (where x * (1 / scale) would round the wrong way), values beyond the
+    type's range, into int8 and uint8; then back."""
+    scale = np.float32(0.1)
+    halves = np.arange(-40, 40, dtype=np.float32) + np.float32(0.5)
+    near = (halves * scale).astype(np.float32)
+    x = np.concatenate([halves * 2, near, np.nextafter(near, np.float32(np.inf)),
+                        np.nextafter(near, np.float32(-np.inf)),
+                        np.array([300, -300, 1e9, -1e9], np.float32)]).reshape(1, -1)
+    outputs, nodes = [], []
+    for kind, dtype, zero in [("i8", np.int8, 3), ("u8", np.uint8, 100)]:
+        nodes += [
+            helper.make_node("QuantizeLinear", ["x", "scale", f"zero_{kind}"], [f"q_{kind}"]),
+            helper.make_node("DequantizeLinear", [f"q_{kind}", "scale", f"zero_{kind}"],
+                             [f"dq_{kind}"]),
+        ]
+        outputs += [helper.make_tensor_value_info(f"q_{kind}",
+                                                  helper.np_dtype_to_tensor_dtype(
+                                                      np.dtype(dtype)), x.shape),
+                    helper.make_tensor_value_info(f"dq_{kind}", TensorProto.FLOAT, x.shape)]
+    initializers = [numpy_helper.from_array(np.array(scale), "scale"),
+                    numpy_helper.from_array(np.array(3, np.int8), "zero_i8"),
+                    numpy_helper.from_array(np.array(100, np.uint8), "zero_u8")]
+    graph = helper.make_graph(nodes, "rounding",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    ours, reference = run_both(flowc, tmp_path, model, {"x": x})
+    for key, expected in reference.items():
+        assert ours[key].dtype == expected.dtype, key
+        np.testing.assert_array_equal(ours[key], expected, err_msg=key)
+
+
+def test_casts_between_bytes_and_wider_types(flowc, tmp_path):
+    """int8 <-> uint8 keep the bytes (-1 is 255), int32 -> int8 keeps the low
+    byte, bytes -> float32 and int64 widen exactly, float32 -> uint8 truncates
+    towards zero: as onnxruntime does."""
+    signed = np.array([[-128, -1, 0, 1, 127]], np.int8)
+    wide = np.array([[-129, 255, 256, 1000, -1]], np.int32)
+    floats = np.array([[0.0, 1.9, 2.5, 254.7, 17.2]], np.float32)
+    casts = [("signed", "to_u8", TensorProto.UINT8), ("to_u8", "back_i8", TensorProto.INT8),
+             ("to_u8", "u8_f32", TensorProto.FLOAT), ("signed", "i8_i64", TensorProto.INT64),
+             ("to_u8", "u8_i64", TensorProto.INT64), ("wide", "i32_i8", TensorProto.INT8),
+             ("floats", "f32_u8", TensorProto.UINT8)]
+    nodes = [helper.make_node("Cast", [a], [b], to=to) for a, b, to in casts]
+    graph = helper.make_graph(
+        nodes, "byte_casts",
+        [helper.make_tensor_value_info("signed", TensorProto.INT8, [1, 5]),
+         helper.make_tensor_value_info("wide", TensorProto.INT32, [1, 5]),
+         helper.make_tensor_value_info("floats", TensorProto.FLOAT, [1, 5])],
+        [helper.make_tensor_value_info(b, to, [1, 5]) for _, b, to in casts])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    ours, reference = run_both(flowc, tmp_path, model,
+                               {"signed": signed, "wide": wide, "floats": floats})
+    for key, expected in reference.items():
+        assert ours[key].dtype == expected.dtype, key
+        np.testing.assert_array_equal(ours[key], expected, err_msg=key)
+
+
+def byte_graph(op, *extra_inputs, opset=13, **attributes):
+    inputs = ["x", *extra_inputs]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], **attributes)], "bytes",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("case,code,message", [
+    ("add", 4, "node 'y'"),
+    ("int16", 4, "quantizing to int16 is not supported (int8, uint8)"),
+    ("misfit", 3, "input 's' of shape [3] fits neither one value, one per axis 1 entry"),
+])
+def test_what_is_refused_says_why(flowc, tmp_path, case, code, message):
+    if case == "add":
+        model = byte_graph("Add", "x")
+        message = "input 'x' is int8; Add does not take 8-bit integers"
+    else:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+        scale = np.array([0.1, 0.2, 0.3] if case == "misfit" else 0.1, np.float32)
+        zero = (np.zeros(3, np.int8) if case == "misfit"
+                else np.array(0, np.int16))
+        graph = helper.make_graph(
+            [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], case, [x],
+            [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(zero.dtype),
+                                           [2, 4])],
+            [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zero, "z")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+        model.ir_version = 10
+    path = tmp_path / f"{case}.onnx"
+    onnx.save(model, path)
+    result = flowc.run("submit", path, "-o", tmp_path / f"{case}.fca", check=False)
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr, result.stderr
+    assert not (tmp_path / f"{case}.fca").exists()
