@@ -209,14 +209,14 @@ def byte_graph(op, *extra_inputs, opset=13, **attributes):
 
 
 @pytest.mark.parametrize("case,code,message", [
-    ("add", 4, "node 'y'"),
+    ("softmax", 4, "node 'y'"),
     ("int16", 4, "quantizing to int16 is not supported (int8, uint8)"),
     ("misfit", 3, "input 's' of shape [3] fits neither one value, one per axis 1 entry"),
 ])
 def test_what_is_refused_says_why(flowc, tmp_path, case, code, message):
-    if case == "add":
-        model = byte_graph("Add", "x")
-        message = "input 'x' is int8; Add does not take 8-bit integers"
+    if case == "softmax":
+        model = byte_graph("Softmax")
+        message = "input 'x' is int8; Softmax does not take 8-bit integers"
     else:
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
         scale = np.array([0.1, 0.2, 0.3] if case == "misfit" else 0.1, np.float32)
@@ -235,3 +235,52 @@ def test_what_is_refused_says_why(flowc, tmp_path, case, code, message):
     assert result.returncode == code, result.stderr
     assert message in result.stderr, result.stderr
     assert not (tmp_path / f"{case}.fca").exists()
+
+
+def test_integer_ops_on_bytes_wrap_and_select_exactly(flowc, tmp_path):
+    """Arithmetic on int8 wraps as numpy's does (127 + 1 is -128, |-128| is
+    -128); division truncates towards zero; Mod takes the divisor's sign;
+    selections (Max, Clip, MaxPool) of uint8 values are uint8 values."""
+    a = np.array([[127, -128, -7, 7, 100, -1]], np.int8)
+    b = np.array([[1, -1, 2, -2, 3, 5]], np.int8)
+    u = np.array([[[[0, 255, 128, 3], [9, 200, 1, 77]]]], np.uint8)
+    binary = ["Add", "Sub", "Mul", "Div", "Mod"]
+    nodes = [helper.make_node(op, ["a", "b"], [op.lower()]) for op in binary]
+    nodes += [helper.make_node("Abs", ["a"], ["abs"]), helper.make_node("Neg", ["a"], ["neg"]),
+              helper.make_node("Max", ["u", "u2"], ["max"]),
+              helper.make_node("Clip", ["u", "low", "high"], ["clip"]),
+              helper.make_node("MaxPool", ["u"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+              helper.make_node("Greater", ["a", "b"], ["greater"])]
+    outputs = [helper.make_tensor_value_info(name, dtype, shape) for name, dtype, shape in
+               [(op.lower(), TensorProto.INT8, a.shape) for op in binary + ["Abs", "Neg"]]
+               + [("max", TensorProto.UINT8, u.shape), ("clip", TensorProto.UINT8, u.shape),
+                  ("pool", TensorProto.UINT8, [1, 1, 1, 2]),
+                  ("greater", TensorProto.BOOL, a.shape)]]
+    graph = helper.make_graph(
+        nodes, "byte_ops",
+        [helper.make_tensor_value_info("a", TensorProto.INT8, a.shape),
+         helper.make_tensor_value_info("b", TensorProto.INT8, b.shape),
+         helper.make_tensor_value_info("u", TensorProto.UINT8, u.shape)],
+        outputs,
+        [numpy_helper.from_array(np.full(u.shape, 100, np.uint8), "u2"),
+         numpy_helper.from_array(np.array(5, np.uint8), "low"),
+         numpy_helper.from_array(np.array(250, np.uint8), "high")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    path = save(model, tmp_path / "byte_ops.onnx")
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), {"a": a, "b": b, "u": u})
+    wide_a, wide_b = a.astype(np.int32), b.astype(np.int32)
+    expected = {
+        "add": (wide_a + wide_b).astype(np.int8), "sub": (wide_a - wide_b).astype(np.int8),
+        "mul": (wide_a * wide_b).astype(np.int8),
+        "div": np.trunc(wide_a / wide_b).astype(np.int8),
+        "mod": np.mod(wide_a, wide_b).astype(np.int8),
+        "abs": np.abs(wide_a).astype(np.int8), "neg": (-wide_a).astype(np.int8),
+        "max": np.maximum(u, 100), "clip": np.clip(u, 5, 250),
+        "pool": u.reshape(1, 1, 1, 2, 2, 2).max(axis=(3, 5)),
+        "greater": a > b,
+    }
+    for key, value in expected.items():
+        assert ours[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(ours[key], value, err_msg=key)

@@ -582,6 +582,8 @@ Status Importer::importNode(const Node &node) {
     mlir::Type half = halfInputType(node);
     if (half && op != "Cast" && op != "CastLike")
       return importWidened(node, info->import, half);
+    if (readsBytesWidened(node))
+      return importWidenedBytes(node, info->import);
     FLOWC_RETURN_IF_ERROR((this->*info->import)(node));
     inheritSignedness(node);
     return Status::ok();
@@ -604,15 +606,11 @@ mlir::Type Importer::halfInputType(const Node &node) const {
 const TensorData &Importer::widenedConstant(const TensorData &tensor) {
   if (auto it = widened_.find(&tensor); it != widened_.end())
     return *it->second;
-  size_t count = tensor.bytes.size() / 2;
-  std::string bytes(count * sizeof(float), '\0');
-  for (size_t i = 0; i < count; ++i) {
-    uint16_t bits;
-    std::memcpy(&bits, tensor.bytes.data() + 2 * i, 2);
-    float value =
-        tensor.info.dtype == DType::F16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
-    std::memcpy(bytes.data() + sizeof(float) * i, &value, sizeof(float));
-  }
+  std::optional<std::vector<float>> values = floatValues(tensor);
+  if (!values)
+    return tensor;
+  std::string bytes(values->size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), values->data(), bytes.size());
   TensorData &copy = folded_.emplace_back();
   copy.info = {tensor.info.name, DType::F32, tensor.info.shape};
   copy.owned = std::make_shared<std::string>(std::move(bytes));

@@ -63,6 +63,11 @@ struct IntTensor {
   DType dtype = DType::I64;
 };
 
+/// The values of a float32, float16, bfloat16, int8, uint8 or int32 tensor
+/// as float32 (exact but for int32 beyond 2^24); nothing for other dtypes
+/// or a size that does not match the shape.
+std::optional<std::vector<float>> floatValues(const TensorData &tensor);
+
 /// The values of an integer or bool tensor, widened to int64; nothing for
 /// other dtypes.
 std::optional<IntTensor> toInts(const TensorData &tensor);
@@ -254,7 +259,8 @@ public:
   /// float32, and rounds its float32 results to `half`.
   Status importWidened(const Node &node, Status (Importer::*import)(const Node &),
                        mlir::Type half);
-  /// `tensor` (small, half) as float32 data, made once per tensor.
+  /// `tensor` (small, half or 8-bit) as float32 data, made once per tensor;
+  /// `tensor` itself when its data is malformed.
   const TensorData &widenedConstant(const TensorData &tensor);
   /// Replaces the constant `tensor` (float32) by its values rounded to
   /// `half`.
@@ -276,8 +282,16 @@ public:
   /// quantization rounds to an integer.
   Value divideExactly(Value x, Value y);
   /// A refusal naming the first int8 or uint8 input of a node whose op
-  /// only floats or wider integers reach; ok for the ops that take bytes.
+  /// takes no bytes; ok for the ops that take them.
   Status checkByteInputs(const Node &node) const;
+  /// Whether the node computes on 8-bit inputs through wider values
+  /// (importWidenedBytes).
+  bool readsBytesWidened(const Node &node) const;
+  /// Imports `node` (through `import`) with its 8-bit inputs widened
+  /// exactly (to float32; to int32 for Div and Mod, which divide as
+  /// integers), and its wide results narrowed back: wrapped to 8 bits as
+  /// numpy and onnxruntime wrap integer arithmetic.
+  Status importWidenedBytes(const Node &node, Status (Importer::*import)(const Node &));
   /// Marks the byte outputs of a node that moves bytes as uint8 where its
   /// byte inputs are.
   void inheritSignedness(const Node &node);
@@ -288,6 +302,22 @@ public:
   Expected<Value> quantizationParameter(const Node &node, size_t index,
                                         const Shape &shape, int64_t axis,
                                         int64_t blockSize, float zero);
+  /// x (float32) quantized by the node's inputs scaleIndex and zeroIndex
+  /// to `to` (int8 or uint8).
+  Expected<Value> quantize(const Node &node, Value x, size_t scaleIndex, size_t zeroIndex,
+                           int64_t axis, int64_t blockSize, DType to);
+  /// x (int8, uint8 or int32) dequantized to float32 by the node's inputs
+  /// scaleIndex and zeroIndex.
+  Expected<Value> dequantize(const Node &node, Value x, size_t scaleIndex,
+                             size_t zeroIndex, int64_t axis, int64_t blockSize);
+  /// The first result of `import` run on `node` as an `opType` node reading
+  /// `inputs` (QLinearConv's convolution of dequantized values).
+  Expected<Value> importOver(const Node &node, const char *opType,
+                             llvm::ArrayRef<Value> inputs,
+                             Status (Importer::*import)(const Node &));
+  Status importQLinearMatMul(const Node &node);
+  Status importConvInteger(const Node &node);
+  Status importQLinearConv(const Node &node);
   Status importQuantizeLinear(const Node &node);
   Status importDequantizeLinear(const Node &node);
   Status importDynamicQuantizeLinear(const Node &node);

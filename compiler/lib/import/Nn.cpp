@@ -982,16 +982,6 @@ namespace {
 
 // Costs ------------------------------------------------------------------
 
-/// Y = conv(X, W) + B with W [Cout, Cin/group, kh, kw]: every output element
-/// is a dot product of length Cin/group * kh * kw.
-std::optional<uint64_t> convFlops(const NodeRecord &record, const Node *) {
-  if (!present(record, 1) || !hasShape(record.inputs[1]) || record.outputs.empty())
-    return std::nullopt;
-  uint64_t out = outputElements(record);
-  uint64_t flops = 2 * out * trailingProduct(record.inputs[1].shape, 1);
-  return flops + (present(record, 2) ? out : 0);
-}
-
 /// Each input element meets C_out / group * kernel weights (weight
 /// [C_in, C_out / group, k...]), whatever the pads crop.
 std::optional<uint64_t> convTransposeFlops(const NodeRecord &record, const Node *) {

@@ -45,6 +45,16 @@ std::optional<uint64_t> perElement(const NodeRecord &record, const Node *) {
   return Flops * outputElements(record);
 }
 
+/// Y = conv(X, W) + B with W [Cout, Cin/group, kh, kw]: every output element
+/// is a dot product of length Cin/group * kh * kw.
+inline std::optional<uint64_t> convFlops(const NodeRecord &record, const Node *) {
+  if (!present(record, 1) || !hasShape(record.inputs[1]) || record.outputs.empty())
+    return std::nullopt;
+  uint64_t out = outputElements(record);
+  uint64_t flops = 2 * out * trailingProduct(record.inputs[1].shape, 1);
+  return flops + (present(record, 2) ? out : 0);
+}
+
 /// Y[..., M, N] = A[..., M, K] · B[..., K, N], batch dimensions broadcast:
 /// every output element is a dot product of length K.
 inline std::optional<uint64_t> matMulFlops(const NodeRecord &record, const Node *) {

@@ -26,30 +26,32 @@ namespace {
 /// Ops that take int8 or uint8 inputs: the quantization ops, Cast, and ops
 /// that only move elements (which keep the dtype: inheritSignedness).
 bool takesBytes(const std::string &op) {
-  static const std::set<std::string, std::less<>> ops = {"QuantizeLinear",
-                                                         "DequantizeLinear",
-                                                         "MatMulInteger",
-                                                         "Cast",
-                                                         "CastLike",
-                                                         "Reshape",
-                                                         "Transpose",
-                                                         "Squeeze",
-                                                         "Unsqueeze",
-                                                         "Flatten",
-                                                         "Identity",
-                                                         "Concat",
-                                                         "Slice",
-                                                         "Gather",
-                                                         "Split",
-                                                         "Expand",
-                                                         "Tile",
-                                                         "Shape",
-                                                         "Size"};
+  // clang-format off
+  static const std::set<std::string, std::less<>> ops = {
+      "QuantizeLinear", "DequantizeLinear", "MatMulInteger", "ConvInteger",
+      "QLinearMatMul", "QLinearConv", "Cast", "CastLike",
+      "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+      "Concat", "Slice", "Gather", "Split", "Expand", "Tile", "Shape", "Size"};
+  // clang-format on
   return ops.contains(op);
 }
 
-/// A constant's values as floats, for the dtypes quantization parameters
-/// come in; nothing for others.
+/// Ops that compute on int8 and uint8 through wider values, exactly:
+/// selections and comparisons (a result is one of the inputs, or a bool),
+/// and integer arithmetic, whose 8-bit result wraps.
+bool computesOnWidenedBytes(const std::string &op) {
+  // clang-format off
+  static const std::set<std::string, std::less<>> ops = {
+      "Add", "Sub", "Mul", "Div", "Mod", "Abs", "Neg", "Sign", "Max", "Min",
+      "Clip", "Relu", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin",
+      "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Where",
+      "ArgMax", "ArgMin", "Pad"};
+  // clang-format on
+  return ops.contains(op);
+}
+
+} // namespace
+
 std::optional<std::vector<float>> floatValues(const TensorData &tensor) {
   size_t count = static_cast<size_t>(tensor.info.elementCount());
   size_t size = dtypeSize(tensor.info.dtype);
@@ -88,8 +90,6 @@ std::optional<std::vector<float>> floatValues(const TensorData &tensor) {
   }
   return values;
 }
-
-} // namespace
 
 Value Importer::markBytes(Value v, DType dtype) {
   if (dtype == DType::U8)
@@ -136,8 +136,88 @@ Value Importer::divideExactly(Value x, Value y) {
   return build<mlir::tosa::CastOp>(out, {product});
 }
 
+bool Importer::readsBytesWidened(const Node &node) const {
+  return computesOnWidenedBytes(node.opType) &&
+         llvm::any_of(node.inputs, [&](const std::string &input) {
+           return isByte(describeValue(input).dtype);
+         });
+}
+
+Status Importer::importWidenedBytes(const Node &node,
+                                    Status (Importer::*import)(const Node &)) {
+  // As importWidened: the widened values are bound for this node only, and
+  // small constants (a Clip bound, a Pad value) widen at import, so that
+  // ops that take constants find float32 data.
+  constexpr int64_t kWidenedConstantElements = 64;
+  bool asIntegers = node.opType == "Div" || node.opType == "Mod";
+  DType bytes = DType::Undefined;
+  struct Saved {
+    std::string name;
+    std::optional<Value> value;
+    const TensorData *constant = nullptr;
+  };
+  std::vector<Saved> saved;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const std::string &name = node.inputs[i];
+    DType dtype = describeValue(name).dtype;
+    if (name.empty() || !isByte(dtype) ||
+        llvm::any_of(saved, [&](const Saved &s) { return s.name == name; }))
+      continue;
+    if (bytes == DType::Undefined)
+      bytes = dtype;
+    Saved &entry = saved.emplace_back();
+    entry.name = name;
+    if (auto value = values_.find(name); value != values_.end())
+      entry.value = value->second;
+    auto constant = constants_.find(name);
+    if (constant != constants_.end()) {
+      entry.constant = constant->second;
+      if (!asIntegers &&
+          constant->second->info.elementCount() <= kWidenedConstantElements) {
+        constant->second = &widenedConstant(*entry.constant);
+        if (!entry.value)
+          continue;
+      }
+    }
+    FLOWC_ASSIGN_OR_RETURN(Value x, entry.value ? *entry.value : anyOperand(node, i));
+    if (!entry.value)
+      entry.value = x;
+    Value wide = widenBytes(x);
+    if (asIntegers)
+      wide = buildTyped<mlir::tosa::CastOp>(builder_.getI32Type(), shapeOf(wide), {wide});
+    values_[name] = wide;
+  }
+  Status status = (this->*import)(node);
+  for (const Saved &entry : saved) {
+    if (entry.value)
+      values_[entry.name] = *entry.value;
+    else
+      values_.erase(entry.name);
+    if (entry.constant)
+      constants_[entry.name] = entry.constant;
+  }
+  FLOWC_RETURN_IF_ERROR(status);
+  // Float32 and int32 results are 8-bit again; through int32, whose
+  // truncation to 8 bits wraps (int8 127 + 1 is -128, as in onnxruntime).
+  mlir::Type i8 = builder_.getI8Type(), i32 = builder_.getI32Type();
+  for (const std::string &name : node.outputs) {
+    auto value = values_.find(name);
+    if (name.empty() || value == values_.end())
+      continue;
+    Value result = value->second;
+    mlir::Type element = elementTypeOf(result);
+    if (!element.isF32() && !element.isInteger(32))
+      continue;
+    Shape shape = shapeOf(result);
+    if (element.isF32())
+      result = buildTyped<mlir::tosa::CastOp>(i32, shape, {result});
+    value->second = markBytes(buildTyped<mlir::tosa::CastOp>(i8, shape, {result}), bytes);
+  }
+  return Status::ok();
+}
+
 Status Importer::checkByteInputs(const Node &node) const {
-  if (takesBytes(node.opType))
+  if (takesBytes(node.opType) || computesOnWidenedBytes(node.opType))
     return Status::ok();
   for (const std::string &input : node.inputs)
     if (DType dtype = describeValue(input).dtype; isByte(dtype))
@@ -213,6 +293,9 @@ Expected<Value> Importer::quantizationParameter(const Node &node, size_t index,
     perAxis[axis] = shape[axis];
     return reshape(value, perAxis);
   }
+  // A block as long as the axis or longer is one block: the same values,
+  // and no tile of a block's (untrusted) length.
+  blockSize = std::max<int64_t>(1, std::min(blockSize, shape[axis]));
   int64_t blocks = (shape[axis] + blockSize - 1) / blockSize;
   Shape expected = shape;
   expected[axis] = blocks;
@@ -241,21 +324,25 @@ static DType quantizedType(const Node &node, const TensorInfo &zeroPoint) {
   return attribute != 0 ? static_cast<DType>(attribute) : DType::U8;
 }
 
-Status Importer::importQuantizeLinear(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  Shape shape = shapeOf(x);
-  DType to =
-      quantizedType(node, describeValue(hasOperand(node, 2) ? node.inputs[2] : ""));
+/// A quantization op's block_size attribute, validated.
+static Expected<int64_t> blockSizeOf(const Importer &importer, const Node &node) {
+  int64_t blockSize = intAttr(node, "block_size", 0);
+  if (blockSize < 0)
+    return importer.nodeError(node, "block_size is " + std::to_string(blockSize));
+  return blockSize;
+}
+
+Expected<Value> Importer::quantize(const Node &node, Value x, size_t scaleIndex,
+                                   size_t zeroIndex, int64_t axis, int64_t blockSize,
+                                   DType to) {
   if (!isByte(to))
     return nodeUnsupported(node, "quantizing to " + dtypeName(to) +
                                      " is not supported (int8, uint8)");
-  int64_t axis = intAttr(node, "axis", 1), blockSize = intAttr(node, "block_size", 0);
-  if (blockSize < 0)
-    return nodeError(node, "block_size is " + std::to_string(blockSize));
-  FLOWC_ASSIGN_OR_RETURN(Value scale,
-                         quantizationParameter(node, 1, shape, axis, blockSize, 1.0f));
-  FLOWC_ASSIGN_OR_RETURN(Value zeroPoint,
-                         quantizationParameter(node, 2, shape, axis, blockSize, 0.0f));
+  Shape shape = shapeOf(x);
+  FLOWC_ASSIGN_OR_RETURN(
+      Value scale, quantizationParameter(node, scaleIndex, shape, axis, blockSize, 1.0f));
+  FLOWC_ASSIGN_OR_RETURN(Value zeroPoint, quantizationParameter(node, zeroIndex, shape,
+                                                                axis, blockSize, 0.0f));
   // round(x / scale), halves to even (tosa.cast's rounding), plus the zero
   // point in int32, where the sum is exact; then saturated to the type.
   // The quotient is clamped first, far beyond any 8-bit range, so that the
@@ -270,29 +357,24 @@ Status Importer::importQuantizeLinear(const Node &node) {
       i32, shape, {q},
       {attr("min_val", builder_.getI32IntegerAttr(isUnsigned ? 0 : -128)),
        attr("max_val", builder_.getI32IntegerAttr(isUnsigned ? 255 : 127))});
-  return define(
-      node,
-      markBytes(buildTyped<mlir::tosa::CastOp>(builder_.getI8Type(), shape, {q}), to));
+  return markBytes(buildTyped<mlir::tosa::CastOp>(builder_.getI8Type(), shape, {q}), to);
 }
 
-Status Importer::importDequantizeLinear(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+Expected<Value> Importer::dequantize(const Node &node, Value x, size_t scaleIndex,
+                                     size_t zeroIndex, int64_t axis, int64_t blockSize) {
   Shape shape = shapeOf(x);
   DType dtype = dtypeOf(x);
   if (!isByte(dtype) && dtype != DType::I32)
-    return nodeUnsupported(node, "input '" + node.inputs[0] + "' is " + dtypeName(dtype) +
-                                     "; DequantizeLinear reads int8, uint8 and int32");
-  int64_t axis = intAttr(node, "axis", 1), blockSize = intAttr(node, "block_size", 0);
-  if (blockSize < 0)
-    return nodeError(node, "block_size is " + std::to_string(blockSize));
-  if (hasOperand(node, 2) && describeValue(node.inputs[2]).dtype != dtype)
-    return nodeError(node, "zero point '" + node.inputs[2] + "' is " +
-                               dtypeName(describeValue(node.inputs[2]).dtype) +
-                               ", the input is " + dtypeName(dtype));
-  FLOWC_ASSIGN_OR_RETURN(Value scale,
-                         quantizationParameter(node, 1, shape, axis, blockSize, 1.0f));
-  FLOWC_ASSIGN_OR_RETURN(Value zeroPoint,
-                         quantizationParameter(node, 2, shape, axis, blockSize, 0.0f));
+    return nodeUnsupported(node, "a quantized input is " + dtypeName(dtype) + "; " +
+                                     node.opType + " reads int8, uint8 and int32");
+  if (hasOperand(node, zeroIndex) && describeValue(node.inputs[zeroIndex]).dtype != dtype)
+    return nodeError(node, "zero point '" + node.inputs[zeroIndex] + "' is " +
+                               dtypeName(describeValue(node.inputs[zeroIndex]).dtype) +
+                               ", the input it belongs to is " + dtypeName(dtype));
+  FLOWC_ASSIGN_OR_RETURN(
+      Value scale, quantizationParameter(node, scaleIndex, shape, axis, blockSize, 1.0f));
+  FLOWC_ASSIGN_OR_RETURN(Value zeroPoint, quantizationParameter(node, zeroIndex, shape,
+                                                                axis, blockSize, 0.0f));
   Value centered;
   if (dtype == DType::I32) {
     // In int32, as ONNX subtracts: a float32 difference of two large int32
@@ -304,7 +386,116 @@ Status Importer::importDequantizeLinear(const Node &node) {
   } else {
     centered = sub(widenBytes(x), zeroPoint);
   }
-  return define(node, mul(centered, scale));
+  return mul(centered, scale);
+}
+
+Status Importer::importQuantizeLinear(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
+  DType to =
+      quantizedType(node, describeValue(hasOperand(node, 2) ? node.inputs[2] : ""));
+  FLOWC_ASSIGN_OR_RETURN(int64_t blockSize, blockSizeOf(*this, node));
+  FLOWC_ASSIGN_OR_RETURN(
+      Value y, quantize(node, x, 1, 2, intAttr(node, "axis", 1), blockSize, to));
+  return define(node, y);
+}
+
+Status Importer::importDequantizeLinear(const Node &node) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(int64_t blockSize, blockSizeOf(*this, node));
+  FLOWC_ASSIGN_OR_RETURN(Value y,
+                         dequantize(node, x, 1, 2, intAttr(node, "axis", 1), blockSize));
+  return define(node, y);
+}
+
+Expected<Value> Importer::importOver(const Node &node, const char *opType,
+                                     llvm::ArrayRef<Value> inputs,
+                                     Status (Importer::*import)(const Node &)) {
+  // Names no ONNX graph of flowc's reading has: each starts with a NUL.
+  Node inner = node;
+  inner.opType = opType;
+  inner.inputs.clear();
+  std::string prefix = std::string(1, '\0') + node.name + "/" + opType + "/";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inner.inputs.push_back(prefix + std::to_string(i));
+    values_[inner.inputs.back()] = inputs[i];
+  }
+  inner.outputs = {prefix + "out"};
+  Status status = (this->*import)(inner);
+  for (const std::string &name : inner.inputs)
+    values_.erase(name);
+  FLOWC_RETURN_IF_ERROR(status);
+  auto result = values_.find(inner.outputs[0]);
+  if (result == values_.end())
+    return internalError(node.describe() + ": " + opType + " defined no result");
+  Value y = result->second;
+  values_.erase(result);
+  return y;
+}
+
+Status Importer::importQLinearMatMul(const Node &node) {
+  // a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point:
+  // a's parameters per row (or one), b's and y's per column (or one).
+  FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 3));
+  int64_t rowAxis = static_cast<int64_t>(shapeOf(a).size()) - 2;
+  int64_t columnAxis = static_cast<int64_t>(shapeOf(b).size()) - 1;
+  FLOWC_ASSIGN_OR_RETURN(Value wideA, dequantize(node, a, 1, 2, rowAxis, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value wideB, dequantize(node, b, 4, 5, columnAxis, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value product, matmulValues(node, wideA, wideB));
+  FLOWC_ASSIGN_OR_RETURN(Value y,
+                         quantize(node, product, 6, 7,
+                                  static_cast<int64_t>(shapeOf(product).size()) - 1, 0,
+                                  describeValue(node.inputs[7]).dtype));
+  return define(node, y);
+}
+
+Status Importer::importConvInteger(const Node &node) {
+  // x, w, x_zero_point (one), w_zero_point (one or one per output channel).
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value w, anyOperand(node, 1));
+  for (Value v : {x, w})
+    if (!isByte(dtypeOf(v)))
+      return nodeError(node, "an input is " + dtypeName(dtypeOf(v)) +
+                                 "; ConvInteger convolves int8 and uint8");
+  FLOWC_ASSIGN_OR_RETURN(Value xZero,
+                         quantizationParameter(node, 2, shapeOf(x), 1, 0, 0.0f));
+  FLOWC_ASSIGN_OR_RETURN(Value wZero,
+                         quantizationParameter(node, 3, shapeOf(w), 0, 0, 0.0f));
+  // Sums of byte products in float32, as MatMulInteger's.
+  FLOWC_ASSIGN_OR_RETURN(
+      Value y,
+      importOver(node, "Conv", {sub(widenBytes(x), xZero), sub(widenBytes(w), wZero)},
+                 &Importer::importConv));
+  return define(node,
+                buildTyped<mlir::tosa::CastOp>(builder_.getI32Type(), shapeOf(y), {y}));
+}
+
+Status Importer::importQLinearConv(const Node &node) {
+  // x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+  // y_zero_point, bias (int32, of scale x_scale * w_scale, zero point 0).
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value w, anyOperand(node, 3));
+  FLOWC_ASSIGN_OR_RETURN(Value wideX, dequantize(node, x, 1, 2, 1, 0));
+  FLOWC_ASSIGN_OR_RETURN(Value wideW, dequantize(node, w, 4, 5, 0, 0));
+  llvm::SmallVector<Value> inputs = {wideX, wideW};
+  if (hasOperand(node, 8)) {
+    FLOWC_ASSIGN_OR_RETURN(Value bias, anyOperand(node, 8));
+    Shape shape = shapeOf(bias);
+    if (dtypeOf(bias) != DType::I32 || shape.size() != 1)
+      return nodeError(node, "bias '" + node.inputs[8] + "' is " +
+                                 dtypeName(dtypeOf(bias)) + " " + shapeString(shape) +
+                                 "; QLinearConv's bias is 1-D int32");
+    FLOWC_ASSIGN_OR_RETURN(Value xScale,
+                           quantizationParameter(node, 1, shape, 0, 0, 1.0f));
+    FLOWC_ASSIGN_OR_RETURN(Value wScale,
+                           quantizationParameter(node, 4, shape, 0, 0, 1.0f));
+    inputs.push_back(mul(mul(build<mlir::tosa::CastOp>(shape, {bias}), xScale), wScale));
+  }
+  FLOWC_ASSIGN_OR_RETURN(Value y,
+                         importOver(node, "Conv", inputs, &Importer::importConv));
+  FLOWC_ASSIGN_OR_RETURN(
+      Value q, quantize(node, y, 6, 7, 1, 0, describeValue(node.inputs[7]).dtype));
+  return define(node, q);
 }
 
 Status Importer::importDynamicQuantizeLinear(const Node &node) {
@@ -373,6 +564,15 @@ Status Importer::importMatMulInteger(const Node &node) {
 }
 
 namespace {
+/// QLinearConv: Conv's count, its weight being input 3 and its bias input 8.
+std::optional<uint64_t> qLinearConvFlops(const NodeRecord &record, const Node *) {
+  if (!present(record, 3) || !hasShape(record.inputs[3]) || record.outputs.empty())
+    return std::nullopt;
+  uint64_t out = outputElements(record);
+  return 2 * out * trailingProduct(record.inputs[3].shape, 1) +
+         (present(record, 8) ? out : 0);
+}
+
 using I = Importer;
 // Inputs and outputs: x, scale, zero point -> y.
 const OpInfo kQuantizeOps[] = {
@@ -381,6 +581,11 @@ const OpInfo kQuantizeOps[] = {
      .signature = {2, 3, 1, 1},
      .import = &I::importDequantizeLinear,
      .cost = perElement<2>},
+    {.name = "ConvInteger",
+     .sinceVersion = 10,
+     .signature = {2, 4, 1, 1},
+     .import = &I::importConvInteger,
+     .cost = convFlops},
     {.name = "DynamicQuantizeLinear",
      .sinceVersion = 11,
      .signature = {1, 1, 3, 3},
@@ -390,6 +595,16 @@ const OpInfo kQuantizeOps[] = {
      .sinceVersion = 10,
      .signature = {2, 4, 1, 1},
      .import = &I::importMatMulInteger,
+     .cost = matMulFlops},
+    {.name = "QLinearConv",
+     .sinceVersion = 10,
+     .signature = {8, 9, 1, 1},
+     .import = &I::importQLinearConv,
+     .cost = qLinearConvFlops},
+    {.name = "QLinearMatMul",
+     .sinceVersion = 10,
+     .signature = {8, 8, 1, 1},
+     .import = &I::importQLinearMatMul,
      .cost = matMulFlops},
     {.name = "QuantizeLinear",
      .sinceVersion = 10,
