@@ -19,11 +19,13 @@ from conftest import ROOT, assert_close, onnxruntime_outputs, save
 
 # A quantized graph rounds every activation to one of 256 steps: a
 # float32 difference in a sum's order moves a value near a step's boundary
-# to the next step, and the error travels through the layers. onnxruntime's
-# own int8 kernels differ from its float reference by 1.6% (ResNet-18) and
-# 0.9% (BERT) of the output's scale here; flowc's float32 arithmetic by
-# 1.6% and 1.8%.
-QUANTIZED_RTOL = 4e-2
+# to the next step, and the error travels through the layers. Against
+# onnxruntime's float reference here, its own int8 kernels are at 1.6%
+# (ResNet-18), 2.7% (MobileNetV3-Small) and 0.9% (BERT) of the output's
+# scale, flowc's float32 arithmetic at 1.6%, 2.7% and 1.8%; sums in another
+# order (another ISA) move them. A wrong zero point or scale is off by the
+# whole output.
+QUANTIZED_RTOL = 6e-2
 
 
 def quantize(mode, source, target, *options):
@@ -284,3 +286,37 @@ def test_integer_ops_on_bytes_wrap_and_select_exactly(flowc, tmp_path):
     for key, value in expected.items():
         assert ours[key].dtype == value.dtype, key
         np.testing.assert_array_equal(ours[key], value, err_msg=key)
+
+
+def test_weights_quantized_in_the_graph_are_quantized_once_at_import(flowc, tmp_path):
+    """Quantization-aware training's exports quantize float32 weights in the
+    graph (QuantizeLinear then DequantizeLinear, per output channel here):
+    the weight is quantized at import, its dequantization derived at link,
+    so no run computes either; results equal onnxruntime's reference."""
+    rng = np.random.default_rng(11)
+    weight = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    scale = (np.abs(weight).reshape(8, -1).max(axis=1) / 127).astype(np.float32)
+    initializers = [numpy_helper.from_array(weight, "w"),
+                    numpy_helper.from_array(scale, "w_scale"),
+                    numpy_helper.from_array(np.zeros(8, np.int8), "w_zero")]
+    nodes = [helper.make_node("QuantizeLinear", ["w", "w_scale", "w_zero"], ["wq"], axis=0),
+             helper.make_node("DequantizeLinear", ["wq", "w_scale", "w_zero"], ["wf"], axis=0),
+             helper.make_node("Conv", ["x", "wf"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "qat_weights",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                             [1, 8, 8, 8])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    path = save(model, tmp_path / "qat_weights.onnx")
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), {"x": x})
+    assert_close(ours["y"], reference_outputs(path, {"x": x})["y"], 1e-5)
+    ir = flowc.run("submit", path, "-o", tmp_path / "again.fca", "--print-ir-after",
+                   "flowc-derive-weights").stderr
+    main = ir[ir.index("func.func @main"):]
+    body = main[main.index("{\n"):]
+    assert "f64" not in body and "xi8>" not in body, body[:2000]
+    assert main.count("flowc.recipe =") == 1

@@ -318,6 +318,10 @@ public:
   Status importQLinearMatMul(const Node &node);
   Status importConvInteger(const Node &node);
   Status importQLinearConv(const Node &node);
+  /// A QuantizeLinear of a float32 constant by constant parameters,
+  /// computed here as a folded constant; false (nothing done) otherwise.
+  Expected<bool> foldQuantizeLinear(const Node &node, DType to, int64_t axis,
+                                    int64_t blockSize);
   Status importQuantizeLinear(const Node &node);
   Status importDequantizeLinear(const Node &node);
   Status importDynamicQuantizeLinear(const Node &node);

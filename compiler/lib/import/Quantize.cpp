@@ -1,6 +1,7 @@
-// Quantized models: int8 and uint8 values, and the ops that make and read
+// Quantized models: int8 and uint8 values and the ops that make and read
 // them (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
-// MatMulInteger).
+// MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv), and integer ops
+// on bytes.
 //
 // Quantized graphs (onnxruntime's QDQ format, PyTorch's and TensorRT's
 // exports) are float graphs with their tensors' rounding written out: a
@@ -8,9 +9,10 @@
 // through a QuantizeLinear and back. flowc computes those graphs in
 // float32 with the rounding kept where the graph asks for it: a
 // dequantized weight is a derived weight (computed once at link), a
-// quantize-dequantize pair is an elementwise step that fuses with its
-// neighbours. Results are what the graph says, exactly where integer
-// arithmetic is exact in float32.
+// quantize-dequantize pair an elementwise step that fuses with the
+// elementwise ops around it (not into a library kernel's epilogue).
+// Results are what the graph says, exactly where integer arithmetic is
+// exact in float32.
 #include "Importer.h"
 #include "OpCost.h"
 
@@ -389,11 +391,83 @@ Expected<Value> Importer::dequantize(const Node &node, Value x, size_t scaleInde
   return mul(centered, scale);
 }
 
+Expected<bool> Importer::foldQuantizeLinear(const Node &node, DType to, int64_t axis,
+                                            int64_t blockSize) {
+  auto constant = [&](size_t index) -> const TensorData * {
+    if (!hasOperand(node, index) || values_.count(node.inputs[index]))
+      return nullptr;
+    auto it = constants_.find(node.inputs[index]);
+    return it == constants_.end() ? nullptr : it->second;
+  };
+  const TensorData *x = constant(0), *scale = constant(1), *zero = constant(2);
+  if (!x || x->info.dtype != DType::F32 || !scale || (hasOperand(node, 2) && !zero) ||
+      !isByte(to))
+    return false;
+  std::optional<std::vector<float>> values = floatValues(*x),
+                                    scales = floatValues(*scale);
+  std::optional<std::vector<float>> zeros =
+      zero ? floatValues(*zero) : std::optional(std::vector<float>{0.0f});
+  if (!values || !scales || !zeros)
+    return false;
+  // Each parameter's index for an element: its coordinate along the axis
+  // (over the block length), or 0 for one value.
+  const Shape &shape = x->info.shape;
+  int64_t count = static_cast<int64_t>(values->size());
+  int64_t along = 1, extent = 1, block = 1;
+  bool perAxis = scales->size() > 1;
+  if (perAxis) {
+    FLOWC_ASSIGN_OR_RETURN(int64_t normalized,
+                           rankAxis(node, axis, static_cast<int64_t>(shape.size())));
+    extent = shape[normalized];
+    along = product(shape, normalized + 1, shape.size());
+    block = blockSize > 0 ? std::max<int64_t>(1, std::min(blockSize, extent)) : 1;
+    int64_t blocks = (extent + block - 1) / block;
+    int64_t outer = product(shape, 0, normalized);
+    bool fits = blockSize > 0
+                    ? static_cast<int64_t>(scales->size()) == outer * blocks * along
+                    : static_cast<int64_t>(scales->size()) == extent;
+    if (!fits || zeros->size() != scales->size())
+      return false; // quantizationParameter names what does not fit
+  } else if (zeros->size() != 1) {
+    return false;
+  }
+  FLOWC_RETURN_IF_ERROR(reserveFolded(node, shape).status());
+  auto bytes = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
+  double low = to == DType::U8 ? 0 : -128, high = to == DType::U8 ? 255 : 127;
+  int64_t blocks = (extent + block - 1) / block;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t p = 0;
+    if (perAxis) {
+      int64_t coordinate = i / along % extent, inner = i % along,
+              outer = i / (along * extent);
+      p = blockSize > 0 ? (outer * blocks + coordinate / block) * along + inner
+                        : coordinate;
+    }
+    // As the graph's QuantizeLinear: the correctly rounded float32
+    // quotient, halves to even, plus the zero point, saturated.
+    float quotient = static_cast<float>(static_cast<double>((*values)[i]) /
+                                        static_cast<double>((*scales)[p]));
+    if (std::isnan(quotient))
+      quotient = 0.0f;
+    double q = std::nearbyint(std::clamp(quotient, -65536.0f, 65536.0f)) + (*zeros)[p];
+    (*bytes)[i] = static_cast<char>(static_cast<int32_t>(std::clamp(q, low, high)));
+  }
+  addFolded(node.outputs[0], to, shape, std::move(bytes));
+  return true;
+}
+
 Status Importer::importQuantizeLinear(const Node &node) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   DType to =
       quantizedType(node, describeValue(hasOperand(node, 2) ? node.inputs[2] : ""));
   FLOWC_ASSIGN_OR_RETURN(int64_t blockSize, blockSizeOf(*this, node));
+  // Weights quantized in the graph (quantization-aware training's exports):
+  // quantized here, once, so that their DequantizeLinear reads an 8-bit
+  // weight and derives it at link.
+  FLOWC_ASSIGN_OR_RETURN(
+      bool folded, foldQuantizeLinear(node, to, intAttr(node, "axis", 1), blockSize));
+  if (folded)
+    return Status::ok();
+  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(
       Value y, quantize(node, x, 1, 2, intAttr(node, "axis", 1), blockSize, to));
   return define(node, y);
