@@ -95,14 +95,15 @@ def onnx_seeds(out: pathlib.Path, work: pathlib.Path):
 def npy_seeds(out: pathlib.Path):
     arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, -2], np.int64),
               np.arange(8, dtype=np.int32).reshape(2, 2, 2), np.array([True, False]),
-              np.float32(3.5), np.zeros((0, 4), np.float32)]
+              np.float32(3.5), np.zeros((0, 4), np.float32), np.ones(3, np.float16),
+              np.array([-128, 127], np.int8), np.array([0, 255], np.uint8)]
     for array in arrays:
         for version in ((1, 0), (2, 0), (3, 0)):
             buffer = io.BytesIO()
             np.lib.format.write_array(buffer, np.asarray(array), version=version)
             put(out, buffer.getvalue())
     # Refused ones: Fortran order and a dtype flowc does not read.
-    for array in (np.asfortranarray(np.ones((2, 3), np.float32)), np.ones(3, np.float16)):
+    for array in (np.asfortranarray(np.ones((2, 3), np.float32)), np.ones(3, np.float64)):
         buffer = io.BytesIO()
         np.lib.format.write_array(buffer, array)
         put(out, buffer.getvalue())
