@@ -320,3 +320,24 @@ def test_weights_quantized_in_the_graph_are_quantized_once_at_import(flowc, tmp_
     body = main[main.index("{\n"):]
     assert "f64" not in body and "xi8>" not in body, body[:2000]
     assert main.count("flowc.recipe =") == 1
+
+
+def test_dynamic_cnn_with_conv_integer_matches_onnx_reference(flowc, tmp_path):
+    """onnxruntime's dynamic quantization of a CNN writes ConvInteger with
+    int8 weights, which onnxruntime itself cannot run on the CPU; ONNX's
+    reference evaluator can. flowc matches it."""
+    import make_models
+    from onnx.reference import ReferenceEvaluator
+
+    source = save(make_models.make_cnn(np.random.default_rng(5)), tmp_path / "cnn.onnx")
+    path = quantize("dynamic", source, tmp_path / "cnn_dynamic.onnx")
+    model = onnx.load(path)
+    assert {n.op_type for n in model.graph.node} >= {"ConvInteger", "MatMulInteger",
+                                                     "DynamicQuantizeLinear"}
+    image = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    flowc.submit(path)
+    ours = flowc.execute(path.with_suffix(".fca"), {"image": image})
+    reference = ReferenceEvaluator(model).run(None, {"image": image})
+    names = [o.name for o in model.graph.output]
+    for name, expected in zip(names, reference):
+        assert_close(ours[name], expected, 1e-5)
