@@ -268,8 +268,9 @@ public:
 
   // 8-bit integers (Quantize.cpp) ---------------------------------------
   // int8 and uint8 are i8 in the IR; unsignedBytes_ holds the uint8 ones.
-  // They carry quantized values: nodes that compute on them are the
-  // quantization ops and Cast, and the rest only move them (kByteOps).
+  // The quantization ops and Cast compute on them, integer ops through
+  // widened values (importWidenedBytes), ops that move elements take them
+  // as they are, and the rest refuse them (checkByteInputs).
   static bool isByte(DType dtype) { return dtype == DType::I8 || dtype == DType::U8; }
   /// Marks `v` (i8) as uint8 where `dtype` says so; returns it.
   Value markBytes(Value v, DType dtype);
