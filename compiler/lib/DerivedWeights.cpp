@@ -1,8 +1,6 @@
 #include "DerivedWeights.h"
 #include "transforms/Passes.h"
 
-#include "flowc/support/Half.h"
-
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/Dialect/Tosa/Utils/ConversionUtils.h"
@@ -122,25 +120,21 @@ private:
   llvm::DenseMap<Value, bool> memo_;
 };
 
-/// Whether computing `value` takes arithmetic (not just reshapes of one weight).
-bool computes(Value value) {
+/// Whether an op that `value` is computed through is one `is` accepts.
+bool computedThrough(Value value, bool (*is)(Operation *)) {
   Operation *producer = value.getDefiningOp();
   if (!producer)
     return false;
-  if (isArithmetic(producer))
-    return true;
-  return llvm::any_of(producer->getOperands(), computes);
+  return is(producer) || llvm::any_of(producer->getOperands(), [&](Value operand) {
+           return computedThrough(operand, is);
+         });
 }
 
+/// Whether computing `value` takes arithmetic (not just reshapes of one weight).
+bool computes(Value value) { return computedThrough(value, isArithmetic); }
+
 /// Whether computing `value` widens a narrow weight.
-bool widens(Value value) {
-  Operation *producer = value.getDefiningOp();
-  if (!producer)
-    return false;
-  if (isWidening(producer))
-    return true;
-  return llvm::any_of(producer->getOperands(), widens);
-}
+bool widens(Value value) { return computedThrough(value, isWidening); }
 
 mlir::tosa::ConstOp zeroShift(mlir::ImplicitLocOpBuilder &builder) {
   auto type = mlir::RankedTensorType::get({1}, builder.getI8Type());
@@ -666,37 +660,23 @@ Expected<std::string> evaluateDerivedWeight(const DerivedWeight &weight,
   for (unsigned i = 0; i < inputs.size(); ++i) {
     mlir::Type argType = derive.getArgument(i).getType();
     auto type = staticF32Tensor(argType);
-    auto narrow = staticNarrowTensor(argType);
-    if (narrow)
+    DType dtype = DType::F32;
+    if (auto narrow = staticNarrowTensor(argType)) {
       type = narrow;
-    mlir::Type element = type ? type.getElementType() : mlir::Type();
-    size_t elementBytes = !narrow ? 4 : element.isSignlessInteger(8) ? 1 : 2;
-    const char *wanted = !narrow            ? "float32"
-                         : element.isF16()  ? "float16"
-                         : element.isBF16() ? "bfloat16"
-                                            : "8-bit";
+      mlir::Type element = narrow.getElementType();
+      dtype = element.isF16() ? DType::F16 : element.isBF16() ? DType::BF16 : DType::I8;
+    }
+    std::string wanted = dtype == DType::I8 ? "8-bit" : dtypeName(dtype);
     if (!type ||
-        inputs[i].size() != static_cast<size_t>(type.getNumElements()) * elementBytes)
+        inputs[i].size() != static_cast<size_t>(type.getNumElements()) * dtypeSize(dtype))
       return invalidArgument(
           "derived weight '" + weight.key + "': source weight '" + weight.inputs[i] +
           "' has " + std::to_string(inputs[i].size()) + " bytes, the recipe expects a " +
           wanted + " tensor of " + std::to_string(type ? type.getNumElements() : 0) +
           " elements");
+    // A narrow source is widened as it is read.
     Array array{llvm::SmallVector<int64_t>(type.getShape()),
-                std::vector<float>(type.getNumElements())};
-    if (!narrow) {
-      std::memcpy(array.data.data(), inputs[i].data(), inputs[i].size());
-    } else if (elementBytes == 1) {
-      for (size_t k = 0; k < array.data.size(); ++k)
-        array.data[k] = static_cast<float>(static_cast<int8_t>(inputs[i][k]));
-    } else {
-      bool f16 = element.isF16();
-      for (size_t k = 0; k < array.data.size(); ++k) {
-        uint16_t bits;
-        std::memcpy(&bits, inputs[i].data() + 2 * k, 2);
-        array.data[k] = f16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
-      }
-    }
+                std::move(*floatValues(dtype, inputs[i]))};
     values[derive.getArgument(i)] = std::move(array);
   }
   for (Operation &op : derive.getBody().front()) {

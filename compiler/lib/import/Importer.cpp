@@ -632,16 +632,16 @@ void Importer::narrowConstant(const TensorData &tensor, DType half) {
   addFolded(tensor.info.name, half, tensor.info.shape, std::move(bytes));
 }
 
-Status Importer::importWidened(const Node &node, Status (Importer::*import)(const Node &),
-                               mlir::Type half) {
-  // Widened values are bound for this node only: later nodes (Cast) still
-  // see the half ones. A value another widened node rounded is read
-  // unrounded: from one node to the next the graph stays float32, so that
-  // nothing stands between a convolution and its epilogue. Constants of a
-  // few elements (a scale, a clip bound) widen at import, so that ops that
-  // take constants find float32 data; larger ones stay half weights,
-  // widened in the graph, which the derived weights pass then computes
-  // once.
+Status Importer::importWithWideInputs(const Node &node,
+                                      Status (Importer::*import)(const Node &),
+                                      llvm::function_ref<bool(DType)> isNarrow,
+                                      bool widenConstants,
+                                      llvm::function_ref<Value(Value)> widen) {
+  // Wide values are bound for this node only: later nodes (Cast) still see
+  // the narrow ones. Constants of a few elements (a scale, a clip bound)
+  // widen at import, so that ops that take constants find float32 data;
+  // larger ones stay narrow weights, widened in the graph, which the
+  // derived weights pass then computes once.
   constexpr int64_t kWidenedConstantElements = 64;
   struct Saved {
     std::string name;
@@ -651,9 +651,8 @@ Status Importer::importWidened(const Node &node, Status (Importer::*import)(cons
   std::vector<Saved> saved;
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     const std::string &name = node.inputs[i];
-    if (name.empty() || !isHalf(describeValue(name).dtype) ||
-        std::any_of(saved.begin(), saved.end(),
-                    [&](const Saved &s) { return s.name == name; }))
+    if (name.empty() || !isNarrow(describeValue(name).dtype) ||
+        llvm::any_of(saved, [&](const Saved &s) { return s.name == name; }))
       continue;
     Saved &entry = saved.emplace_back();
     entry.name = name;
@@ -663,7 +662,8 @@ Status Importer::importWidened(const Node &node, Status (Importer::*import)(cons
     auto constant = constants_.find(name);
     if (constant != constants_.end()) {
       entry.constant = constant->second;
-      if (constant->second->info.elementCount() <= kWidenedConstantElements) {
+      if (widenConstants &&
+          constant->second->info.elementCount() <= kWidenedConstantElements) {
         constant->second = &widenedConstant(*entry.constant);
         if (!entry.value)
           continue;
@@ -672,11 +672,7 @@ Status Importer::importWidened(const Node &node, Status (Importer::*import)(cons
     FLOWC_ASSIGN_OR_RETURN(Value x, entry.value ? *entry.value : anyOperand(node, i));
     if (!entry.value)
       entry.value = x;
-    auto unrounded = unrounded_.find(x);
-    values_[name] =
-        unrounded != unrounded_.end()
-            ? unrounded->second
-            : buildTyped<mlir::tosa::CastOp>(builder_.getF32Type(), shapeOf(x), {x});
+    values_[name] = widen(x);
   }
   Status status = (this->*import)(node);
   for (const Saved &entry : saved) {
@@ -687,6 +683,21 @@ Status Importer::importWidened(const Node &node, Status (Importer::*import)(cons
     if (entry.constant)
       constants_[entry.name] = entry.constant;
   }
+  return status;
+}
+
+Status Importer::importWidened(const Node &node, Status (Importer::*import)(const Node &),
+                               mlir::Type half) {
+  // A value another widened node rounded is read unrounded: from one node
+  // to the next the graph stays float32, so that nothing stands between a
+  // convolution and its epilogue.
+  Status status = importWithWideInputs(
+      node, import, isHalf, /*widenConstants=*/true, [&](Value x) -> Value {
+        auto unrounded = unrounded_.find(x);
+        if (unrounded != unrounded_.end())
+          return unrounded->second;
+        return buildTyped<mlir::tosa::CastOp>(builder_.getF32Type(), shapeOf(x), {x});
+      });
   FLOWC_RETURN_IF_ERROR(status);
   DType halfDtype = half.isF16() ? DType::F16 : DType::BF16;
   for (size_t i = 0; i < node.outputs.size(); ++i) {

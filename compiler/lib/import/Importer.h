@@ -255,6 +255,13 @@ public:
   static bool isHalf(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
   /// The half element type among the node's inputs; null when it has none.
   mlir::Type halfInputType(const Node &node) const;
+  /// Runs `import` on `node` with each input whose dtype `isNarrow` says
+  /// is narrow bound to `widen` of it, for this node only; small narrow
+  /// constants become float32 data where `widenConstants` says so.
+  Status importWithWideInputs(const Node &node, Status (Importer::*import)(const Node &),
+                              llvm::function_ref<bool(DType)> isNarrow,
+                              bool widenConstants,
+                              llvm::function_ref<Value(Value)> widen);
   /// Imports `node` (through `import`) with its half inputs widened to
   /// float32, and rounds its float32 results to `half`.
   Status importWidened(const Node &node, Status (Importer::*import)(const Node &),

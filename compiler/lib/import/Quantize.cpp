@@ -16,10 +16,8 @@
 #include "Importer.h"
 #include "OpCost.h"
 
-#include "flowc/support/Half.h"
-
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 namespace flowc::compiler::import {
 
@@ -55,42 +53,11 @@ bool computesOnWidenedBytes(const std::string &op) {
 } // namespace
 
 std::optional<std::vector<float>> floatValues(const TensorData &tensor) {
-  size_t count = static_cast<size_t>(tensor.info.elementCount());
-  size_t size = dtypeSize(tensor.info.dtype);
-  if (size == 0 || tensor.bytes.size() != count * size)
+  int64_t count = tensor.info.elementCount();
+  if (count < 0 ||
+      tensor.bytes.size() != static_cast<size_t>(count) * dtypeSize(tensor.info.dtype))
     return std::nullopt;
-  std::vector<float> values(count);
-  const char *at = tensor.bytes.data();
-  for (size_t i = 0; i < count; ++i, at += size) {
-    switch (tensor.info.dtype) {
-    case DType::F32:
-      std::memcpy(&values[i], at, 4);
-      break;
-    case DType::F16:
-    case DType::BF16: {
-      uint16_t bits;
-      std::memcpy(&bits, at, 2);
-      values[i] =
-          tensor.info.dtype == DType::F16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
-      break;
-    }
-    case DType::I8:
-      values[i] = static_cast<float>(static_cast<int8_t>(*at));
-      break;
-    case DType::U8:
-      values[i] = static_cast<float>(static_cast<uint8_t>(*at));
-      break;
-    case DType::I32: {
-      int32_t v;
-      std::memcpy(&v, at, 4);
-      values[i] = static_cast<float>(v);
-      break;
-    }
-    default:
-      return std::nullopt;
-    }
-  }
-  return values;
+  return floatValues(tensor.info.dtype, tensor.bytes);
 }
 
 Value Importer::markBytes(Value v, DType dtype) {
@@ -147,57 +114,22 @@ bool Importer::readsBytesWidened(const Node &node) const {
 
 Status Importer::importWidenedBytes(const Node &node,
                                     Status (Importer::*import)(const Node &)) {
-  // As importWidened: the widened values are bound for this node only, and
-  // small constants (a Clip bound, a Pad value) widen at import, so that
-  // ops that take constants find float32 data.
-  constexpr int64_t kWidenedConstantElements = 64;
   bool asIntegers = node.opType == "Div" || node.opType == "Mod";
+  // The node's results are of its byte inputs' type (ONNX ties them).
   DType bytes = DType::Undefined;
-  struct Saved {
-    std::string name;
-    std::optional<Value> value;
-    const TensorData *constant = nullptr;
-  };
-  std::vector<Saved> saved;
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
-    const std::string &name = node.inputs[i];
-    DType dtype = describeValue(name).dtype;
-    if (name.empty() || !isByte(dtype) ||
-        llvm::any_of(saved, [&](const Saved &s) { return s.name == name; }))
-      continue;
-    if (bytes == DType::Undefined)
-      bytes = dtype;
-    Saved &entry = saved.emplace_back();
-    entry.name = name;
-    if (auto value = values_.find(name); value != values_.end())
-      entry.value = value->second;
-    auto constant = constants_.find(name);
-    if (constant != constants_.end()) {
-      entry.constant = constant->second;
-      if (!asIntegers &&
-          constant->second->info.elementCount() <= kWidenedConstantElements) {
-        constant->second = &widenedConstant(*entry.constant);
-        if (!entry.value)
-          continue;
-      }
-    }
-    FLOWC_ASSIGN_OR_RETURN(Value x, entry.value ? *entry.value : anyOperand(node, i));
-    if (!entry.value)
-      entry.value = x;
-    Value wide = widenBytes(x);
-    if (asIntegers)
-      wide = buildTyped<mlir::tosa::CastOp>(builder_.getI32Type(), shapeOf(wide), {wide});
-    values_[name] = wide;
+  for (const std::string &input : node.inputs) {
+    bytes = describeValue(input).dtype;
+    if (isByte(bytes))
+      break;
   }
-  Status status = (this->*import)(node);
-  for (const Saved &entry : saved) {
-    if (entry.value)
-      values_[entry.name] = *entry.value;
-    else
-      values_.erase(entry.name);
-    if (entry.constant)
-      constants_[entry.name] = entry.constant;
-  }
+  Status status = importWithWideInputs(
+      node, import, isByte, /*widenConstants=*/!asIntegers, [&](Value x) -> Value {
+        Value wide = widenBytes(x);
+        if (!asIntegers)
+          return wide;
+        return buildTyped<mlir::tosa::CastOp>(builder_.getI32Type(), shapeOf(wide),
+                                              {wide});
+      });
   FLOWC_RETURN_IF_ERROR(status);
   // Float32 and int32 results are 8-bit again; through int32, whose
   // truncation to 8 bits wraps (int8 127 + 1 is -128, as in onnxruntime).
@@ -413,7 +345,7 @@ Expected<bool> Importer::foldQuantizeLinear(const Node &node, DType to, int64_t 
   // (over the block length), or 0 for one value.
   const Shape &shape = x->info.shape;
   int64_t count = static_cast<int64_t>(values->size());
-  int64_t along = 1, extent = 1, block = 1;
+  int64_t along = 1, extent = 1, block = 1, blocks = 1;
   bool perAxis = scales->size() > 1;
   if (perAxis) {
     FLOWC_ASSIGN_OR_RETURN(int64_t normalized,
@@ -421,7 +353,7 @@ Expected<bool> Importer::foldQuantizeLinear(const Node &node, DType to, int64_t 
     extent = shape[normalized];
     along = product(shape, normalized + 1, shape.size());
     block = blockSize > 0 ? std::max<int64_t>(1, std::min(blockSize, extent)) : 1;
-    int64_t blocks = (extent + block - 1) / block;
+    blocks = (extent + block - 1) / block;
     int64_t outer = product(shape, 0, normalized);
     bool fits = blockSize > 0
                     ? static_cast<int64_t>(scales->size()) == outer * blocks * along
@@ -434,7 +366,6 @@ Expected<bool> Importer::foldQuantizeLinear(const Node &node, DType to, int64_t 
   FLOWC_RETURN_IF_ERROR(reserveFolded(node, shape).status());
   auto bytes = std::make_shared<std::string>(static_cast<size_t>(count), '\0');
   double low = to == DType::U8 ? 0 : -128, high = to == DType::U8 ? 255 : 127;
-  int64_t blocks = (extent + block - 1) / block;
   for (int64_t i = 0; i < count; ++i) {
     int64_t p = 0;
     if (perAxis) {
@@ -460,16 +391,15 @@ Status Importer::importQuantizeLinear(const Node &node) {
   DType to =
       quantizedType(node, describeValue(hasOperand(node, 2) ? node.inputs[2] : ""));
   FLOWC_ASSIGN_OR_RETURN(int64_t blockSize, blockSizeOf(*this, node));
+  int64_t axis = intAttr(node, "axis", 1);
   // Weights quantized in the graph (quantization-aware training's exports):
   // quantized here, once, so that their DequantizeLinear reads an 8-bit
   // weight and derives it at link.
-  FLOWC_ASSIGN_OR_RETURN(
-      bool folded, foldQuantizeLinear(node, to, intAttr(node, "axis", 1), blockSize));
+  FLOWC_ASSIGN_OR_RETURN(bool folded, foldQuantizeLinear(node, to, axis, blockSize));
   if (folded)
     return Status::ok();
   FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(
-      Value y, quantize(node, x, 1, 2, intAttr(node, "axis", 1), blockSize, to));
+  FLOWC_ASSIGN_OR_RETURN(Value y, quantize(node, x, 1, 2, axis, blockSize, to));
   return define(node, y);
 }
 

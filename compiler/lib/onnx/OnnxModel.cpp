@@ -1,6 +1,7 @@
 #include "flowc/compiler/OnnxModel.h"
 
 #include "flowc/support/Format.h"
+#include "flowc/support/Half.h"
 
 #include "WireReader.h"
 
@@ -46,6 +47,49 @@ size_t dtypeSize(DType type) {
     return 0;
   }
   return 0;
+}
+
+std::optional<std::vector<float>> floatValues(DType dtype, std::string_view bytes) {
+  size_t size = dtypeSize(dtype);
+  if (size == 0 || bytes.size() % size != 0)
+    return std::nullopt;
+  std::vector<float> values(bytes.size() / size);
+  auto each = [&](auto read) {
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = read(bytes.data() + i * size);
+  };
+  auto bits16 = [](const char *at) {
+    uint16_t bits;
+    std::memcpy(&bits, at, 2);
+    return bits;
+  };
+  switch (dtype) {
+  case DType::F32:
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    break;
+  case DType::F16:
+    each([&](const char *at) { return halfToFloat(bits16(at)); });
+    break;
+  case DType::BF16:
+    each([&](const char *at) { return bfloat16ToFloat(bits16(at)); });
+    break;
+  case DType::I8:
+    each([](const char *at) { return static_cast<float>(static_cast<int8_t>(*at)); });
+    break;
+  case DType::U8:
+    each([](const char *at) { return static_cast<float>(static_cast<uint8_t>(*at)); });
+    break;
+  case DType::I32:
+    each([](const char *at) {
+      int32_t value;
+      std::memcpy(&value, at, 4);
+      return static_cast<float>(value);
+    });
+    break;
+  default:
+    return std::nullopt;
+  }
+  return values;
 }
 
 std::string dtypeName(DType type) {

@@ -37,6 +37,10 @@ enum class DType : int32_t {
 
 /// Bytes per element, 0 for types flowc cannot store.
 size_t dtypeSize(DType type);
+/// `bytes` (little-endian elements of `dtype`: float32, float16, bfloat16,
+/// int8, uint8 or int32) as float32 values, exact but for int32 beyond
+/// 2^24; nothing for other dtypes or a partial element.
+std::optional<std::vector<float>> floatValues(DType dtype, std::string_view bytes);
 /// "float32", "int64", ..., ONNX's names of the types flowc does not store
 /// ("float8e4m3fn", "string"); "dtype(N)" for codes ONNX does not define.
 std::string dtypeName(DType type);
