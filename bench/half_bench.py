@@ -20,6 +20,7 @@ float16 itself moves the output). Sizes: the .onnx files and the artifacts
 their float32 packing, computed once at link).
 """
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -106,6 +107,44 @@ def interleaved(timers, rounds):
     return {name: float(np.median([s[0] for s in runs])) for name, runs in samples.items()}
 
 
+def session(path, threads, optimized=True):
+    """onnxruntime's CPU provider on `path` with `threads` threads; without
+    its graph rewrites unless `optimized`."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def parse_arguments(description, default_models):
+    """The options this benchmark and bench/quant_bench.py take; prints the
+    machine and onnxruntime line every figure goes with."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--models", default=default_models)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--keep", type=pathlib.Path, help="work directory to keep")
+    args = parser.parse_args()
+    print(cpu_line())
+    print(f"onnxruntime {ort.__version__}, {args.threads} threads, {args.runs} runs x "
+          f"{args.rounds} rounds")
+    return parser, args
+
+
+@contextlib.contextmanager
+def work_root(keep, prefix):
+    """`keep`, made if missing, or a temporary directory removed after."""
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield pathlib.Path(tmp)
+
+
 def bench(model, args, root):
     work = root / model
     work.mkdir()
@@ -114,12 +153,8 @@ def bench(model, args, root):
     onnx.save(to_float16.to_float16(onnx.load(single_path)), half_path)
     half_feeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v
                   for k, v in single_feeds.items()}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.inter_op_num_threads = 1
-    ort_half = ort.InferenceSession(str(half_path), options, providers=["CPUExecutionProvider"])
-    ort_single = ort.InferenceSession(str(single_path), options,
-                                      providers=["CPUExecutionProvider"])
+    ort_half = session(half_path, args.threads)
+    ort_single = session(single_path, args.threads)
     flowc = Flowc(work)
     flowc("daemon", "start")
     try:
@@ -154,25 +189,10 @@ def bench(model, args, root):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="resnet18,mobilenet_v3_small,bert")
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--keep", type=pathlib.Path, help="work directory to keep")
-    args = parser.parse_args()
-    print(cpu_line())
-    print(f"onnxruntime {ort.__version__}, {args.threads} threads, {args.runs} runs x "
-          f"{args.rounds} rounds")
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        root = args.keep
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="half_bench.")
-        root = pathlib.Path(tmp.name)
-    for model in args.models.split(","):
-        bench(model, args, root)
-
+    _, args = parse_arguments(__doc__.splitlines()[0], "resnet18,mobilenet_v3_small,bert")
+    with work_root(args.keep, "half_bench.") as root:
+        for model in args.models.split(","):
+            bench(model, args, root)
 
 if __name__ == "__main__":
     os.environ.pop("FLOWC_SOCKET", None)

@@ -19,33 +19,19 @@ without its graph rewrites (each quantization op as ONNX defines it), next
 to the same for onnxruntime's int8 kernels; `quantization` is how far
 quantizing moved onnxruntime's output from the float32 model's.
 """
-import argparse
 import os
 import pathlib
 import subprocess
 import sys
-import tempfile
-
-import numpy as np
-import onnxruntime as ort
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from half_bench import Flowc, export, interleaved, relative_error  # noqa: E402
-from hostinfo import cpu_line  # noqa: E402
+from half_bench import (Flowc, export, interleaved, parse_arguments,  # noqa: E402
+                        relative_error, session, work_root)
 from timing import median_p90  # noqa: E402
 
 MODES = {"static": ["static"], "static-pc": ["static", "--per-channel"],
          "dynamic": ["dynamic"]}
-
-
-def session(path, threads, optimized=True):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def bench(model, mode, args, root):
@@ -90,29 +76,14 @@ def bench(model, mode, args, root):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="resnet18:static,mobilenet_v3_small:static-pc,"
-                                            "bert:dynamic")
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--keep", type=pathlib.Path, help="work directory to keep")
-    args = parser.parse_args()
-    print(cpu_line())
-    print(f"onnxruntime {ort.__version__}, {args.threads} threads, {args.runs} runs x "
-          f"{args.rounds} rounds")
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        root = args.keep
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="quant_bench.")
-        root = pathlib.Path(tmp.name)
-    for spec in args.models.split(","):
-        model, _, mode = spec.partition(":")
-        if mode not in MODES:
-            parser.error(f"{spec}: mode must be one of {', '.join(MODES)}")
-        bench(model, mode, args, root)
-
+    parser, args = parse_arguments(__doc__.splitlines()[0],
+                                   "resnet18:static,mobilenet_v3_small:static-pc,bert:dynamic")
+    with work_root(args.keep, "quant_bench.") as root:
+        for spec in args.models.split(","):
+            model, _, mode = spec.partition(":")
+            if mode not in MODES:
+                parser.error(f"{spec}: mode must be one of {', '.join(MODES)}")
+            bench(model, mode, args, root)
 
 if __name__ == "__main__":
     os.environ.pop("FLOWC_SOCKET", None)
