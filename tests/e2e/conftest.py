@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,23 @@ def flowc(tmp_path, request):
     report = getattr(request.node, "report_call", None)
     if report is not None and report.passed:
         shutil.rmtree(client.cache_dir, ignore_errors=True)
+
+
+def model_inputs(directory, name) -> dict:
+    """The inputs export_models saved beside the export `name`: input name ->
+    array."""
+    return {path.name[len(name) + 1:-4]: np.load(path)
+            for path in sorted(directory.glob(f"{name}_*.npy"))}
+
+
+def main_after_derive_weights(flowc, model, out) -> tuple:
+    """@main's signature line after flowc-derive-weights (compiling `model`
+    to `out`), and that line with each derived weight's recipe text taken
+    out: the types @main binds."""
+    ir = flowc.run("submit", model, "-o", out, "--print-ir-after",
+                   "flowc-derive-weights").stderr
+    main = next(line for line in ir.splitlines() if "func.func @main" in line)
+    return main, re.sub(r'flowc\.recipe = "[^"]*"', "", main)
 
 
 def onnxruntime_outputs(model_path, inputs: dict) -> dict:

@@ -13,15 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import to_float16
-from conftest import assert_close, onnxruntime_outputs, save
+from conftest import (assert_close, main_after_derive_weights, model_inputs,
+                      onnxruntime_outputs, save)
 
 # float16 keeps 11 significant bits: the issue's bound for 16-bit results.
 HALF_RTOL = 1e-2
-
-
-def model_inputs(directory, name):
-    return {path.name[len(name) + 1:-4]: np.load(path)
-            for path in sorted(directory.glob(f"{name}_*.npy"))}
 
 
 def half_model(directory, name, tmp_path):
@@ -59,12 +55,9 @@ def test_half_weights_are_widened_once_and_packed_like_float32_ones(flowc, real_
     args = flowc.input_args(artifact, inputs)
     report = json.loads(flowc.run("run", artifact, *args, "--json").stdout)
     assert report["packed_weights_in_place"] >= 20
-    ir = flowc.run("submit", path, "-o", tmp_path / "again.fca", "--print-ir-after",
-                   "flowc-derive-weights").stderr
-    main = next(line for line in ir.splitlines() if "func.func @main" in line)
     # Half only at the graph's input: every weight @main binds is float32
     # (each recipe, which widens its float16 source, aside).
-    signature = re.sub(r'flowc\.recipe = "[^"]*"', "", main)
+    main, signature = main_after_derive_weights(flowc, path, tmp_path / "again.fca")
     half_arguments = re.findall(r"%arg\d+: tensor<[^>]*xf16>", signature)
     assert half_arguments == ["%arg0: tensor<1x3x224x224xf16>"], signature[:400]
     assert main.count("flowc.recipe =") >= 20

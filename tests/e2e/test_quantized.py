@@ -15,7 +15,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import ROOT, assert_close, onnxruntime_outputs, save
+from conftest import (ROOT, assert_close, main_after_derive_weights, model_inputs,
+                      onnxruntime_outputs, save)
 
 # A quantized graph rounds every activation to one of 256 steps: a
 # float32 difference in a sum's order moves a value near a step's boundary
@@ -43,11 +44,6 @@ def reference_outputs(path, inputs):
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(None, inputs)))
-
-
-def model_inputs(directory, name):
-    return {path.name[len(name) + 1:-4]: np.load(path)
-            for path in sorted(directory.glob(f"{name}_*.npy"))}
 
 
 @pytest.mark.parametrize("name,mode,options", [
@@ -78,10 +74,7 @@ def test_quantized_weights_are_dequantized_once_at_link(flowc, real_models, tmp_
     args = flowc.input_args(artifact, model_inputs(real_models[17], "resnet18"))
     report = json.loads(flowc.run("run", artifact, *args, "--json").stdout)
     assert report["packed_weights_in_place"] >= 20
-    ir = flowc.run("submit", path, "-o", tmp_path / "again.fca", "--print-ir-after",
-                   "flowc-derive-weights").stderr
-    main = next(line for line in ir.splitlines() if "func.func @main" in line)
-    signature = re.sub(r'flowc\.recipe = "[^"]*"', "", main)
+    main, signature = main_after_derive_weights(flowc, path, tmp_path / "again.fca")
     assert not re.findall(r"tensor<[^>]*xi8>", signature), signature[:400]
     assert main.count("flowc.recipe =") >= 20
 
@@ -199,13 +192,13 @@ def test_casts_between_bytes_and_wider_types(flowc, tmp_path):
         np.testing.assert_array_equal(ours[key], expected, err_msg=key)
 
 
-def byte_graph(op, *extra_inputs, opset=13, **attributes):
-    inputs = ["x", *extra_inputs]
+def int8_softmax():
+    """A Softmax of an int8 input: an op that takes no bytes."""
     graph = helper.make_graph(
-        [helper.make_node(op, inputs, ["y"], **attributes)], "bytes",
+        [helper.make_node("Softmax", ["x"], ["y"])], "bytes",
         [helper.make_tensor_value_info("x", TensorProto.INT8, [2, 4])],
         [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
 
@@ -217,7 +210,7 @@ def byte_graph(op, *extra_inputs, opset=13, **attributes):
 ])
 def test_what_is_refused_says_why(flowc, tmp_path, case, code, message):
     if case == "softmax":
-        model = byte_graph("Softmax")
+        model = int8_softmax()
         message = "input 'x' is int8; Softmax does not take 8-bit integers"
     else:
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])

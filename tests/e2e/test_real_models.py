@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import (EXPORT_OPSETS, TORCHVISION_MODELS, TRANSFORMER_MODELS, assert_close,
-                      export_models, onnxruntime_outputs)
+                      export_models, model_inputs, onnxruntime_outputs)
 
 @pytest.mark.parametrize("opset", EXPORT_OPSETS)
 @pytest.mark.parametrize("name", TORCHVISION_MODELS + TRANSFORMER_MODELS)
@@ -20,11 +20,6 @@ def test_real_model_imports_and_verifies(flowc, real_models, name, opset):
     assert report["parameters"] > 1_000_000
     assert all(dim > 0 for tensor in report["inputs"] + report["outputs"]
                for dim in tensor["shape"])
-
-
-def model_inputs(directory, name):
-    return {path.name[len(name) + 1:-4]: np.load(path)
-            for path in sorted(directory.glob(f"{name}_*.npy"))}
 
 
 def check_transformer(flowc, directory, name):
