@@ -160,6 +160,10 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
     pm.addPass(createFoldInputScalesPass());
   // On TOSA, after the layout is settled: a kernel absorbs the transposes
   // and the epilogue around it, which linalg would have split into loops.
+  // cuda's runtime has no integer matrix product: its body runs there.
+  if (isCudaTarget(options.target))
+    pm.addPass(createInlineLibraryCallsPass(InlineLibraryCallsPassOptions{
+        runtime::kernelKindName(runtime::KernelKind::IntegerMatMul)}));
   if (enabled(options, OptionalPass::OutlineLibraryKernels))
     pm.addPass(createOutlineLibraryKernelsPass(options.precision));
   else

@@ -38,6 +38,8 @@ struct Site {
   virtual bool readsPrepacked() const { return false; }
   /// The library's name for what this site runs (`flowc run --profile`).
   std::string implementation;
+  /// Appended to that name: how flowc uses the library's kernel.
+  std::string note;
 };
 
 /// oneDNN's name for the implementation `primitive` runs, e.g.
@@ -839,6 +841,167 @@ void runMatMul(KernelContext &context, MatMulSite &site, const MatMulParams &p,
   site.primitive.execute(context.stream, args);
 }
 
+/// Whether oneDNN's 8-bit products are exact here: with VNNI they sum in
+/// int32. Without it, each pair of u8 x s8 products is summed in 16 bits
+/// and saturates (255 * 127 * 2 > 32767), so the integer product runs in
+/// float32 on such CPUs. Reads the effective ISA, which DNNL_MAX_CPU_ISA
+/// can lower.
+bool hasExactInt8Products() {
+  constexpr uint32_t vnni = (dnnl_cpu_isa_avx512_core_vnni & ~dnnl_cpu_isa_avx512_core) |
+                            (dnnl_cpu_isa_avx2_vnni & ~dnnl_cpu_isa_avx2);
+  return (static_cast<uint32_t>(dnnl::get_effective_cpu_isa()) & vnni) != 0;
+}
+
+/// Element `i` of int8 or uint8 `data`.
+int32_t byteAt(const void *data, bool isUnsigned, int64_t i) {
+  return isUnsigned ? static_cast<const uint8_t *>(data)[i]
+                    : static_cast<const int8_t *>(data)[i];
+}
+
+/// An integer product's site. The library multiplies A by Bs (B as int8:
+/// uint8 B less 128, its zero points likewise) in int8 where that is exact,
+/// with A's zero point as its own; in float32 elsewhere, of A - za. B's
+/// zero points enter as sums afterwards:
+///   (A - za)(Bs - zbs) = (A - za) Bs - zbs rowsum(A - za).
+struct IntegerMatMulSite : Site {
+  dnnl::matmul primitive;
+  /// int8 products; otherwise float32 ones.
+  bool bytes = true;
+  memory a, destination, zeroA;
+  int32_t zeroAValue = 0;
+  /// Bs in the library's layout, converted from `bs` (the graph's).
+  PackedWeights b;
+  void *bs = nullptr;
+  std::vector<int8_t> signedB;
+  std::vector<float> wideA, wideB, wideDestination;
+  /// The B that `bs` was made from.
+  const void *preparedFrom = nullptr;
+};
+
+memory::data_type byteType(bool isUnsigned) {
+  return isUnsigned ? memory::data_type::u8 : memory::data_type::s8;
+}
+
+std::unique_ptr<IntegerMatMulSite> createIntegerMatMul(KernelContext &context, int64_t,
+                                                       const IntegerMatMulParams &p) {
+  auto site = std::make_unique<IntegerMatMulSite>();
+  site->bytes = hasExactInt8Products();
+  auto type = [&](memory::data_type bytes) {
+    return site->bytes ? bytes : memory::data_type::f32;
+  };
+  memory::desc aDesc({p.m, p.k}, type(byteType(p.unsignedA)), memory::format_tag::ab);
+  memory::desc bDesc({p.k, p.n}, type(memory::data_type::s8), memory::format_tag::ab);
+  memory::desc cDesc({p.m, p.n}, type(memory::data_type::s32), memory::format_tag::ab);
+  // A constant B goes into the library's layout once; another is read as
+  // it is.
+  memory::desc wantedB =
+      p.constantB ? memory::desc({p.k, p.n}, bDesc.data_type(), memory::format_tag::any)
+                  : bDesc;
+  dnnl::primitive_attr attr;
+  bool libraryZeroA = site->bytes && p.hasZeroA;
+  if (libraryZeroA)
+    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(aDesc, wantedB, cDesc), attr,
+                                  context.engine);
+  site->primitive = dnnl::matmul(pd);
+  site->a = memory(aDesc, context.engine, DNNL_MEMORY_NONE);
+  site->destination = memory(cDesc, context.engine, DNNL_MEMORY_NONE);
+  if (libraryZeroA)
+    site->zeroA = memory(memory::desc({1}, memory::data_type::s32, memory::format_tag::a),
+                         context.engine, &site->zeroAValue);
+  site->b.init(bDesc, pd.weights_desc(), context.engine, nullptr);
+  size_t bCount = static_cast<size_t>(p.k * p.n);
+  if (site->bytes) {
+    if (p.unsignedB)
+      site->signedB.resize(bCount);
+  } else {
+    site->wideA.resize(static_cast<size_t>(p.m * p.k));
+    site->wideB.resize(bCount);
+    site->wideDestination.resize(static_cast<size_t>(p.m * p.n));
+    site->note = " (float32: no VNNI for exact int8 sums)";
+  }
+  return site;
+}
+
+/// Points the site at Bs (int8, or float32 without VNNI) made from `b`.
+void prepareIntegerB(IntegerMatMulSite &site, const IntegerMatMulParams &p,
+                     const void *b) {
+  site.preparedFrom = b;
+  site.bs = const_cast<void *>(b);
+  if (site.bytes && !p.unsignedB)
+    return;
+  site.bs = site.bytes ? static_cast<void *>(site.signedB.data()) : site.wideB.data();
+  for (int64_t i = 0; i < p.k * p.n; ++i) {
+    int32_t value = byteAt(b, p.unsignedB, i) - 128 * static_cast<int32_t>(p.unsignedB);
+    if (site.bytes)
+      site.signedB[static_cast<size_t>(i)] = static_cast<int8_t>(value);
+    else
+      site.wideB[static_cast<size_t>(i)] = static_cast<float>(value);
+  }
+}
+
+/// B's zero points as Bs's, one per column; empty when all are 0.
+std::vector<int32_t> shiftedZerosB(const IntegerMatMulParams &p, const void *zeros) {
+  std::vector<int32_t> shifted(static_cast<size_t>(p.n));
+  bool any = false;
+  for (int64_t j = 0; j < p.n; ++j) {
+    int32_t zero = zeros ? byteAt(zeros, p.unsignedB, p.zerosB == 1 ? 0 : j) : 0;
+    shifted[static_cast<size_t>(j)] = zero - 128 * static_cast<int32_t>(p.unsignedB);
+    any |= shifted[static_cast<size_t>(j)] != 0;
+  }
+  return any ? shifted : std::vector<int32_t>();
+}
+
+void runIntegerMatMul(KernelContext &context, IntegerMatMulSite &site,
+                      const IntegerMatMulParams &p, void **buffers) {
+  const void *a = buffers[0], *b = buffers[1];
+  int next = 2;
+  int32_t zeroA = p.hasZeroA ? byteAt(buffers[next++], p.unsignedA, 0) : 0;
+  std::vector<int32_t> zerosB = shiftedZerosB(p, p.zerosB ? buffers[next++] : nullptr);
+  auto *out = static_cast<int32_t *>(buffers[next]);
+  bool repack = !p.constantB || b != site.preparedFrom;
+  if (repack)
+    prepareIntegerB(site, p, b);
+  std::unordered_map<int, memory> args;
+  if (site.bytes) {
+    site.a.set_data_handle(const_cast<void *>(a));
+    site.destination.set_data_handle(out);
+    if (p.hasZeroA) {
+      site.zeroAValue = zeroA;
+      args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = site.zeroA;
+    }
+  } else {
+    for (int64_t i = 0; i < p.m * p.k; ++i)
+      site.wideA[static_cast<size_t>(i)] =
+          static_cast<float>(byteAt(a, p.unsignedA, i) - zeroA);
+    site.a.set_data_handle(site.wideA.data());
+    site.destination.set_data_handle(site.wideDestination.data());
+  }
+  args[DNNL_ARG_SRC] = site.a;
+  args[DNNL_ARG_WEIGHTS] = site.b.port.bind(site.bs, repack, context.stream);
+  args[DNNL_ARG_DST] = site.destination;
+  site.primitive.execute(context.stream, args);
+  if (site.bytes && zerosB.empty())
+    return;
+  // The op's result is int32: a sum past its range wraps (unsigned
+  // arithmetic, which wraps without undefined behaviour).
+  for (int64_t i = 0; i < p.m; ++i) {
+    uint32_t *line = reinterpret_cast<uint32_t *>(out + i * p.n);
+    if (!site.bytes) {
+      const float *wide = site.wideDestination.data() + i * p.n;
+      for (int64_t j = 0; j < p.n; ++j)
+        line[j] = static_cast<uint32_t>(static_cast<int64_t>(std::nearbyint(wide[j])));
+    }
+    if (zerosB.empty())
+      continue;
+    uint32_t row = 0;
+    for (int64_t t = 0; t < p.k; ++t)
+      row += static_cast<uint32_t>(byteAt(a, p.unsignedA, i * p.k + t) - zeroA);
+    for (int64_t j = 0; j < p.n; ++j)
+      line[j] -= static_cast<uint32_t>(zerosB[static_cast<size_t>(j)]) * row;
+  }
+}
+
 /// Softmax reads and writes the graph's buffers in place: no reorders.
 struct SourceToDestinationSite : Site {
   dnnl::primitive primitive;
@@ -972,7 +1135,7 @@ void dispatch(void *opaque, int64_t index, const int64_t *words, void **buffers,
     std::unique_ptr<Site> &slot = context.sites.at(index);
     if (!slot) {
       auto made = create(context, index, params);
-      made->implementation = implementationOf(made->primitive);
+      made->implementation = implementationOf(made->primitive) + made->note;
       slot = std::move(made);
     }
     run(context, static_cast<SiteType &>(*slot), params, buffers);
@@ -990,6 +1153,13 @@ void convKernel(void *context, int64_t site, const int64_t *params, void **buffe
 void matmulKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
   dispatch<MatMulSite, MatMulParams>(context, site, params, buffers, "matmul",
                                      createMatMul, runMatMul);
+}
+
+void integerMatMulKernel(void *context, int64_t site, const int64_t *params,
+                         void **buffers) {
+  dispatch<IntegerMatMulSite, IntegerMatMulParams>(context, site, params, buffers,
+                                                   "integer_matmul", createIntegerMatMul,
+                                                   runIntegerMatMul);
 }
 
 void poolKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
@@ -1063,6 +1233,8 @@ KernelFunction kernelFor(KernelKind kind) {
     return topKKernel;
   case KernelKind::ScatterRows:
     return scatterKernel;
+  case KernelKind::IntegerMatMul:
+    return integerMatMulKernel;
   }
   return nullptr;
 }

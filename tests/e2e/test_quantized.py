@@ -5,6 +5,7 @@ quantized by onnxruntime's own tools (examples/quantize.py), checked
 against onnxruntime running the same file; small graphs check the ops'
 arithmetic exactly."""
 import json
+import pathlib
 import re
 import subprocess
 import sys
@@ -334,3 +335,112 @@ def test_dynamic_cnn_with_conv_integer_matches_onnx_reference(flowc, tmp_path):
     names = [o.name for o in model.graph.output]
     for name, expected in zip(names, reference):
         assert_close(ours[name], expected, 1e-5)
+
+
+def integer_product_model(a_shape, b, a_type, a_zero=None, b_zero=None):
+    """MatMulInteger of a run-time A (`a_type`) by the weight `b`, with the
+    given zero points (numpy arrays, or None for none)."""
+    initializers = [numpy_helper.from_array(b, "b")]
+    inputs = ["a", "b"]
+    for name, zero in (("a_zero", a_zero), ("b_zero", b_zero)):
+        inputs.append(name if zero is not None else "")
+        if zero is not None:
+            initializers.append(numpy_helper.from_array(zero, name))
+    while inputs[-1] == "":
+        inputs.pop()
+    out_shape = list(a_shape[:-1]) + [b.shape[-1]]
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", inputs, ["y"])], "integer_product",
+        [helper.make_tensor_value_info("a", a_type, list(a_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, out_shape)], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def run_with_onnx_reference(flowc, tmp_path, model, inputs):
+    """flowc's outputs and ONNX's reference evaluator's: onnxruntime has no
+    MatMulInteger for some pairings of int8 and uint8."""
+    from onnx.reference import ReferenceEvaluator
+
+    path = save(model, tmp_path / f"{model.graph.name}.onnx")
+    flowc.submit(path)
+    names = [o.name for o in model.graph.output]
+    reference = dict(zip(names, ReferenceEvaluator(model).run(None, inputs)))
+    return flowc.execute(path.with_suffix(".fca"), inputs), reference
+
+
+def has_vnni():
+    flags = pathlib.Path("/proc/cpuinfo").read_text()
+    return bool(re.search(r"\b(avx512_vnni|avx_vnni)\b", flags))
+
+
+def test_integer_products_run_in_the_int8_kernel_exactly(flowc, tmp_path):
+    """MatMulInteger of a 2-D B runs in the runtime's integer kernel: equal
+    to ONNX's reference for every pairing of int8 and uint8, zero points absent,
+    one, or one per column (B's), A with batch dimensions; -O0, where the
+    kernel's float32 body runs, equal too. The weight stays 8-bit in the
+    artifact."""
+    rng = np.random.default_rng(17)
+    cases = [
+        (TensorProto.UINT8, np.uint8, np.int8, np.array(131, np.uint8), None),
+        (TensorProto.INT8, np.int8, np.int8, np.array(-5, np.int8), np.array(3, np.int8)),
+        (TensorProto.UINT8, np.uint8, np.uint8, None, None),
+        (TensorProto.INT8, np.int8, np.uint8, None, "per-column"),
+    ]
+    for index, (onnx_type, a_dtype, b_dtype, a_zero, b_zero) in enumerate(cases):
+        info = np.iinfo(b_dtype)
+        b = rng.integers(info.min, info.max + 1, (200, 24)).astype(b_dtype)
+        if isinstance(b_zero, str):
+            b_zero = rng.integers(info.min, info.max + 1, 24).astype(b_dtype)
+        model = integer_product_model((2, 3, 200), b, onnx_type, a_zero, b_zero)
+        model.graph.name = f"integer_product_{index}"
+        a_info = np.iinfo(a_dtype)
+        a = rng.integers(a_info.min, a_info.max + 1, (2, 3, 200)).astype(a_dtype)
+        ours, reference = run_with_onnx_reference(flowc, tmp_path, model, {"a": a})
+        np.testing.assert_array_equal(ours["y"], reference["y"], err_msg=f"case {index}")
+        path = tmp_path / f"{model.graph.name}.onnx"
+        args = flowc.input_args(path.with_suffix(".fca"), {"a": a})
+        report = json.loads(flowc.run("run", path.with_suffix(".fca"), *args, "--profile",
+                                      "--json").stdout)
+        assert [k["kind"] for k in report["profile"]["by_kind"]][0] == "integer_matmul"
+        plain = tmp_path / f"{model.graph.name}_O0.fca"
+        flowc.submit(path, plain, "-O0")
+        np.testing.assert_array_equal(flowc.execute(plain, {"a": a})["y"], reference["y"])
+        # One byte a parameter: the weight was not widened to float32.
+        count = b.size + (a_zero is not None) + (0 if b_zero is None else b_zero.size)
+        inspected = flowc.run("inspect", path.with_suffix(".fca")).stdout
+        assert f"parameters: {count} ({count} bytes in" in inspected, inspected
+
+
+def test_integer_product_sums_past_float32_are_exact_with_vnni(flowc, tmp_path):
+    """Sums of 1024 full-range products pass 2^24, where float32 rounds;
+    the int8 kernel sums in int32. On a CPU without VNNI the kernel runs in
+    float32 (oneDNN's pre-VNNI int8 sums saturate), and the test says so."""
+    if not has_vnni():
+        pytest.skip("this CPU has no VNNI: integer products run in float32, exact below 2^24")
+    b = np.where(np.arange(1024 * 8).reshape(1024, 8) % 2 == 0, 127, -128).astype(np.int8)
+    model = integer_product_model((2, 1024), b, TensorProto.UINT8)
+    a = np.full((2, 1024), 255, np.uint8)
+    a[1, ::3] = 254
+    ours, reference = run_both(flowc, tmp_path, model, {"a": a})
+    assert np.abs(reference["y"]).max() > 2 ** 24
+    np.testing.assert_array_equal(ours["y"], reference["y"])
+
+
+def test_a_batched_integer_product_takes_the_float_path(flowc, tmp_path):
+    """A batched B (two activations multiplied) is no kernel's form: the
+    float32 products compute it, equal to onnxruntime for sums below 2^24."""
+    rng = np.random.default_rng(19)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "a_zero"], ["y"])], "batched_integer",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 4, 16]),
+         helper.make_tensor_value_info("b", TensorProto.INT8, [2, 16, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 4, 5])],
+        [numpy_helper.from_array(np.array(200, np.uint8), "a_zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    inputs = {"a": rng.integers(0, 256, (2, 4, 16)).astype(np.uint8),
+              "b": rng.integers(-128, 128, (2, 16, 5)).astype(np.int8)}
+    ours, reference = run_both(flowc, tmp_path, model, inputs)
+    np.testing.assert_array_equal(ours["y"], reference["y"])

@@ -122,6 +122,16 @@ constexpr std::array kScatterRowsFields = {
     FLOWC_INT_FIELD(ScatterRowsParams, reduction),
     FLOWC_INT_FIELD(ScatterRowsParams, type),
 };
+constexpr std::array kIntegerMatMulFields = {
+    FLOWC_INT_FIELD(IntegerMatMulParams, m),
+    FLOWC_INT_FIELD(IntegerMatMulParams, n),
+    FLOWC_INT_FIELD(IntegerMatMulParams, k),
+    FLOWC_INT_FIELD(IntegerMatMulParams, constantB),
+    FLOWC_INT_FIELD(IntegerMatMulParams, unsignedA),
+    FLOWC_INT_FIELD(IntegerMatMulParams, unsignedB),
+    FLOWC_INT_FIELD(IntegerMatMulParams, hasZeroA),
+    FLOWC_INT_FIELD(IntegerMatMulParams, zerosB),
+};
 
 #undef FLOWC_INT_FIELD
 #undef FLOWC_FLOAT_FIELD
@@ -144,6 +154,7 @@ static_assert(namesEveryWord<runtime::SoftmaxParams>(kSoftmaxFields));
 static_assert(namesEveryWord<runtime::LayerNormParams>(kLayerNormFields));
 static_assert(namesEveryWord<runtime::TopKParams>(kTopKFields));
 static_assert(namesEveryWord<runtime::ScatterRowsParams>(kScatterRowsFields));
+static_assert(namesEveryWord<runtime::IntegerMatMulParams>(kIntegerMatMulFields));
 
 /// The fields of `kind`'s params struct, in word order.
 llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
@@ -162,6 +173,8 @@ llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
     return kTopKFields;
   case runtime::KernelKind::ScatterRows:
     return kScatterRowsFields;
+  case runtime::KernelKind::IntegerMatMul:
+    return kIntegerMatMulFields;
   }
   return {};
 }
@@ -290,7 +303,9 @@ static_assert(static_cast<int64_t>(LibraryKernelKind::Conv2d) ==
                   static_cast<int64_t>(runtime::KernelKind::TopK) &&
               static_cast<int64_t>(LibraryKernelKind::ScatterRows) ==
                   static_cast<int64_t>(runtime::KernelKind::ScatterRows) &&
-              runtime::kKernelKindCount == 7);
+              static_cast<int64_t>(LibraryKernelKind::IntegerMatMul) ==
+                  static_cast<int64_t>(runtime::KernelKind::IntegerMatMul) &&
+              runtime::kKernelKindCount == 8);
 
 void FlowcDialect::initialize() {
   addOperations<
@@ -334,6 +349,10 @@ std::optional<size_t> expectedInputs(LibraryCallOp call) {
     if (runtime::paramsFromWords<runtime::ScatterRowsParams>(words))
       return 3;
     break;
+  case LibraryKernelKind::IntegerMatMul:
+    if (auto p = runtime::paramsFromWords<runtime::IntegerMatMulParams>(words))
+      return 2 + (p->hasZeroA != 0) + (p->zerosB != 0);
+    break;
   }
   return std::nullopt;
 }
@@ -349,6 +368,7 @@ int64_t sourceRank(LibraryKernelKind kind) {
     return 3;
   case LibraryKernelKind::TopK:
   case LibraryKernelKind::ScatterRows:
+  case LibraryKernelKind::IntegerMatMul:
     return 2;
   case LibraryKernelKind::Softmax:
   case LibraryKernelKind::LayerNorm:
@@ -406,6 +426,35 @@ mlir::LogicalResult verifyScatterRows(LibraryCallOp call) {
          << call.getResult().getType();
 }
 
+/// An integer product's byte matrices, zero points and int32 result
+/// against its params.
+mlir::LogicalResult verifyIntegerMatMul(LibraryCallOp call) {
+  auto p = *runtime::paramsFromWords<runtime::IntegerMatMulParams>(call.getParams());
+  auto typeOf = [&](mlir::Value value) {
+    return mlir::cast<mlir::RankedTensorType>(value.getType());
+  };
+  auto isBytes = [&](mlir::Value value, llvm::ArrayRef<int64_t> shape) {
+    mlir::RankedTensorType type = typeOf(value);
+    return type.getElementType().isInteger(8) && type.getShape() == shape;
+  };
+  mlir::ValueRange inputs = call.getInputs();
+  mlir::RankedTensorType result = typeOf(call.getResult());
+  bool fits = p.m > 0 && p.n > 0 && p.k > 0 &&
+              (p.zerosB == 0 || p.zerosB == 1 || p.zerosB == p.n) &&
+              isBytes(inputs[0], {p.m, p.k}) && isBytes(inputs[1], {p.k, p.n}) &&
+              (!p.hasZeroA || isBytes(inputs[2], {1})) &&
+              (!p.zerosB || isBytes(inputs.back(), {p.zerosB})) &&
+              result.getElementType().isInteger(32) &&
+              result.getShape() == llvm::ArrayRef<int64_t>{p.m, p.n};
+  if (fits)
+    return mlir::success();
+  return call.emitOpError() << "an integer matmul of [" << p.m << ", " << p.k << "] x ["
+                            << p.k << ", " << p.n
+                            << "] takes i8 matrices of those shapes, i8 zero points [1] "
+                               "and [1] or [n], and gives i32 [m, n]; got "
+                            << call.getInputs().getTypes() << " -> " << result;
+}
+
 } // namespace
 
 std::optional<runtime::ScalarType> scalarTypeOf(mlir::Type element) {
@@ -439,6 +488,8 @@ mlir::LogicalResult LibraryCallOp::verify() {
     return verifyTopK(*this);
   if (getKind() == LibraryKernelKind::ScatterRows)
     return verifyScatterRows(*this);
+  if (getKind() == LibraryKernelKind::IntegerMatMul)
+    return verifyIntegerMatMul(*this);
   return mlir::success();
 }
 

@@ -334,6 +334,9 @@ public:
   Status importDequantizeLinear(const Node &node);
   Status importDynamicQuantizeLinear(const Node &node);
   Status importMatMulInteger(const Node &node);
+  Expected<std::optional<Value>> integerMatMul(const Node &node, Value a, Value b);
+  std::optional<Value> kernelZeroPoint(const Node &node, size_t index, DType input,
+                                       int64_t count);
 
   // Ops ----------------------------------------------------------------
   Status importNode(const Node &node);

@@ -536,6 +536,75 @@ Status Importer::importDynamicQuantizeLinear(const Node &node) {
   return defineOutput(node, 2, markBytes(zeroByte, DType::U8));
 }
 
+/// A MatMulInteger zero point that the integer kernel reads as it is: of
+/// its input's type and `count` elements (or one). Null when absent;
+/// nullopt when the product must take the float32 path instead.
+std::optional<Value> Importer::kernelZeroPoint(const Node &node, size_t index,
+                                               DType input, int64_t count) {
+  if (!hasOperand(node, index))
+    return Value();
+  Expected<Value> zero = anyOperand(node, index);
+  if (!zero || dtypeOf(*zero) != input)
+    return std::nullopt;
+  Shape shape = shapeOf(*zero);
+  int64_t given = product(shape, 0, shape.size());
+  if (given != 1 && !(shape.size() == 1 && given == count))
+    return std::nullopt;
+  return reshape(*zero, {given});
+}
+
+/// MatMulInteger of a 2-D B through the runtime's integer kernel, exact in
+/// int32 (int8 dot products). nullopt for the forms it does not take: a
+/// batched B, or zero points per row of A or of another type than their
+/// input's.
+Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a,
+                                                       Value b) {
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  int64_t k = as.back(), n = bs.back();
+  int64_t rows = product(as, 0, as.size() - 1);
+  if (bs.size() != 2 || bs[0] != k || rows == 0 || k == 0 || n == 0)
+    return std::optional<Value>();
+  DType typeA = dtypeOf(a), typeB = dtypeOf(b);
+  std::optional<Value> zeroA = kernelZeroPoint(node, 2, typeA, 1);
+  std::optional<Value> zeroB = kernelZeroPoint(node, 3, typeB, n);
+  if (!zeroA || !zeroB)
+    return std::optional<Value>();
+  int64_t zerosB = *zeroB ? shapeOf(*zeroB)[0] : 0;
+  runtime::IntegerMatMulParams params{rows,
+                                      n,
+                                      k,
+                                      /*constantB=*/0,
+                                      typeA == DType::U8,
+                                      typeB == DType::U8,
+                                      static_cast<bool>(*zeroA),
+                                      zerosB};
+  llvm::SmallVector<Value> inputs = {reshape(a, {rows, k}), b};
+  for (Value zero : {*zeroA, *zeroB})
+    if (zero)
+      inputs.push_back(zero);
+  // The callee's body, the float32 products, is the code where the kernel
+  // does not run (-O0, cuda).
+  auto body = [&](mlir::ValueRange data) -> Expected<Value> {
+    Value wideA = widenBytes(markBytes(data[0], typeA));
+    Value wideB = widenBytes(markBytes(data[1], typeB));
+    size_t next = 2;
+    if (params.hasZeroA)
+      wideA = sub(wideA, reshape(widenBytes(markBytes(data[next++], typeA)), {1, 1}));
+    if (zerosB)
+      wideB = sub(wideB, reshape(widenBytes(markBytes(data[next], typeB)), {1, zerosB}));
+    Value product = reshape(
+        matmul3d(reshape(wideA, {1, rows, k}), reshape(wideB, {1, k, n})), {rows, n});
+    return buildTyped<mlir::tosa::CastOp>(builder_.getI32Type(), {rows, n}, {product});
+  };
+  FLOWC_ASSIGN_OR_RETURN(
+      Value product,
+      libraryCall(runtime::KernelKind::IntegerMatMul, runtime::paramWords(params), inputs,
+                  mlir::RankedTensorType::get({rows, n}, builder_.getI32Type()), body));
+  Shape out(as.begin(), as.end() - 1);
+  out.push_back(n);
+  return std::optional<Value>(reshape(product, out));
+}
+
 Status Importer::importMatMulInteger(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 1));
@@ -548,6 +617,9 @@ Status Importer::importMatMulInteger(const Node &node) {
   Shape as = shapeOf(a), bs = shapeOf(b);
   if (as.size() < 2 || bs.size() < 2)
     return nodeUnsupported(node, "1-D MatMulInteger operands are not supported");
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> exact, integerMatMul(node, a, b));
+  if (exact)
+    return define(node, *exact);
   // A's zero point is one per row of A (or one), B's one per column of B.
   auto centered = [&](Value v, size_t zeroIndex, int64_t axis) -> Expected<Value> {
     Shape shape = shapeOf(v);

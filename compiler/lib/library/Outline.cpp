@@ -142,6 +142,19 @@ struct OutlineLibraryKernelsPass
       outline(module, main, *candidate, "flowc_kernel_" + std::to_string(site++), erased);
       ++kernelsOutlined;
     }
+    markConstantOperands(main);
+  }
+
+  /// The importer's integer products learn here, once weights are settled,
+  /// whether their B is a weight: the runtime then converts it once.
+  static void markConstantOperands(mlir::func::FuncOp main) {
+    main.walk([](LibraryCallOp call) {
+      if (static_cast<KernelKind>(call.getKind()) != KernelKind::IntegerMatMul)
+        return;
+      auto p = *runtime::paramsFromWords<runtime::IntegerMatMulParams>(call.getParams());
+      p.constantB = library::isConstantOrigin(call.getInputs()[1]);
+      call.setParams(runtime::paramWords(p));
+    });
   }
 };
 
@@ -224,11 +237,16 @@ struct LowerLibraryCallsPass : impl::LowerLibraryCallsPassBase<LowerLibraryCalls
 };
 
 struct InlineLibraryCallsPass : impl::InlineLibraryCallsPassBase<InlineLibraryCallsPass> {
+  using InlineLibraryCallsPassBase::InlineLibraryCallsPassBase;
+
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
     mlir::SymbolTable symbols(module);
     llvm::SmallVector<LibraryCallOp> calls;
-    module.walk([&](LibraryCallOp call) { calls.push_back(call); });
+    module.walk([&](LibraryCallOp call) {
+      if (kind.empty() || stringifyLibraryKernelKind(call.getKind()) == kind)
+        calls.push_back(call);
+    });
     llvm::SetVector<mlir::func::FuncOp> callees;
     for (LibraryCallOp call : calls) {
       auto callee = symbols.lookup<mlir::func::FuncOp>(call.getCallee());

@@ -99,6 +99,7 @@ def OutlineLibraryKernelsPass
     The body keeps the exact TOSA semantics, so it bufferizes like any
     other function and fixes the kernel's buffer ABI; before the lowering
     to LLVM the body is replaced by a call into the runtime's kernel table.
+    The importer's integer products learn whether their B is a weight.
   }];
   // library/Outline.cpp owns the pass; its create function takes the
   // precision the pipeline compiles for.
@@ -175,8 +176,14 @@ def InlineLibraryCallsPass
     run (-O0, or `--disable-pass flowc-outline-library-kernels`), this
     pass replaces each such call with its callee's body, so that the code
     is generated loops throughout, the reference the kernels are checked
-    against.
+    against. With `kind`, only calls of that kind: a target whose runtime
+    lacks the kernel (cuda's, the integer matrix product) runs the body.
   }];
+  let options = [
+    Option<"kind", "kind", "std::string", /*default=*/"\"\"",
+           "Inline only the calls of this kind (e.g. integer_matmul); "
+           "empty: every call">
+  ];
   let statistics = [
     Statistic<"callsInlined", "calls-inlined", "Library calls inlined">
   ];

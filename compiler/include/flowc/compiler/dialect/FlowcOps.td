@@ -17,7 +17,8 @@ def Flowc_LibraryKernelKind : I64EnumAttr<"LibraryKernelKind", "a library kernel
     I64EnumAttrCase<"Softmax", 3, "softmax">,
     I64EnumAttrCase<"LayerNorm", 4, "layernorm">,
     I64EnumAttrCase<"TopK", 5, "topk">,
-    I64EnumAttrCase<"ScatterRows", 6, "scatter">]> {
+    I64EnumAttrCase<"ScatterRows", 6, "scatter">,
+    I64EnumAttrCase<"IntegerMatMul", 7, "integer_matmul">]> {
   let cppNamespace = "::flowc::compiler";
 }
 
@@ -26,7 +27,8 @@ def Flowc_LibraryCallOp : Op<Flowc_Dialect, "library_call", [
   let summary = "a call of one of the runtime's library kernels";
   let description = [{
     What the outline pass leaves in @main for each match (and the importer
-    for each TopK, and each scatter at run-time indices): `callee` is the
+    for each TopK, each scatter at run-time indices and each
+    MatMulInteger of a 2-D B): `callee` is the
     private function whose body is the exact TOSA the kernel replaces (it
     bufferizes like any function and so fixes the kernel's buffer ABI),
     `kind` the runtime kernel, `params` that kind's params struct of

@@ -61,8 +61,8 @@ inline constexpr const char *kKernelSitesSymbol = "flowc_kernel_sites";
 inline constexpr const char *kKernelAbiSymbol = "flowc_kernel_abi";
 /// 2: matrix products gained the attention scale and mask. 3: convolutions
 /// gained 16-bit source, residual and destination buffers (AMP on cuda).
-/// 4: TopK's selection and the row scatter.
-inline constexpr int64_t kKernelAbiVersion = 4;
+/// 4: TopK's selection and the row scatter. 5: the integer matrix product.
+inline constexpr int64_t kKernelAbiVersion = 5;
 
 /// Profile marks. The graph calls `flowc_profile_mark(2*i)` right before
 /// its kernel call i (a loop kernel or a library kernel) and
@@ -97,8 +97,10 @@ enum class KernelKind : int64_t {
   TopK = 5,
   /// Buffers: data, updates, targets (int32), destination.
   ScatterRows = 6,
+  /// Buffers: A, B, [A's zero point], [B's zero points], destination (int32).
+  IntegerMatMul = 7,
 };
-inline constexpr int64_t kKernelKindCount = 7;
+inline constexpr int64_t kKernelKindCount = 8;
 
 inline const char *kernelKindName(KernelKind kind) {
   switch (kind) {
@@ -116,6 +118,8 @@ inline const char *kernelKindName(KernelKind kind) {
     return "topk";
   case KernelKind::ScatterRows:
     return "scatter";
+  case KernelKind::IntegerMatMul:
+    return "integer_matmul";
   }
   return "unknown";
 }
@@ -293,6 +297,24 @@ struct ScatterRowsParams {
   ScalarType type;
 };
 static_assert(isKernelParams<ScatterRowsParams>() && sizeof(ScatterRowsParams) == 5 * 8);
+
+/// ONNX's MatMulInteger, exact in int32: destination ([m, n] int32) =
+/// (A - aZero) x (B - bZero), A [m, k] and B [k, n] of 8-bit integers,
+/// int8 or uint8 each (unsignedA, unsignedB). aZero is one element of A's
+/// type; bZero one of B's type, or one per column. Buffers: A, B, [aZero],
+/// [bZero], destination. Only the CPU runtime has it: a cuda compile
+/// inlines the call's TOSA body.
+struct IntegerMatMulParams {
+  int64_t m, n, k;
+  /// B is a graph weight or constant: converted once per session.
+  int64_t constantB;
+  int64_t unsignedA, unsignedB;
+  int64_t hasZeroA;
+  /// B's zero points: 0 (none), 1 (one for every column) or n.
+  int64_t zerosB;
+};
+static_assert(isKernelParams<IntegerMatMulParams>() &&
+              sizeof(IntegerMatMulParams) == 8 * 8);
 
 /// The words of `params`, as the compiler emits them.
 template <typename Params> std::vector<int64_t> paramWords(const Params &params) {
