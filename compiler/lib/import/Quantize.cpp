@@ -522,14 +522,18 @@ Status Importer::importDynamicQuantizeLinear(const Node &node) {
   // zero point = saturate(round(0 - low / scale)).
   Value zeroPoint = buildTyped<mlir::tosa::CastOp>(
       i32, {1, 1}, {clamp(sub(scalar(0, 2), divideExactly(low, divisor)), 0.0f, 255.0f)});
-  Value rounded =
-      buildTyped<mlir::tosa::CastOp>(i32, {1, count}, {divideExactly(flat, divisor)});
-  Value q = buildTyped<mlir::tosa::AddOp>(i32, {1, count}, {rounded, zeroPoint});
-  q = buildTyped<mlir::tosa::ClampOp>(i32, {1, count}, {q},
+  // The quantization in x's own shape: one loop from x to its bytes, which
+  // a reshape in between would split, materializing the quotients.
+  Shape ones(rank, 1);
+  Value rounded = buildTyped<mlir::tosa::CastOp>(
+      i32, shape, {divideExactly(x, reshape(divisor, ones))});
+  Value q =
+      buildTyped<mlir::tosa::AddOp>(i32, shape, {rounded, reshape(zeroPoint, ones)});
+  q = buildTyped<mlir::tosa::ClampOp>(i32, shape, {q},
                                       {attr("min_val", builder_.getI32IntegerAttr(0)),
                                        attr("max_val", builder_.getI32IntegerAttr(255))});
   mlir::Type i8 = builder_.getI8Type();
-  Value y = buildTyped<mlir::tosa::CastOp>(i8, shape, {reshape(q, shape)});
+  Value y = buildTyped<mlir::tosa::CastOp>(i8, shape, {q});
   Value zeroByte = reshape(buildTyped<mlir::tosa::CastOp>(i8, {1, 1}, {zeroPoint}), {});
   FLOWC_RETURN_IF_ERROR(defineOutput(node, 0, markBytes(y, DType::U8)));
   FLOWC_RETURN_IF_ERROR(defineOutput(node, 1, reshape(scale, {})));
