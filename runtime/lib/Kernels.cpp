@@ -869,54 +869,85 @@ struct IntegerMatMulSite : Site {
   bool bytes = true;
   memory a, destination, zeroA;
   int32_t zeroAValue = 0;
-  /// Bs in the library's layout, converted from `bs` (the graph's).
+  /// Bs in the library's layout (packed at link, or converted from `bs`).
   PackedWeights b;
   void *bs = nullptr;
   std::vector<int8_t> signedB;
   std::vector<float> wideA, wideB, wideDestination;
   /// The B that `bs` was made from.
   const void *preparedFrom = nullptr;
+
+  bool readsPrepacked() const override { return b.usesPrepacked; }
 };
 
 memory::data_type byteType(bool isUnsigned) {
   return isUnsigned ? memory::data_type::u8 : memory::data_type::s8;
 }
 
-std::unique_ptr<IntegerMatMulSite> createIntegerMatMul(KernelContext &context, int64_t,
-                                                       const IntegerMatMulParams &p) {
+/// The integer product's A, Bs and destination as the graph has them: bytes
+/// and int32, or float32 (`bytes` false).
+struct IntegerMatMulDescs {
+  memory::desc a, b, c;
+};
+
+IntegerMatMulDescs integerMatMulDescs(const IntegerMatMulParams &p, bool bytes) {
+  auto type = [&](memory::data_type byteType) {
+    return bytes ? byteType : memory::data_type::f32;
+  };
+  return {memory::desc({p.m, p.k}, type(byteType(p.unsignedA)), memory::format_tag::ab),
+          memory::desc({p.k, p.n}, type(memory::data_type::s8), memory::format_tag::ab),
+          memory::desc({p.m, p.n}, type(memory::data_type::s32), memory::format_tag::ab)};
+}
+
+/// The integer product's primitive. A constant B is read in the library's
+/// layout; another as it is.
+dnnl::matmul::primitive_desc integerMatMulPrimitive(const dnnl::engine &engine,
+                                                    const IntegerMatMulParams &p,
+                                                    bool bytes) {
+  IntegerMatMulDescs descs = integerMatMulDescs(p, bytes);
+  memory::desc wantedB =
+      p.constantB ? memory::desc({p.k, p.n}, descs.b.data_type(), memory::format_tag::any)
+                  : descs.b;
+  dnnl::primitive_attr attr;
+  if (bytes && p.hasZeroA)
+    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(descs.a, wantedB, descs.c), attr,
+                                      engine);
+}
+
+/// Writes Bs of `b` (k * n bytes) into `out`: int8 (uint8 less 128) when
+/// `bytes`, float32 otherwise.
+void convertIntegerB(const IntegerMatMulParams &p, bool bytes, const void *b, void *out) {
+  for (int64_t i = 0; i < p.k * p.n; ++i) {
+    int32_t value = byteAt(b, p.unsignedB, i) - 128 * static_cast<int32_t>(p.unsignedB);
+    if (bytes)
+      static_cast<int8_t *>(out)[i] = static_cast<int8_t>(value);
+    else
+      static_cast<float *>(out)[i] = static_cast<float>(value);
+  }
+}
+
+std::unique_ptr<IntegerMatMulSite>
+createIntegerMatMul(KernelContext &context, int64_t index, const IntegerMatMulParams &p) {
   auto site = std::make_unique<IntegerMatMulSite>();
   site->bytes = hasExactInt8Products();
-  auto type = [&](memory::data_type bytes) {
-    return site->bytes ? bytes : memory::data_type::f32;
-  };
-  memory::desc aDesc({p.m, p.k}, type(byteType(p.unsignedA)), memory::format_tag::ab);
-  memory::desc bDesc({p.k, p.n}, type(memory::data_type::s8), memory::format_tag::ab);
-  memory::desc cDesc({p.m, p.n}, type(memory::data_type::s32), memory::format_tag::ab);
-  // A constant B goes into the library's layout once; another is read as
-  // it is.
-  memory::desc wantedB =
-      p.constantB ? memory::desc({p.k, p.n}, bDesc.data_type(), memory::format_tag::any)
-                  : bDesc;
-  dnnl::primitive_attr attr;
-  bool libraryZeroA = site->bytes && p.hasZeroA;
-  if (libraryZeroA)
-    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(aDesc, wantedB, cDesc), attr,
-                                  context.engine);
+  IntegerMatMulDescs descs = integerMatMulDescs(p, site->bytes);
+  auto pd = integerMatMulPrimitive(context.engine, p, site->bytes);
   site->primitive = dnnl::matmul(pd);
-  site->a = memory(aDesc, context.engine, DNNL_MEMORY_NONE);
-  site->destination = memory(cDesc, context.engine, DNNL_MEMORY_NONE);
-  if (libraryZeroA)
+  site->a = memory(descs.a, context.engine, DNNL_MEMORY_NONE);
+  site->destination = memory(descs.c, context.engine, DNNL_MEMORY_NONE);
+  if (site->bytes && p.hasZeroA)
     site->zeroA = memory(memory::desc({1}, memory::data_type::s32, memory::format_tag::a),
                          context.engine, &site->zeroAValue);
-  site->b.init(bDesc, pd.weights_desc(), context.engine, nullptr);
+  site->b.init(descs.b, pd.weights_desc(), context.engine,
+               p.constantB ? context.prepacked(index, 1) : nullptr);
   size_t bCount = static_cast<size_t>(p.k * p.n);
-  if (site->bytes) {
-    if (p.unsignedB)
-      site->signedB.resize(bCount);
-  } else {
+  if (!site->b.usesPrepacked && site->bytes && p.unsignedB)
+    site->signedB.resize(bCount);
+  if (!site->bytes) {
     site->wideA.resize(static_cast<size_t>(p.m * p.k));
-    site->wideB.resize(bCount);
+    if (!site->b.usesPrepacked)
+      site->wideB.resize(bCount);
     site->wideDestination.resize(static_cast<size_t>(p.m * p.n));
     site->note = " (float32: no VNNI for exact int8 sums)";
   }
@@ -928,16 +959,10 @@ void prepareIntegerB(IntegerMatMulSite &site, const IntegerMatMulParams &p,
                      const void *b) {
   site.preparedFrom = b;
   site.bs = const_cast<void *>(b);
-  if (site.bytes && !p.unsignedB)
+  if (site.b.usesPrepacked || (site.bytes && !p.unsignedB))
     return;
   site.bs = site.bytes ? static_cast<void *>(site.signedB.data()) : site.wideB.data();
-  for (int64_t i = 0; i < p.k * p.n; ++i) {
-    int32_t value = byteAt(b, p.unsignedB, i) - 128 * static_cast<int32_t>(p.unsignedB);
-    if (site.bytes)
-      site.signedB[static_cast<size_t>(i)] = static_cast<int8_t>(value);
-    else
-      site.wideB[static_cast<size_t>(i)] = static_cast<float>(value);
-  }
+  convertIntegerB(p, site.bytes, b, site.bs);
 }
 
 /// B's zero points as Bs's, one per column; empty when all are 0.
@@ -978,7 +1003,11 @@ void runIntegerMatMul(KernelContext &context, IntegerMatMulSite &site,
     site.destination.set_data_handle(site.wideDestination.data());
   }
   args[DNNL_ARG_SRC] = site.a;
-  args[DNNL_ARG_WEIGHTS] = site.b.port.bind(site.bs, repack, context.stream);
+  // Not PackedWeights::bind: a uint8 B converted anew lands in the same
+  // buffer, which that would take for the constant it already holds.
+  args[DNNL_ARG_WEIGHTS] = site.b.usesPrepacked
+                               ? site.b.prepacked
+                               : site.b.port.bind(site.bs, repack, context.stream);
   args[DNNL_ARG_DST] = site.destination;
   site.primitive.execute(context.stream, args);
   if (site.bytes && zerosB.empty())
@@ -1397,6 +1426,46 @@ Expected<std::vector<std::string>> libraryCandidates(KernelKind kind,
   }
 }
 
+namespace {
+
+/// `source` (in `user`'s layout) reordered into `wanted`.
+PackedWeight reorderedWeight(const dnnl::engine &engine, const memory::desc &user,
+                             const memory::desc &wanted, const void *source) {
+  PackedWeight packed{layoutOf(wanted), std::string(wanted.get_size(), '\0')};
+  // A reorder only reads its source.
+  memory from(user, engine, const_cast<void *>(source));
+  memory to(wanted, engine, packed.bytes.data());
+  dnnl::stream stream(engine);
+  dnnl::reorder(from, to).execute(stream, from, to);
+  stream.wait();
+  return packed;
+}
+
+/// An integer product's constant B as its site reads it on this CPU: Bs
+/// (int8, or float32 without VNNI) in the library's layout.
+Expected<std::optional<PackedWeight>> packIntegerB(const IntegerMatMulParams &p,
+                                                   std::string_view source) {
+  if (source.size() != static_cast<size_t>(p.k * p.n))
+    return invalidArgument("an integer_matmul kernel's B has " +
+                           std::to_string(p.k * p.n) + " bytes, not " +
+                           std::to_string(source.size()));
+  bool bytes = hasExactInt8Products();
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  memory::desc user = integerMatMulDescs(p, bytes).b;
+  memory::desc wanted = integerMatMulPrimitive(engine, p, bytes).weights_desc();
+  bool converted = !bytes || p.unsignedB;
+  if (user == wanted && !converted)
+    return std::optional<PackedWeight>();
+  std::string bs(source);
+  if (converted) {
+    bs.resize(user.get_size());
+    convertIntegerB(p, bytes, source.data(), bs.data());
+  }
+  return std::optional<PackedWeight>(reorderedWeight(engine, user, wanted, bs.data()));
+}
+
+} // namespace
+
 Expected<std::optional<PackedWeight>>
 packKernelWeight(KernelKind kind, const std::vector<int64_t> &params, int64_t buffer,
                  std::string_view source, std::string_view candidate) {
@@ -1406,6 +1475,17 @@ packKernelWeight(KernelKind kind, const std::vector<int64_t> &params, int64_t bu
     conv = paramsFromWords<Conv2dParams>(params);
   if (kind == KernelKind::MatMul)
     matmul = paramsFromWords<MatMulParams>(params);
+  if (auto integer = kind == KernelKind::IntegerMatMul
+                         ? paramsFromWords<IntegerMatMulParams>(params)
+                         : std::nullopt;
+      integer && buffer == 1 && integer->constantB) {
+    try {
+      return packIntegerB(*integer, source);
+    } catch (const dnnl::error &error) {
+      return internalError(std::string("packing an integer_matmul kernel's B failed: ") +
+                           error.what());
+    }
+  }
   std::string what =
       std::string("packing a ") + kernelKindName(kind) + " kernel's weights";
   try {
@@ -1432,14 +1512,8 @@ packKernelWeight(KernelKind kind, const std::vector<int64_t> &params, int64_t bu
     // Read as it is: nothing to pack.
     if (user == wanted)
       return std::optional<PackedWeight>();
-    PackedWeight packed{layoutOf(wanted), std::string(wanted.get_size(), '\0')};
-    // A reorder only reads its source.
-    memory from(user, engine, const_cast<char *>(source.data()));
-    memory to(wanted, engine, packed.bytes.data());
-    dnnl::stream stream(engine);
-    dnnl::reorder(from, to).execute(stream, from, to);
-    stream.wait();
-    return std::optional<PackedWeight>(std::move(packed));
+    return std::optional<PackedWeight>(
+        reorderedWeight(engine, user, wanted, source.data()));
   } catch (const dnnl::error &error) {
     return internalError(what + " failed: " + error.what());
   }

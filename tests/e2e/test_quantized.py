@@ -380,7 +380,7 @@ def test_integer_products_run_in_the_int8_kernel_exactly(flowc, tmp_path):
     to ONNX's reference for every pairing of int8 and uint8, zero points absent,
     one, or one per column (B's), A with batch dimensions; -O0, where the
     kernel's float32 body runs, equal too. The weight stays 8-bit in the
-    artifact."""
+    artifact, and the kernel reads it packed at link."""
     rng = np.random.default_rng(17)
     cases = [
         (TensorProto.UINT8, np.uint8, np.int8, np.array(131, np.uint8), None),
@@ -404,6 +404,8 @@ def test_integer_products_run_in_the_int8_kernel_exactly(flowc, tmp_path):
         report = json.loads(flowc.run("run", path.with_suffix(".fca"), *args, "--profile",
                                       "--json").stdout)
         assert [k["kind"] for k in report["profile"]["by_kind"]][0] == "integer_matmul"
+        # The weight, packed at link into the kernel's layout, read in place.
+        assert report["packed_weights_in_place"] == 1
         plain = tmp_path / f"{model.graph.name}_O0.fca"
         flowc.submit(path, plain, "-O0")
         np.testing.assert_array_equal(flowc.execute(plain, {"a": a})["y"], reference["y"])

@@ -331,7 +331,12 @@ collectKernelWeights(mlir::ModuleOp module, const std::vector<LibraryKernel> &ke
     auto matmul = kernel.kind == KernelKind::MatMul
                       ? runtime::paramsFromWords<runtime::MatMulParams>(kernel.params)
                       : std::nullopt;
-    bool constant = (conv && conv->constantWeights) || (matmul && matmul->constantB);
+    auto integer =
+        kernel.kind == KernelKind::IntegerMatMul
+            ? runtime::paramsFromWords<runtime::IntegerMatMulParams>(kernel.params)
+            : std::nullopt;
+    bool constant = (conv && conv->constantWeights) || (matmul && matmul->constantB) ||
+                    (integer && integer->constantB);
     auto call = calls.find(kernel.function);
     if (!constant || call == calls.end() || call->second.getNumOperands() < 2)
       continue;
