@@ -895,7 +895,8 @@ IntegerMatMulDescs integerMatMulDescs(const IntegerMatMulParams &p, bool bytes) 
     return bytes ? byteType : memory::data_type::f32;
   };
   return {memory::desc({p.m, p.k}, type(byteType(p.unsignedA)), memory::format_tag::ab),
-          memory::desc({p.k, p.n}, type(memory::data_type::s8), memory::format_tag::ab),
+          memory::desc({p.k, p.n}, type(memory::data_type::s8),
+                       p.transposedB ? memory::format_tag::ba : memory::format_tag::ab),
           memory::desc({p.m, p.n}, type(memory::data_type::s32), memory::format_tag::ab)};
 }
 

@@ -446,3 +446,48 @@ def test_a_batched_integer_product_takes_the_float_path(flowc, tmp_path):
               "b": rng.integers(-128, 128, (2, 16, 5)).astype(np.int8)}
     ours, reference = run_both(flowc, tmp_path, model, inputs)
     np.testing.assert_array_equal(ours["y"], reference["y"])
+
+
+def test_qdq_products_multiply_bytes_in_the_int8_kernel(flowc, tmp_path):
+    """A MatMul, and a Gemm of a transposed weight with a bias, each of two
+    DequantizeLinear results (the QDQ format's quantized product, weights
+    scaled per output column) run in the integer kernel: sums of bytes,
+    scaled once, as onnxruntime's int8 kernels compute them."""
+    rng = np.random.default_rng(23)
+    initializers = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array(120, np.uint8), "x_zero"),
+        numpy_helper.from_array(rng.integers(-128, 128, (64, 32)).astype(np.int8), "w"),
+        numpy_helper.from_array(rng.uniform(0.01, 0.03, 32).astype(np.float32), "w_scale"),
+        numpy_helper.from_array(np.zeros(32, np.int8), "w_zero"),
+        numpy_helper.from_array(rng.integers(-128, 128, (16, 64)).astype(np.int8), "v"),
+        numpy_helper.from_array(rng.uniform(0.01, 0.03, 16).astype(np.float32), "v_scale"),
+        numpy_helper.from_array(np.zeros(16, np.int8), "v_zero"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zero"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+        helper.make_node("DequantizeLinear", ["v", "v_scale", "v_zero"], ["vd"], axis=0),
+        helper.make_node("Reshape", ["xq", "flat_shape"], ["xq2"]),
+        helper.make_node("DequantizeLinear", ["xq2", "x_scale", "x_zero"], ["x2"]),
+        helper.make_node("Gemm", ["x2", "vd", "bias"], ["z"], transB=1),
+    ]
+    initializers.append(numpy_helper.from_array(np.array([-1, 64], np.int64), "flat_shape"))
+    graph = helper.make_graph(
+        nodes, "qdq_products", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 32]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [6, 16])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.standard_normal((2, 3, 64)).astype(np.float32) * 3
+    ours, kernels = run_both(flowc, tmp_path, model, {"x": x})
+    for name in ("y", "z"):
+        assert_close(ours[name], kernels[name], 1e-5)
+    path = tmp_path / "qdq_products.fca"
+    report = json.loads(flowc.run("run", path, *flowc.input_args(path, {"x": x}), "--profile",
+                                  "--json").stdout)
+    calls = [c for c in report["profile"]["calls"] if c["kind"] == "integer_matmul"]
+    assert len(calls) == 2, [c["kind"] for c in report["profile"]["calls"]]

@@ -34,7 +34,7 @@ Operands randomOperands(std::mt19937 &random, int64_t m, int64_t n, int64_t k,
       value = static_cast<uint8_t>(byte(random));
     return out;
   };
-  return Operands{{m, n, k, 1, unsignedA, unsignedB, zeroA, zerosB},
+  return Operands{{m, n, k, 0, 1, unsignedA, unsignedB, zeroA, zerosB},
                   bytes(m * k),
                   bytes(k * n),
                   bytes(zeroA ? 1 : 0),
@@ -50,8 +50,9 @@ std::vector<int32_t> expectedProduct(const Operands &o) {
       int64_t zb = p.zerosB ? valueOf(o.zerosB[p.zerosB == 1 ? 0 : j], p.unsignedB) : 0;
       int64_t sum = 0;
       for (int64_t t = 0; t < p.k; ++t)
-        sum += (valueOf(o.a[i * p.k + t], p.unsignedA) - za) *
-               (valueOf(o.b[t * p.n + j], p.unsignedB) - zb);
+        sum +=
+            (valueOf(o.a[i * p.k + t], p.unsignedA) - za) *
+            (valueOf(o.b[p.transposedB ? j * p.k + t : t * p.n + j], p.unsignedB) - zb);
       out.push_back(static_cast<int32_t>(sum));
     }
   return out;
@@ -105,11 +106,24 @@ TEST(IntegerMatMulTest, EveryPairingOfSignsAndZeroPointsIsExact) {
           }
 }
 
+TEST(IntegerMatMulTest, ATransposedBIsReadAsStored) {
+  std::mt19937 random(21);
+  for (bool constantB : {true, false})
+    for (bool unsignedB : {true, false}) {
+      Operands o = randomOperands(random, 3, 10, 40, true, unsignedB, true, 10);
+      o.params.transposedB = 1;
+      o.params.constantB = constantB;
+      Product product;
+      EXPECT_EQ(product.run(o), expectedProduct(o))
+          << "constant " << constantB << ", unsigned " << unsignedB;
+    }
+}
+
 TEST(IntegerMatMulTest, ExtremeBytesAndOddShapes) {
   for (int64_t m : {1, 3, 64})
     for (int64_t n : {1, 17})
       for (int64_t k : {1, 7, 130}) {
-        Operands o{{m, n, k, 0, 1, 0, 1, n}, {}, {}, {0}, {}};
+        Operands o{{m, n, k, 0, 0, 1, 0, 1, n}, {}, {}, {0}, {}};
         // A all 255, B all -128, zero points at the other extreme.
         o.a.assign(static_cast<size_t>(m * k), 255);
         o.b.assign(static_cast<size_t>(k * n), 0x80);

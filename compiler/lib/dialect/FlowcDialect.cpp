@@ -126,6 +126,7 @@ constexpr std::array kIntegerMatMulFields = {
     FLOWC_INT_FIELD(IntegerMatMulParams, m),
     FLOWC_INT_FIELD(IntegerMatMulParams, n),
     FLOWC_INT_FIELD(IntegerMatMulParams, k),
+    FLOWC_INT_FIELD(IntegerMatMulParams, transposedB),
     FLOWC_INT_FIELD(IntegerMatMulParams, constantB),
     FLOWC_INT_FIELD(IntegerMatMulParams, unsignedA),
     FLOWC_INT_FIELD(IntegerMatMulParams, unsignedB),
@@ -441,18 +442,22 @@ mlir::LogicalResult verifyIntegerMatMul(LibraryCallOp call) {
   mlir::RankedTensorType result = typeOf(call.getResult());
   bool fits = p.m > 0 && p.n > 0 && p.k > 0 &&
               (p.zerosB == 0 || p.zerosB == 1 || p.zerosB == p.n) &&
-              isBytes(inputs[0], {p.m, p.k}) && isBytes(inputs[1], {p.k, p.n}) &&
+              isBytes(inputs[0], {p.m, p.k}) &&
+              isBytes(inputs[1], p.transposedB ? llvm::ArrayRef<int64_t>{p.n, p.k}
+                                               : llvm::ArrayRef<int64_t>{p.k, p.n}) &&
               (!p.hasZeroA || isBytes(inputs[2], {1})) &&
               (!p.zerosB || isBytes(inputs.back(), {p.zerosB})) &&
               result.getElementType().isInteger(32) &&
               result.getShape() == llvm::ArrayRef<int64_t>{p.m, p.n};
   if (fits)
     return mlir::success();
-  return call.emitOpError() << "an integer matmul of [" << p.m << ", " << p.k << "] x ["
-                            << p.k << ", " << p.n
-                            << "] takes i8 matrices of those shapes, i8 zero points [1] "
-                               "and [1] or [n], and gives i32 [m, n]; got "
-                            << call.getInputs().getTypes() << " -> " << result;
+  return call.emitOpError()
+         << "an integer matmul of [" << p.m << ", " << p.k << "] x [" << p.k << ", "
+         << p.n
+         << "] takes i8 matrices of those shapes (B [n, k] when "
+            "transposed), i8 zero points [1] and [1] or [n], and gives "
+            "i32 [m, n]; got "
+         << call.getInputs().getTypes() << " -> " << result;
 }
 
 } // namespace

@@ -337,6 +337,16 @@ public:
   Expected<std::optional<Value>> integerMatMul(const Node &node, Value a, Value b);
   std::optional<Value> kernelZeroPoint(const Node &node, size_t index, DType input,
                                        int64_t count);
+  /// (a - zeroA) x (b - zeroB) through the runtime's integer kernel, as
+  /// int32: a [..., k] and b [k, n] ([n, k] when `transposedB`) bytes, zero
+  /// points null, [1] or (B's) [n] of their inputs' types.
+  Expected<Value> integerProduct(Value a, Value b, Value zeroA, Value zeroB,
+                                 bool transposedB);
+  /// Remembers a DequantizeLinear of bytes `x` (result `y`) with one scale,
+  /// or one per row or column of a matrix, for productOfDequantized.
+  void recordDequantized(const Node &node, Value x, Value y, int64_t axis,
+                         int64_t blockSize);
+  Expected<std::optional<Value>> productOfDequantized(Value a, Value b, bool transposedB);
 
   // Ops ----------------------------------------------------------------
   Status importNode(const Node &node);
@@ -677,6 +687,14 @@ public:
   llvm::DenseMap<Value, Value> unrounded_;
   /// The i8 values that hold uint8.
   llvm::DenseSet<Value> unsignedBytes_;
+  /// A DequantizeLinear's result -> its bytes, scale ([1], or [n] per
+  /// column) and zero point (null, or as the scale, of the bytes' type).
+  struct Dequantized {
+    Value bytes, scale, zero;
+    /// The matrix axis the scale runs along; -1: one scale.
+    int64_t axis = -1;
+  };
+  llvm::DenseMap<Value, Dequantized> dequantized_;
   std::map<std::string, int> opCounts_;
   std::vector<NodeRecord> records_;
   /// Run-time checks (KernelAbi.h, kChecksSymbol): a bool [1] value that is

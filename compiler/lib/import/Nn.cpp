@@ -677,17 +677,25 @@ Status Importer::importGemm(const Node &node) {
   if (shapeOf(a).size() != 2 || shapeOf(b).size() != 2)
     return nodeError(node, "Gemm needs 2-D inputs, got " + shapeString(shapeOf(a)) +
                                " and " + shapeString(shapeOf(b)));
-  if (intAttr(node, "transA", 0))
+  bool transA = intAttr(node, "transA", 0), transB = intAttr(node, "transB", 0);
+  // The QDQ format's quantized product: its bytes multiplied in int8.
+  std::optional<Value> exact;
+  if (!transA) {
+    FLOWC_ASSIGN_OR_RETURN(exact, productOfDequantized(a, b, transB));
+  }
+  if (transA)
     a = transpose(a, {1, 0});
-  if (intAttr(node, "transB", 0))
+  if (transB)
     b = transpose(b, {1, 0});
   Shape as = shapeOf(a), bs = shapeOf(b);
   if (as[1] != bs[0])
     return nodeError(node, "inner dimensions differ: A is " + shapeString(as) +
                                ", B is " + shapeString(bs) + " (after transA/transB)");
   Shape out = {as[0], bs[1]};
-  Value y = reshape(
-      matmul3d(reshape(a, {1, as[0], as[1]}), reshape(b, {1, bs[0], bs[1]})), out);
+  Value y = exact ? *exact
+                  : reshape(matmul3d(reshape(a, {1, as[0], as[1]}),
+                                     reshape(b, {1, bs[0], bs[1]})),
+                            out);
   float alpha = floatAttr(node, "alpha", 1.0f), beta = floatAttr(node, "beta", 1.0f);
   if (alpha != 1.0f)
     y = mul(y, scalar(alpha, 2));
@@ -707,6 +715,10 @@ Status Importer::importGemm(const Node &node) {
 Status Importer::importMatMul(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value a, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value b, operand(node, 1));
+  // The QDQ format's quantized product: its bytes multiplied in int8.
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> exact, productOfDequantized(a, b, false));
+  if (exact)
+    return define(node, *exact);
   FLOWC_ASSIGN_OR_RETURN(Value y, matmulValues(node, a, b));
   return define(node, y);
 }

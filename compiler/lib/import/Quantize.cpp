@@ -406,8 +406,9 @@ Status Importer::importQuantizeLinear(const Node &node) {
 Status Importer::importDequantizeLinear(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(int64_t blockSize, blockSizeOf(*this, node));
-  FLOWC_ASSIGN_OR_RETURN(Value y,
-                         dequantize(node, x, 1, 2, intAttr(node, "axis", 1), blockSize));
+  int64_t axis = intAttr(node, "axis", 1);
+  FLOWC_ASSIGN_OR_RETURN(Value y, dequantize(node, x, 1, 2, axis, blockSize));
+  recordDequantized(node, x, y, axis, blockSize);
   return define(node, y);
 }
 
@@ -540,9 +541,9 @@ Status Importer::importDynamicQuantizeLinear(const Node &node) {
   return defineOutput(node, 2, markBytes(zeroByte, DType::U8));
 }
 
-/// A MatMulInteger zero point that the integer kernel reads as it is: of
-/// its input's type and `count` elements (or one). Null when absent;
-/// nullopt when the product must take the float32 path instead.
+/// A zero point that the integer kernel reads as it is: of its input's
+/// type and `count` elements (or one), as [count] (or [1]). Null when
+/// absent; nullopt when the product must take the float32 path instead.
 std::optional<Value> Importer::kernelZeroPoint(const Node &node, size_t index,
                                                DType input, int64_t count) {
   if (!hasOperand(node, index))
@@ -557,33 +558,24 @@ std::optional<Value> Importer::kernelZeroPoint(const Node &node, size_t index,
   return reshape(*zero, {given});
 }
 
-/// MatMulInteger of a 2-D B through the runtime's integer kernel, exact in
-/// int32 (int8 dot products). nullopt for the forms it does not take: a
-/// batched B, or zero points per row of A or of another type than their
-/// input's.
-Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a,
-                                                       Value b) {
-  Shape as = shapeOf(a), bs = shapeOf(b);
-  int64_t k = as.back(), n = bs.back();
+Expected<Value> Importer::integerProduct(Value a, Value b, Value zeroA, Value zeroB,
+                                         bool transposedB) {
+  Shape as = shapeOf(a);
+  int64_t k = as.back(), n = shapeOf(b)[transposedB ? 0 : 1];
   int64_t rows = product(as, 0, as.size() - 1);
-  if (bs.size() != 2 || bs[0] != k || rows == 0 || k == 0 || n == 0)
-    return std::optional<Value>();
   DType typeA = dtypeOf(a), typeB = dtypeOf(b);
-  std::optional<Value> zeroA = kernelZeroPoint(node, 2, typeA, 1);
-  std::optional<Value> zeroB = kernelZeroPoint(node, 3, typeB, n);
-  if (!zeroA || !zeroB)
-    return std::optional<Value>();
-  int64_t zerosB = *zeroB ? shapeOf(*zeroB)[0] : 0;
+  int64_t zerosB = zeroB ? shapeOf(zeroB)[0] : 0;
   runtime::IntegerMatMulParams params{rows,
                                       n,
                                       k,
+                                      transposedB,
                                       /*constantB=*/0,
                                       typeA == DType::U8,
                                       typeB == DType::U8,
-                                      static_cast<bool>(*zeroA),
+                                      static_cast<bool>(zeroA),
                                       zerosB};
   llvm::SmallVector<Value> inputs = {reshape(a, {rows, k}), b};
-  for (Value zero : {*zeroA, *zeroB})
+  for (Value zero : {zeroA, zeroB})
     if (zero)
       inputs.push_back(zero);
   // The callee's body, the float32 products, is the code where the kernel
@@ -591,6 +583,8 @@ Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a
   auto body = [&](mlir::ValueRange data) -> Expected<Value> {
     Value wideA = widenBytes(markBytes(data[0], typeA));
     Value wideB = widenBytes(markBytes(data[1], typeB));
+    if (transposedB)
+      wideB = transpose(wideB, {1, 0});
     size_t next = 2;
     if (params.hasZeroA)
       wideA = sub(wideA, reshape(widenBytes(markBytes(data[next++], typeA)), {1, 1}));
@@ -606,7 +600,76 @@ Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a
                   mlir::RankedTensorType::get({rows, n}, builder_.getI32Type()), body));
   Shape out(as.begin(), as.end() - 1);
   out.push_back(n);
-  return std::optional<Value>(reshape(product, out));
+  return reshape(product, out);
+}
+
+/// MatMulInteger of a 2-D B through the runtime's integer kernel, exact in
+/// int32 (int8 dot products). nullopt for the forms it does not take: a
+/// batched B, or zero points per row of A or of another type than their
+/// input's.
+Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a,
+                                                       Value b) {
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  int64_t k = as.back(), n = bs.back();
+  if (bs.size() != 2 || bs[0] != k || product(as, 0, as.size()) == 0 || n == 0)
+    return std::optional<Value>();
+  std::optional<Value> zeroA = kernelZeroPoint(node, 2, dtypeOf(a), 1);
+  std::optional<Value> zeroB = kernelZeroPoint(node, 3, dtypeOf(b), n);
+  if (!zeroA || !zeroB)
+    return std::optional<Value>();
+  FLOWC_ASSIGN_OR_RETURN(Value y, integerProduct(a, b, *zeroA, *zeroB, false));
+  return std::optional<Value>(y);
+}
+
+void Importer::recordDequantized(const Node &node, Value x, Value y, int64_t axis,
+                                 int64_t blockSize) {
+  Shape shape = shapeOf(x);
+  Expected<Value> scale = anyOperand(node, 1);
+  if (blockSize != 0 || !isByte(dtypeOf(x)) || !scale || dtypeOf(*scale) != DType::F32)
+    return;
+  Shape scaleShape = shapeOf(*scale);
+  int64_t count = product(scaleShape, 0, scaleShape.size());
+  // One scale, or one per row or column of a matrix (a product's weight,
+  // as it is or transposed).
+  int64_t matrixAxis = axis < 0 ? axis + 2 : axis;
+  bool perAxis = shape.size() == 2 && scaleShape.size() == 1 &&
+                 (matrixAxis == 0 || matrixAxis == 1) && count == shape[matrixAxis];
+  if (count != 1 && !perAxis)
+    return;
+  std::optional<Value> zero = kernelZeroPoint(node, 2, dtypeOf(x), count);
+  if (!zero)
+    return;
+  dequantized_[y] =
+      Dequantized{x, reshape(*scale, {count}), *zero, count == 1 ? -1 : matrixAxis};
+}
+
+/// A MatMul or Gemm of two DequantizeLinear results (the QDQ format's
+/// quantized product) as the integer kernel's product of their bytes,
+/// scaled once: exact sums, where the float32 product of the dequantized
+/// values rounds each. nullopt for other forms: A scaled per anything, B
+/// batched or scaled per entry of its inner axis.
+Expected<std::optional<Value>> Importer::productOfDequantized(Value a, Value b,
+                                                              bool transposedB) {
+  auto left = dequantized_.find(a), right = dequantized_.find(b);
+  if (left == dequantized_.end() || right == dequantized_.end())
+    return std::optional<Value>();
+  const Dequantized &da = left->second, &db = right->second;
+  Shape as = shapeOf(da.bytes), bs = shapeOf(db.bytes);
+  // B's scales are per column of the product: its stored axis 1, or 0
+  // when transposed.
+  int64_t columnAxis = transposedB ? 0 : 1;
+  if (as.size() < 2 || bs.size() != 2 || bs[1 - columnAxis] != as.back() ||
+      da.axis != -1 || (db.axis != -1 && db.axis != columnAxis) ||
+      product(as, 0, as.size()) == 0)
+    return std::optional<Value>();
+  FLOWC_ASSIGN_OR_RETURN(
+      Value sums, integerProduct(da.bytes, db.bytes, da.zero, db.zero, transposedB));
+  Shape out = shapeOf(sums);
+  Shape ones(out.size(), 1), columns = ones;
+  columns.back() = shapeOf(db.scale)[0];
+  Value y = build<mlir::tosa::CastOp>(out, {sums});
+  return std::optional<Value>(
+      mul(mul(y, reshape(da.scale, ones)), reshape(db.scale, columns)));
 }
 
 Status Importer::importMatMulInteger(const Node &node) {

@@ -112,8 +112,8 @@ func.func private @k(%a: tensor<2x4xi8>, %b: tensor<4x3xi8>, %z: tensor<2xi8>) -
   return %c : tensor<2x3xi32>
 }
 func.func @main(%a: tensor<2x4xi8>, %b: tensor<4x3xi8>, %z: tensor<2xi8>) -> tensor<2x3xi32> {
-  // expected-error @+1 {{'flowc.library_call' op an integer matmul of [2, 4] x [4, 3] takes i8 matrices of those shapes, i8 zero points [1] and [1] or [n], and gives i32 [m, n]; got 'tensor<2x4xi8>', 'tensor<4x3xi8>', 'tensor<2xi8>' -> 'tensor<2x3xi32>'}}
-  %y = flowc.library_call integer_matmul @k(%a, %b, %z) params <m = 2, n = 3, k = 4, constantB = 0, unsignedA = 1, unsignedB = 0, hasZeroA = 0, zerosB = 2> : (tensor<2x4xi8>, tensor<4x3xi8>, tensor<2xi8>) -> tensor<2x3xi32>
+  // expected-error @+1 {{'flowc.library_call' op an integer matmul of [2, 4] x [4, 3] takes i8 matrices of those shapes (B [n, k] when transposed), i8 zero points [1] and [1] or [n], and gives i32 [m, n]; got 'tensor<2x4xi8>', 'tensor<4x3xi8>', 'tensor<2xi8>' -> 'tensor<2x3xi32>'}}
+  %y = flowc.library_call integer_matmul @k(%a, %b, %z) params <m = 2, n = 3, k = 4, transposedB = 0, constantB = 0, unsignedA = 1, unsignedB = 0, hasZeroA = 0, zerosB = 2> : (tensor<2x4xi8>, tensor<4x3xi8>, tensor<2xi8>) -> tensor<2x3xi32>
   return %y : tensor<2x3xi32>
 }
 
@@ -125,7 +125,7 @@ func.func private @k(%a: tensor<2x4xi8>, %b: tensor<4x3xi8>) -> tensor<2x3xf32> 
   return %c : tensor<2x3xf32>
 }
 func.func @main(%a: tensor<2x4xi8>, %b: tensor<4x3xi8>) -> tensor<2x3xf32> {
-  // expected-error @+1 {{'flowc.library_call' op an integer matmul of [2, 4] x [4, 3] takes i8 matrices of those shapes, i8 zero points [1] and [1] or [n], and gives i32 [m, n]; got 'tensor<2x4xi8>', 'tensor<4x3xi8>' -> 'tensor<2x3xf32>'}}
-  %y = flowc.library_call integer_matmul @k(%a, %b) params <m = 2, n = 3, k = 4, constantB = 0, unsignedA = 1, unsignedB = 0, hasZeroA = 0, zerosB = 0> : (tensor<2x4xi8>, tensor<4x3xi8>) -> tensor<2x3xf32>
+  // expected-error @+1 {{'flowc.library_call' op an integer matmul of [2, 4] x [4, 3] takes i8 matrices of those shapes (B [n, k] when transposed), i8 zero points [1] and [1] or [n], and gives i32 [m, n]; got 'tensor<2x4xi8>', 'tensor<4x3xi8>' -> 'tensor<2x3xf32>'}}
+  %y = flowc.library_call integer_matmul @k(%a, %b) params <m = 2, n = 3, k = 4, transposedB = 0, constantB = 0, unsignedA = 1, unsignedB = 0, hasZeroA = 0, zerosB = 0> : (tensor<2x4xi8>, tensor<4x3xi8>) -> tensor<2x3xf32>
   return %y : tensor<2x3xf32>
 }

@@ -299,14 +299,17 @@ struct ScatterRowsParams {
 static_assert(isKernelParams<ScatterRowsParams>() && sizeof(ScatterRowsParams) == 5 * 8);
 
 /// ONNX's MatMulInteger, exact in int32: destination ([m, n] int32) =
-/// (A - aZero) x (B - bZero), A [m, k] and B [k, n] of 8-bit integers,
+/// (A - aZero) x (B - bZero), A [m, k] and B [k, n] (stored [n, k] with
+/// transposedB) of 8-bit integers,
 /// int8 or uint8 each (unsignedA, unsignedB). aZero is one element of A's
 /// type; bZero one of B's type, or one per column. Buffers: A, B, [aZero],
 /// [bZero], destination. Only the CPU runtime has it: a cuda compile
 /// inlines the call's TOSA body.
 struct IntegerMatMulParams {
   int64_t m, n, k;
-  /// B is a graph weight or constant: converted once per session.
+  int64_t transposedB;
+  /// B is a graph weight or constant: packed at link, or converted once per
+  /// session.
   int64_t constantB;
   int64_t unsignedA, unsignedB;
   int64_t hasZeroA;
@@ -314,7 +317,7 @@ struct IntegerMatMulParams {
   int64_t zerosB;
 };
 static_assert(isKernelParams<IntegerMatMulParams>() &&
-              sizeof(IntegerMatMulParams) == 8 * 8);
+              sizeof(IntegerMatMulParams) == 9 * 8);
 
 /// The words of `params`, as the compiler emits them.
 template <typename Params> std::vector<int64_t> paramWords(const Params &params) {
