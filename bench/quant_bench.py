@@ -3,7 +3,7 @@
 onnxruntime on the same 8-bit file, and both on the float32 original, same
 run, same thread count. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/quant_bench.py [--models resnet18:static,bert:dynamic]
+    .venv/bin/python bench/quant_bench.py [--models resnet18:static,bert:dynamic,bert:static]
         [--runs 20] [--rounds 3] [--threads 2] [--keep DIR]
 
 Each model is exported with seeded random weights (examples/, as the tests
@@ -78,7 +78,7 @@ def bench(model, mode, args, root):
 
 def main():
     parser, args = parse_arguments(__doc__.splitlines()[0],
-                                   "resnet18:static,mobilenet_v3_small:static-pc,bert:dynamic")
+                                   "resnet18:static,mobilenet_v3_small:static-pc,bert:dynamic,bert:static")
     with work_root(args.keep, "quant_bench.") as root:
         for spec in args.models.split(","):
             model, _, mode = spec.partition(":")
