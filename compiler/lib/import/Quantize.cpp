@@ -623,9 +623,11 @@ Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a
 
 void Importer::recordDequantized(const Node &node, Value x, Value y, int64_t axis,
                                  int64_t blockSize) {
+  if (blockSize != 0 || !isByte(dtypeOf(x)))
+    return;
   Shape shape = shapeOf(x);
   Expected<Value> scale = anyOperand(node, 1);
-  if (blockSize != 0 || !isByte(dtypeOf(x)) || !scale || dtypeOf(*scale) != DType::F32)
+  if (!scale || dtypeOf(*scale) != DType::F32)
     return;
   Shape scaleShape = shapeOf(*scale);
   int64_t count = product(scaleShape, 0, scaleShape.size());
@@ -660,7 +662,7 @@ Expected<std::optional<Value>> Importer::productOfDequantized(Value a, Value b,
   int64_t columnAxis = transposedB ? 0 : 1;
   if (as.size() < 2 || bs.size() != 2 || bs[1 - columnAxis] != as.back() ||
       da.axis != -1 || (db.axis != -1 && db.axis != columnAxis) ||
-      product(as, 0, as.size()) == 0)
+      product(as, 0, as.size()) == 0 || bs[columnAxis] == 0)
     return std::optional<Value>();
   FLOWC_ASSIGN_OR_RETURN(
       Value sums, integerProduct(da.bytes, db.bytes, da.zero, db.zero, transposedB));
