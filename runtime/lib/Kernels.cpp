@@ -872,10 +872,13 @@ struct IntegerMatMulSite : Site {
   /// Bs in the library's layout (packed at link, or converted from `bs`).
   PackedWeights b;
   void *bs = nullptr;
-  std::vector<int8_t> signedB;
-  std::vector<float> wideA, wideB, wideDestination;
+  /// Bs converted from a uint8 B, or widened to float32 without VNNI.
+  std::vector<char> convertedB;
+  std::vector<float> wideA, wideDestination;
   /// The B that `bs` was made from.
   const void *preparedFrom = nullptr;
+  /// B's zero points as Bs's, one per column, read each call.
+  std::vector<int32_t> zerosB;
 
   bool readsPrepacked() const override { return b.usesPrepacked; }
 };
@@ -942,13 +945,11 @@ createIntegerMatMul(KernelContext &context, int64_t index, const IntegerMatMulPa
                          context.engine, &site->zeroAValue);
   site->b.init(descs.b, pd.weights_desc(), context.engine,
                p.constantB ? context.prepacked(index, 1) : nullptr);
-  size_t bCount = static_cast<size_t>(p.k * p.n);
-  if (!site->b.usesPrepacked && site->bytes && p.unsignedB)
-    site->signedB.resize(bCount);
+  if (!site->b.usesPrepacked && (!site->bytes || p.unsignedB))
+    site->convertedB.resize(descs.b.get_size());
+  site->zerosB.resize(static_cast<size_t>(p.n));
   if (!site->bytes) {
     site->wideA.resize(static_cast<size_t>(p.m * p.k));
-    if (!site->b.usesPrepacked)
-      site->wideB.resize(bCount);
     site->wideDestination.resize(static_cast<size_t>(p.m * p.n));
     site->note = " (float32: no VNNI for exact int8 sums)";
   }
@@ -962,20 +963,21 @@ void prepareIntegerB(IntegerMatMulSite &site, const IntegerMatMulParams &p,
   site.bs = const_cast<void *>(b);
   if (site.b.usesPrepacked || (site.bytes && !p.unsignedB))
     return;
-  site.bs = site.bytes ? static_cast<void *>(site.signedB.data()) : site.wideB.data();
+  site.bs = site.convertedB.data();
   convertIntegerB(p, site.bytes, b, site.bs);
 }
 
-/// B's zero points as Bs's, one per column; empty when all are 0.
-std::vector<int32_t> shiftedZerosB(const IntegerMatMulParams &p, const void *zeros) {
-  std::vector<int32_t> shifted(static_cast<size_t>(p.n));
+/// Writes B's zero points as Bs's, one per column, into `shifted` (n
+/// entries); whether any is not 0.
+bool shiftZerosB(const IntegerMatMulParams &p, const void *zeros,
+                 std::vector<int32_t> &shifted) {
   bool any = false;
   for (int64_t j = 0; j < p.n; ++j) {
     int32_t zero = zeros ? byteAt(zeros, p.unsignedB, p.zerosB == 1 ? 0 : j) : 0;
     shifted[static_cast<size_t>(j)] = zero - 128 * static_cast<int32_t>(p.unsignedB);
     any |= shifted[static_cast<size_t>(j)] != 0;
   }
-  return any ? shifted : std::vector<int32_t>();
+  return any;
 }
 
 void runIntegerMatMul(KernelContext &context, IntegerMatMulSite &site,
@@ -983,7 +985,7 @@ void runIntegerMatMul(KernelContext &context, IntegerMatMulSite &site,
   const void *a = buffers[0], *b = buffers[1];
   int next = 2;
   int32_t zeroA = p.hasZeroA ? byteAt(buffers[next++], p.unsignedA, 0) : 0;
-  std::vector<int32_t> zerosB = shiftedZerosB(p, p.zerosB ? buffers[next++] : nullptr);
+  bool centeredB = shiftZerosB(p, p.zerosB ? buffers[next++] : nullptr, site.zerosB);
   auto *out = static_cast<int32_t *>(buffers[next]);
   bool repack = !p.constantB || b != site.preparedFrom;
   if (repack)
@@ -1011,7 +1013,7 @@ void runIntegerMatMul(KernelContext &context, IntegerMatMulSite &site,
                                : site.b.port.bind(site.bs, repack, context.stream);
   args[DNNL_ARG_DST] = site.destination;
   site.primitive.execute(context.stream, args);
-  if (site.bytes && zerosB.empty())
+  if (site.bytes && !centeredB)
     return;
   // The op's result is int32: a sum past its range wraps (unsigned
   // arithmetic, which wraps without undefined behaviour).
@@ -1022,13 +1024,13 @@ void runIntegerMatMul(KernelContext &context, IntegerMatMulSite &site,
       for (int64_t j = 0; j < p.n; ++j)
         line[j] = static_cast<uint32_t>(static_cast<int64_t>(std::nearbyint(wide[j])));
     }
-    if (zerosB.empty())
+    if (!centeredB)
       continue;
     uint32_t row = 0;
     for (int64_t t = 0; t < p.k; ++t)
       row += static_cast<uint32_t>(byteAt(a, p.unsignedA, i * p.k + t) - zeroA);
     for (int64_t j = 0; j < p.n; ++j)
-      line[j] -= static_cast<uint32_t>(zerosB[static_cast<size_t>(j)]) * row;
+      line[j] -= static_cast<uint32_t>(site.zerosB[static_cast<size_t>(j)]) * row;
   }
 }
 
