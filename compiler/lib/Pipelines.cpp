@@ -168,6 +168,10 @@ void buildBufferizePipeline(mlir::OpPassManager &pm, const CompileOptions &optio
     pm.addPass(createOutlineLibraryKernelsPass(options.precision));
   else
     pm.addPass(createInlineLibraryCallsPass());
+  // Nor an integer convolution: its quantized TOSA convolution runs as loops.
+  if (isCudaTarget(options.target))
+    pm.addPass(createInlineLibraryCallsPass(InlineLibraryCallsPassOptions{
+        runtime::kernelKindName(runtime::KernelKind::IntegerConv2d)}));
   // After outlining, so that no kernel's epilogue is split: per-channel
   // arithmetic after a concatenation runs on each input where it lies.
   if (enabled(options, OptionalPass::DistributeOverConcat))

@@ -471,20 +471,28 @@ memory::desc anyLayout(const memory::desc &desc,
   return memory::desc(desc.dims(), type, memory::format_tag::any);
 }
 
-memory::desc convWeightsDesc(const Conv2dParams &p) {
+/// The weights of a convolution of `p`'s geometry (Conv2dParams or
+/// IntegerConv2dParams) in its layout, of `type`.
+template <typename Params>
+memory::desc convWeightsDesc(const Params &p,
+                             memory::data_type type = memory::data_type::f32) {
   int64_t groups = p.groups, kh = p.kernelHeight, kw = p.kernelWidth;
   ConvWeightLayout layout = p.weightLayout;
   if (groups == 1) {
     Dims dims = {p.outChannels, p.inChannels, kh, kw};
-    return denseDesc(dims, layout == ConvWeightLayout::Ohwi
-                               ? stridesInOrder(dims, {0, 2, 3, 1})
-                               : stridesInOrder(dims, {0, 1, 2, 3}));
+    return denseDesc(dims,
+                     layout == ConvWeightLayout::Ohwi
+                         ? stridesInOrder(dims, {0, 2, 3, 1})
+                         : stridesInOrder(dims, {0, 1, 2, 3}),
+                     type);
   }
   Dims dims = {groups, p.outChannels / groups, p.inChannels / groups, kh, kw};
   // Depthwise [kh, kw, channels, multiplier]: group-major channels.
-  return denseDesc(dims, layout == ConvWeightLayout::Hwcm
-                             ? stridesInOrder(dims, {3, 4, 0, 1, 2})
-                             : stridesInOrder(dims, {0, 1, 2, 3, 4}));
+  return denseDesc(dims,
+                   layout == ConvWeightLayout::Hwcm
+                       ? stridesInOrder(dims, {3, 4, 0, 1, 2})
+                       : stridesInOrder(dims, {0, 1, 2, 3, 4}),
+                   type);
 }
 
 /// A convolution's buffers as the graph has them.
@@ -1034,6 +1042,152 @@ void runIntegerMatMul(KernelContext &context, IntegerMatMulSite &site,
   }
 }
 
+/// An integer convolution's site. With VNNI the library convolves the int8
+/// source, its zero point its own, with the int8 weights into int32. Without
+/// it (hasExactInt8Products), in float32 of source - zero point and the
+/// weights, rounded back to int32: exact while a sum stays below 2^24.
+struct IntegerConvSite : Site {
+  dnnl::convolution_forward primitive;
+  /// int8 sums; otherwise float32 ones.
+  bool bytes = true;
+  ActivationPort source, destination;
+  PackedWeights weights;
+  memory zero;
+  int32_t zeroValue = 0;
+  /// Without VNNI: the source less its zero point, the sums, and the
+  /// weights, in float32 and the graph's layouts.
+  std::vector<float> wideSource, wideDestination, wideWeights;
+  /// The weights `wideWeights` were made from.
+  const void *widenedFrom = nullptr;
+
+  bool readsPrepacked() const override { return weights.usesPrepacked; }
+};
+
+/// An integer convolution's buffers as the graph has them: bytes and int32,
+/// or float32 (`bytes` false).
+struct IntegerConvDescs {
+  memory::desc source, weights, destination;
+};
+
+IntegerConvDescs integerConvDescs(const IntegerConv2dParams &p, bool bytes) {
+  auto type = [&](memory::data_type wanted) {
+    return bytes ? wanted : memory::data_type::f32;
+  };
+  Dims source = {p.batch, p.inChannels, p.inHeight, p.inWidth};
+  Dims destination = {p.batch, p.outChannels, p.outHeight, p.outWidth};
+  return {denseDesc(source, activationStrides(source, p.sourceLayout),
+                    type(memory::data_type::s8)),
+          convWeightsDesc(p, type(memory::data_type::s8)),
+          denseDesc(destination, activationStrides(destination, p.destinationLayout),
+                    type(memory::data_type::s32))};
+}
+
+/// The integer convolution's primitive: in the graph's layouts where the
+/// library has a kernel for them that is not its reference code, else in
+/// the layouts it picks (reordered on each side); the weights always in
+/// its own.
+dnnl::convolution_forward::primitive_desc
+integerConvPrimitive(const dnnl::engine &engine, const IntegerConv2dParams &p,
+                     bool bytes) {
+  IntegerConvDescs descs = integerConvDescs(p, bytes);
+  dnnl::primitive_attr attr;
+  if (bytes && p.zeroSource != 0)
+    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  auto make = [&](const memory::desc &source, const memory::desc &destination) {
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, source,
+        anyLayout(descs.weights, descs.weights.data_type()), destination,
+        memory::dims{p.strideH, p.strideW},
+        memory::dims{p.dilationH - 1, p.dilationW - 1}, memory::dims{p.padTop, p.padLeft},
+        memory::dims{p.padBottom, p.padRight});
+    return dnnl::convolution_forward::primitive_desc(desc, attr, engine);
+  };
+  try {
+    auto plain = make(descs.source, descs.destination);
+    if (!isReferenceImpl(plain.impl_info_str()))
+      return plain;
+  } catch (const dnnl::error &) {
+  }
+  return make(anyLayout(descs.source, descs.source.data_type()),
+              anyLayout(descs.destination, descs.destination.data_type()));
+}
+
+/// Writes `count` int8 values as float32 into `out`.
+void widenBytes(const void *bytes, size_t count, float *out) {
+  for (size_t i = 0; i < count; ++i)
+    out[i] = static_cast<float>(static_cast<const int8_t *>(bytes)[i]);
+}
+
+std::unique_ptr<IntegerConvSite> createIntegerConv(KernelContext &context, int64_t index,
+                                                   const IntegerConv2dParams &p) {
+  auto site = std::make_unique<IntegerConvSite>();
+  site->bytes = hasExactInt8Products();
+  IntegerConvDescs descs = integerConvDescs(p, site->bytes);
+  auto pd = integerConvPrimitive(context.engine, p, site->bytes);
+  site->primitive = dnnl::convolution_forward(pd);
+  site->source.init(descs.source, pd.src_desc(), context.engine, false);
+  site->destination.init(descs.destination, pd.dst_desc(), context.engine, true);
+  site->weights.init(descs.weights, pd.weights_desc(), context.engine,
+                     p.constantWeights ? context.prepacked(index, 1) : nullptr);
+  site->zero = memory(memory::desc({1}, memory::data_type::s32, memory::format_tag::a),
+                      context.engine, &site->zeroValue);
+  if (!site->bytes) {
+    site->wideSource.resize(descs.source.get_size() / sizeof(float));
+    site->wideDestination.resize(descs.destination.get_size() / sizeof(float));
+    if (!site->weights.usesPrepacked)
+      site->wideWeights.resize(descs.weights.get_size() / sizeof(float));
+    site->note = " (float32: no VNNI for exact int8 sums)";
+  }
+  return site;
+}
+
+void runIntegerConv(KernelContext &context, IntegerConvSite &site,
+                    const IntegerConv2dParams &p, void **buffers) {
+  const void *source = buffers[0], *weights = buffers[1];
+  auto *out = static_cast<int32_t *>(buffers[2]);
+  std::unordered_map<int, memory> args;
+  memory packedWeights;
+  if (site.bytes) {
+    args[DNNL_ARG_SRC] =
+        site.source.bind(const_cast<void *>(source), true, context.stream);
+    args[DNNL_ARG_DST] = site.destination.bind(out, false, context.stream);
+    packedWeights = site.weights.bind(const_cast<void *>(weights), p.constantWeights != 0,
+                                      context.stream);
+    if (p.zeroSource != 0) {
+      site.zeroValue = static_cast<int32_t>(p.zeroSource);
+      args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = site.zero;
+    }
+  } else {
+    const auto *bytes = static_cast<const int8_t *>(source);
+    for (size_t i = 0; i < site.wideSource.size(); ++i)
+      site.wideSource[i] = static_cast<float>(bytes[i] - p.zeroSource);
+    args[DNNL_ARG_SRC] = site.source.bind(site.wideSource.data(), true, context.stream);
+    args[DNNL_ARG_DST] =
+        site.destination.bind(site.wideDestination.data(), false, context.stream);
+    // A constant is widened once, a run-time weight each call. Not
+    // PackedWeights::bind: the widened weights always land in one buffer,
+    // which that would take for the constant it already holds.
+    bool widen = !p.constantWeights || weights != site.widenedFrom;
+    if (site.weights.usesPrepacked) {
+      packedWeights = site.weights.prepacked;
+    } else {
+      if (widen) {
+        widenBytes(weights, site.wideWeights.size(), site.wideWeights.data());
+        site.widenedFrom = weights;
+      }
+      packedWeights =
+          site.weights.port.bind(site.wideWeights.data(), widen, context.stream);
+    }
+  }
+  args[DNNL_ARG_WEIGHTS] = packedWeights;
+  site.primitive.execute(context.stream, args);
+  site.destination.store(context.stream);
+  if (site.bytes)
+    return;
+  for (size_t i = 0; i < site.wideDestination.size(); ++i)
+    out[i] = static_cast<int32_t>(std::nearbyint(site.wideDestination[i]));
+}
+
 /// Softmax reads and writes the graph's buffers in place: no reorders.
 struct SourceToDestinationSite : Site {
   dnnl::primitive primitive;
@@ -1194,6 +1348,13 @@ void integerMatMulKernel(void *context, int64_t site, const int64_t *params,
                                                    runIntegerMatMul);
 }
 
+void integerConvKernel(void *context, int64_t site, const int64_t *params,
+                       void **buffers) {
+  dispatch<IntegerConvSite, IntegerConv2dParams>(context, site, params, buffers,
+                                                 "integer_conv2d", createIntegerConv,
+                                                 runIntegerConv);
+}
+
 void poolKernel(void *context, int64_t site, const int64_t *params, void **buffers) {
   dispatch<PoolSite, Pool2dParams>(context, site, params, buffers, "pool2d", createPool,
                                    runPool);
@@ -1267,6 +1428,8 @@ KernelFunction kernelFor(KernelKind kind) {
     return scatterKernel;
   case KernelKind::IntegerMatMul:
     return integerMatMulKernel;
+  case KernelKind::IntegerConv2d:
+    return integerConvKernel;
   }
   return nullptr;
 }
@@ -1467,6 +1630,32 @@ Expected<std::optional<PackedWeight>> packIntegerB(const IntegerMatMulParams &p,
   return std::optional<PackedWeight>(reorderedWeight(engine, user, wanted, bs.data()));
 }
 
+/// An integer convolution's constant weights as its site reads them on
+/// this CPU: int8 (with the library's compensation sums), or float32 without
+/// VNNI, in the library's layout.
+Expected<std::optional<PackedWeight>> packIntegerConvWeights(const IntegerConv2dParams &p,
+                                                             std::string_view source) {
+  bool bytes = hasExactInt8Products();
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  memory::desc user = integerConvDescs(p, bytes).weights;
+  size_t count = user.get_size() / (bytes ? 1 : sizeof(float));
+  if (source.size() != count)
+    return invalidArgument("an integer_conv2d kernel's weights have " +
+                           std::to_string(count) + " bytes, not " +
+                           std::to_string(source.size()));
+  memory::desc wanted = integerConvPrimitive(engine, p, bytes).weights_desc();
+  if (bytes && user == wanted)
+    return std::optional<PackedWeight>();
+  std::string widened;
+  const void *data = source.data();
+  if (!bytes) {
+    widened.resize(user.get_size());
+    widenBytes(source.data(), count, reinterpret_cast<float *>(widened.data()));
+    data = widened.data();
+  }
+  return std::optional<PackedWeight>(reorderedWeight(engine, user, wanted, data));
+}
+
 } // namespace
 
 Expected<std::optional<PackedWeight>>
@@ -1487,6 +1676,18 @@ packKernelWeight(KernelKind kind, const std::vector<int64_t> &params, int64_t bu
     } catch (const dnnl::error &error) {
       return internalError(std::string("packing an integer_matmul kernel's B failed: ") +
                            error.what());
+    }
+  }
+  if (auto integerConv = kind == KernelKind::IntegerConv2d
+                             ? paramsFromWords<IntegerConv2dParams>(params)
+                             : std::nullopt;
+      integerConv && buffer == 1 && integerConv->constantWeights) {
+    try {
+      return packIntegerConvWeights(*integerConv, source);
+    } catch (const dnnl::error &error) {
+      return internalError(
+          std::string("packing an integer_conv2d kernel's weights failed: ") +
+          error.what());
     }
   }
   std::string what =

@@ -8,6 +8,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/Operation.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <optional>
@@ -133,6 +134,31 @@ constexpr std::array kIntegerMatMulFields = {
     FLOWC_INT_FIELD(IntegerMatMulParams, hasZeroA),
     FLOWC_INT_FIELD(IntegerMatMulParams, zerosB),
 };
+constexpr std::array kIntegerConv2dFields = {
+    FLOWC_INT_FIELD(IntegerConv2dParams, batch),
+    FLOWC_INT_FIELD(IntegerConv2dParams, inChannels),
+    FLOWC_INT_FIELD(IntegerConv2dParams, inHeight),
+    FLOWC_INT_FIELD(IntegerConv2dParams, inWidth),
+    FLOWC_INT_FIELD(IntegerConv2dParams, outChannels),
+    FLOWC_INT_FIELD(IntegerConv2dParams, kernelHeight),
+    FLOWC_INT_FIELD(IntegerConv2dParams, kernelWidth),
+    FLOWC_INT_FIELD(IntegerConv2dParams, outHeight),
+    FLOWC_INT_FIELD(IntegerConv2dParams, outWidth),
+    FLOWC_INT_FIELD(IntegerConv2dParams, strideH),
+    FLOWC_INT_FIELD(IntegerConv2dParams, strideW),
+    FLOWC_INT_FIELD(IntegerConv2dParams, dilationH),
+    FLOWC_INT_FIELD(IntegerConv2dParams, dilationW),
+    FLOWC_INT_FIELD(IntegerConv2dParams, padTop),
+    FLOWC_INT_FIELD(IntegerConv2dParams, padLeft),
+    FLOWC_INT_FIELD(IntegerConv2dParams, padBottom),
+    FLOWC_INT_FIELD(IntegerConv2dParams, padRight),
+    FLOWC_INT_FIELD(IntegerConv2dParams, groups),
+    FLOWC_INT_FIELD(IntegerConv2dParams, sourceLayout),
+    FLOWC_INT_FIELD(IntegerConv2dParams, weightLayout),
+    FLOWC_INT_FIELD(IntegerConv2dParams, destinationLayout),
+    FLOWC_INT_FIELD(IntegerConv2dParams, constantWeights),
+    FLOWC_INT_FIELD(IntegerConv2dParams, zeroSource),
+};
 
 #undef FLOWC_INT_FIELD
 #undef FLOWC_FLOAT_FIELD
@@ -156,6 +182,7 @@ static_assert(namesEveryWord<runtime::LayerNormParams>(kLayerNormFields));
 static_assert(namesEveryWord<runtime::TopKParams>(kTopKFields));
 static_assert(namesEveryWord<runtime::ScatterRowsParams>(kScatterRowsFields));
 static_assert(namesEveryWord<runtime::IntegerMatMulParams>(kIntegerMatMulFields));
+static_assert(namesEveryWord<runtime::IntegerConv2dParams>(kIntegerConv2dFields));
 
 /// The fields of `kind`'s params struct, in word order.
 llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
@@ -176,6 +203,8 @@ llvm::ArrayRef<ParamField> paramFields(runtime::KernelKind kind) {
     return kScatterRowsFields;
   case runtime::KernelKind::IntegerMatMul:
     return kIntegerMatMulFields;
+  case runtime::KernelKind::IntegerConv2d:
+    return kIntegerConv2dFields;
   }
   return {};
 }
@@ -306,7 +335,9 @@ static_assert(static_cast<int64_t>(LibraryKernelKind::Conv2d) ==
                   static_cast<int64_t>(runtime::KernelKind::ScatterRows) &&
               static_cast<int64_t>(LibraryKernelKind::IntegerMatMul) ==
                   static_cast<int64_t>(runtime::KernelKind::IntegerMatMul) &&
-              runtime::kKernelKindCount == 8);
+              static_cast<int64_t>(LibraryKernelKind::IntegerConv2d) ==
+                  static_cast<int64_t>(runtime::KernelKind::IntegerConv2d) &&
+              runtime::kKernelKindCount == 9);
 
 void FlowcDialect::initialize() {
   addOperations<
@@ -354,6 +385,10 @@ std::optional<size_t> expectedInputs(LibraryCallOp call) {
     if (auto p = runtime::paramsFromWords<runtime::IntegerMatMulParams>(words))
       return 2 + (p->hasZeroA != 0) + (p->zerosB != 0);
     break;
+  case LibraryKernelKind::IntegerConv2d:
+    if (runtime::paramsFromWords<runtime::IntegerConv2dParams>(words))
+      return 2;
+    break;
   }
   return std::nullopt;
 }
@@ -364,6 +399,7 @@ int64_t sourceRank(LibraryKernelKind kind) {
   switch (kind) {
   case LibraryKernelKind::Conv2d:
   case LibraryKernelKind::Pool2d:
+  case LibraryKernelKind::IntegerConv2d:
     return 4;
   case LibraryKernelKind::MatMul:
     return 3;
@@ -460,6 +496,71 @@ mlir::LogicalResult verifyIntegerMatMul(LibraryCallOp call) {
          << call.getInputs().getTypes() << " -> " << result;
 }
 
+/// `dims` ([N, C, H, W]) in `layout`'s order.
+llvm::SmallVector<int64_t> inLayout(std::array<int64_t, 4> dims,
+                                    runtime::ActivationLayout layout) {
+  if (layout == runtime::ActivationLayout::Nhwc)
+    return {dims[0], dims[2], dims[3], dims[1]};
+  return {dims[0], dims[1], dims[2], dims[3]};
+}
+
+/// An integer convolution's weights' shape in the params' layout.
+llvm::SmallVector<int64_t> integerConvWeightShape(const runtime::IntegerConv2dParams &p) {
+  int64_t in = p.inChannels / std::max<int64_t>(p.groups, 1);
+  switch (p.weightLayout) {
+  case runtime::ConvWeightLayout::Ohwi:
+    return {p.outChannels, p.kernelHeight, p.kernelWidth, in};
+  case runtime::ConvWeightLayout::Hwcm:
+    return {p.kernelHeight, p.kernelWidth, p.groups,
+            p.outChannels / std::max<int64_t>(p.groups, 1)};
+  case runtime::ConvWeightLayout::Oihw:
+    break;
+  }
+  return {p.outChannels, in, p.kernelHeight, p.kernelWidth};
+}
+
+/// An integer convolution's i8 source and weights and i32 result against
+/// its params: groups 1 or depthwise, each buffer of the params' extents in
+/// its layout, the zero point a byte.
+mlir::LogicalResult verifyIntegerConv2d(LibraryCallOp call) {
+  auto p = *runtime::paramsFromWords<runtime::IntegerConv2dParams>(call.getParams());
+  auto hasType = [&](mlir::Value value, llvm::ArrayRef<int64_t> shape, unsigned bits) {
+    auto type = mlir::cast<mlir::RankedTensorType>(value.getType());
+    return type.getElementType().isInteger(bits) && type.getShape() == shape;
+  };
+  bool depthwise =
+      p.groups == p.inChannels && p.groups > 1 && p.outChannels % p.groups == 0;
+  bool layouts = static_cast<uint64_t>(p.sourceLayout) <= 1 &&
+                 static_cast<uint64_t>(p.destinationLayout) <= 1 &&
+                 static_cast<uint64_t>(p.weightLayout) <= 2 &&
+                 (p.weightLayout != runtime::ConvWeightLayout::Hwcm || depthwise) &&
+                 (p.weightLayout != runtime::ConvWeightLayout::Ohwi || p.groups == 1);
+  bool positive = p.batch > 0 && p.inChannels > 0 && p.inHeight > 0 && p.inWidth > 0 &&
+                  p.outChannels > 0 && p.kernelHeight > 0 && p.kernelWidth > 0 &&
+                  p.outHeight > 0 && p.outWidth > 0 && p.strideH > 0 && p.strideW > 0 &&
+                  p.dilationH > 0 && p.dilationW > 0 && p.padTop >= 0 && p.padLeft >= 0 &&
+                  p.padBottom >= 0 && p.padRight >= 0;
+  bool fits =
+      positive && layouts && (p.groups == 1 || depthwise) && p.zeroSource >= -128 &&
+      p.zeroSource <= 127 &&
+      hasType(call.getInputs()[0],
+              inLayout({p.batch, p.inChannels, p.inHeight, p.inWidth}, p.sourceLayout),
+              8) &&
+      hasType(call.getInputs()[1], integerConvWeightShape(p), 8) &&
+      hasType(call.getResult(),
+              inLayout({p.batch, p.outChannels, p.outHeight, p.outWidth},
+                       p.destinationLayout),
+              32);
+  if (fits)
+    return mlir::success();
+  return call.emitOpError()
+         << "an integer conv2d of " << p.inChannels << " to " << p.outChannels
+         << " channels (groups " << p.groups << ", zero point " << p.zeroSource
+         << ") takes an i8 source and i8 weights of the params' extents in their "
+            "layouts, groups 1 or one per channel, and gives i32; got "
+         << call.getInputs().getTypes() << " -> " << call.getResult().getType();
+}
+
 } // namespace
 
 std::optional<runtime::ScalarType> scalarTypeOf(mlir::Type element) {
@@ -495,6 +596,8 @@ mlir::LogicalResult LibraryCallOp::verify() {
     return verifyScatterRows(*this);
   if (getKind() == LibraryKernelKind::IntegerMatMul)
     return verifyIntegerMatMul(*this);
+  if (getKind() == LibraryKernelKind::IntegerConv2d)
+    return verifyIntegerConv2d(*this);
   return mlir::success();
 }
 

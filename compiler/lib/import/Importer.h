@@ -343,7 +343,9 @@ public:
   Expected<Value> integerProduct(Value a, Value b, Value zeroA, Value zeroB,
                                  bool transposedB);
   /// Remembers a DequantizeLinear of bytes `x` (result `y`) with one scale,
-  /// or one per row or column of a matrix, for productOfDequantized.
+  /// or one per row or column of a matrix or per output channel of a
+  /// convolution's weights, for productOfDequantized and
+  /// convolutionOfDequantized.
   void recordDequantized(const Node &node, Value x, Value y, int64_t axis,
                          int64_t blockSize);
   Expected<std::optional<Value>> productOfDequantized(Value a, Value b, bool transposedB);
@@ -369,10 +371,21 @@ public:
   };
   Expected<ConvOperands> convOperands(const Node &node, const std::string &what);
   /// A convolution of NCHW `x` by OIHW `w` (bias null: none), as TOSA's
-  /// conv2d, depthwise conv2d or one conv2d per group; NCHW result.
+  /// conv2d, depthwise conv2d or one conv2d per group; NCHW result. With
+  /// `sourceZero`, x and w are int8 and the result int32: TOSA's quantized
+  /// convolution of x less that zero point (groups 1 or depthwise only).
   Expected<Value> convolveNchw(const Node &node, Value x, Value w, Value bias,
                                std::array<int64_t, 4> pads, const Shape &strides,
-                               const Shape &dilations, int64_t groups);
+                               const Shape &dilations, int64_t groups,
+                               std::optional<int64_t> sourceZero = std::nullopt);
+  /// A Conv of two DequantizeLinear results, bytes of a source and int8
+  /// weights (the QDQ format's quantized convolution), as TOSA's quantized
+  /// convolution of their bytes, scaled once, plus the bias. nullopt for
+  /// the forms the integer kernel does not take.
+  Expected<std::optional<Value>>
+  convolutionOfDequantized(const Node &node, Value x, Value w, Value bias,
+                           std::array<int64_t, 4> pads, const Shape &strides,
+                           const Shape &dilations, int64_t groups);
   /// A transposed convolution with stride <= kernel and no dilation, as
   /// one convolution per output phase packed into one; NCHW result of
   /// extent `out`.
@@ -691,8 +704,11 @@ public:
   /// column) and zero point (null, or as the scale, of the bytes' type).
   struct Dequantized {
     Value bytes, scale, zero;
-    /// The matrix axis the scale runs along; -1: one scale.
+    /// The axis the scale runs along (a matrix's 0 or 1, a convolution
+    /// weight's 0); -1: one scale.
     int64_t axis = -1;
+    /// The zero points' values when they are constants (0 when absent).
+    std::optional<std::vector<int64_t>> zeros;
   };
   llvm::DenseMap<Value, Dequantized> dequantized_;
   std::map<std::string, int> opCounts_;

@@ -93,6 +93,13 @@ Status Importer::importConv(const Node &node) {
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
   }
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> integer,
+                         convolutionOfDequantized(node, x, w, bias, pads, conv.strides,
+                                                  conv.dilations, groups));
+  if (integer)
+    return define(node, conv.line
+                            ? reshape(*integer, {xs[0], ws[0], shapeOf(*integer)[3]})
+                            : *integer);
   FLOWC_ASSIGN_OR_RETURN(Value y, convolveNchw(node, x, w, bias, pads, conv.strides,
                                                conv.dilations, groups));
   return define(node, conv.line ? reshape(y, {xs[0], ws[0], shapeOf(y)[3]}) : y);
@@ -100,16 +107,22 @@ Status Importer::importConv(const Node &node) {
 
 Expected<Value> Importer::convolveNchw(const Node &node, Value x, Value w, Value bias,
                                        std::array<int64_t, 4> pads, const Shape &strides,
-                                       const Shape &dilations, int64_t groups) {
+                                       const Shape &dilations, int64_t groups,
+                                       std::optional<int64_t> sourceZero) {
   Shape xs = shapeOf(x), ws = shapeOf(w), kernel = {ws[2], ws[3]};
+  // Float, or TOSA's quantized convolution: int8 in, int32 sums.
+  mlir::Type result =
+      sourceZero ? mlir::Type(builder_.getI32Type()) : mlir::Type(builder_.getF32Type());
   if (bias) {
     if (shapeOf(bias) != Shape{ws[0]})
       return nodeError(node, "bias " + shapeString(shapeOf(bias)) + " does not match " +
                                  std::to_string(ws[0]) + " output channels");
   } else {
-    auto type = f32({ws[0]});
+    auto type = mlir::RankedTensorType::get({ws[0]}, result);
     bias = mlir::tosa::ConstOp::create(builder_, loc_, type,
-                                       mlir::DenseElementsAttr::get(type, 0.0f));
+                                       sourceZero
+                                           ? mlir::DenseElementsAttr::get(type, 0)
+                                           : mlir::DenseElementsAttr::get(type, 0.0f));
   }
   Shape out = {xs[0], 0, 0, ws[0]};
   for (int i = 0; i < 2; ++i) {
@@ -123,18 +136,33 @@ Expected<Value> Importer::convolveNchw(const Node &node, Value x, Value w, Value
       attr("pad", builder_.getDenseI64ArrayAttr({pads[0], pads[2], pads[1], pads[3]})),
       attr("stride", builder_.getDenseI64ArrayAttr(strides)),
       attr("dilation", builder_.getDenseI64ArrayAttr(dilations)),
-      attr("acc_type", mlir::TypeAttr::get(builder_.getF32Type()))};
-  Value zp = zeroPoint();
+      attr("acc_type", mlir::TypeAttr::get(result))};
+  Value zp = zeroPoint(), sourceZp = zp;
+  if (sourceZero) {
+    auto type = mlir::RankedTensorType::get({1}, builder_.getI8Type());
+    auto byteZero = [&](int64_t value) -> Value {
+      return mlir::tosa::ConstOp::create(
+          builder_, loc_, type,
+          mlir::DenseElementsAttr::get(
+              type, llvm::ArrayRef<int8_t>(static_cast<int8_t>(value))));
+    };
+    sourceZp = byteZero(*sourceZero);
+    zp = byteZero(0);
+  }
   Value y;
   if (groups == 1) {
-    y = build<mlir::tosa::Conv2DOp>(
-        out, {xNhwc, transpose(w, {0, 2, 3, 1}), bias, zp, zp}, attrs);
+    y = buildTyped<mlir::tosa::Conv2DOp>(
+        result, out, {xNhwc, transpose(w, {0, 2, 3, 1}), bias, sourceZp, zp}, attrs);
   } else if (groups == xs[1] && ws[1] == 1) {
     // Depthwise: ONNX [C*M, 1, KH, KW] is TOSA's [KH, KW, C, M] after a
     // reshape; output channel c*M + m is the same in both.
     int64_t multiplier = ws[0] / groups;
     Value hwcm = transpose(reshape(w, {groups, multiplier, ws[2], ws[3]}), {2, 3, 0, 1});
-    y = build<mlir::tosa::DepthwiseConv2DOp>(out, {xNhwc, hwcm, bias, zp, zp}, attrs);
+    y = buildTyped<mlir::tosa::DepthwiseConv2DOp>(
+        result, out, {xNhwc, hwcm, bias, sourceZp, zp}, attrs);
+  } else if (sourceZero) {
+    return internalError(node.describe() + ": a quantized convolution of " +
+                         std::to_string(groups) + " groups");
   } else {
     // Grouped: one convolution per group on its slice of channels.
     Shape xn = shapeOf(xNhwc);

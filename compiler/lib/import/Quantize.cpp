@@ -632,17 +632,73 @@ void Importer::recordDequantized(const Node &node, Value x, Value y, int64_t axi
   Shape scaleShape = shapeOf(*scale);
   int64_t count = product(scaleShape, 0, scaleShape.size());
   // One scale, or one per row or column of a matrix (a product's weight,
-  // as it is or transposed).
-  int64_t matrixAxis = axis < 0 ? axis + 2 : axis;
-  bool perAxis = shape.size() == 2 && scaleShape.size() == 1 &&
-                 (matrixAxis == 0 || matrixAxis == 1) && count == shape[matrixAxis];
+  // as it is or transposed), or one per output channel of a convolution's
+  // weights.
+  auto rank = static_cast<int64_t>(shape.size());
+  int64_t along = axis < 0 ? axis + rank : axis;
+  bool perAxis = scaleShape.size() == 1 && along >= 0 && along < rank &&
+                 count == shape[along] &&
+                 ((rank == 2 && along <= 1) || (rank == 4 && along == 0));
   if (count != 1 && !perAxis)
     return;
   std::optional<Value> zero = kernelZeroPoint(node, 2, dtypeOf(x), count);
   if (!zero)
     return;
-  dequantized_[y] =
-      Dequantized{x, reshape(*scale, {count}), *zero, count == 1 ? -1 : matrixAxis};
+  Dequantized record{x, reshape(*scale, {count}), *zero, count == 1 ? -1 : along,
+                     std::nullopt};
+  if (!hasOperand(node, 2)) {
+    record.zeros = std::vector<int64_t>{0};
+  } else if (auto constant = constants_.find(node.inputs[2]);
+             constant != constants_.end()) {
+    if (std::optional<std::vector<float>> values = floatValues(*constant->second))
+      record.zeros = std::vector<int64_t>(values->begin(), values->end());
+  }
+  dequantized_[y] = std::move(record);
+}
+
+Expected<std::optional<Value>>
+Importer::convolutionOfDequantized(const Node &node, Value x, Value w, Value bias,
+                                   std::array<int64_t, 4> pads, const Shape &strides,
+                                   const Shape &dilations, int64_t groups) {
+  auto source = dequantized_.find(x), weights = dequantized_.find(w);
+  if (source == dequantized_.end() || weights == dequantized_.end())
+    return std::optional<Value>();
+  const Dequantized &dx = source->second, &dw = weights->second;
+  Shape xs = shapeOf(dx.bytes), ws = shapeOf(dw.bytes);
+  if (xs.size() != 4 || ws.size() != 4)
+    return std::optional<Value>();
+  // oneDNN's int8 convolutions take int8 weights with no zero point, as
+  // quantizers write them (symmetric weights).
+  bool symmetricWeights = dtypeOf(dw.bytes) == DType::I8 && dw.zeros &&
+                          llvm::all_of(*dw.zeros, [](int64_t zero) { return zero == 0; });
+  bool depthwise = groups > 1 && groups == xs[1] && ws[1] == 1;
+  if (dx.axis != -1 || !dx.zeros || dx.zeros->size() != 1 || !symmetricWeights ||
+      (groups != 1 && !depthwise) || (bias && shapeOf(bias) != Shape{ws[0]}))
+    return std::optional<Value>();
+  // uint8 bytes as int8 (flipping the sign bit subtracts 128), the zero
+  // point with them: TOSA's convolution reads int8.
+  Value bytes = dx.bytes;
+  int64_t zero = dx.zeros->front();
+  if (dtypeOf(bytes) == DType::U8) {
+    auto type = mlir::RankedTensorType::get({1, 1, 1, 1}, builder_.getI8Type());
+    Value signBit = mlir::tosa::ConstOp::create(
+        builder_, loc_, type,
+        mlir::DenseElementsAttr::get(type, llvm::ArrayRef<int8_t>(-128)));
+    bytes =
+        buildTyped<mlir::tosa::BitwiseXorOp>(builder_.getI8Type(), xs, {bytes, signBit});
+    zero -= 128;
+  }
+  FLOWC_ASSIGN_OR_RETURN(Value sums, convolveNchw(node, bytes, dw.bytes, Value(), pads,
+                                                  strides, dilations, groups, zero));
+  // sx * sw[o] * sums[o] + bias[o].
+  Shape out = shapeOf(sums);
+  int64_t scales = shapeOf(dw.scale)[0];
+  Value scale =
+      mul(reshape(dx.scale, {1, 1, 1, 1}), reshape(dw.scale, {1, scales, 1, 1}));
+  Value y = mul(build<mlir::tosa::CastOp>(out, {sums}), scale);
+  if (bias)
+    y = add(y, reshape(bias, {1, out[1], 1, 1}));
+  return std::optional<Value>(y);
 }
 
 /// A MatMul or Gemm of two DequantizeLinear results (the QDQ format's

@@ -27,6 +27,11 @@ bool isF32Tensor(Value value) {
   return type && type.hasStaticShape() && type.getElementType().isF32();
 }
 
+bool isIntegerTensor(Value value, unsigned bits) {
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(value.getType());
+  return type && type.hasStaticShape() && type.getElementType().isInteger(bits);
+}
+
 mlir::tosa::TransposeOp transposeBy(Value value, llvm::ArrayRef<int32_t> perms) {
   auto transpose = value.getDefiningOp<mlir::tosa::TransposeOp>();
   if (!transpose || transpose.getPermsAttr().asArrayRef() != perms)
@@ -71,7 +76,11 @@ void absorbSourceCrop(Candidate &candidate, Value &source, llvm::ArrayRef<int64_
                       llvm::ArrayRef<int64_t> kernel, llvm::ArrayRef<int64_t> stride,
                       llvm::ArrayRef<int64_t> dilation, llvm::ArrayRef<int64_t> pad) {
   auto slice = source.getDefiningOp<mlir::tosa::SliceOp>();
-  if (!slice || !slice->hasOneUse() || !isF32Tensor(slice.getInput1()))
+  if (!slice || !slice->hasOneUse())
+    return;
+  // Of any element type: the crop drops whole rows of f32 or integer data.
+  auto fullType = mlir::dyn_cast<mlir::RankedTensorType>(slice.getInput1().getType());
+  if (!fullType || !fullType.hasStaticShape())
     return;
   auto start = slice.getStart().getDefiningOp<mlir::tosa::ConstShapeOp>();
   if (!start || !llvm::all_of(start.getValues().getValues<llvm::APInt>(),

@@ -23,7 +23,8 @@ struct Candidate {
   llvm::SmallVector<mlir::Operation *> ops;
   mlir::Value result;
   std::variant<runtime::Conv2dParams, runtime::MatMulParams, runtime::Pool2dParams,
-               runtime::SoftmaxParams, runtime::LayerNormParams>
+               runtime::SoftmaxParams, runtime::LayerNormParams,
+               runtime::IntegerConv2dParams>
       params;
 };
 
@@ -48,6 +49,8 @@ std::optional<Candidate> matchKernel(mlir::Operation *root);
 llvm::ArrayRef<int64_t> shapeOf(mlir::Value value);
 /// A static-shaped f32 tensor.
 bool isF32Tensor(mlir::Value value);
+/// A static-shaped tensor of `bits`-bit integers.
+bool isIntegerTensor(mlir::Value value, unsigned bits);
 /// `value`'s producer if it is a transpose by exactly `perms`.
 mlir::tosa::TransposeOp transposeBy(mlir::Value value, llvm::ArrayRef<int32_t> perms);
 /// A graph weight or constant, seen through layout changes: its buffer

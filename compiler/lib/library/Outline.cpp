@@ -335,8 +335,13 @@ collectKernelWeights(mlir::ModuleOp module, const std::vector<LibraryKernel> &ke
         kernel.kind == KernelKind::IntegerMatMul
             ? runtime::paramsFromWords<runtime::IntegerMatMulParams>(kernel.params)
             : std::nullopt;
+    auto integerConv =
+        kernel.kind == KernelKind::IntegerConv2d
+            ? runtime::paramsFromWords<runtime::IntegerConv2dParams>(kernel.params)
+            : std::nullopt;
     bool constant = (conv && conv->constantWeights) || (matmul && matmul->constantB) ||
-                    (integer && integer->constantB);
+                    (integer && integer->constantB) ||
+                    (integerConv && integerConv->constantWeights);
     auto call = calls.find(kernel.function);
     if (!constant || call == calls.end() || call->second.getNumOperands() < 2)
       continue;

@@ -4,6 +4,7 @@
 #include "Matchers.h"
 
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Matchers.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -16,17 +17,19 @@ using runtime::KernelKind;
 
 namespace {
 
-template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
+/// A convolution's geometry, weights (absorbing the importer's layout
+/// change of them) and source (absorbing its crop and NCHW transpose) into
+/// `params`, whose fields the float and integer kinds name alike; then the
+/// convolution and its result's NCHW transpose. Returns the source and the
+/// weights the kernel reads.
+template <typename ConvOp, typename Params>
+std::pair<Value, Value> absorbConv(ConvOp conv, Candidate &candidate, Params &params) {
   constexpr bool depthwise = std::is_same_v<ConvOp, mlir::tosa::DepthwiseConv2DOp>;
-  if (!isF32Tensor(conv.getInput()) || !isF32Tensor(conv.getWeight()) ||
-      !isF32Tensor(conv.getBias()) || !isF32Tensor(conv.getOutput()))
-    return std::nullopt;
-  Candidate candidate;
-  candidate.kind = KernelKind::Conv2d;
-  auto &params = candidate.params.emplace<runtime::Conv2dParams>();
   llvm::ArrayRef<int64_t> input = shapeOf(conv.getInput()); // NHWC
   llvm::ArrayRef<int64_t> output = shapeOf(conv.getOutput());
   llvm::ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
+  mlir::Type weightElement =
+      mlir::cast<mlir::RankedTensorType>(conv.getWeight().getType()).getElementType();
 
   Value weights = conv.getWeight();
   if constexpr (depthwise) {
@@ -39,8 +42,11 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
     params.groups = weight[2];
     if (auto transpose = transposeBy(weights, {2, 3, 0, 1})) {
       auto reshape = transpose.getInput1().getDefiningOp<mlir::tosa::ReshapeOp>();
-      if (reshape && shapeOf(reshape.getInput1()).size() == 4 &&
-          isF32Tensor(reshape.getInput1())) {
+      auto original =
+          reshape ? mlir::dyn_cast<mlir::RankedTensorType>(reshape.getInput1().getType())
+                  : nullptr;
+      if (original && original.hasStaticShape() && original.getRank() == 4 &&
+          original.getElementType() == weightElement) {
         weights = reshape.getInput1();
         params.weightLayout = runtime::ConvWeightLayout::Oihw;
         candidate.ops.push_back(reshape);
@@ -63,8 +69,6 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
   llvm::ArrayRef<int64_t> dilation = conv.getDilationAttr().asArrayRef();
   llvm::ArrayRef<int64_t> pad = conv.getPadAttr().asArrayRef(); // t, b, l, r
   params.batch = input[0];
-  params.inHeight = input[1];
-  params.inWidth = input[2];
   params.inChannels = input[3];
   params.outHeight = output[1];
   params.outWidth = output[2];
@@ -88,6 +92,17 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
   candidate.ops.push_back(conv);
   candidate.result = conv.getOutput();
   params.destinationLayout = absorbDestinationLayout(candidate);
+  return {source, weights};
+}
+
+template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
+  if (!isF32Tensor(conv.getInput()) || !isF32Tensor(conv.getWeight()) ||
+      !isF32Tensor(conv.getBias()) || !isF32Tensor(conv.getOutput()))
+    return std::nullopt;
+  Candidate candidate;
+  candidate.kind = KernelKind::Conv2d;
+  auto &params = candidate.params.emplace<runtime::Conv2dParams>();
+  auto [source, weights] = absorbConv(conv, candidate, params);
   candidate.inputs = {source, weights, conv.getBias()};
   Epilogue epilogue = absorbEpilogue(candidate, /*biasChannels=*/0);
   appendEpilogueInputs(candidate, epilogue);
@@ -95,6 +110,44 @@ template <typename ConvOp> std::optional<Candidate> matchConv(ConvOp conv) {
   params.activation = epilogue.activation;
   params.alpha = runtime::floatParam(epilogue.alpha);
   params.beta = runtime::floatParam(epilogue.beta);
+  return candidate;
+}
+
+/// The value of a one-element integer constant, if `value` is one.
+std::optional<int64_t> integerConstant(Value value) {
+  mlir::DenseIntElementsAttr attr;
+  if (!mlir::matchPattern(value, mlir::m_Constant(&attr)) || attr.getNumElements() != 1)
+    return std::nullopt;
+  return (*attr.value_begin<llvm::APInt>()).getSExtValue();
+}
+
+/// Whether `value` is a constant of zeros.
+bool isZeroConstant(Value value) {
+  mlir::DenseIntElementsAttr attr;
+  return mlir::matchPattern(value, mlir::m_Constant(&attr)) &&
+         llvm::all_of(attr.getValues<llvm::APInt>(),
+                      [](const llvm::APInt &v) { return v.isZero(); });
+}
+
+/// TOSA's quantized convolution (the importer's, of a quantized model's
+/// bytes): i8 source and weights, i32 sums, a constant source zero point,
+/// weights' zero point 0 and no bias. It takes no epilogue: the scales,
+/// the bias and the requantization after it are elementwise loops that
+/// fuse into one.
+template <typename ConvOp> std::optional<Candidate> matchIntegerConv(ConvOp conv) {
+  if (!isIntegerTensor(conv.getInput(), 8) || !isIntegerTensor(conv.getWeight(), 8) ||
+      !isIntegerTensor(conv.getOutput(), 32) || !isZeroConstant(conv.getBias()) ||
+      !isZeroConstant(conv.getWeightZp()))
+    return std::nullopt;
+  std::optional<int64_t> zero = integerConstant(conv.getInputZp());
+  if (!zero)
+    return std::nullopt;
+  Candidate candidate;
+  candidate.kind = KernelKind::IntegerConv2d;
+  auto &params = candidate.params.emplace<runtime::IntegerConv2dParams>();
+  params.zeroSource = *zero;
+  auto [source, weights] = absorbConv(conv, candidate, params);
+  candidate.inputs = {source, weights};
   return candidate;
 }
 
@@ -451,10 +504,16 @@ bool isKernelRoot(Operation *op) {
 }
 
 std::optional<Candidate> matchKernel(Operation *root) {
-  if (auto conv = mlir::dyn_cast<mlir::tosa::Conv2DOp>(root))
+  if (auto conv = mlir::dyn_cast<mlir::tosa::Conv2DOp>(root)) {
+    if (auto integer = matchIntegerConv(conv))
+      return integer;
     return matchConv(conv);
-  if (auto depthwise = mlir::dyn_cast<mlir::tosa::DepthwiseConv2DOp>(root))
+  }
+  if (auto depthwise = mlir::dyn_cast<mlir::tosa::DepthwiseConv2DOp>(root)) {
+    if (auto integer = matchIntegerConv(depthwise))
+      return integer;
     return matchConv(depthwise);
+  }
   if (auto maxPool = mlir::dyn_cast<mlir::tosa::MaxPool2dOp>(root))
     return matchPool(maxPool);
   if (auto avgPool = mlir::dyn_cast<mlir::tosa::AvgPool2dOp>(root))

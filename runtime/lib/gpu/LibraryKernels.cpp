@@ -867,10 +867,12 @@ LibraryKernels::~LibraryKernels() {
 
 Status LibraryKernels::open(int64_t kinds) {
   auto uses = [&](KernelKind kind) { return (kinds >> static_cast<int64_t>(kind)) & 1; };
-  // A cuda compile inlines the integer product (it has no slot below).
-  if (uses(KernelKind::IntegerMatMul))
-    return dataLoss("the code calls an integer_matmul kernel, which no cuda compile "
-                    "writes and this runtime has on the CPU only");
+  // A cuda compile inlines the integer kernels (they have no slot below).
+  for (KernelKind kind : {KernelKind::IntegerMatMul, KernelKind::IntegerConv2d})
+    if (uses(kind))
+      return dataLoss(std::string("the code calls an ") + kernelKindName(kind) +
+                      " kernel, which no cuda compile writes and this runtime has "
+                      "on the CPU only");
   if (uses(KernelKind::Conv2d)) {
     if (cudnnStatus_t status = libraries_.cudnnCreate(&cudnn_);
         status != CUDNN_STATUS_SUCCESS) {
@@ -2004,8 +2006,9 @@ std::vector<GpuKernelChoice> kernelChoices(const LibraryKernels &kernels) {
 }
 
 void fillKernelTable(LibraryKernels &kernels, void **table, void **context) {
-  static_assert(kKernelKindCount == 8, "every KernelKind but IntegerMatMul (CPU only: "
-                                       "open refuses it) has a slot below");
+  static_assert(kKernelKindCount == 9, "every KernelKind but IntegerMatMul and "
+                                       "IntegerConv2d (CPU only: open refuses them) "
+                                       "has a slot below");
   auto slot = [&](KernelKind kind, KernelFunction function) {
     table[static_cast<int64_t>(kind)] = reinterpret_cast<void *>(function);
   };

@@ -32,7 +32,7 @@ func.func @main(%x: tensor<2xf32> {flowc.weight = "flowc.derived/0", flowc.recip
 
 // -----
 
-// expected-error @+1 {{'func.func' op attribute 'flowc.kernel' names no library kernel: "conv3d" (kinds: conv2d, matmul, pool2d, softmax, layernorm, topk, scatter, integer_matmul)}}
+// expected-error @+1 {{'func.func' op attribute 'flowc.kernel' names no library kernel: "conv3d" (kinds: conv2d, matmul, pool2d, softmax, layernorm, topk, scatter, integer_matmul, integer_conv2d)}}
 func.func private @k(tensor<2xf32>) -> tensor<2xf32> attributes {flowc.kernel = "conv3d", flowc.kernel_params = array<i64: 1, 2>}
 func.func private @l(%x: tensor<1x8xf32>) -> tensor<1x8xf32> {
   return %x : tensor<1x8xf32>

@@ -129,3 +129,30 @@ func.func @main(%a: tensor<2x4xi8>, %b: tensor<4x3xi8>) -> tensor<2x3xf32> {
   %y = flowc.library_call integer_matmul @k(%a, %b) params <m = 2, n = 3, k = 4, transposedB = 0, constantB = 0, unsignedA = 1, unsignedB = 0, hasZeroA = 0, zerosB = 0> : (tensor<2x4xi8>, tensor<4x3xi8>) -> tensor<2x3xf32>
   return %y : tensor<2x3xf32>
 }
+
+// -----
+
+// An integer convolution reads its source in the params' layout: NHWC
+// [1, 6, 6, 8] here, not NCHW.
+func.func private @k(%x: tensor<1x8x6x6xi8>, %w: tensor<16x8x3x3xi8>) -> tensor<1x6x6x16xi32> {
+  %c = arith.constant dense<0> : tensor<1x6x6x16xi32>
+  return %c : tensor<1x6x6x16xi32>
+}
+func.func @main(%x: tensor<1x8x6x6xi8>, %w: tensor<16x8x3x3xi8>) -> tensor<1x6x6x16xi32> {
+  // expected-error @+1 {{'flowc.library_call' op an integer conv2d of 8 to 16 channels (groups 1, zero point 0) takes an i8 source and i8 weights of the params' extents in their layouts, groups 1 or one per channel, and gives i32; got 'tensor<1x8x6x6xi8>', 'tensor<16x8x3x3xi8>' -> 'tensor<1x6x6x16xi32>'}}
+  %y = flowc.library_call integer_conv2d @k(%x, %w) params <batch = 1, inChannels = 8, inHeight = 6, inWidth = 6, outChannels = 16, kernelHeight = 3, kernelWidth = 3, outHeight = 6, outWidth = 6, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1, padTop = 1, padLeft = 1, padBottom = 1, padRight = 1, groups = 1, sourceLayout = 1, weightLayout = 0, destinationLayout = 1, constantWeights = 1, zeroSource = 0> : (tensor<1x8x6x6xi8>, tensor<16x8x3x3xi8>) -> tensor<1x6x6x16xi32>
+  return %y : tensor<1x6x6x16xi32>
+}
+
+// -----
+
+// Groups other than 1 or one per channel, and a zero point past a byte.
+func.func private @k(%x: tensor<1x8x6x6xi8>, %w: tensor<16x4x3x3xi8>) -> tensor<1x16x6x6xi32> {
+  %c = arith.constant dense<0> : tensor<1x16x6x6xi32>
+  return %c : tensor<1x16x6x6xi32>
+}
+func.func @main(%x: tensor<1x8x6x6xi8>, %w: tensor<16x4x3x3xi8>) -> tensor<1x16x6x6xi32> {
+  // expected-error @+1 {{'flowc.library_call' op an integer conv2d of 8 to 16 channels (groups 2, zero point 300) takes}}
+  %y = flowc.library_call integer_conv2d @k(%x, %w) params <batch = 1, inChannels = 8, inHeight = 6, inWidth = 6, outChannels = 16, kernelHeight = 3, kernelWidth = 3, outHeight = 6, outWidth = 6, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1, padTop = 1, padLeft = 1, padBottom = 1, padRight = 1, groups = 2, sourceLayout = 0, weightLayout = 0, destinationLayout = 0, constantWeights = 1, zeroSource = 300> : (tensor<1x8x6x6xi8>, tensor<16x4x3x3xi8>) -> tensor<1x16x6x6xi32>
+  return %y : tensor<1x16x6x6xi32>
+}

@@ -18,7 +18,8 @@ def Flowc_LibraryKernelKind : I64EnumAttr<"LibraryKernelKind", "a library kernel
     I64EnumAttrCase<"LayerNorm", 4, "layernorm">,
     I64EnumAttrCase<"TopK", 5, "topk">,
     I64EnumAttrCase<"ScatterRows", 6, "scatter">,
-    I64EnumAttrCase<"IntegerMatMul", 7, "integer_matmul">]> {
+    I64EnumAttrCase<"IntegerMatMul", 7, "integer_matmul">,
+    I64EnumAttrCase<"IntegerConv2d", 8, "integer_conv2d">]> {
   let cppNamespace = "::flowc::compiler";
 }
 

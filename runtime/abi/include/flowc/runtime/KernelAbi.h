@@ -62,7 +62,8 @@ inline constexpr const char *kKernelAbiSymbol = "flowc_kernel_abi";
 /// 2: matrix products gained the attention scale and mask. 3: convolutions
 /// gained 16-bit source, residual and destination buffers (AMP on cuda).
 /// 4: TopK's selection and the row scatter. 5: the integer matrix product.
-inline constexpr int64_t kKernelAbiVersion = 5;
+/// 6: the integer convolution.
+inline constexpr int64_t kKernelAbiVersion = 6;
 
 /// Profile marks. The graph calls `flowc_profile_mark(2*i)` right before
 /// its kernel call i (a loop kernel or a library kernel) and
@@ -99,8 +100,10 @@ enum class KernelKind : int64_t {
   ScatterRows = 6,
   /// Buffers: A, B, [A's zero point], [B's zero points], destination (int32).
   IntegerMatMul = 7,
+  /// Buffers: source (int8), weights (int8), destination (int32).
+  IntegerConv2d = 8,
 };
-inline constexpr int64_t kKernelKindCount = 8;
+inline constexpr int64_t kKernelKindCount = 9;
 
 inline const char *kernelKindName(KernelKind kind) {
   switch (kind) {
@@ -120,6 +123,8 @@ inline const char *kernelKindName(KernelKind kind) {
     return "scatter";
   case KernelKind::IntegerMatMul:
     return "integer_matmul";
+  case KernelKind::IntegerConv2d:
+    return "integer_conv2d";
   }
   return "unknown";
 }
@@ -318,6 +323,30 @@ struct IntegerMatMulParams {
 };
 static_assert(isKernelParams<IntegerMatMulParams>() &&
               sizeof(IntegerMatMulParams) == 9 * 8);
+
+/// TOSA's quantized convolution, exact in int32: destination (int32) = the
+/// convolution of (source - zeroSource) with weights, source and weights
+/// int8, the padding zeroSource (0 once shifted: a quantized model pads
+/// with the zero point's value). Geometry and layouts as Conv2dParams'
+/// (groups 1, or depthwise). Buffers: source, weights, destination. Only
+/// the CPU runtime has it: a cuda compile inlines the call's TOSA body.
+struct IntegerConv2dParams {
+  int64_t batch, inChannels, inHeight, inWidth;
+  int64_t outChannels, kernelHeight, kernelWidth, outHeight, outWidth;
+  int64_t strideH, strideW, dilationH, dilationW;
+  int64_t padTop, padLeft, padBottom, padRight;
+  int64_t groups;
+  ActivationLayout sourceLayout;
+  ConvWeightLayout weightLayout;
+  ActivationLayout destinationLayout;
+  /// Weights are graph weights or constants: packed at link, or converted
+  /// once per session.
+  int64_t constantWeights;
+  /// The source's zero point, -128..127.
+  int64_t zeroSource;
+};
+static_assert(isKernelParams<IntegerConv2dParams>() &&
+              sizeof(IntegerConv2dParams) == 23 * 8);
 
 /// The words of `params`, as the compiler emits them.
 template <typename Params> std::vector<int64_t> paramWords(const Params &params) {
