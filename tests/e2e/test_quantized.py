@@ -498,7 +498,9 @@ def qdq_convolutions_model(rng):
     """The QDQ format's quantized convolutions: a uint8 source through a
     dense 3x3 convolution (weights per output channel, a bias), a depthwise
     one of stride 2 and uneven padding, and, from an int8 source, a 1x1
-    one; plus one whose weights have a zero point other than 0 (no form of
+    one; one whose int8 weights have a zero point other than 0, and a
+    depthwise one of uint8 weights with a zero point per channel (their
+    window sums correct the sums); and a convolution of 2 groups (no form of
     the integer kernel's: float32)."""
     def weight(name, shape, axis_scales):
         return [numpy_helper.from_array(rng.integers(-128, 128, shape).astype(np.int8), name),
@@ -516,6 +518,10 @@ def qdq_convolutions_model(rng):
         *weight("p", (4, 8, 1, 1), 4),
         *weight("z", (4, 8, 3, 3), ()),
         numpy_helper.from_array(np.array(3, np.int8), "z_zero"),
+        numpy_helper.from_array(rng.integers(0, 256, (8, 1, 3, 3)).astype(np.uint8), "u"),
+        numpy_helper.from_array(rng.uniform(0.005, 0.02, 8).astype(np.float32), "u_scale"),
+        numpy_helper.from_array(rng.integers(100, 156, 8).astype(np.uint8), "u_zero"),
+        *weight("g", (6, 4, 3, 3), ()),
     ]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["xq"]),
@@ -531,6 +537,10 @@ def qdq_convolutions_model(rng):
         helper.make_node("Conv", ["sd", "pd"], ["pointwise"]),
         helper.make_node("DequantizeLinear", ["z", "z_scale", "z_zero"], ["zd"]),
         helper.make_node("Conv", ["xd", "zd"], ["shifted"], pads=[1, 1, 1, 1]),
+        helper.make_node("DequantizeLinear", ["u", "u_scale", "u_zero"], ["ud"], axis=0),
+        helper.make_node("Conv", ["xd", "ud"], ["unsigned"], group=8, pads=[0, 1, 2, 1]),
+        helper.make_node("DequantizeLinear", ["g", "g_scale"], ["gd"]),
+        helper.make_node("Conv", ["xd", "gd"], ["grouped"], group=2),
     ]
     graph = helper.make_graph(
         nodes, "qdq_convolutions",
@@ -538,7 +548,9 @@ def qdq_convolutions_model(rng):
         [helper.make_tensor_value_info("dense", TensorProto.FLOAT, [2, 16, 10, 10]),
          helper.make_tensor_value_info("depthwise", TensorProto.FLOAT, [2, 8, 5, 5]),
          helper.make_tensor_value_info("pointwise", TensorProto.FLOAT, [2, 4, 10, 10]),
-         helper.make_tensor_value_info("shifted", TensorProto.FLOAT, [2, 4, 10, 10])],
+         helper.make_tensor_value_info("shifted", TensorProto.FLOAT, [2, 4, 10, 10]),
+         helper.make_tensor_value_info("unsigned", TensorProto.FLOAT, [2, 8, 10, 10]),
+         helper.make_tensor_value_info("grouped", TensorProto.FLOAT, [2, 6, 8, 8])],
         initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
@@ -546,12 +558,14 @@ def qdq_convolutions_model(rng):
 
 
 def test_qdq_convolutions_convolve_bytes_in_the_int8_kernel(flowc, tmp_path):
-    """A Conv of two DequantizeLinear results (int8 weights without a zero
-    point) runs in the integer convolution kernel: sums of bytes, scaled
-    once, plus the bias, within float32 rounding of onnxruntime's
-    convolution of the dequantized values; dense, depthwise and 1x1, from
-    uint8 and int8 sources. -O0 (TOSA's quantized convolution as loops) is
-    equal too. The weights stay 8-bit, packed at link."""
+    """A Conv of two DequantizeLinear results runs in the integer
+    convolution kernel: sums of bytes, scaled once, plus the bias, within
+    float32 rounding of onnxruntime's convolution of the dequantized values;
+    dense, depthwise and 1x1, from uint8 and int8 sources, weights with and
+    without zero points (those with them take a second call, the window
+    sums). -O0 (TOSA's quantized convolutions as loops) is equal too. The
+    weights stay 8-bit, packed at link; a grouped convolution's are
+    dequantized at link for the float32 path."""
     rng = np.random.default_rng(29)
     model = qdq_convolutions_model(rng)
     x = rng.standard_normal((2, 8, 10, 10)).astype(np.float32) * 2
@@ -563,16 +577,65 @@ def test_qdq_convolutions_convolve_bytes_in_the_int8_kernel(flowc, tmp_path):
     report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, {"x": x}),
                                   "--profile", "--json").stdout)
     kinds = [c["kind"] for c in report["profile"]["calls"]]
-    assert kinds.count("integer_conv2d") == 3, kinds
-    assert kinds.count("conv2d") == 1, kinds
-    assert report["packed_weights_in_place"] >= 3
+    # dense, depthwise, pointwise, shifted and unsigned, and the window sums
+    # of the last two; the grouped one is a float32 convolution per group.
+    assert kinds.count("integer_conv2d") == 7, kinds
+    assert kinds.count("conv2d") == 2, kinds
+    assert report["packed_weights_in_place"] >= 5
     plain = tmp_path / "qdq_convolutions_O0.fca"
     flowc.submit(path, plain, "-O0")
     slow = flowc.execute(plain, {"x": x})
     for name, expected in reference.items():
         assert_close(slow[name], expected, 1e-5)
-    # The integer kernels' weights stay 8-bit in @main; the shifted one's
-    # is dequantized at link, as before.
+    # The integer kernels' weights stay 8-bit in @main; the grouped one's
+    # is dequantized at link.
     _, signature = main_after_derive_weights(flowc, path, tmp_path / "again.fca")
     assert sorted(re.findall(r"tensor<[^>]*xi8>", signature)) == [
-        "tensor<16x8x3x3xi8>", "tensor<4x8x1x1xi8>", "tensor<8x1x3x3xi8>"], signature[:400]
+        "tensor<16x8x3x3xi8>", "tensor<4x8x1x1xi8>", "tensor<4x8x3x3xi8>",
+        "tensor<8x1x3x3xi8>", "tensor<8x1x3x3xi8>"], signature[:400]
+
+
+def test_conv_integer_and_qlinear_conv_run_in_the_int8_kernel(flowc, tmp_path):
+    """ConvInteger and QLinearConv with constant zero points run in the
+    integer convolution kernel: ConvInteger's int32 sums equal
+    onnxruntime's exactly (a uint8 source and uint8 weights with a zero
+    point, read as int8 with their window sums); QLinearConv's requantized
+    bytes are within one step of onnxruntime's QLinearConv (the two scale the
+    sums in another order), and mostly equal."""
+    rng = np.random.default_rng(31)
+    initializers = [
+        numpy_helper.from_array(rng.integers(0, 256, (6, 4, 3, 3)).astype(np.uint8), "w"),
+        numpy_helper.from_array(np.array(119, np.uint8), "x_zero"),
+        numpy_helper.from_array(np.array(131, np.uint8), "w_zero"),
+        numpy_helper.from_array(np.array(0.02, np.float32), "x_scale"),
+        numpy_helper.from_array(rng.integers(-128, 128, (6, 4, 3, 3)).astype(np.int8), "v"),
+        numpy_helper.from_array(rng.uniform(0.002, 0.01, 6).astype(np.float32), "v_scale"),
+        numpy_helper.from_array(np.zeros(6, np.int8), "v_zero"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "y_scale"),
+        numpy_helper.from_array(np.array(128, np.uint8), "y_zero"),
+        numpy_helper.from_array(rng.integers(-2000, 2000, 6).astype(np.int32), "bias"),
+    ]
+    nodes = [
+        helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["sums"],
+                         pads=[1, 1, 1, 1], strides=[2, 1]),
+        helper.make_node("QLinearConv", ["x", "x_scale", "x_zero", "v", "v_scale", "v_zero",
+                                         "y_scale", "y_zero", "bias"], ["y"], pads=[1, 0, 1, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes, "integer_convolutions",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 9, 9])],
+        [helper.make_tensor_value_info("sums", TensorProto.INT32, [1, 6, 5, 9]),
+         helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 6, 9, 9])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.integers(0, 256, (1, 4, 9, 9)).astype(np.uint8)
+    ours, reference = run_both(flowc, tmp_path, model, {"x": x})
+    np.testing.assert_array_equal(ours["sums"], reference["sums"])
+    steps = np.abs(ours["y"].astype(np.int32) - reference["y"].astype(np.int32))
+    assert steps.max() <= 1 and np.mean(steps == 0) > 0.95, steps.max()
+    artifact = tmp_path / "integer_convolutions.fca"
+    report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, {"x": x}),
+                                  "--profile", "--json").stdout)
+    kinds = [c["kind"] for c in report["profile"]["calls"]]
+    # ConvInteger's and its window sums, and QLinearConv's.
+    assert kinds.count("integer_conv2d") == 3 and "conv2d" not in kinds, kinds

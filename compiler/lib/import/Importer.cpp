@@ -789,6 +789,7 @@ Expected<ImportedGraph> Importer::run() {
     values_[input.name] = markBytes(
         entry_->addArgument(mlir::RankedTensorType::get(input.shape, element), loc_),
         input.dtype);
+    graphInputNames_.insert(input.name);
     graph.inputs.push_back(input);
   }
   for (const TensorData &tensor : model_.initializers) {

@@ -369,7 +369,19 @@ public:
     Value x, w;
     bool line = false;
   };
-  Expected<ConvOperands> convOperands(const Node &node, const std::string &what);
+  /// Inputs `source` and `weight` (float32; of any type with `anyType`) as
+  /// 2-D operands, with the node's window.
+  Expected<ConvOperands> convOperands(const Node &node, const std::string &what,
+                                      size_t source = 0, size_t weight = 1,
+                                      bool anyType = false);
+  /// A Conv-like node's operands, groups and pads (ONNX's auto_pad
+  /// resolved; [top, left, bottom, right]).
+  struct ConvGeometry : ConvOperands {
+    int64_t groups = 1;
+    std::array<int64_t, 4> padding{};
+  };
+  Expected<ConvGeometry> convGeometry(const Node &node, size_t source = 0,
+                                      size_t weight = 1, bool anyType = false);
   /// A convolution of NCHW `x` by OIHW `w` (bias null: none), as TOSA's
   /// conv2d, depthwise conv2d or one conv2d per group; NCHW result. With
   /// `sourceZero`, x and w are int8 and the result int32: TOSA's quantized
@@ -378,14 +390,37 @@ public:
                                std::array<int64_t, 4> pads, const Shape &strides,
                                const Shape &dilations, int64_t groups,
                                std::optional<int64_t> sourceZero = std::nullopt);
-  /// A Conv of two DequantizeLinear results, bytes of a source and int8
-  /// weights (the QDQ format's quantized convolution), as TOSA's quantized
-  /// convolution of their bytes, scaled once, plus the bias. nullopt for
-  /// the forms the integer kernel does not take.
+  /// The int32 sums of convolving bytes: `x` less its zero point by `w`
+  /// less its zero points (one, or one per output channel), NCHW, as TOSA's
+  /// quantized convolution, which the outline pass gives to the integer
+  /// kernel. nullopt for grouped convolutions other than depthwise.
+  Expected<std::optional<Value>> integerConvolution(const Node &node,
+                                                    const ConvGeometry &conv,
+                                                    int64_t zeroX,
+                                                    llvm::ArrayRef<int64_t> zerosW);
+  /// ConvInteger's and QLinearConv's sums through integerConvolution, from
+  /// their inputs `source`, `weight` and the zero points `zeroX`, `zeroW`
+  /// (constants); nullopt for the forms that take the float32 path.
+  Expected<std::optional<Value>> integerConvolutionOf(const Node &node, size_t source,
+                                                      size_t weight, size_t zeroX,
+                                                      size_t zeroW);
+  /// `y`, a 2-D convolution's NCHW result, as `conv`'s ([N, C, W] when 1-D).
+  Value convResult(const ConvGeometry &conv, Value y);
+  /// A Conv of two DequantizeLinear results (the QDQ format's quantized
+  /// convolution) as the integer convolution of their bytes, scaled once,
+  /// plus the bias. nullopt for the forms that take the float32 path.
   Expected<std::optional<Value>>
-  convolutionOfDequantized(const Node &node, Value x, Value w, Value bias,
-                           std::array<int64_t, 4> pads, const Shape &strides,
-                           const Shape &dilations, int64_t groups);
+  convolutionOfDequantized(const Node &node, const ConvGeometry &conv, Value bias);
+  /// Input `index` when it is an initializer or constant (not a graph
+  /// input that overrides one).
+  const TensorData *constantInput(const Node &node, size_t index) const;
+  /// Uint8 weight `weight` as int8 (128 less), folded once at import, so
+  /// that a kernel reads an int8 weight it packs at link.
+  Expected<Value> signedWeight(const Node &node, const TensorData &weight);
+  /// The values of input `index`, a zero point of `input`'s type that is a
+  /// constant of one value or `count` (0 when absent); nullopt otherwise.
+  std::optional<std::vector<int64_t>> constantZeros(const Node &node, size_t index,
+                                                    DType input, int64_t count);
   /// A transposed convolution with stride <= kernel and no dilation, as
   /// one convolution per output phase packed into one; NCHW result of
   /// extent `out`.
@@ -709,6 +744,8 @@ public:
     int64_t axis = -1;
     /// The zero points' values when they are constants (0 when absent).
     std::optional<std::vector<int64_t>> zeros;
+    /// The bytes' initializer, when they are one.
+    const TensorData *constant = nullptr;
   };
   llvm::DenseMap<Value, Dequantized> dequantized_;
   std::map<std::string, int> opCounts_;
@@ -718,6 +755,11 @@ public:
   /// Returned after the graph's outputs.
   std::vector<std::pair<Value, std::string>> checks_;
   std::set<std::string> initializerNames_;
+  /// The graph's inputs: a run-time value, even where an initializer of the
+  /// same name gives a default.
+  std::set<std::string> graphInputNames_;
+  /// Uint8 weights folded as int8 (signedWeight), by name.
+  std::set<std::string> signedWeights_;
   /// Library-kernel functions the importer made, for their names.
   int libraryFunctions_ = 0;
   /// Initializers already counted as some node's parameters.

@@ -39,9 +39,14 @@ Expected<Importer::Window> Importer::windowAttributes(const Node &node, size_t d
 }
 
 Expected<Importer::ConvOperands> Importer::convOperands(const Node &node,
-                                                        const std::string &what) {
-  FLOWC_ASSIGN_OR_RETURN(Value x, operand(node, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value w, operand(node, 1));
+                                                        const std::string &what,
+                                                        size_t source, size_t weight,
+                                                        bool anyType) {
+  auto input = [&](size_t index) {
+    return anyType ? anyOperand(node, index) : operand(node, index);
+  };
+  FLOWC_ASSIGN_OR_RETURN(Value x, input(source));
+  FLOWC_ASSIGN_OR_RETURN(Value w, input(weight));
   Shape xs = shapeOf(x), ws = shapeOf(w);
   // A 1-D convolution (audio front ends, sequence models) is a 2-D one over
   // a height of 1.
@@ -68,41 +73,52 @@ Expected<Importer::ConvOperands> Importer::convOperands(const Node &node,
   return ConvOperands{window, x, w, line};
 }
 
+Expected<Importer::ConvGeometry> Importer::convGeometry(const Node &node, size_t source,
+                                                        size_t weight, bool anyType) {
+  ConvGeometry conv;
+  FLOWC_ASSIGN_OR_RETURN(static_cast<ConvOperands &>(conv),
+                         convOperands(node, "convolution", source, weight, anyType));
+  Shape xs = shapeOf(conv.x), ws = shapeOf(conv.w);
+  conv.groups = intAttr(node, "group", 1);
+  if (conv.groups < 1 || ws[0] % conv.groups != 0)
+    return nodeError(node, "group=" + std::to_string(conv.groups) +
+                               " does not divide the " + std::to_string(ws[0]) +
+                               " output channels");
+  if (ws[1] * conv.groups != xs[1])
+    return nodeError(node, "weight " + shapeString(ws) +
+                               " with group=" + std::to_string(conv.groups) +
+                               " expects " + std::to_string(ws[1] * conv.groups) +
+                               " input channels, input " + shapeString(xs) + " has " +
+                               std::to_string(xs[1]));
+  FLOWC_ASSIGN_OR_RETURN(conv.padding,
+                         windowPads(node, conv.pads, {xs[2], xs[3]}, conv.kernel,
+                                    conv.strides, conv.dilations));
+  return conv;
+}
+
+Value Importer::convResult(const ConvGeometry &conv, Value y) {
+  Shape shape = shapeOf(y);
+  return conv.line ? reshape(y, {shape[0], shape[1], shape[3]}) : y;
+}
+
 Status Importer::importConv(const Node &node) {
   FLOWC_ASSIGN_OR_RETURN(Value input, operand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value weight, operand(node, 1));
   if (shapeOf(input).size() == 5 && shapeOf(weight).size() == 5)
     return importVolumeConv(node, input, weight);
-  FLOWC_ASSIGN_OR_RETURN(ConvOperands conv, convOperands(node, "convolution"));
-  Value x = conv.x, w = conv.w;
-  Shape xs = shapeOf(x), ws = shapeOf(w);
-  int64_t groups = intAttr(node, "group", 1);
-  if (groups < 1 || ws[0] % groups != 0)
-    return nodeError(node, "group=" + std::to_string(groups) + " does not divide the " +
-                               std::to_string(ws[0]) + " output channels");
-  if (ws[1] * groups != xs[1])
-    return nodeError(node, "weight " + shapeString(ws) +
-                               " with group=" + std::to_string(groups) + " expects " +
-                               std::to_string(ws[1] * groups) +
-                               " input channels, input " + shapeString(xs) + " has " +
-                               std::to_string(xs[1]));
-  FLOWC_ASSIGN_OR_RETURN(auto pads,
-                         windowPads(node, conv.pads, {xs[2], xs[3]}, conv.kernel,
-                                    conv.strides, conv.dilations));
+  FLOWC_ASSIGN_OR_RETURN(ConvGeometry conv, convGeometry(node));
   Value bias;
   if (hasOperand(node, 2)) {
     FLOWC_ASSIGN_OR_RETURN(bias, operand(node, 2));
   }
   FLOWC_ASSIGN_OR_RETURN(std::optional<Value> integer,
-                         convolutionOfDequantized(node, x, w, bias, pads, conv.strides,
-                                                  conv.dilations, groups));
+                         convolutionOfDequantized(node, conv, bias));
   if (integer)
-    return define(node, conv.line
-                            ? reshape(*integer, {xs[0], ws[0], shapeOf(*integer)[3]})
-                            : *integer);
-  FLOWC_ASSIGN_OR_RETURN(Value y, convolveNchw(node, x, w, bias, pads, conv.strides,
-                                               conv.dilations, groups));
-  return define(node, conv.line ? reshape(y, {xs[0], ws[0], shapeOf(y)[3]}) : y);
+    return define(node, convResult(conv, *integer));
+  FLOWC_ASSIGN_OR_RETURN(Value y,
+                         convolveNchw(node, conv.x, conv.w, bias, conv.padding,
+                                      conv.strides, conv.dilations, conv.groups));
+  return define(node, convResult(conv, y));
 }
 
 Expected<Value> Importer::convolveNchw(const Node &node, Value x, Value w, Value bias,

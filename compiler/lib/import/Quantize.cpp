@@ -454,6 +454,40 @@ Status Importer::importQLinearMatMul(const Node &node) {
   return define(node, y);
 }
 
+/// Whether a convolution of `x` by `w` is 1-D or 2-D (the integer kernel's).
+static bool isPlanarConv(const Shape &xs, const Shape &ws) {
+  return xs.size() == ws.size() && (xs.size() == 3 || xs.size() == 4);
+}
+
+Expected<std::optional<Value>> Importer::integerConvolutionOf(const Node &node,
+                                                              size_t source,
+                                                              size_t weight, size_t zeroX,
+                                                              size_t zeroW) {
+  FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, source));
+  FLOWC_ASSIGN_OR_RETURN(Value w, anyOperand(node, weight));
+  Shape xs = shapeOf(x), ws = shapeOf(w);
+  if (!isByte(dtypeOf(x)) || !isByte(dtypeOf(w)) || !isPlanarConv(xs, ws))
+    return std::optional<Value>();
+  std::optional<std::vector<int64_t>> zerosX = constantZeros(node, zeroX, dtypeOf(x), 1);
+  std::optional<std::vector<int64_t>> zerosW =
+      constantZeros(node, zeroW, dtypeOf(w), ws[0]);
+  if (!zerosX || zerosX->size() != 1 || !zerosW)
+    return std::optional<Value>();
+  FLOWC_ASSIGN_OR_RETURN(ConvGeometry conv,
+                         convGeometry(node, source, weight, /*anyType=*/true));
+  if (const TensorData *constant = constantInput(node, weight);
+      constant && dtypeOf(w) == DType::U8 && !conv.line) {
+    FLOWC_ASSIGN_OR_RETURN(conv.w, signedWeight(node, *constant));
+    for (int64_t &zero : *zerosW)
+      zero -= 128;
+  }
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
+                         integerConvolution(node, conv, zerosX->front(), *zerosW));
+  if (!sums)
+    return sums;
+  return std::optional<Value>(convResult(conv, *sums));
+}
+
 Status Importer::importConvInteger(const Node &node) {
   // x, w, x_zero_point (one), w_zero_point (one or one per output channel).
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
@@ -462,6 +496,10 @@ Status Importer::importConvInteger(const Node &node) {
     if (!isByte(dtypeOf(v)))
       return nodeError(node, "an input is " + dtypeName(dtypeOf(v)) +
                                  "; ConvInteger convolves int8 and uint8");
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
+                         integerConvolutionOf(node, 0, 1, 2, 3));
+  if (sums)
+    return define(node, *sums);
   FLOWC_ASSIGN_OR_RETURN(Value xZero,
                          quantizationParameter(node, 2, shapeOf(x), 1, 0, 0.0f));
   FLOWC_ASSIGN_OR_RETURN(Value wZero,
@@ -480,10 +518,8 @@ Status Importer::importQLinearConv(const Node &node) {
   // y_zero_point, bias (int32, of scale x_scale * w_scale, zero point 0).
   FLOWC_ASSIGN_OR_RETURN(Value x, anyOperand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value w, anyOperand(node, 3));
-  FLOWC_ASSIGN_OR_RETURN(Value wideX, dequantize(node, x, 1, 2, 1, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value wideW, dequantize(node, w, 4, 5, 0, 0));
-  llvm::SmallVector<Value> inputs = {wideX, wideW};
-  if (hasOperand(node, 8)) {
+  // The bias at scale x_scale * w_scale, as float32 [channels].
+  auto bias = [&]() -> Expected<Value> {
     FLOWC_ASSIGN_OR_RETURN(Value bias, anyOperand(node, 8));
     Shape shape = shapeOf(bias);
     if (dtypeOf(bias) != DType::I32 || shape.size() != 1)
@@ -494,10 +530,36 @@ Status Importer::importQLinearConv(const Node &node) {
                            quantizationParameter(node, 1, shape, 0, 0, 1.0f));
     FLOWC_ASSIGN_OR_RETURN(Value wScale,
                            quantizationParameter(node, 4, shape, 0, 0, 1.0f));
-    inputs.push_back(mul(mul(build<mlir::tosa::CastOp>(shape, {bias}), xScale), wScale));
+    return mul(mul(build<mlir::tosa::CastOp>(shape, {bias}), xScale), wScale);
+  };
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
+                         integerConvolutionOf(node, 0, 3, 2, 5));
+  Value y;
+  if (sums) {
+    // The int32 sums scaled by x_scale * w_scale[o], plus the bias.
+    Shape out = shapeOf(*sums);
+    FLOWC_ASSIGN_OR_RETURN(Value xScale, quantizationParameter(node, 1, out, 1, 0, 1.0f));
+    FLOWC_ASSIGN_OR_RETURN(Value wScale, quantizationParameter(node, 4, out, 1, 0, 1.0f));
+    y = mul(mul(build<mlir::tosa::CastOp>(out, {*sums}), xScale), wScale);
+    if (hasOperand(node, 8)) {
+      FLOWC_ASSIGN_OR_RETURN(Value b, bias());
+      if (shapeOf(b) != Shape{out[1]})
+        return nodeError(node, "bias " + shapeString(shapeOf(b)) + " does not match " +
+                                   std::to_string(out[1]) + " output channels");
+      Shape perChannel(out.size(), 1);
+      perChannel[1] = out[1];
+      y = add(y, reshape(b, perChannel));
+    }
+  } else {
+    FLOWC_ASSIGN_OR_RETURN(Value wideX, dequantize(node, x, 1, 2, 1, 0));
+    FLOWC_ASSIGN_OR_RETURN(Value wideW, dequantize(node, w, 4, 5, 0, 0));
+    llvm::SmallVector<Value> inputs = {wideX, wideW};
+    if (hasOperand(node, 8)) {
+      FLOWC_ASSIGN_OR_RETURN(Value b, bias());
+      inputs.push_back(b);
+    }
+    FLOWC_ASSIGN_OR_RETURN(y, importOver(node, "Conv", inputs, &Importer::importConv));
   }
-  FLOWC_ASSIGN_OR_RETURN(Value y,
-                         importOver(node, "Conv", inputs, &Importer::importConv));
   FLOWC_ASSIGN_OR_RETURN(
       Value q, quantize(node, y, 6, 7, 1, 0, describeValue(node.inputs[7]).dtype));
   return define(node, q);
@@ -644,58 +706,152 @@ void Importer::recordDequantized(const Node &node, Value x, Value y, int64_t axi
   std::optional<Value> zero = kernelZeroPoint(node, 2, dtypeOf(x), count);
   if (!zero)
     return;
-  Dequantized record{x, reshape(*scale, {count}), *zero, count == 1 ? -1 : along,
-                     std::nullopt};
-  if (!hasOperand(node, 2)) {
-    record.zeros = std::vector<int64_t>{0};
-  } else if (auto constant = constants_.find(node.inputs[2]);
-             constant != constants_.end()) {
-    if (std::optional<std::vector<float>> values = floatValues(*constant->second))
-      record.zeros = std::vector<int64_t>(values->begin(), values->end());
+  dequantized_[y] = Dequantized{x,
+                                reshape(*scale, {count}),
+                                *zero,
+                                count == 1 ? -1 : along,
+                                constantZeros(node, 2, dtypeOf(x), count),
+                                constantInput(node, 0)};
+}
+
+const TensorData *Importer::constantInput(const Node &node, size_t index) const {
+  if (!hasOperand(node, index) || graphInputNames_.count(node.inputs[index]))
+    return nullptr;
+  auto constant = constants_.find(node.inputs[index]);
+  return constant == constants_.end() ? nullptr : constant->second;
+}
+
+Expected<Value> Importer::signedWeight(const Node &node, const TensorData &weight) {
+  std::string name = weight.info.name + "/int8";
+  while (constants_.count(name) && !signedWeights_.count(name))
+    name += "_";
+  if (!signedWeights_.count(name)) {
+    FLOWC_RETURN_IF_ERROR(reserveFolded(node, weight.info.shape).status());
+    auto bytes = std::make_shared<std::string>(weight.bytes);
+    for (char &byte : *bytes)
+      byte = static_cast<char>(static_cast<uint8_t>(byte) ^ 0x80);
+    addFolded(name, DType::I8, weight.info.shape, std::move(bytes));
+    signedWeights_.insert(name);
   }
-  dequantized_[y] = std::move(record);
+  if (auto value = values_.find(name); value != values_.end())
+    return value->second;
+  return weightArgument(node, *constants_.at(name));
+}
+
+std::optional<std::vector<int64_t>>
+Importer::constantZeros(const Node &node, size_t index, DType input, int64_t count) {
+  if (!hasOperand(node, index))
+    return std::vector<int64_t>{0};
+  const TensorData *constant = constantInput(node, index);
+  if (!constant || constant->info.dtype != input)
+    return std::nullopt;
+  const Shape &shape = constant->info.shape;
+  std::optional<std::vector<float>> values = floatValues(*constant);
+  if (!values || (values->size() != 1 && !(shape.size() == 1 && shape[0] == count)))
+    return std::nullopt;
+  return std::vector<int64_t>(values->begin(), values->end());
+}
+
+/// `bytes` (uint8) as int8 of the same order: flipping the sign bit
+/// subtracts 128.
+static Value flipSignBits(Importer &importer, mlir::OpBuilder &builder,
+                          mlir::Location loc, Value bytes) {
+  Shape shape = importer.shapeOf(bytes);
+  auto type = mlir::RankedTensorType::get(Shape(shape.size(), 1), builder.getI8Type());
+  Value signBit = mlir::tosa::ConstOp::create(
+      builder, loc, type,
+      mlir::DenseElementsAttr::get(type, llvm::ArrayRef<int8_t>(-128)));
+  return importer.buildTyped<mlir::tosa::BitwiseXorOp>(builder.getI8Type(), shape,
+                                                       {bytes, signBit});
 }
 
 Expected<std::optional<Value>>
-Importer::convolutionOfDequantized(const Node &node, Value x, Value w, Value bias,
-                                   std::array<int64_t, 4> pads, const Shape &strides,
-                                   const Shape &dilations, int64_t groups) {
-  auto source = dequantized_.find(x), weights = dequantized_.find(w);
+Importer::integerConvolution(const Node &node, const ConvGeometry &conv, int64_t zeroX,
+                             llvm::ArrayRef<int64_t> zerosW) {
+  Shape xs = shapeOf(conv.x), ws = shapeOf(conv.w);
+  int64_t groups = conv.groups;
+  bool depthwise = groups > 1 && groups == xs[1] && ws[1] == 1;
+  if ((groups != 1 && !depthwise) ||
+      (zerosW.size() != 1 && static_cast<int64_t>(zerosW.size()) != ws[0]))
+    return std::optional<Value>();
+  // TOSA's convolution reads int8: uint8 bytes and their zero points
+  // become int8 ones, 128 less.
+  Value x = conv.x, w = conv.w;
+  std::vector<int64_t> shiftedW(zerosW.begin(), zerosW.end());
+  if (dtypeOf(x) == DType::U8) {
+    x = flipSignBits(*this, builder_, loc_, x);
+    zeroX -= 128;
+  }
+  if (dtypeOf(w) == DType::U8) {
+    w = flipSignBits(*this, builder_, loc_, w);
+    for (int64_t &zero : shiftedW)
+      zero -= 128;
+  }
+  bool centeredW = llvm::any_of(shiftedW, [](int64_t zero) { return zero != 0; });
+  // A depthwise multiplier reads each channel more than once: its window
+  // sums below would need repeating.
+  if (centeredW && depthwise && ws[0] != groups)
+    return std::optional<Value>();
+  FLOWC_ASSIGN_OR_RETURN(Value sums,
+                         convolveNchw(node, x, w, Value(), conv.padding, conv.strides,
+                                      conv.dilations, groups, zeroX));
+  if (!centeredW)
+    return std::optional<Value>(sums);
+  // The weights' zero points enter afterwards:
+  //   (x - zx)(w - zw) = (x - zx) w - zw * windowsum(x - zx),
+  // the window sums a convolution by ones (one per channel if depthwise).
+  Shape onesShape =
+      depthwise ? Shape{groups, 1, ws[2], ws[3]} : Shape{1, ws[1], ws[2], ws[3]};
+  auto onesType = mlir::RankedTensorType::get(onesShape, builder_.getI8Type());
+  Value ones = mlir::tosa::ConstOp::create(
+      builder_, loc_, onesType, mlir::DenseElementsAttr::get(onesType, int8_t{1}));
+  FLOWC_ASSIGN_OR_RETURN(Value windowSums,
+                         convolveNchw(node, x, ones, Value(), conv.padding, conv.strides,
+                                      conv.dilations, groups, zeroX));
+  mlir::Type i32 = builder_.getI32Type();
+  auto zerosType =
+      mlir::RankedTensorType::get({1, static_cast<int64_t>(shiftedW.size()), 1, 1}, i32);
+  std::vector<int32_t> zeros(shiftedW.begin(), shiftedW.end());
+  Value zerosValue = mlir::tosa::ConstOp::create(
+      builder_, loc_, zerosType,
+      mlir::DenseElementsAttr::get(zerosType, llvm::ArrayRef<int32_t>(zeros)));
+  Value correction =
+      buildTyped<mlir::tosa::MulOp>(i32, sameRankBroadcast(windowSums, zerosValue),
+                                    {windowSums, zerosValue, zeroShift()});
+  return std::optional<Value>(buildTyped<mlir::tosa::SubOp>(
+      i32, sameRankBroadcast(sums, correction), {sums, correction}));
+}
+
+Expected<std::optional<Value>>
+Importer::convolutionOfDequantized(const Node &node, const ConvGeometry &conv,
+                                   Value bias) {
+  auto source = dequantized_.find(conv.x), weights = dequantized_.find(conv.w);
   if (source == dequantized_.end() || weights == dequantized_.end())
     return std::optional<Value>();
   const Dequantized &dx = source->second, &dw = weights->second;
-  Shape xs = shapeOf(dx.bytes), ws = shapeOf(dw.bytes);
-  if (xs.size() != 4 || ws.size() != 4)
+  if (dx.axis != -1 || !dx.zeros || dx.zeros->size() != 1 || !dw.zeros ||
+      (dw.axis != -1 && dw.axis != 0) ||
+      (bias && shapeOf(bias) != Shape{shapeOf(conv.w)[0]}))
     return std::optional<Value>();
-  // oneDNN's int8 convolutions take int8 weights with no zero point, as
-  // quantizers write them (symmetric weights).
-  bool symmetricWeights = dtypeOf(dw.bytes) == DType::I8 && dw.zeros &&
-                          llvm::all_of(*dw.zeros, [](int64_t zero) { return zero == 0; });
-  bool depthwise = groups > 1 && groups == xs[1] && ws[1] == 1;
-  if (dx.axis != -1 || !dx.zeros || dx.zeros->size() != 1 || !symmetricWeights ||
-      (groups != 1 && !depthwise) || (bias && shapeOf(bias) != Shape{ws[0]}))
-    return std::optional<Value>();
-  // uint8 bytes as int8 (flipping the sign bit subtracts 128), the zero
-  // point with them: TOSA's convolution reads int8.
-  Value bytes = dx.bytes;
-  int64_t zero = dx.zeros->front();
-  if (dtypeOf(bytes) == DType::U8) {
-    auto type = mlir::RankedTensorType::get({1, 1, 1, 1}, builder_.getI8Type());
-    Value signBit = mlir::tosa::ConstOp::create(
-        builder_, loc_, type,
-        mlir::DenseElementsAttr::get(type, llvm::ArrayRef<int8_t>(-128)));
-    bytes =
-        buildTyped<mlir::tosa::BitwiseXorOp>(builder_.getI8Type(), xs, {bytes, signBit});
-    zero -= 128;
+  ConvGeometry bytes = conv;
+  bytes.x = dx.bytes;
+  bytes.w = dw.bytes;
+  std::vector<int64_t> zerosW = *dw.zeros;
+  if (dtypeOf(dw.bytes) == DType::U8 && dw.constant) {
+    FLOWC_ASSIGN_OR_RETURN(bytes.w, signedWeight(node, *dw.constant));
+    for (int64_t &zero : zerosW)
+      zero -= 128;
   }
-  FLOWC_ASSIGN_OR_RETURN(Value sums, convolveNchw(node, bytes, dw.bytes, Value(), pads,
-                                                  strides, dilations, groups, zero));
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
+                         integerConvolution(node, bytes, dx.zeros->front(), zerosW));
+  if (!sums)
+    return sums;
   // sx * sw[o] * sums[o] + bias[o].
-  Shape out = shapeOf(sums);
+  Shape out = shapeOf(*sums);
   int64_t scales = shapeOf(dw.scale)[0];
   Value scale =
       mul(reshape(dx.scale, {1, 1, 1, 1}), reshape(dw.scale, {1, scales, 1, 1}));
-  Value y = mul(build<mlir::tosa::CastOp>(out, {sums}), scale);
+  Value y = mul(build<mlir::tosa::CastOp>(out, {*sums}), scale);
   if (bias)
     y = add(y, reshape(bias, {1, out[1], 1, 1}));
   return std::optional<Value>(y);

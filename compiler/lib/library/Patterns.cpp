@@ -51,6 +51,12 @@ std::pair<Value, Value> absorbConv(ConvOp conv, Candidate &candidate, Params &pa
         params.weightLayout = runtime::ConvWeightLayout::Oihw;
         candidate.ops.push_back(reshape);
         candidate.ops.push_back(transpose);
+      } else if (weight[3] == 1) {
+        // A multiplier of 1: [C, 1, KH, KW] is [C, M, KH, KW] as it is, and
+        // the importer writes no reshape.
+        weights = transpose.getInput1();
+        params.weightLayout = runtime::ConvWeightLayout::Oihw;
+        candidate.ops.push_back(transpose);
       }
     }
   } else {

@@ -6,7 +6,8 @@
 // point 0 and a zero bias. The outline pass gives each to the integer
 // kernel, absorbing the importer's layout changes as for a float
 // convolution: the NCHW source and result, OIHW weights (a weight:
-// constantWeights), depthwise weights reshaped from [C*M, 1, KH, KW].
+// constantWeights), depthwise weights [C, 1, KH, KW] (a multiplier of 1:
+// the importer writes no reshape) read as they are.
 // OUTLINE-LABEL: func.func @main
 // OUTLINE: flowc.library_call integer_conv2d @flowc_kernel_0(%arg0, %arg1) params <batch = 1, inChannels = 8, inHeight = 6, inWidth = 6, outChannels = 16, kernelHeight = 3, kernelWidth = 3, outHeight = 6, outWidth = 6, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1, padTop = 1, padLeft = 1, padBottom = 1, padRight = 1, groups = 1, sourceLayout = 0, weightLayout = 0, destinationLayout = 0, constantWeights = 1, zeroSource = -3> : (tensor<1x8x6x6xi8>, tensor<16x8x3x3xi8>) -> tensor<1x16x6x6xi32>
 // OUTLINE: flowc.library_call integer_conv2d @flowc_kernel_1(%arg0, %arg2) params <batch = 1, inChannels = 8, inHeight = 6, inWidth = 6, outChannels = 8, kernelHeight = 3, kernelWidth = 3, outHeight = 3, outWidth = 3, strideH = 2, strideW = 2, dilationH = 1, dilationW = 1, padTop = 1, padLeft = 1, padBottom = 0, padRight = 0, groups = 8, sourceLayout = 0, weightLayout = 0, destinationLayout = 1, constantWeights = 1, zeroSource = 0> : (tensor<1x8x6x6xi8>, tensor<8x1x3x3xi8>) -> tensor<1x3x3x8xi32>
@@ -30,9 +31,7 @@ func.func @main(%x: tensor<1x8x6x6xi8>, %w: tensor<16x8x3x3xi8> {flowc.weight = 
   %y = tosa.conv2d %xn, %wn, %bias, %zx, %zw {acc_type = i32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 1, 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x6x6x8xi8>, tensor<16x3x3x8xi8>, tensor<16xi32>, tensor<1xi8>, tensor<1xi8>) -> tensor<1x6x6x16xi32>
   %yn = tosa.transpose %y {perms = array<i32: 0, 3, 1, 2>} : (tensor<1x6x6x16xi32>) -> tensor<1x16x6x6xi32>
 
-  %ds = tosa.const_shape {values = dense<[8, 1, 3, 3]> : tensor<4xindex>} : () -> !tosa.shape<4>
-  %dr = tosa.reshape %d, %ds : (tensor<8x1x3x3xi8>, !tosa.shape<4>) -> tensor<8x1x3x3xi8>
-  %dh = tosa.transpose %dr {perms = array<i32: 2, 3, 0, 1>} : (tensor<8x1x3x3xi8>) -> tensor<3x3x8x1xi8>
+  %dh = tosa.transpose %d {perms = array<i32: 2, 3, 0, 1>} : (tensor<8x1x3x3xi8>) -> tensor<3x3x8x1xi8>
   %dbias = "tosa.const"() <{values = dense<0> : tensor<8xi32>}> : () -> tensor<8xi32>
   %z0 = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
   %e = tosa.depthwise_conv2d %xn, %dh, %dbias, %z0, %zw {acc_type = i32, dilation = array<i64: 1, 1>, pad = array<i64: 1, 0, 1, 0>, stride = array<i64: 2, 2>} : (tensor<1x6x6x8xi8>, tensor<3x3x8x1xi8>, tensor<8xi32>, tensor<1xi8>, tensor<1xi8>) -> tensor<1x3x3x8xi32>
