@@ -14,7 +14,7 @@ from .errors import (Cancelled, DataLoss, FailedPrecondition, FlowcError, Intern
                      InvalidArgument, InvalidModel, NotFound, PermissionDenied,
                      ResourceExhausted, Timeout, Unavailable, Unsupported)
 
-__version__ = "0.9.0"
+__version__ = "0.10.0"
 
 __all__ = ["compile", "load", "Artifact", "Connection", "default_connection", "FlowcError",
            "InvalidModel", "InvalidArgument", "NotFound", "DataLoss", "Unsupported",

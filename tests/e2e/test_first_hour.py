@@ -189,7 +189,7 @@ def test_version_names_the_build_and_its_libraries(program):
                             env=environment(), timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(f"{program} 0.9.0"), result.stdout
+    assert lines[0].startswith(f"{program} 0.10.0"), result.stdout
     assert any(line.startswith("build id: ") for line in lines), result.stdout
     assert any(line.startswith("MLIR/LLVM: 22.") for line in lines), result.stdout
     assert any(line.startswith("oneDNN: ") and "CPU ISA " in line for line in lines), \
