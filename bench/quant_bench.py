@@ -12,8 +12,9 @@ is the QDQ format (int8 weights and activations, calibrated on seeded random
 inputs), `static-pc` the same with a scale per output channel, `dynamic`
 int8 MatMul weights with activations quantized at run time. flowc runs
 MatMulInteger of a weight and the QDQ MatMul and Gemm products in its int8
-kernel, and the rest in float32 (its weights dequantized once at link);
-onnxruntime runs its int8 kernels. Timing as bench/half_bench.py: interleaved rounds, medians.
+product kernel, the QDQ convolutions in its int8 convolution kernel, and the
+rest in float32 (other weights dequantized once at link); onnxruntime runs
+its int8 kernels. Timing as bench/half_bench.py: interleaved rounds, medians.
 Ratios are onnxruntime / flowc: above 1 means flowc is faster. `error` is
 max|flowc - reference| / max|reference|, the reference being onnxruntime
 without its graph rewrites (each quantization op as ONNX defines it), next

@@ -205,15 +205,44 @@ def int8_softmax():
     return model
 
 
+def qlinear_conv(bias, weight_zeros):
+    """A QLinearConv of 6 output channels with the given bias and weights'
+    zero points."""
+    rng = np.random.default_rng(37)
+    names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"]
+    initializers = [
+        numpy_helper.from_array(np.array(0.1, np.float32), "xs"),
+        numpy_helper.from_array(np.array(3, np.uint8), "xz"),
+        numpy_helper.from_array(rng.integers(-128, 128, (6, 4, 3, 3)).astype(np.int8), "w"),
+        numpy_helper.from_array(np.full(6, 0.01, np.float32), "ws"),
+        numpy_helper.from_array(weight_zeros, "wz"),
+        numpy_helper.from_array(np.array(0.2, np.float32), "ys"),
+        numpy_helper.from_array(np.array(128, np.uint8), "yz"),
+        numpy_helper.from_array(bias, "b"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("QLinearConv", names, ["y"])], "qlinear_conv",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 6, 3, 3])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
 @pytest.mark.parametrize("case,code,message", [
     ("softmax", 4, "node 'y'"),
     ("int16", 4, "quantizing to int16 is not supported (int8, uint8)"),
     ("misfit", 3, "input 's' of shape [3] fits neither one value, one per axis 1 entry"),
+    ("short_bias", 3, "node 'y' (QLinearConv): bias 'b' [5] does not match 6 output channels"),
+    ("weight_zeros", 3, "input 'wz' of shape [5] fits neither one value, one per axis 0 entry"),
 ])
 def test_what_is_refused_says_why(flowc, tmp_path, case, code, message):
     if case == "softmax":
         model = int8_softmax()
         message = "input 'x' is int8; Softmax does not take 8-bit integers"
+    elif case in ("short_bias", "weight_zeros"):
+        model = qlinear_conv(bias=np.zeros(5 if case == "short_bias" else 6, np.int32),
+                             weight_zeros=np.zeros(5 if case == "weight_zeros" else 6, np.int8))
     else:
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
         scale = np.array([0.1, 0.2, 0.3] if case == "misfit" else 0.1, np.float32)

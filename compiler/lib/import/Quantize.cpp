@@ -454,6 +454,31 @@ Status Importer::importQLinearMatMul(const Node &node) {
   return define(node, y);
 }
 
+/// `zeros`, a uint8 input's zero points, as the int8 input's that its sign
+/// bits flipped make (128 less); as they are for int8.
+static std::vector<int64_t> signedZeros(llvm::ArrayRef<int64_t> zeros, DType bytes) {
+  std::vector<int64_t> shifted(zeros.begin(), zeros.end());
+  if (bytes == DType::U8)
+    for (int64_t &zero : shifted)
+      zero -= 128;
+  return shifted;
+}
+
+/// Whether integerConvolution takes a convolution of `conv`'s groups by
+/// weights of these (int8) zero points: dense, or depthwise; a depthwise
+/// multiplier reads each channel more than once, and its window sums would
+/// need repeating: only for weights without zero points.
+static bool integerKernelTakes(const Importer &importer,
+                               const Importer::ConvGeometry &conv,
+                               llvm::ArrayRef<int64_t> signedZerosW) {
+  Shape xs = importer.shapeOf(conv.x), ws = importer.shapeOf(conv.w);
+  bool depthwise = conv.groups > 1 && conv.groups == xs[1] && ws[1] == 1;
+  bool centeredW = llvm::any_of(signedZerosW, [](int64_t zero) { return zero != 0; });
+  bool perChannel = static_cast<int64_t>(signedZerosW.size()) == ws[0];
+  return (signedZerosW.size() == 1 || perChannel) &&
+         (conv.groups == 1 || (depthwise && (!centeredW || ws[0] == conv.groups)));
+}
+
 /// Whether a convolution of `x` by `w` is 1-D or 2-D (the integer kernel's).
 static bool isPlanarConv(const Shape &xs, const Shape &ws) {
   return xs.size() == ws.size() && (xs.size() == 3 || xs.size() == 4);
@@ -476,10 +501,10 @@ Expected<std::optional<Value>> Importer::integerConvolutionOf(const Node &node,
   FLOWC_ASSIGN_OR_RETURN(ConvGeometry conv,
                          convGeometry(node, source, weight, /*anyType=*/true));
   if (const TensorData *constant = constantInput(node, weight);
-      constant && dtypeOf(w) == DType::U8 && !conv.line) {
+      constant && dtypeOf(w) == DType::U8 && !conv.line &&
+      integerKernelTakes(*this, conv, signedZeros(*zerosW, DType::U8))) {
     FLOWC_ASSIGN_OR_RETURN(conv.w, signedWeight(node, *constant));
-    for (int64_t &zero : *zerosW)
-      zero -= 128;
+    zerosW = signedZeros(*zerosW, DType::U8);
   }
   FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
                          integerConvolution(node, conv, zerosX->front(), *zerosW));
@@ -521,11 +546,15 @@ Status Importer::importQLinearConv(const Node &node) {
   // The bias at scale x_scale * w_scale, as float32 [channels].
   auto bias = [&]() -> Expected<Value> {
     FLOWC_ASSIGN_OR_RETURN(Value bias, anyOperand(node, 8));
-    Shape shape = shapeOf(bias);
+    Shape shape = shapeOf(bias), ws = shapeOf(w);
     if (dtypeOf(bias) != DType::I32 || shape.size() != 1)
       return nodeError(node, "bias '" + node.inputs[8] + "' is " +
                                  dtypeName(dtypeOf(bias)) + " " + shapeString(shape) +
                                  "; QLinearConv's bias is 1-D int32");
+    if (!ws.empty() && shape[0] != ws[0])
+      return nodeError(node, "bias '" + node.inputs[8] + "' " + shapeString(shape) +
+                                 " does not match " + std::to_string(ws[0]) +
+                                 " output channels");
     FLOWC_ASSIGN_OR_RETURN(Value xScale,
                            quantizationParameter(node, 1, shape, 0, 0, 1.0f));
     FLOWC_ASSIGN_OR_RETURN(Value wScale,
@@ -543,9 +572,6 @@ Status Importer::importQLinearConv(const Node &node) {
     y = mul(mul(build<mlir::tosa::CastOp>(out, {*sums}), xScale), wScale);
     if (hasOperand(node, 8)) {
       FLOWC_ASSIGN_OR_RETURN(Value b, bias());
-      if (shapeOf(b) != Shape{out[1]})
-        return nodeError(node, "bias " + shapeString(shapeOf(b)) + " does not match " +
-                                   std::to_string(out[1]) + " output channels");
       Shape perChannel(out.size(), 1);
       perChannel[1] = out[1];
       y = add(y, reshape(b, perChannel));
@@ -768,30 +794,22 @@ static Value flipSignBits(Importer &importer, mlir::OpBuilder &builder,
 Expected<std::optional<Value>>
 Importer::integerConvolution(const Node &node, const ConvGeometry &conv, int64_t zeroX,
                              llvm::ArrayRef<int64_t> zerosW) {
-  Shape xs = shapeOf(conv.x), ws = shapeOf(conv.w);
+  Shape ws = shapeOf(conv.w);
   int64_t groups = conv.groups;
-  bool depthwise = groups > 1 && groups == xs[1] && ws[1] == 1;
-  if ((groups != 1 && !depthwise) ||
-      (zerosW.size() != 1 && static_cast<int64_t>(zerosW.size()) != ws[0]))
+  std::vector<int64_t> shiftedW = signedZeros(zerosW, dtypeOf(conv.w));
+  if (!integerKernelTakes(*this, conv, shiftedW))
     return std::optional<Value>();
   // TOSA's convolution reads int8: uint8 bytes and their zero points
   // become int8 ones, 128 less.
   Value x = conv.x, w = conv.w;
-  std::vector<int64_t> shiftedW(zerosW.begin(), zerosW.end());
   if (dtypeOf(x) == DType::U8) {
     x = flipSignBits(*this, builder_, loc_, x);
     zeroX -= 128;
   }
-  if (dtypeOf(w) == DType::U8) {
+  if (dtypeOf(w) == DType::U8)
     w = flipSignBits(*this, builder_, loc_, w);
-    for (int64_t &zero : shiftedW)
-      zero -= 128;
-  }
+  bool depthwise = groups > 1;
   bool centeredW = llvm::any_of(shiftedW, [](int64_t zero) { return zero != 0; });
-  // A depthwise multiplier reads each channel more than once: its window
-  // sums below would need repeating.
-  if (centeredW && depthwise && ws[0] != groups)
-    return std::optional<Value>();
   FLOWC_ASSIGN_OR_RETURN(Value sums,
                          convolveNchw(node, x, w, Value(), conv.padding, conv.strides,
                                       conv.dilations, groups, zeroX));
@@ -837,10 +855,11 @@ Importer::convolutionOfDequantized(const Node &node, const ConvGeometry &conv,
   bytes.x = dx.bytes;
   bytes.w = dw.bytes;
   std::vector<int64_t> zerosW = *dw.zeros;
-  if (dtypeOf(dw.bytes) == DType::U8 && dw.constant) {
+  // A uint8 weight is folded to int8 once, where the kernel takes it.
+  if (dtypeOf(dw.bytes) == DType::U8 && dw.constant &&
+      integerKernelTakes(*this, bytes, signedZeros(zerosW, DType::U8))) {
     FLOWC_ASSIGN_OR_RETURN(bytes.w, signedWeight(node, *dw.constant));
-    for (int64_t &zero : zerosW)
-      zero -= 128;
+    zerosW = signedZeros(zerosW, DType::U8);
   }
   FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
                          integerConvolution(node, bytes, dx.zeros->front(), zerosW));
