@@ -668,3 +668,44 @@ def test_conv_integer_and_qlinear_conv_run_in_the_int8_kernel(flowc, tmp_path):
     kinds = [c["kind"] for c in report["profile"]["calls"]]
     # ConvInteger's and its window sums, and QLinearConv's.
     assert kinds.count("integer_conv2d") == 3 and "conv2d" not in kinds, kinds
+
+
+def test_qlinear_matmul_runs_in_the_int8_kernel(flowc, tmp_path):
+    """QLinearMatMul of a 2-D B (scales and zero points one per column)
+    runs in the integer product kernel: its requantized bytes are within one
+    step of onnxruntime's QLinearMatMul, and mostly equal; a batched B takes
+    the float32 path, within one step too."""
+    rng = np.random.default_rng(41)
+    initializers = [
+        numpy_helper.from_array(np.array(0.03, np.float32), "a_scale"),
+        numpy_helper.from_array(np.array(121, np.uint8), "a_zero"),
+        numpy_helper.from_array(rng.integers(-128, 128, (48, 16)).astype(np.int8), "b"),
+        numpy_helper.from_array(rng.uniform(0.002, 0.01, 16).astype(np.float32), "b_scale"),
+        numpy_helper.from_array(rng.integers(-3, 4, 16).astype(np.int8), "b_zero"),
+        numpy_helper.from_array(np.array(0.08, np.float32), "y_scale"),
+        numpy_helper.from_array(np.array(125, np.uint8), "y_zero"),
+        numpy_helper.from_array(rng.integers(-128, 128, (2, 48, 16)).astype(np.int8), "c"),
+        numpy_helper.from_array(np.array(0.005, np.float32), "c_scale"),
+        numpy_helper.from_array(np.array(0, np.int8), "c_zero"),
+    ]
+    names = ["a", "a_scale", "a_zero"]
+    graph = helper.make_graph(
+        [helper.make_node("QLinearMatMul", names + ["b", "b_scale", "b_zero", "y_scale",
+                                                    "y_zero"], ["y"]),
+         helper.make_node("QLinearMatMul", names + ["c", "c_scale", "c_zero", "y_scale",
+                                                    "y_zero"], ["z"])],
+        "qlinear_matmul", [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 5, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 5, 16]),
+         helper.make_tensor_value_info("z", TensorProto.UINT8, [2, 5, 16])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    a = rng.integers(0, 256, (2, 5, 48)).astype(np.uint8)
+    ours, reference = run_both(flowc, tmp_path, model, {"a": a})
+    for name in ("y", "z"):
+        steps = np.abs(ours[name].astype(np.int32) - reference[name].astype(np.int32))
+        assert steps.max() <= 1 and np.mean(steps == 0) > 0.95, (name, steps.max())
+    artifact = tmp_path / "qlinear_matmul.fca"
+    report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, {"a": a}),
+                                  "--profile", "--json").stdout)
+    kinds = [c["kind"] for c in report["profile"]["calls"]]
+    assert kinds.count("integer_matmul") == 1, kinds

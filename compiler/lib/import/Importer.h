@@ -398,6 +398,10 @@ public:
                                                     const ConvGeometry &conv,
                                                     int64_t zeroX,
                                                     llvm::ArrayRef<int64_t> zerosW);
+  /// QLinearMatMul of a 2-D B through the integer product, its sums scaled
+  /// (before quantizing); nullopt for the forms of the float32 path: a
+  /// batched B, A scaled per row, zero points of another type.
+  Expected<std::optional<Value>> integerQLinearMatMul(const Node &node, Value a, Value b);
   /// ConvInteger's and QLinearConv's sums through integerConvolution, from
   /// their inputs `source`, `weight` and the zero points `zeroX`, `zeroW`
   /// (constants); nullopt for the forms that take the float32 path.

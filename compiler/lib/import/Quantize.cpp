@@ -442,16 +442,47 @@ Status Importer::importQLinearMatMul(const Node &node) {
   // a's parameters per row (or one), b's and y's per column (or one).
   FLOWC_ASSIGN_OR_RETURN(Value a, anyOperand(node, 0));
   FLOWC_ASSIGN_OR_RETURN(Value b, anyOperand(node, 3));
-  int64_t rowAxis = static_cast<int64_t>(shapeOf(a).size()) - 2;
-  int64_t columnAxis = static_cast<int64_t>(shapeOf(b).size()) - 1;
-  FLOWC_ASSIGN_OR_RETURN(Value wideA, dequantize(node, a, 1, 2, rowAxis, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value wideB, dequantize(node, b, 4, 5, columnAxis, 0));
-  FLOWC_ASSIGN_OR_RETURN(Value product, matmulValues(node, wideA, wideB));
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> product, integerQLinearMatMul(node, a, b));
+  if (!product) {
+    int64_t rowAxis = static_cast<int64_t>(shapeOf(a).size()) - 2;
+    int64_t columnAxis = static_cast<int64_t>(shapeOf(b).size()) - 1;
+    FLOWC_ASSIGN_OR_RETURN(Value wideA, dequantize(node, a, 1, 2, rowAxis, 0));
+    FLOWC_ASSIGN_OR_RETURN(Value wideB, dequantize(node, b, 4, 5, columnAxis, 0));
+    FLOWC_ASSIGN_OR_RETURN(product, matmulValues(node, wideA, wideB));
+  }
   FLOWC_ASSIGN_OR_RETURN(Value y,
-                         quantize(node, product, 6, 7,
-                                  static_cast<int64_t>(shapeOf(product).size()) - 1, 0,
+                         quantize(node, *product, 6, 7,
+                                  static_cast<int64_t>(shapeOf(*product).size()) - 1, 0,
                                   describeValue(node.inputs[7]).dtype));
   return define(node, y);
+}
+
+Expected<std::optional<Value>> Importer::integerQLinearMatMul(const Node &node, Value a,
+                                                              Value b) {
+  Shape as = shapeOf(a), bs = shapeOf(b);
+  if (!isByte(dtypeOf(a)) || !isByte(dtypeOf(b)) || as.size() < 2 || bs.size() != 2 ||
+      as.back() != bs[0] || product(as, 0, as.size()) == 0 || bs[1] == 0)
+    return std::optional<Value>();
+  // A's scale one value (a scale per row would scale the sums by row);
+  // B's one, or one per column.
+  Shape aScale = describeValue(node.inputs[1]).shape,
+        bScale = describeValue(node.inputs[4]).shape;
+  int64_t n = bs[1], bScales = product(bScale, 0, bScale.size());
+  if (product(aScale, 0, aScale.size()) != 1 || (bScales != 1 && bScales != n))
+    return std::optional<Value>();
+  std::optional<Value> zeroA = kernelZeroPoint(node, 2, dtypeOf(a), 1);
+  std::optional<Value> zeroB = kernelZeroPoint(node, 5, dtypeOf(b), n);
+  if (!zeroA || !zeroB)
+    return std::optional<Value>();
+  FLOWC_ASSIGN_OR_RETURN(Value sums, integerProduct(a, b, *zeroA, *zeroB, false));
+  Shape out = shapeOf(sums);
+  auto lastAxis = static_cast<int64_t>(out.size()) - 1;
+  FLOWC_ASSIGN_OR_RETURN(Value scaleA,
+                         quantizationParameter(node, 1, out, lastAxis, 0, 1.0f));
+  FLOWC_ASSIGN_OR_RETURN(Value scaleB,
+                         quantizationParameter(node, 4, out, lastAxis, 0, 1.0f));
+  return std::optional<Value>(
+      mul(mul(build<mlir::tosa::CastOp>(out, {sums}), scaleA), scaleB));
 }
 
 /// `zeros`, a uint8 input's zero points, as the int8 input's that its sign
