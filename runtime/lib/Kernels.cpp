@@ -1667,29 +1667,27 @@ packKernelWeight(KernelKind kind, const std::vector<int64_t> &params, int64_t bu
     conv = paramsFromWords<Conv2dParams>(params);
   if (kind == KernelKind::MatMul)
     matmul = paramsFromWords<MatMulParams>(params);
+  // The library's exceptions as an error naming what was being packed.
+  auto packing = [](const char *what,
+                    auto pack) -> Expected<std::optional<PackedWeight>> {
+    try {
+      return pack();
+    } catch (const dnnl::error &error) {
+      return internalError(std::string("packing ") + what + " failed: " + error.what());
+    }
+  };
   if (auto integer = kind == KernelKind::IntegerMatMul
                          ? paramsFromWords<IntegerMatMulParams>(params)
                          : std::nullopt;
-      integer && buffer == 1 && integer->constantB) {
-    try {
-      return packIntegerB(*integer, source);
-    } catch (const dnnl::error &error) {
-      return internalError(std::string("packing an integer_matmul kernel's B failed: ") +
-                           error.what());
-    }
-  }
+      integer && buffer == 1 && integer->constantB)
+    return packing("an integer_matmul kernel's B",
+                   [&] { return packIntegerB(*integer, source); });
   if (auto integerConv = kind == KernelKind::IntegerConv2d
                              ? paramsFromWords<IntegerConv2dParams>(params)
                              : std::nullopt;
-      integerConv && buffer == 1 && integerConv->constantWeights) {
-    try {
-      return packIntegerConvWeights(*integerConv, source);
-    } catch (const dnnl::error &error) {
-      return internalError(
-          std::string("packing an integer_conv2d kernel's weights failed: ") +
-          error.what());
-    }
-  }
+      integerConv && buffer == 1 && integerConv->constantWeights)
+    return packing("an integer_conv2d kernel's weights",
+                   [&] { return packIntegerConvWeights(*integerConv, source); });
   std::string what =
       std::string("packing a ") + kernelKindName(kind) + " kernel's weights";
   try {

@@ -81,6 +81,21 @@ def test_quantized_weights_stay_8_bit_and_are_packed_at_link(flowc, real_models,
     assert "flowc.recipe =" not in main
 
 
+def profiled_run(flowc, artifact, inputs):
+    """The report of a profiled run of `artifact` (`flowc run --profile
+    --json`) and the kind of each of its calls, in order."""
+    report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, inputs),
+                                  "--profile", "--json").stdout)
+    return report, [c["kind"] for c in report["profile"]["calls"]]
+
+
+def assert_within_one_step(actual, expected):
+    """Requantized bytes at most one step from `expected`'s (another order
+    of scaling the sums rounds some differently), and mostly equal."""
+    steps = np.abs(actual.astype(np.int32) - expected.astype(np.int32))
+    assert steps.max() <= 1 and np.mean(steps == 0) > 0.95, steps.max()
+
+
 def run_both(flowc, tmp_path, model, inputs):
     path = save(model, tmp_path / f"{model.graph.name}.onnx")
     flowc.submit(path)
@@ -430,9 +445,7 @@ def test_integer_products_run_in_the_int8_kernel_exactly(flowc, tmp_path):
         ours, reference = run_with_onnx_reference(flowc, tmp_path, model, {"a": a})
         np.testing.assert_array_equal(ours["y"], reference["y"], err_msg=f"case {index}")
         path = tmp_path / f"{model.graph.name}.onnx"
-        args = flowc.input_args(path.with_suffix(".fca"), {"a": a})
-        report = json.loads(flowc.run("run", path.with_suffix(".fca"), *args, "--profile",
-                                      "--json").stdout)
+        report, _ = profiled_run(flowc, path.with_suffix(".fca"), {"a": a})
         assert [k["kind"] for k in report["profile"]["by_kind"]][0] == "integer_matmul"
         # The weight, packed at link into the kernel's layout, read in place.
         assert report["packed_weights_in_place"] == 1
@@ -516,11 +529,8 @@ def test_qdq_products_multiply_bytes_in_the_int8_kernel(flowc, tmp_path):
     ours, kernels = run_both(flowc, tmp_path, model, {"x": x})
     for name in ("y", "z"):
         assert_close(ours[name], kernels[name], 1e-5)
-    path = tmp_path / "qdq_products.fca"
-    report = json.loads(flowc.run("run", path, *flowc.input_args(path, {"x": x}), "--profile",
-                                  "--json").stdout)
-    calls = [c for c in report["profile"]["calls"] if c["kind"] == "integer_matmul"]
-    assert len(calls) == 2, [c["kind"] for c in report["profile"]["calls"]]
+    _, kinds = profiled_run(flowc, tmp_path / "qdq_products.fca", {"x": x})
+    assert kinds.count("integer_matmul") == 2, kinds
 
 
 def qdq_convolutions_model(rng):
@@ -603,9 +613,7 @@ def test_qdq_convolutions_convolve_bytes_in_the_int8_kernel(flowc, tmp_path):
         assert_close(ours[name], expected, 1e-5)
     path = tmp_path / "qdq_convolutions.onnx"
     artifact = path.with_suffix(".fca")
-    report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, {"x": x}),
-                                  "--profile", "--json").stdout)
-    kinds = [c["kind"] for c in report["profile"]["calls"]]
+    report, kinds = profiled_run(flowc, artifact, {"x": x})
     # dense, depthwise, pointwise, shifted and unsigned, and the window sums
     # of the last two; the grouped one is a float32 convolution per group.
     assert kinds.count("integer_conv2d") == 7, kinds
@@ -660,12 +668,8 @@ def test_conv_integer_and_qlinear_conv_run_in_the_int8_kernel(flowc, tmp_path):
     x = rng.integers(0, 256, (1, 4, 9, 9)).astype(np.uint8)
     ours, reference = run_both(flowc, tmp_path, model, {"x": x})
     np.testing.assert_array_equal(ours["sums"], reference["sums"])
-    steps = np.abs(ours["y"].astype(np.int32) - reference["y"].astype(np.int32))
-    assert steps.max() <= 1 and np.mean(steps == 0) > 0.95, steps.max()
-    artifact = tmp_path / "integer_convolutions.fca"
-    report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, {"x": x}),
-                                  "--profile", "--json").stdout)
-    kinds = [c["kind"] for c in report["profile"]["calls"]]
+    assert_within_one_step(ours["y"], reference["y"])
+    _, kinds = profiled_run(flowc, tmp_path / "integer_convolutions.fca", {"x": x})
     # ConvInteger's and its window sums, and QLinearConv's.
     assert kinds.count("integer_conv2d") == 3 and "conv2d" not in kinds, kinds
 
@@ -702,10 +706,30 @@ def test_qlinear_matmul_runs_in_the_int8_kernel(flowc, tmp_path):
     a = rng.integers(0, 256, (2, 5, 48)).astype(np.uint8)
     ours, reference = run_both(flowc, tmp_path, model, {"a": a})
     for name in ("y", "z"):
-        steps = np.abs(ours[name].astype(np.int32) - reference[name].astype(np.int32))
-        assert steps.max() <= 1 and np.mean(steps == 0) > 0.95, (name, steps.max())
-    artifact = tmp_path / "qlinear_matmul.fca"
-    report = json.loads(flowc.run("run", artifact, *flowc.input_args(artifact, {"a": a}),
-                                  "--profile", "--json").stdout)
-    kinds = [c["kind"] for c in report["profile"]["calls"]]
+        assert_within_one_step(ours[name], reference[name])
+    _, kinds = profiled_run(flowc, tmp_path / "qlinear_matmul.fca", {"a": a})
     assert kinds.count("integer_matmul") == 1, kinds
+
+
+def test_a_1d_conv_integer_reads_its_uint8_bytes_as_uint8(flowc, tmp_path):
+    """A 1-D ConvInteger runs as a 2-D one over a height of 1: the integer
+    kernel reads that view of a uint8 source and uint8 weights as uint8
+    (read as int8, they were 128 off), equal to onnxruntime's sums."""
+    rng = np.random.default_rng(43)
+    initializers = [
+        numpy_helper.from_array(rng.integers(0, 256, (6, 4, 3)).astype(np.uint8), "w"),
+        numpy_helper.from_array(np.array(100, np.uint8), "x_zero"),
+        numpy_helper.from_array(np.array(140, np.uint8), "w_zero"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], pads=[1, 1])],
+        "line_conv_integer", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 6, 12])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.integers(0, 256, (1, 4, 12)).astype(np.uint8)
+    ours, reference = run_both(flowc, tmp_path, model, {"x": x})
+    np.testing.assert_array_equal(ours["y"], reference["y"])
+    _, kinds = profiled_run(flowc, tmp_path / "line_conv_integer.fca", {"x": x})
+    # The convolution and its window sums.
+    assert kinds.count("integer_conv2d") == 2, kinds

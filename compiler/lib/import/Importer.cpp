@@ -91,8 +91,11 @@ Value Importer::constShape(const Shape &shape) {
 Value Importer::reshape(Value v, const Shape &shape) {
   if (shapeOf(v) == shape)
     return v;
-  return buildTyped<mlir::tosa::ReshapeOp>(elementTypeOf(v), shape,
-                                           {v, constShape(shape)});
+  // The same bytes: uint8 stays uint8 (a 1-D convolution's 2-D view of its
+  // uint8 source reads it so).
+  return markBytes(
+      buildTyped<mlir::tosa::ReshapeOp>(elementTypeOf(v), shape, {v, constShape(shape)}),
+      dtypeOf(v));
 }
 
 Value Importer::slice(Value v, const Shape &start, const Shape &size) {

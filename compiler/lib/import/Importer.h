@@ -334,7 +334,10 @@ public:
   Status importDequantizeLinear(const Node &node);
   Status importDynamicQuantizeLinear(const Node &node);
   Status importMatMulInteger(const Node &node);
-  Expected<std::optional<Value>> integerMatMul(const Node &node, Value a, Value b);
+  /// A product of bytes through the integer kernel, its zero points inputs
+  /// `zeroA` and `zeroB` (MatMulInteger's 2 and 3, QLinearMatMul's 2 and 5).
+  Expected<std::optional<Value>> integerMatMul(const Node &node, Value a, Value b,
+                                               size_t zeroA, size_t zeroB);
   std::optional<Value> kernelZeroPoint(const Node &node, size_t index, DType input,
                                        int64_t count);
   /// (a - zeroA) x (b - zeroB) through the runtime's integer kernel, as
@@ -393,11 +396,12 @@ public:
   /// The int32 sums of convolving bytes: `x` less its zero point by `w`
   /// less its zero points (one, or one per output channel), NCHW, as TOSA's
   /// quantized convolution, which the outline pass gives to the integer
-  /// kernel. nullopt for grouped convolutions other than depthwise.
-  Expected<std::optional<Value>> integerConvolution(const Node &node,
-                                                    const ConvGeometry &conv,
-                                                    int64_t zeroX,
-                                                    llvm::ArrayRef<int64_t> zerosW);
+  /// kernel. `constantW`, when given, is `w`'s initializer (a uint8 one is
+  /// folded to int8). nullopt for grouped convolutions other than depthwise.
+  Expected<std::optional<Value>>
+  integerConvolution(const Node &node, const ConvGeometry &conv, int64_t zeroX,
+                     llvm::ArrayRef<int64_t> zerosW,
+                     const TensorData *constantW = nullptr);
   /// QLinearMatMul of a 2-D B through the integer product, its sums scaled
   /// (before quantizing); nullopt for the forms of the float32 path: a
   /// batched B, A scaled per row, zero points of another type.

@@ -460,29 +460,26 @@ Status Importer::importQLinearMatMul(const Node &node) {
 Expected<std::optional<Value>> Importer::integerQLinearMatMul(const Node &node, Value a,
                                                               Value b) {
   Shape as = shapeOf(a), bs = shapeOf(b);
-  if (!isByte(dtypeOf(a)) || !isByte(dtypeOf(b)) || as.size() < 2 || bs.size() != 2 ||
-      as.back() != bs[0] || product(as, 0, as.size()) == 0 || bs[1] == 0)
+  if (!isByte(dtypeOf(a)) || !isByte(dtypeOf(b)) || as.size() < 2 || bs.size() != 2)
     return std::optional<Value>();
   // A's scale one value (a scale per row would scale the sums by row);
   // B's one, or one per column.
   Shape aScale = describeValue(node.inputs[1]).shape,
         bScale = describeValue(node.inputs[4]).shape;
-  int64_t n = bs[1], bScales = product(bScale, 0, bScale.size());
-  if (product(aScale, 0, aScale.size()) != 1 || (bScales != 1 && bScales != n))
+  int64_t bScales = product(bScale, 0, bScale.size());
+  if (product(aScale, 0, aScale.size()) != 1 || (bScales != 1 && bScales != bs[1]))
     return std::optional<Value>();
-  std::optional<Value> zeroA = kernelZeroPoint(node, 2, dtypeOf(a), 1);
-  std::optional<Value> zeroB = kernelZeroPoint(node, 5, dtypeOf(b), n);
-  if (!zeroA || !zeroB)
-    return std::optional<Value>();
-  FLOWC_ASSIGN_OR_RETURN(Value sums, integerProduct(a, b, *zeroA, *zeroB, false));
-  Shape out = shapeOf(sums);
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums, integerMatMul(node, a, b, 2, 5));
+  if (!sums)
+    return sums;
+  Shape out = shapeOf(*sums);
   auto lastAxis = static_cast<int64_t>(out.size()) - 1;
   FLOWC_ASSIGN_OR_RETURN(Value scaleA,
                          quantizationParameter(node, 1, out, lastAxis, 0, 1.0f));
   FLOWC_ASSIGN_OR_RETURN(Value scaleB,
                          quantizationParameter(node, 4, out, lastAxis, 0, 1.0f));
   return std::optional<Value>(
-      mul(mul(build<mlir::tosa::CastOp>(out, {sums}), scaleA), scaleB));
+      mul(mul(build<mlir::tosa::CastOp>(out, {*sums}), scaleA), scaleB));
 }
 
 /// `zeros`, a uint8 input's zero points, as the int8 input's that its sign
@@ -531,14 +528,9 @@ Expected<std::optional<Value>> Importer::integerConvolutionOf(const Node &node,
     return std::optional<Value>();
   FLOWC_ASSIGN_OR_RETURN(ConvGeometry conv,
                          convGeometry(node, source, weight, /*anyType=*/true));
-  if (const TensorData *constant = constantInput(node, weight);
-      constant && dtypeOf(w) == DType::U8 && !conv.line &&
-      integerKernelTakes(*this, conv, signedZeros(*zerosW, DType::U8))) {
-    FLOWC_ASSIGN_OR_RETURN(conv.w, signedWeight(node, *constant));
-    zerosW = signedZeros(*zerosW, DType::U8);
-  }
   FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
-                         integerConvolution(node, conv, zerosX->front(), *zerosW));
+                         integerConvolution(node, conv, zerosX->front(), *zerosW,
+                                            constantInput(node, weight)));
   if (!sums)
     return sums;
   return std::optional<Value>(convResult(conv, *sums));
@@ -726,17 +718,17 @@ Expected<Value> Importer::integerProduct(Value a, Value b, Value zeroA, Value ze
 /// int32 (int8 dot products). nullopt for the forms it does not take: a
 /// batched B, or zero points per row of A or of another type than their
 /// input's.
-Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a,
-                                                       Value b) {
+Expected<std::optional<Value>> Importer::integerMatMul(const Node &node, Value a, Value b,
+                                                       size_t zeroA, size_t zeroB) {
   Shape as = shapeOf(a), bs = shapeOf(b);
   int64_t k = as.back(), n = bs.back();
   if (bs.size() != 2 || bs[0] != k || product(as, 0, as.size()) == 0 || n == 0)
     return std::optional<Value>();
-  std::optional<Value> zeroA = kernelZeroPoint(node, 2, dtypeOf(a), 1);
-  std::optional<Value> zeroB = kernelZeroPoint(node, 3, dtypeOf(b), n);
-  if (!zeroA || !zeroB)
+  std::optional<Value> zeroPointA = kernelZeroPoint(node, zeroA, dtypeOf(a), 1);
+  std::optional<Value> zeroPointB = kernelZeroPoint(node, zeroB, dtypeOf(b), n);
+  if (!zeroPointA || !zeroPointB)
     return std::optional<Value>();
-  FLOWC_ASSIGN_OR_RETURN(Value y, integerProduct(a, b, *zeroA, *zeroB, false));
+  FLOWC_ASSIGN_OR_RETURN(Value y, integerProduct(a, b, *zeroPointA, *zeroPointB, false));
   return std::optional<Value>(y);
 }
 
@@ -824,7 +816,8 @@ static Value flipSignBits(Importer &importer, mlir::OpBuilder &builder,
 
 Expected<std::optional<Value>>
 Importer::integerConvolution(const Node &node, const ConvGeometry &conv, int64_t zeroX,
-                             llvm::ArrayRef<int64_t> zerosW) {
+                             llvm::ArrayRef<int64_t> zerosW,
+                             const TensorData *constantW) {
   Shape ws = shapeOf(conv.w);
   int64_t groups = conv.groups;
   std::vector<int64_t> shiftedW = signedZeros(zerosW, dtypeOf(conv.w));
@@ -837,8 +830,14 @@ Importer::integerConvolution(const Node &node, const ConvGeometry &conv, int64_t
     x = flipSignBits(*this, builder_, loc_, x);
     zeroX -= 128;
   }
-  if (dtypeOf(w) == DType::U8)
+  // A constant uint8 weight is folded to int8 once, so that the kernel
+  // reads a weight it packs at link.
+  if (dtypeOf(w) == DType::U8 && constantW) {
+    FLOWC_ASSIGN_OR_RETURN(Value folded, signedWeight(node, *constantW));
+    w = reshape(folded, ws);
+  } else if (dtypeOf(w) == DType::U8) {
     w = flipSignBits(*this, builder_, loc_, w);
+  }
   bool depthwise = groups > 1;
   bool centeredW = llvm::any_of(shiftedW, [](int64_t zero) { return zero != 0; });
   FLOWC_ASSIGN_OR_RETURN(Value sums,
@@ -885,15 +884,9 @@ Importer::convolutionOfDequantized(const Node &node, const ConvGeometry &conv,
   ConvGeometry bytes = conv;
   bytes.x = dx.bytes;
   bytes.w = dw.bytes;
-  std::vector<int64_t> zerosW = *dw.zeros;
-  // A uint8 weight is folded to int8 once, where the kernel takes it.
-  if (dtypeOf(dw.bytes) == DType::U8 && dw.constant &&
-      integerKernelTakes(*this, bytes, signedZeros(zerosW, DType::U8))) {
-    FLOWC_ASSIGN_OR_RETURN(bytes.w, signedWeight(node, *dw.constant));
-    zerosW = signedZeros(zerosW, DType::U8);
-  }
-  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> sums,
-                         integerConvolution(node, bytes, dx.zeros->front(), zerosW));
+  FLOWC_ASSIGN_OR_RETURN(
+      std::optional<Value> sums,
+      integerConvolution(node, bytes, dx.zeros->front(), *dw.zeros, dw.constant));
   if (!sums)
     return sums;
   // sx * sw[o] * sums[o] + bias[o].
@@ -948,7 +941,7 @@ Status Importer::importMatMulInteger(const Node &node) {
   Shape as = shapeOf(a), bs = shapeOf(b);
   if (as.size() < 2 || bs.size() < 2)
     return nodeUnsupported(node, "1-D MatMulInteger operands are not supported");
-  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> exact, integerMatMul(node, a, b));
+  FLOWC_ASSIGN_OR_RETURN(std::optional<Value> exact, integerMatMul(node, a, b, 2, 3));
   if (exact)
     return define(node, *exact);
   // A's zero point is one per row of A (or one), B's one per column of B.
